@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone on Debian 12, as root:
+#   installs the dependencies (contrib/install-deps.sh, idempotent), builds
+#   out of tree in build/ and runs `make check`; then the same suite in
+#   build-san/ under AddressSanitizer and UndefinedBehaviorSanitizer; then
+#   `make distcheck`. Exits non-zero on the first failure.
+# Set CUINTERPOSE_TEST_QUICK=1 to skip the sanitizer and distcheck passes.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+jobs=$(nproc)
+
+bash "$top/contrib/install-deps.sh"
+cd "$top"
+[ -x configure ] && [ configure -nt configure.ac ] || ./autogen.sh >/dev/null
+
+run_suite() {
+	local dir=$1
+	shift
+	mkdir -p "$top/$dir"
+	cd "$top/$dir"
+	[ -f Makefile ] || "$top/configure" --quiet "$@"
+	make -j"$jobs" >/dev/null
+	if ! make -j"$jobs" check; then
+		find . -name '*.log' -path '*test*' -newer Makefile -exec grep -l -E '^(FAIL|ERROR)' {} + 2>/dev/null |
+			while read -r f; do echo "==== $f"; tail -n 60 "$f"; done
+		return 1
+	fi
+}
+
+echo "== make check"
+run_suite build
+if [ "${CUINTERPOSE_TEST_QUICK:-0}" != 1 ]; then
+	echo "== make check under ASan+UBSan"
+	run_suite build-san --enable-asan --enable-ubsan
+	echo "== make distcheck"
+	cd "$top/build" && make -j"$jobs" distcheck >/dev/null
+	echo "distcheck: passed"
+fi
+echo "all test suites passed"

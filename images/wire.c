@@ -1,0 +1,483 @@
+/*
+ * wire.c - frame encoding and decoding, socket transport with one optional
+ * FD per message, and atomic image files. See wire.h for the contract.
+ *
+ * Stateless apart from the CRC table, built once under pthread_once.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "wire.h"
+
+/* ---- CRC32C ------------------------------------------------------------ */
+
+static uint32_t crc_table[8][256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+static int crc_hw;
+
+static void crc_init(void)
+{
+	for (uint32_t i = 0; i < 256; i++) {
+		uint32_t c = i;
+		for (int k = 0; k < 8; k++)
+			c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+		crc_table[0][i] = c;
+	}
+	for (uint32_t i = 0; i < 256; i++)
+		for (int t = 1; t < 8; t++)
+			crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xff];
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	crc_hw = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+static uint32_t crc_sw(uint32_t crc, const uint8_t *p, size_t len)
+{
+	while (len && ((uintptr_t)p & 7)) {
+		crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 0xff];
+		len--;
+	}
+	while (len >= 8) {
+		uint64_t v;
+		memcpy(&v, p, 8);
+		v ^= crc;
+		crc = crc_table[7][v & 0xff] ^ crc_table[6][(v >> 8) & 0xff] ^ crc_table[5][(v >> 16) & 0xff] ^
+		      crc_table[4][(v >> 24) & 0xff] ^ crc_table[3][(v >> 32) & 0xff] ^
+		      crc_table[2][(v >> 40) & 0xff] ^ crc_table[1][(v >> 48) & 0xff] ^ crc_table[0][v >> 56];
+		p += 8;
+		len -= 8;
+	}
+	while (len--)
+		crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 0xff];
+	return crc;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) static uint32_t crc_hw_x86(uint32_t crc, const uint8_t *p, size_t len)
+{
+	uint64_t c = crc;
+
+	while (len && ((uintptr_t)p & 7)) {
+		c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
+		len--;
+	}
+	while (len >= 8) {
+		uint64_t v;
+		memcpy(&v, p, 8);
+		c = __builtin_ia32_crc32di(c, v);
+		p += 8;
+		len -= 8;
+	}
+	while (len--)
+		c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
+	return (uint32_t)c;
+}
+#endif
+
+uint32_t cuip_crc32c(uint32_t crc, const void *buf, size_t len)
+{
+	pthread_once(&crc_once, crc_init);
+	crc = ~crc;
+#if defined(__x86_64__)
+	if (crc_hw)
+		return ~crc_hw_x86(crc, buf, len);
+#endif
+	return ~crc_sw(crc, buf, len);
+}
+
+/* ---- frames ------------------------------------------------------------ */
+
+const char *cuip_kind_name(unsigned kind)
+{
+	switch (kind) {
+	case CUIP_KIND_REQUEST:
+		return "request";
+	case CUIP_KIND_RESPONSE:
+		return "response";
+	case CUIP_KIND_TICKET:
+		return "ticket";
+	case CUIP_KIND_INVENTORY:
+		return "inventory image";
+	case CUIP_KIND_TOPOLOGY:
+		return "topology image";
+	}
+	return "unknown";
+}
+
+static void errfmt(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void errfmt(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+ssize_t cuip_encode(unsigned kind, const ProtobufCMessage *msg, uint8_t **out)
+{
+	size_t plen = protobuf_c_message_get_packed_size(msg);
+	struct cuip_frame f;
+	uint8_t *buf;
+
+	if (plen > CUIP_MSG_MAX)
+		return -EMSGSIZE;
+	buf = malloc(CUIP_FRAME_SIZE + plen + 1);
+	if (!buf)
+		return -ENOMEM;
+	protobuf_c_message_pack(msg, buf + CUIP_FRAME_SIZE);
+	f.magic = CUIP_MAGIC;
+	f.version = CUIP_FORMAT_VERSION;
+	f.kind = (uint16_t)kind;
+	f.len = (uint32_t)plen;
+	f.crc = cuip_crc32c(0, buf + CUIP_FRAME_SIZE, plen);
+	memcpy(buf, &f, sizeof(f));
+	*out = buf;
+	return (ssize_t)(CUIP_FRAME_SIZE + plen);
+}
+
+int cuip_frame_check(const struct cuip_frame *f, unsigned kind, char *err, size_t errlen)
+{
+	if (f->magic != CUIP_MAGIC) {
+		errfmt(err, errlen, "not a cuinterpose %s (magic %#x)", cuip_kind_name(kind), f->magic);
+		return -EPROTO;
+	}
+	if (f->version != CUIP_FORMAT_VERSION) {
+		errfmt(err, errlen, "%s has format version %u, this build reads version %u", cuip_kind_name(kind),
+		       f->version, CUIP_FORMAT_VERSION);
+		return -EPROTONOSUPPORT;
+	}
+	if (f->kind != kind) {
+		errfmt(err, errlen, "expected a %s, found a %s", cuip_kind_name(kind), cuip_kind_name(f->kind));
+		return -EBADMSG;
+	}
+	if (f->len > CUIP_MSG_MAX) {
+		errfmt(err, errlen, "%s claims %u bytes, more than the %u allowed", cuip_kind_name(kind), f->len,
+		       CUIP_MSG_MAX);
+		return -EMSGSIZE;
+	}
+	return 0;
+}
+
+static int unpack(const uint8_t *payload, const struct cuip_frame *f, unsigned kind,
+		  const ProtobufCMessageDescriptor *desc, ProtobufCAllocator *alloc, ProtobufCMessage **out, char *err,
+		  size_t errlen)
+{
+	if (cuip_crc32c(0, payload, f->len) != f->crc) {
+		errfmt(err, errlen, "%s checksum mismatch (corrupt)", cuip_kind_name(kind));
+		return -EBADMSG;
+	}
+	*out = protobuf_c_message_unpack(desc, alloc, f->len, payload);
+	if (!*out) {
+		errfmt(err, errlen, "%s does not decode as %s", cuip_kind_name(kind), desc->name);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+int cuip_decode(const void *buf, size_t len, unsigned kind, const ProtobufCMessageDescriptor *desc,
+		ProtobufCAllocator *alloc, ProtobufCMessage **out, char *err, size_t errlen)
+{
+	struct cuip_frame f;
+	int ret;
+
+	*out = NULL;
+	if (len < CUIP_FRAME_SIZE) {
+		errfmt(err, errlen, "%s truncated: %zu bytes, header needs %d", cuip_kind_name(kind), len,
+		       CUIP_FRAME_SIZE);
+		return -ENODATA;
+	}
+	memcpy(&f, buf, sizeof(f));
+	ret = cuip_frame_check(&f, kind, err, errlen);
+	if (ret)
+		return ret;
+	if (len - CUIP_FRAME_SIZE < f.len) {
+		errfmt(err, errlen, "%s truncated: %zu payload bytes of %u", cuip_kind_name(kind),
+		       len - CUIP_FRAME_SIZE, f.len);
+		return -ENODATA;
+	}
+	if (len - CUIP_FRAME_SIZE > f.len) {
+		errfmt(err, errlen, "%s has %zu trailing bytes", cuip_kind_name(kind), len - CUIP_FRAME_SIZE - f.len);
+		return -EBADMSG;
+	}
+	return unpack((const uint8_t *)buf + CUIP_FRAME_SIZE, &f, kind, desc, alloc, out, err, errlen);
+}
+
+/* ---- plain I/O --------------------------------------------------------- */
+
+int cuip_write_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int cuip_read_all(int fd, void *buf, size_t len)
+{
+	uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = read(fd, p, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			return -ENODATA;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* ---- socket transport -------------------------------------------------- */
+
+int cuip_msg_send(int sock, unsigned kind, const ProtobufCMessage *msg, int fd)
+{
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} ctl;
+	struct msghdr mh = {0};
+	struct iovec iov;
+	uint8_t *buf;
+	ssize_t len, n;
+	size_t off = 0;
+	int ret = 0;
+
+	len = cuip_encode(kind, msg, &buf);
+	if (len < 0)
+		return (int)len;
+	while (off < (size_t)len) {
+		iov.iov_base = buf + off;
+		iov.iov_len = (size_t)len - off;
+		mh.msg_iov = &iov;
+		mh.msg_iovlen = 1;
+		mh.msg_control = NULL;
+		mh.msg_controllen = 0;
+		if (off == 0 && fd >= 0) {
+			memset(&ctl, 0, sizeof(ctl));
+			mh.msg_control = ctl.buf;
+			mh.msg_controllen = sizeof(ctl.buf);
+			struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+			c->cmsg_level = SOL_SOCKET;
+			c->cmsg_type = SCM_RIGHTS;
+			c->cmsg_len = CMSG_LEN(sizeof(int));
+			memcpy(CMSG_DATA(c), &fd, sizeof(int));
+		}
+		n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			ret = -errno;
+			break;
+		}
+		off += (size_t)n;
+	}
+	free(buf);
+	return ret;
+}
+
+/* Collect at most one FD from a control message; anything else is closed. */
+static int take_fds(struct msghdr *mh, int *fd)
+{
+	int bad = 0;
+
+	if (mh->msg_flags & MSG_CTRUNC)
+		bad = 1;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < n; i++) {
+			int got;
+			memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			if (*fd < 0 && !bad)
+				*fd = got;
+			else {
+				close(got);
+				bad = 1;
+			}
+		}
+	}
+	return bad ? -EPROTO : 0;
+}
+
+int cuip_msg_recv(int sock, unsigned kind, const ProtobufCMessageDescriptor *desc, ProtobufCAllocator *alloc,
+		  ProtobufCMessage **out, int *fd, char *err, size_t errlen)
+{
+	/* Room for a few FDs so that a peer sending too many is detected
+	 * (and every one of them closed) rather than silently truncated. */
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int) * 8)];
+	} ctl;
+	struct cuip_frame f;
+	struct msghdr mh;
+	struct iovec iov;
+	uint8_t *payload = NULL;
+	size_t got = 0;
+	int rfd = -1, ret;
+
+	*out = NULL;
+	if (fd)
+		*fd = -1;
+	while (got < sizeof(f)) {
+		memset(&mh, 0, sizeof(mh));
+		iov.iov_base = (uint8_t *)&f + got;
+		iov.iov_len = sizeof(f) - got;
+		mh.msg_iov = &iov;
+		mh.msg_iovlen = 1;
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = sizeof(ctl.buf);
+		ssize_t n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			ret = -errno;
+			errfmt(err, errlen, "receiving a %s: %s", cuip_kind_name(kind), strerror(errno));
+			goto fail;
+		}
+		if (take_fds(&mh, &rfd)) {
+			errfmt(err, errlen, "%s carried more than one file descriptor", cuip_kind_name(kind));
+			ret = -EPROTO;
+			goto fail;
+		}
+		if (n == 0) {
+			ret = got ? -ENODATA : -ECONNRESET;
+			errfmt(err, errlen, got ? "peer closed inside a %s header" : "peer closed the connection",
+			       cuip_kind_name(kind));
+			goto fail;
+		}
+		got += (size_t)n;
+	}
+	ret = cuip_frame_check(&f, kind, err, errlen);
+	if (ret)
+		goto fail;
+	payload = malloc(f.len ? f.len : 1);
+	if (!payload) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	ret = cuip_read_all(sock, payload, f.len);
+	if (ret) {
+		errfmt(err, errlen, "%s payload cut short (%u bytes expected)", cuip_kind_name(kind), f.len);
+		goto fail;
+	}
+	ret = unpack(payload, &f, kind, desc, alloc, out, err, errlen);
+	if (ret)
+		goto fail;
+	free(payload);
+	if (fd)
+		*fd = rfd;
+	else if (rfd >= 0)
+		close(rfd);
+	return 0;
+fail:
+	free(payload);
+	if (rfd >= 0)
+		close(rfd);
+	return ret;
+}
+
+/* ---- image files ------------------------------------------------------- */
+
+int cuip_image_write(int dirfd, const char *name, unsigned kind, const ProtobufCMessage *msg)
+{
+	char tmp[512];
+	uint8_t *buf;
+	ssize_t len;
+	int fd, ret;
+
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp", name) >= (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	len = cuip_encode(kind, msg, &buf);
+	if (len < 0)
+		return (int)len;
+	fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		ret = -errno;
+		goto out;
+	}
+	ret = cuip_write_all(fd, buf, (size_t)len);
+	if (!ret && fsync(fd))
+		ret = -errno;
+	if (close(fd) && !ret)
+		ret = -errno;
+	if (!ret && renameat(dirfd, tmp, dirfd, name))
+		ret = -errno;
+	if (ret)
+		unlinkat(dirfd, tmp, 0);
+out:
+	free(buf);
+	return ret;
+}
+
+int cuip_image_read(int dirfd, const char *name, unsigned kind, const ProtobufCMessageDescriptor *desc,
+		    ProtobufCAllocator *alloc, ProtobufCMessage **out, char *err, size_t errlen)
+{
+	char why[256] = "";
+	struct stat st;
+	uint8_t *buf = NULL;
+	int fd, ret;
+
+	*out = NULL;
+	fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		ret = -errno;
+		errfmt(err, errlen, "%s: %s", name, errno == ENOENT ? "missing" : strerror(errno));
+		return ret;
+	}
+	if (fstat(fd, &st)) {
+		ret = -errno;
+		errfmt(err, errlen, "%s: %s", name, strerror(errno));
+		goto out;
+	}
+	if ((uint64_t)st.st_size > (uint64_t)CUIP_MSG_MAX + CUIP_FRAME_SIZE) {
+		ret = -EMSGSIZE;
+		errfmt(err, errlen, "%s: %lld bytes is larger than any %s", name, (long long)st.st_size,
+		       cuip_kind_name(kind));
+		goto out;
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	ret = cuip_read_all(fd, buf, (size_t)st.st_size);
+	if (ret) {
+		errfmt(err, errlen, "%s: read failed: %s", name, strerror(-ret));
+		goto out;
+	}
+	ret = cuip_decode(buf, (size_t)st.st_size, kind, desc, alloc, out, why, sizeof(why));
+	if (ret)
+		errfmt(err, errlen, "%s: %s", name, why);
+out:
+	free(buf);
+	close(fd);
+	return ret;
+}
