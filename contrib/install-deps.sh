@@ -28,6 +28,13 @@ PACKAGES=(
 	libbsd-dev libcap-dev libgnutls28-dev libnet1-dev libnftables-dev
 	libprotobuf-dev protobuf-compiler uuid-dev python3-protobuf libaio-dev
 	xz-utils ca-certificates debian-archive-keyring
+	# fuzzing (libFuzzer)
+	clang
+)
+# Packages whose names differ between releases: the first available of each
+# group is installed (Debian 12 names first).
+OPTIONAL_GROUPS=(
+	"libclang-rt-14-dev libclang-rt-18-dev libclang-rt-dev"
 )
 
 log() { printf 'install-deps: %s\n' "$*"; }
@@ -42,9 +49,27 @@ missing_packages() {
 	done
 }
 
+optional_missing() {
+	local group p
+	for group in "${OPTIONAL_GROUPS[@]}"; do
+		for p in $group; do
+			if dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+				continue 2
+			fi
+		done
+		for p in $group; do
+			if apt-cache show "$p" >/dev/null 2>&1; then
+				echo "$p"
+				break
+			fi
+		done
+	done
+}
+
 install_packages() {
 	local missing
-	missing=$(missing_packages)
+	missing="$(missing_packages) $(optional_missing)"
+	missing=$(echo $missing)
 	if [ -z "$missing" ]; then
 		log "distribution packages: all present"
 		return
