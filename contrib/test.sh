@@ -37,6 +37,18 @@ if [ "${CUINTERPOSE_TEST_QUICK:-0}" != 1 ]; then
 	echo "== make distcheck"
 	cd "$top/build" && make -j"$jobs" distcheck >/dev/null
 	echo "distcheck: passed"
+	if echo 'int LLVMFuzzerTestOneInput(const char *d, long n) { return 0; }' |
+		clang -x c -fsanitize=fuzzer - -o /dev/null 2>/dev/null; then
+		echo "== libFuzzer smoke run (${CUINTERPOSE_FUZZ_SECONDS:-30} s)"
+		make -s -C "$top/build/test/fuzz" fuzz FUZZ_SECONDS="${CUINTERPOSE_FUZZ_SECONDS:-30}" 2>&1 |
+			grep -E '^(Done|stat::number_of_executed_units)|ERROR|crash' || true
+		if ls "$top"/build/test/fuzz/crash-* >/dev/null 2>&1; then
+			echo "libFuzzer found a crash: $(ls "$top"/build/test/fuzz/crash-*)"
+			exit 1
+		fi
+	else
+		echo "== libFuzzer smoke run skipped: clang cannot build -fsanitize=fuzzer here"
+	fi
 fi
 # One summary line over every pass, counted from automake's result files.
 count() { cat "$top"/build*/test/*/*.trs "$top"/build*/test/*.trs 2>/dev/null | grep -c "^:test-result: $1" || true; }
