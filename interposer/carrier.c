@@ -1,0 +1,1148 @@
+/*
+ * carrier.c - host carriers: stream shared allocations between device
+ * memory and a CRIU image file through bounded pinned staging. Contract in
+ * carrier.h; called by the interposer's SAVE and LOAD operations.
+ *
+ * A transfer cuts the items into slices (whole chunks of one item, at most
+ * one staging buffer). Each I/O thread owns two staging buffers ("slots"),
+ * each with its own stream per context, and claims slices from a shared
+ * cursor in file order:
+ *
+ *   save: copy slice k+1 device->host on slot B while slot A's slice k is
+ *         checksummed and pwrite()n at its file offset, then swap.
+ *   load: pread() slice k into a slot whose previous host->device copy has
+ *         finished, check its chunks' CRCs, start its copy; alternate slots.
+ *
+ * The calling thread is thread 0 and also runs the progress callback. All of
+ * a transfer's state lives in one mmap'd block (struct xfer); its mutex
+ * guards the cursor, the first error, the byte count and the timing sums.
+ * Slots belong to one thread and need no lock.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "carrier.h"
+#include "wire.h"
+
+#define MIB		 (1024ull * 1024)
+#define PAGE		 4096ull
+#define DEFAULT_STAGING	 (256 * MIB)
+#define DEFAULT_CHUNK	 (4u << 20)
+#define DEFAULT_THREADS	 4
+#define MAX_THREADS	 64
+#define SLOTS_PER_THREAD 2
+#define THREAD_STACK	 (1u << 20)
+#define ERRMSG		 512
+
+enum pass { PASS_SAVE, PASS_VERIFY, PASS_LOAD };
+
+/* A contiguous run of whole chunks of one item. */
+struct slice {
+	size_t item;
+	uint64_t off; /* from the item's start */
+	uint64_t len;
+};
+
+/* One staging buffer, its streams (one per context) and its slice. */
+struct slot {
+	void *buf;
+	CUstream *streams; /* [xfer->nctx] */
+	struct slice s;
+	bool busy; /* load: a host->device copy from buf may be in flight */
+};
+
+struct worker {
+	struct xfer *x;
+	unsigned idx;
+	struct slot *slot[SLOTS_PER_THREAD];
+	CUcontext cur; /* context current on this thread */
+	bool has_cur;
+	pthread_t tid;
+	void *stack; /* mmap'd with a guard page; NULL for thread 0 */
+	bool started;
+	double copy_s, io_s, crc_s;
+};
+
+struct xfer {
+	const struct carrier_ops *ops;
+	const struct carrier_config *cfg;
+	enum pass pass;
+	int fd;
+	struct carrier_item *items; /* const for load: never written there */
+	size_t n;
+	uint64_t total;
+
+	CUcontext *ctxs; /* distinct contexts of the items */
+	size_t nctx;
+	uint32_t *item_ctx; /* index into ctxs per item */
+
+	uint64_t buf_bytes;
+	unsigned nthreads, nslots;
+	struct slot *slots;
+	struct worker *workers;
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	/* under lock */
+	size_t cur_item;
+	uint64_t cur_off;
+	uint64_t done;
+	unsigned running; /* threads other than the caller still working */
+	int rc;		  /* first error */
+	char msg[ERRMSG];
+	double copy_s, io_s, crc_s;
+
+	/* progress, touched by thread 0 only */
+	uint64_t p_base, p_grand, p_next;
+	uint64_t pinned; /* staging bytes allocated */
+	size_t map_len;	 /* this block */
+};
+
+/* ---- small helpers ---------------------------------------------------- */
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void errfmt(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void errfmt(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+static const char *cu_name(const struct carrier_ops *ops, CUresult rc)
+{
+	const char *s = NULL;
+
+	if (ops->get_error_name && ops->get_error_name(rc, &s) == CUDA_SUCCESS && s)
+		return s;
+	return "CUDA error";
+}
+
+static const char *item_name(const struct carrier_item *it, size_t i, char *buf, size_t len)
+{
+	if (it->name)
+		return it->name;
+	snprintf(buf, len, "item %zu", i);
+	return buf;
+}
+
+/* Record the transfer's first error; later ones are consequences. */
+static void fail(struct xfer *x, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void fail(struct xfer *x, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	pthread_mutex_lock(&x->lock);
+	if (!x->rc) {
+		x->rc = rc;
+		va_start(ap, fmt);
+		vsnprintf(x->msg, sizeof(x->msg), fmt, ap);
+		va_end(ap);
+	}
+	pthread_cond_broadcast(&x->cond);
+	pthread_mutex_unlock(&x->lock);
+}
+
+static const char *pass_name(enum pass p)
+{
+	return p == PASS_SAVE ? "save" : p == PASS_VERIFY ? "verify" : "load";
+}
+
+/* Bytes of item it per slice: whole chunks, at most one buffer. */
+static uint64_t slice_max(const struct xfer *x, const struct carrier_item *it)
+{
+	uint64_t s = x->buf_bytes / it->chunk_size * it->chunk_size;
+
+	/* buf_bytes >= min(chunk, size) by construction (plan()). */
+	return s ? s : x->buf_bytes;
+}
+
+static uint64_t count_slices(const struct xfer *x)
+{
+	uint64_t k = 0;
+
+	for (size_t i = 0; i < x->n; i++) {
+		uint64_t m = slice_max(x, &x->items[i]);
+
+		k += (x->items[i].size + m - 1) / m;
+	}
+	return k;
+}
+
+/* Take the next slice in file order; false when none is left or on error. */
+static bool claim(struct xfer *x, struct slice *s)
+{
+	bool got = false;
+
+	pthread_mutex_lock(&x->lock);
+	while (!x->rc && x->cur_item < x->n) {
+		const struct carrier_item *it = &x->items[x->cur_item];
+		uint64_t left = it->size - x->cur_off;
+
+		if (!left) {
+			x->cur_item++;
+			x->cur_off = 0;
+			continue;
+		}
+		s->item = x->cur_item;
+		s->off = x->cur_off;
+		s->len = left < slice_max(x, it) ? left : slice_max(x, it);
+		x->cur_off += s->len;
+		got = true;
+		break;
+	}
+	pthread_mutex_unlock(&x->lock);
+	return got;
+}
+
+static void account(struct xfer *x, uint64_t bytes)
+{
+	pthread_mutex_lock(&x->lock);
+	x->done += bytes;
+	pthread_cond_broadcast(&x->cond);
+	pthread_mutex_unlock(&x->lock);
+}
+
+static int use_ctx(struct worker *w, size_t item)
+{
+	struct xfer *x = w->x;
+	CUcontext c = x->ctxs[x->item_ctx[item]];
+	CUresult rc;
+
+	if (w->has_cur && w->cur == c)
+		return 0;
+	rc = x->ops->ctx_set_current(c);
+	if (rc != CUDA_SUCCESS) {
+		char nb[32];
+		fail(x, -EIO, "carrier %s: %s: cuCtxSetCurrent failed: %s (%d)", pass_name(x->pass),
+		     item_name(&x->items[item], item, nb, sizeof(nb)), cu_name(x->ops, rc), rc);
+		return -1;
+	}
+	w->cur = c;
+	w->has_cur = true;
+	return 0;
+}
+
+static CUstream slot_stream(const struct xfer *x, const struct slot *sl)
+{
+	return sl->streams[x->item_ctx[sl->s.item]];
+}
+
+/* Wait for the slot's device copy; on failure record it. */
+static int slot_wait(struct worker *w, struct slot *sl)
+{
+	struct xfer *x = w->x;
+	double t = now();
+	CUresult rc = x->ops->stream_synchronize(slot_stream(x, sl));
+
+	w->copy_s += now() - t;
+	if (rc != CUDA_SUCCESS) {
+		char nb[32];
+		const struct carrier_item *it = &x->items[sl->s.item];
+		fail(x, -EIO, "carrier %s: %s: device copy of bytes %" PRIu64 "-%" PRIu64 " failed: %s (%d)",
+		     pass_name(x->pass), item_name(it, sl->s.item, nb, sizeof(nb)), sl->s.off,
+		     sl->s.off + sl->s.len - 1, cu_name(x->ops, rc), rc);
+		return -1;
+	}
+	return 0;
+}
+
+/* Progress callback, thread 0 only, no lock held while it runs. */
+static void report(struct xfer *x, bool final)
+{
+	const struct carrier_config *c = x->cfg;
+	uint64_t done;
+
+	if (!c->progress || !c->progress_every)
+		return;
+	pthread_mutex_lock(&x->lock);
+	done = x->p_base + x->done;
+	pthread_mutex_unlock(&x->lock);
+	if (done < x->p_next && !final)
+		return;
+	c->progress(c->progress_arg, done, x->p_grand);
+	x->p_next = done - done % c->progress_every + c->progress_every;
+}
+
+static void slice_done(struct worker *w)
+{
+	if (w->idx == 0)
+		report(w->x, false);
+}
+
+/* ---- save --------------------------------------------------------------- */
+
+static int save_issue(struct worker *w, struct slot *sl)
+{
+	struct xfer *x = w->x;
+	const struct carrier_item *it = &x->items[sl->s.item];
+	CUresult rc;
+
+	if (use_ctx(w, sl->s.item))
+		return -1;
+	rc = x->ops->memcpy_dtoh_async(sl->buf, it->va + sl->s.off, sl->s.len, slot_stream(x, sl));
+	if (rc != CUDA_SUCCESS) {
+		char nb[32];
+		fail(x, -EIO,
+		     "carrier save: %s: cuMemcpyDtoHAsync of bytes %" PRIu64 "-%" PRIu64 " at %#llx failed: %s (%d)",
+		     item_name(it, sl->s.item, nb, sizeof(nb)), sl->s.off, sl->s.off + sl->s.len - 1,
+		     (unsigned long long)(it->va + sl->s.off), cu_name(x->ops, rc), rc);
+		return -1;
+	}
+	return 0;
+}
+
+static int pwrite_all(int fd, const uint8_t *p, uint64_t len, uint64_t off)
+{
+	while (len) {
+		ssize_t r = pwrite(fd, p, len, (off_t)off);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			return -EIO;
+		p += r;
+		off += r;
+		len -= r;
+	}
+	return 0;
+}
+
+/* The slot's copy is done: checksum its chunks and write it out. */
+static int save_finish(struct worker *w, struct slot *sl)
+{
+	struct xfer *x = w->x;
+	struct carrier_item *it = &x->items[sl->s.item];
+	uint64_t first = sl->s.off / it->chunk_size;
+	uint64_t foff = it->offset + sl->s.off;
+	const uint8_t *p = sl->buf;
+	double t;
+	int rc;
+
+	if (slot_wait(w, sl))
+		return -1;
+	t = now();
+	for (uint64_t o = 0, k = first; o < sl->s.len; o += it->chunk_size, k++) {
+		uint64_t l = sl->s.len - o < it->chunk_size ? sl->s.len - o : it->chunk_size;
+
+		it->crc[k] = cuip_crc32c(0, p + o, l);
+	}
+	w->crc_s += now() - t;
+	t = now();
+	rc = pwrite_all(x->fd, p, sl->s.len, foff);
+	w->io_s += now() - t;
+	if (rc) {
+		char nb[32];
+		fail(x, rc, "carrier save: %s: writing %" PRIu64 " bytes at file offset %" PRIu64 " failed: %s",
+		     item_name(it, sl->s.item, nb, sizeof(nb)), sl->s.len, foff, strerror(-rc));
+		return -1;
+	}
+	account(x, sl->s.len);
+	return 0;
+}
+
+static void save_worker(struct worker *w)
+{
+	struct xfer *x = w->x;
+	struct slot *a = w->slot[0], *b = w->slot[1];
+	bool have_a = claim(x, &a->s) && !save_issue(w, a);
+
+	while (have_a) {
+		struct slot *t;
+		bool have_b = claim(x, &b->s) && !save_issue(w, b);
+
+		if (save_finish(w, a))
+			return;
+		slice_done(w);
+		t = a;
+		a = b;
+		b = t;
+		have_a = have_b;
+	}
+}
+
+/* ---- load and verify ------------------------------------------------------ */
+
+static int pread_all(int fd, uint8_t *p, uint64_t len, uint64_t off, uint64_t *got)
+{
+	*got = 0;
+	while (len) {
+		ssize_t r = pread(fd, p, len, (off_t)off);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			return -ENODATA;
+		p += r;
+		off += r;
+		len -= r;
+		*got += r;
+	}
+	return 0;
+}
+
+/* Read the slot's slice and check its chunks; nothing touches the device. */
+static int load_read(struct worker *w, struct slot *sl)
+{
+	struct xfer *x = w->x;
+	const struct carrier_item *it = &x->items[sl->s.item];
+	uint64_t first = sl->s.off / it->chunk_size;
+	uint64_t foff = it->offset + sl->s.off;
+	const uint8_t *p = sl->buf;
+	uint64_t got;
+	char nb[32];
+	double t = now();
+	int rc = pread_all(x->fd, sl->buf, sl->s.len, foff, &got);
+
+	w->io_s += now() - t;
+	if (rc == -ENODATA) {
+		fail(x, rc,
+		     "carrier %s: %s: file ends at offset %" PRIu64 ", %" PRIu64 " bytes short of the %" PRIu64
+		     " bytes at %" PRIu64 " (truncated carrier image)",
+		     pass_name(x->pass), item_name(it, sl->s.item, nb, sizeof(nb)), foff + got, sl->s.len - got,
+		     sl->s.len, foff);
+		return -1;
+	}
+	if (rc) {
+		fail(x, -EIO, "carrier %s: %s: reading %" PRIu64 " bytes at file offset %" PRIu64 " failed: %s",
+		     pass_name(x->pass), item_name(it, sl->s.item, nb, sizeof(nb)), sl->s.len, foff, strerror(-rc));
+		return -1;
+	}
+	t = now();
+	for (uint64_t o = 0, k = first; o < sl->s.len; o += it->chunk_size, k++) {
+		uint64_t l = sl->s.len - o < it->chunk_size ? sl->s.len - o : it->chunk_size;
+		uint32_t c = cuip_crc32c(0, p + o, l);
+
+		if (c != it->crc[k]) {
+			w->crc_s += now() - t;
+			fail(x, -EBADMSG,
+			     "carrier %s: %s: chunk %" PRIu64 " (bytes %" PRIu64 "-%" PRIu64 ", file offset %" PRIu64
+			     ") has crc32c %#010x, the index says %#010x (corrupt carrier image)",
+			     pass_name(x->pass), item_name(it, sl->s.item, nb, sizeof(nb)), k, sl->s.off + o,
+			     sl->s.off + o + l - 1, foff + o, c, it->crc[k]);
+			return -1;
+		}
+	}
+	w->crc_s += now() - t;
+	return 0;
+}
+
+static int load_issue(struct worker *w, struct slot *sl)
+{
+	struct xfer *x = w->x;
+	const struct carrier_item *it = &x->items[sl->s.item];
+	CUresult rc;
+
+	if (use_ctx(w, sl->s.item))
+		return -1;
+	rc = x->ops->memcpy_htod_async(it->va + sl->s.off, sl->buf, sl->s.len, slot_stream(x, sl));
+	if (rc != CUDA_SUCCESS) {
+		char nb[32];
+		fail(x, -EIO,
+		     "carrier load: %s: cuMemcpyHtoDAsync of bytes %" PRIu64 "-%" PRIu64 " to %#llx failed: %s (%d)",
+		     item_name(it, sl->s.item, nb, sizeof(nb)), sl->s.off, sl->s.off + sl->s.len - 1,
+		     (unsigned long long)(it->va + sl->s.off), cu_name(x->ops, rc), rc);
+		return -1;
+	}
+	sl->busy = true;
+	return 0;
+}
+
+/* A slot's previous host->device copy must finish before buf is reused. */
+static int load_retire(struct worker *w, struct slot *sl)
+{
+	if (!sl->busy)
+		return 0;
+	sl->busy = false;
+	if (slot_wait(w, sl))
+		return -1;
+	account(w->x, sl->s.len);
+	return 0;
+}
+
+static void load_worker(struct worker *w)
+{
+	struct xfer *x = w->x;
+	struct slice s;
+	unsigned k = 0;
+
+	while (claim(x, &s)) {
+		struct slot *sl = w->slot[k++ % SLOTS_PER_THREAD];
+
+		if (load_retire(w, sl))
+			return;
+		sl->s = s;
+		if (load_read(w, sl))
+			return;
+		if (x->pass == PASS_VERIFY)
+			account(x, s.len);
+		else if (load_issue(w, sl))
+			return;
+		slice_done(w);
+	}
+	for (unsigned i = 0; i < SLOTS_PER_THREAD; i++)
+		if (load_retire(w, w->slot[i]))
+			return;
+}
+
+/* ---- threads ---------------------------------------------------------------- */
+
+static void work(struct worker *w)
+{
+	if (w->x->pass == PASS_SAVE)
+		save_worker(w);
+	else
+		load_worker(w);
+}
+
+static void *thread_main(void *arg)
+{
+	struct worker *w = arg;
+	struct xfer *x = w->x;
+
+	work(w);
+	pthread_mutex_lock(&x->lock);
+	x->running--;
+	pthread_cond_broadcast(&x->cond);
+	pthread_mutex_unlock(&x->lock);
+	return NULL;
+}
+
+/* Stack with a guard page below it, so glibc's stack cache never grows. */
+static int start_thread(struct worker *w)
+{
+	pthread_attr_t attr;
+	sigset_t all, old;
+	int rc;
+
+	w->stack =
+		mmap(NULL, THREAD_STACK + PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	if (w->stack == MAP_FAILED) {
+		w->stack = NULL;
+		return -errno;
+	}
+	mprotect(w->stack, PAGE, PROT_NONE);
+	pthread_attr_init(&attr);
+	pthread_attr_setstack(&attr, (uint8_t *)w->stack + PAGE, THREAD_STACK);
+	/* Our threads take no asynchronous signals: the application's
+	 * handlers never run on them and SIGXFSZ turns into EFBIG. */
+	sigfillset(&all);
+	sigdelset(&all, SIGSEGV);
+	sigdelset(&all, SIGBUS);
+	sigdelset(&all, SIGFPE);
+	sigdelset(&all, SIGILL);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = pthread_create(&w->tid, &attr, thread_main, w);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&attr);
+	if (rc) {
+		munmap(w->stack, THREAD_STACK + PAGE);
+		w->stack = NULL;
+		return -rc;
+	}
+	w->started = true;
+	return 0;
+}
+
+/*
+ * One pass over all items with every thread. Returns x->rc.
+ */
+static int run_pass(struct xfer *x, enum pass pass)
+{
+	struct worker *w0 = &x->workers[0];
+	int rc;
+
+	x->pass = pass;
+	x->cur_item = 0;
+	x->cur_off = 0;
+	x->done = 0;
+	for (unsigned i = 0; i < x->nslots; i++)
+		x->slots[i].busy = false;
+
+	for (unsigned i = 1; i < x->nthreads; i++) {
+		pthread_mutex_lock(&x->lock);
+		x->running++;
+		pthread_mutex_unlock(&x->lock);
+		rc = start_thread(&x->workers[i]);
+		if (rc) {
+			pthread_mutex_lock(&x->lock);
+			x->running--;
+			pthread_mutex_unlock(&x->lock);
+			fail(x, rc, "carrier %s: cannot start I/O thread %u: %s", pass_name(pass), i, strerror(-rc));
+			break;
+		}
+	}
+
+	/* The caller is thread 0; it reports progress after each of its
+	 * slices and while it waits for the others. */
+	work(w0);
+	pthread_mutex_lock(&x->lock);
+	while (x->running) {
+		struct timespec ts;
+
+		if (x->cfg->progress && x->cfg->progress_every) {
+			pthread_mutex_unlock(&x->lock);
+			report(x, false);
+			pthread_mutex_lock(&x->lock);
+			if (!x->running)
+				break;
+		}
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 100 * 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&x->cond, &x->lock, &ts);
+	}
+	pthread_mutex_unlock(&x->lock);
+
+	for (unsigned i = 1; i < x->nthreads; i++) {
+		struct worker *w = &x->workers[i];
+
+		if (!w->started)
+			continue;
+		pthread_join(w->tid, NULL);
+		munmap(w->stack, THREAD_STACK + PAGE);
+		w->stack = NULL;
+		w->started = false;
+	}
+	for (unsigned i = 0; i < x->nthreads; i++) {
+		struct worker *w = &x->workers[i];
+
+		x->copy_s += w->copy_s;
+		x->io_s += w->io_s;
+		x->crc_s += w->crc_s;
+		w->copy_s = w->io_s = w->crc_s = 0;
+	}
+	if (!x->rc && x->done != x->total)
+		fail(x, -EIO, "carrier %s: moved %" PRIu64 " bytes, expected %" PRIu64, pass_name(pass), x->done,
+		     x->total);
+	return x->rc;
+}
+
+/* ---- setup and teardown -------------------------------------------------- */
+
+/* Buffer size and thread count for these items within the staging bound. */
+static void plan(struct xfer *x)
+{
+	const struct carrier_config *c = x->cfg;
+	uint64_t need = 1, biggest = 0, want, buf;
+	unsigned threads = c->threads;
+	uint64_t slices;
+
+	for (size_t i = 0; i < x->n; i++) {
+		const struct carrier_item *it = &x->items[i];
+		uint64_t m = it->size < it->chunk_size ? it->size : it->chunk_size;
+
+		if (m > need)
+			need = m;
+		if (it->size > biggest)
+			biggest = it->size;
+	}
+	need = (need + PAGE - 1) / PAGE * PAGE;
+	biggest = (biggest + PAGE - 1) / PAGE * PAGE;
+	/* Fewer threads when the staging bound cannot give each of them two
+	 * buffers holding a whole chunk. */
+	while (threads > 1 && c->staging_bytes / (SLOTS_PER_THREAD * threads) < need)
+		threads--;
+	want = c->staging_bytes / (SLOTS_PER_THREAD * threads) / PAGE * PAGE;
+	buf = want < biggest ? want : biggest;
+	if (buf < need)
+		buf = need; /* a chunk must fit: may exceed a tiny staging bound */
+	x->buf_bytes = buf;
+	slices = count_slices(x);
+	/* No thread without at least one slice to work on. */
+	if (slices < threads)
+		threads = slices ? (unsigned)slices : 1;
+	x->nthreads = threads;
+	x->nslots = threads * SLOTS_PER_THREAD;
+}
+
+static int find_ctx(const struct xfer *x, CUcontext c)
+{
+	for (size_t i = 0; i < x->nctx; i++)
+		if (x->ctxs[i] == c)
+			return (int)i;
+	return -1;
+}
+
+/* Items without a context use `cur`, the caller's current one. */
+static struct xfer *xfer_new(const struct carrier_ops *ops, const struct carrier_config *cfg, int fd,
+			     struct carrier_item *items, size_t n, CUcontext cur)
+{
+	size_t len = sizeof(struct xfer);
+	size_t o_ctxs, o_ictx, o_slots, o_workers, o_streams;
+	struct xfer *x;
+	uint8_t *base;
+
+	/* Upper bounds: contexts <= n, slots <= MAX_THREADS * 2. */
+#define ALIGN8(v) (((v) + 7) & ~(size_t)7)
+	o_ctxs = len = ALIGN8(len);
+	len += n * sizeof(CUcontext);
+	o_ictx = len = ALIGN8(len);
+	len += n * sizeof(uint32_t);
+	o_slots = len = ALIGN8(len);
+	len += MAX_THREADS * SLOTS_PER_THREAD * sizeof(struct slot);
+	o_workers = len = ALIGN8(len);
+	len += MAX_THREADS * sizeof(struct worker);
+	o_streams = len = ALIGN8(len);
+	len += MAX_THREADS * SLOTS_PER_THREAD * (n ? n : 1) * sizeof(CUstream);
+#undef ALIGN8
+	base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (base == MAP_FAILED)
+		return NULL;
+	x = (struct xfer *)base;
+	x->map_len = len;
+	x->ops = ops;
+	x->cfg = cfg;
+	x->fd = fd;
+	x->items = items;
+	x->n = n;
+	x->ctxs = (CUcontext *)(base + o_ctxs);
+	x->item_ctx = (uint32_t *)(base + o_ictx);
+	x->slots = (struct slot *)(base + o_slots);
+	x->workers = (struct worker *)(base + o_workers);
+	pthread_mutex_init(&x->lock, NULL);
+	pthread_cond_init(&x->cond, NULL);
+	for (size_t i = 0; i < n; i++) {
+		CUcontext c = items[i].ctx ? items[i].ctx : cur;
+		int k = find_ctx(x, c);
+
+		if (!c && !x->rc) {
+			char nb[32];
+			fail(x, -EINVAL, "carrier: %s has no context and none is current",
+			     item_name(&items[i], i, nb, sizeof(nb)));
+		}
+		if (k < 0) {
+			k = (int)x->nctx;
+			x->ctxs[x->nctx++] = c;
+		}
+		x->item_ctx[i] = (uint32_t)k;
+		x->total += items[i].size;
+	}
+	for (unsigned i = 0; i < MAX_THREADS * SLOTS_PER_THREAD; i++)
+		x->slots[i].streams = (CUstream *)(base + o_streams) + (size_t)i * (x->nctx ? x->nctx : 1);
+	return x;
+}
+
+/* Free every staging buffer and stream (after their copies finished). */
+static void teardown(struct xfer *x)
+{
+	const struct carrier_ops *ops = x->ops;
+
+	for (unsigned i = 0; i < x->nslots; i++) {
+		struct slot *sl = &x->slots[i];
+
+		for (size_t c = 0; c < x->nctx; c++) {
+			if (!sl->streams[c])
+				continue;
+			ops->ctx_set_current(x->ctxs[c]);
+			ops->stream_synchronize(sl->streams[c]);
+			ops->stream_destroy(sl->streams[c]);
+			sl->streams[c] = NULL;
+		}
+		if (sl->buf) {
+			ops->mem_free_host(sl->buf);
+			sl->buf = NULL;
+		}
+	}
+}
+
+/* Pin staging and create streams, on the calling thread. */
+static int setup(struct xfer *x)
+{
+	const struct carrier_ops *ops = x->ops;
+	CUresult rc;
+
+	if (!x->total)
+		return 0;
+	for (size_t c = 0; c < x->nctx; c++) {
+		rc = ops->ctx_set_current(x->ctxs[c]);
+		if (rc != CUDA_SUCCESS) {
+			fail(x, -EIO, "carrier %s: cuCtxSetCurrent(%p) failed: %s (%d)", pass_name(x->pass),
+			     (void *)x->ctxs[c], cu_name(ops, rc), rc);
+			return x->rc;
+		}
+		for (unsigned i = 0; i < x->nslots; i++) {
+			rc = ops->stream_create(&x->slots[i].streams[c], CU_STREAM_NON_BLOCKING);
+			if (rc != CUDA_SUCCESS) {
+				x->slots[i].streams[c] = NULL;
+				fail(x, -EIO, "carrier %s: cuStreamCreate failed: %s (%d)", pass_name(x->pass),
+				     cu_name(ops, rc), rc);
+				return x->rc;
+			}
+		}
+	}
+	/* Context 0 stays current for the allocations (portable pinning makes
+	 * them usable from every context) and for thread 0. */
+	rc = ops->ctx_set_current(x->ctxs[0]);
+	if (rc != CUDA_SUCCESS) {
+		fail(x, -EIO, "carrier %s: cuCtxSetCurrent failed: %s (%d)", pass_name(x->pass), cu_name(ops, rc), rc);
+		return x->rc;
+	}
+	for (unsigned i = 0; i < x->nslots; i++) {
+		void *p = NULL;
+
+		if (ops->mem_host_alloc)
+			rc = ops->mem_host_alloc(&p, x->buf_bytes, CU_MEMHOSTALLOC_PORTABLE);
+		else
+			rc = ops->mem_alloc_host(&p, x->buf_bytes);
+		if (rc != CUDA_SUCCESS) {
+			fail(x, -ENOMEM, "carrier %s: cannot pin %u x %" PRIu64 " bytes of staging: %s (%d)",
+			     pass_name(x->pass), x->nslots, x->buf_bytes, cu_name(ops, rc), rc);
+			return x->rc;
+		}
+		x->slots[i].buf = p;
+		x->pinned += x->buf_bytes;
+	}
+	return 0;
+}
+
+static void fill_stats(const struct xfer *x, struct carrier_stats *st, double t0, double setup_s)
+{
+	if (!st)
+		return;
+	memset(st, 0, sizeof(*st));
+	st->bytes = x->done;
+	st->total = x->total;
+	st->seconds = now() - t0;
+	st->setup_seconds = setup_s;
+	st->buffers = x->nslots;
+	st->buffer_bytes = x->buf_bytes;
+	st->staging_bytes = x->pinned;
+	st->threads = x->nthreads;
+	st->copy_wait_seconds = x->copy_s;
+	st->io_seconds = x->io_s;
+	st->crc_seconds = x->crc_s;
+}
+
+static bool ops_ok(const struct carrier_ops *o)
+{
+	return o && o->ctx_get_current && o->ctx_set_current && (o->mem_host_alloc || o->mem_alloc_host) &&
+	       o->mem_free_host && o->stream_create && o->stream_destroy && o->stream_synchronize &&
+	       o->memcpy_dtoh_async && o->memcpy_htod_async;
+}
+
+/* Checks shared by save and load; chunk sizes are already resolved. */
+static int check_items(const char *what, const struct carrier_item *items, size_t n, bool load, char *err,
+		       size_t errlen)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct carrier_item *it = &items[i];
+		uint64_t k = carrier_nchunks(it->size, it->chunk_size);
+		char nb[32];
+		const char *nm = item_name(it, i, nb, sizeof(nb));
+
+		if (!it->chunk_size || it->chunk_size > CARRIER_CHUNK_MAX) {
+			errfmt(err, errlen, "carrier %s: %s: chunk size %u out of range (1..%u)", what, nm,
+			       it->chunk_size, CARRIER_CHUNK_MAX);
+			return -EINVAL;
+		}
+		if (it->size && !it->va) {
+			errfmt(err, errlen, "carrier %s: %s: %" PRIu64 " bytes at device address 0", what, nm,
+			       it->size);
+			return -EINVAL;
+		}
+		if (it->size > UINT64_MAX - it->offset) {
+			errfmt(err, errlen, "carrier %s: %s: offset %" PRIu64 " + size %" PRIu64 " overflows", what, nm,
+			       it->offset, it->size);
+			return -EINVAL;
+		}
+		if (k && !it->crc) {
+			errfmt(err, errlen, "carrier %s: %s: no CRC array for %" PRIu64 " chunks", what, nm, k);
+			return -EINVAL;
+		}
+		if (load ? it->ncrc != k : it->ncrc < k) {
+			errfmt(err, errlen,
+			       "carrier %s: %s: %" PRIu64 " bytes in chunks of %u need %" PRIu64
+			       " CRCs, the %s has %zu (size mismatch)",
+			       what, nm, it->size, it->chunk_size, k, load ? "index" : "array", it->ncrc);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+static int check_fd(const char *what, int fd, bool load, char *err, size_t errlen)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0) {
+		errfmt(err, errlen, "carrier %s: bad file descriptor %d: %s", what, fd, strerror(errno));
+		return -EBADF;
+	}
+	if (load && (fl & O_ACCMODE) == O_WRONLY) {
+		errfmt(err, errlen, "carrier %s: file descriptor %d is not open for reading", what, fd);
+		return -EBADF;
+	}
+	if (!load && (fl & O_ACCMODE) == O_RDONLY) {
+		errfmt(err, errlen, "carrier %s: file descriptor %d is not open for writing", what, fd);
+		return -EBADF;
+	}
+	if (!load && (fl & O_APPEND)) {
+		errfmt(err, errlen, "carrier %s: file descriptor %d is O_APPEND; carriers are written at offsets", what,
+		       fd);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Shared driver of both directions once arguments are checked. */
+static int transfer(const struct carrier_ops *ops, const struct carrier_config *cfg, int fd, struct carrier_item *items,
+		    size_t n, bool load, struct carrier_stats *st, char *err, size_t errlen)
+{
+	double t0 = now(), setup_s;
+	CUcontext saved = NULL;
+	bool have_saved;
+	struct xfer *x;
+	int rc;
+
+	have_saved = ops->ctx_get_current(&saved) == CUDA_SUCCESS;
+	x = xfer_new(ops, cfg, fd, items, n, saved);
+	if (!x) {
+		errfmt(err, errlen, "carrier %s: cannot map transfer state: %s", load ? "load" : "save",
+		       strerror(errno));
+		if (st)
+			memset(st, 0, sizeof(*st));
+		return -ENOMEM;
+	}
+	x->pass = load ? PASS_LOAD : PASS_SAVE;
+	plan(x);
+	for (unsigned i = 0; i < x->nthreads; i++) {
+		struct worker *w = &x->workers[i];
+
+		w->x = x;
+		w->idx = i;
+		for (unsigned s = 0; s < SLOTS_PER_THREAD; s++)
+			w->slot[s] = &x->slots[i * SLOTS_PER_THREAD + s];
+	}
+	rc = x->rc; /* from xfer_new: an item without a context */
+	if (!rc)
+		rc = setup(x);
+	setup_s = now() - t0;
+	if (!rc && x->nctx) {
+		x->workers[0].cur = x->ctxs[0];
+		x->workers[0].has_cur = true;
+	}
+	x->p_grand = x->total * (load && cfg->verify_first ? 2 : 1);
+	x->p_next = cfg->progress_every;
+	if (!rc && load && cfg->verify_first)
+		rc = run_pass(x, PASS_VERIFY);
+	x->p_base = x->p_grand - x->total;
+	if (!rc)
+		rc = run_pass(x, load ? PASS_LOAD : PASS_SAVE);
+	if (!rc)
+		report(x, true);
+	teardown(x);
+	if (have_saved)
+		ops->ctx_set_current(saved);
+	if (rc)
+		errfmt(err, errlen, "%s", x->msg);
+	fill_stats(x, st, t0, setup_s);
+	pthread_cond_destroy(&x->cond);
+	pthread_mutex_destroy(&x->lock);
+	munmap(x, x->map_len);
+	return rc;
+}
+
+/* ---- public API --------------------------------------------------------- */
+
+int carrier_save(const struct carrier_ops *ops, const struct carrier_config *cfg, int fd, uint64_t offset,
+		 struct carrier_item *items, size_t n, struct carrier_stats *stats, char *err, size_t errlen)
+{
+	struct carrier_config envcfg;
+	uint64_t off = offset;
+	int rc;
+
+	if (stats)
+		memset(stats, 0, sizeof(*stats));
+	if (!ops_ok(ops) || (n && !items)) {
+		errfmt(err, errlen, "carrier save: incomplete driver entry points or no items");
+		return -EINVAL;
+	}
+	if (!cfg) {
+		rc = carrier_config_init(&envcfg, err, errlen);
+		if (rc)
+			return rc;
+		cfg = &envcfg;
+	}
+	rc = check_fd("save", fd, false, err, errlen);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < n; i++) {
+		if (!items[i].chunk_size)
+			items[i].chunk_size = cfg->chunk_size;
+		items[i].offset = off;
+		if (items[i].size > UINT64_MAX - off) {
+			errfmt(err, errlen, "carrier save: file offsets overflow at item %zu", i);
+			return -EINVAL;
+		}
+		off += items[i].size;
+	}
+	rc = check_items("save", items, n, false, err, errlen);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < n; i++)
+		items[i].ncrc = carrier_nchunks(items[i].size, items[i].chunk_size);
+	return transfer(ops, cfg, fd, items, n, false, stats, err, errlen);
+}
+
+int carrier_load(const struct carrier_ops *ops, const struct carrier_config *cfg, int fd,
+		 const struct carrier_item *items, size_t n, struct carrier_stats *stats, char *err, size_t errlen)
+{
+	struct carrier_config envcfg;
+	struct stat sb;
+	int rc;
+
+	if (stats)
+		memset(stats, 0, sizeof(*stats));
+	if (!ops_ok(ops) || (n && !items)) {
+		errfmt(err, errlen, "carrier load: incomplete driver entry points or no items");
+		return -EINVAL;
+	}
+	if (!cfg) {
+		rc = carrier_config_init(&envcfg, err, errlen);
+		if (rc)
+			return rc;
+		cfg = &envcfg;
+	}
+	rc = check_fd("load", fd, true, err, errlen);
+	if (rc)
+		return rc;
+	rc = check_items("load", items, n, true, err, errlen);
+	if (rc)
+		return rc;
+	/* A truncated regular file is refused before the device is touched. */
+	if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) {
+		for (size_t i = 0; i < n; i++) {
+			uint64_t end = items[i].offset + items[i].size;
+			char nb[32];
+
+			if (items[i].size && end > (uint64_t)sb.st_size) {
+				errfmt(err, errlen,
+				       "carrier load: %s: needs file bytes %" PRIu64 "-%" PRIu64
+				       ", the file has %" PRIu64 " (truncated carrier image)",
+				       item_name(&items[i], i, nb, sizeof(nb)), items[i].offset, end - 1,
+				       (uint64_t)sb.st_size);
+				return -ENODATA;
+			}
+		}
+	}
+	/* Items are only read on this path (the cast lets both share xfer). */
+	return transfer(ops, cfg, fd, (struct carrier_item *)items, n, true, stats, err, errlen);
+}
+
+/* ---- configuration ------------------------------------------------------ */
+
+static int env_num(const char *name, uint64_t lo, uint64_t hi, uint64_t *out, char *err, size_t errlen)
+{
+	const char *s = getenv(name);
+	char *end;
+	unsigned long long v;
+
+	if (!s || !*s)
+		return 0;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end || v < lo || v > hi || *s == '-') {
+		errfmt(err, errlen, "%s=%s: expected a whole number from %" PRIu64 " to %" PRIu64, name, s, lo, hi);
+		return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
+int carrier_config_init(struct carrier_config *cfg, char *err, size_t errlen)
+{
+	uint64_t staging = DEFAULT_STAGING / MIB, chunk = DEFAULT_CHUNK / MIB, threads = DEFAULT_THREADS;
+	const char *v;
+	int rc;
+
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->staging_bytes = DEFAULT_STAGING;
+	cfg->chunk_size = DEFAULT_CHUNK;
+	cfg->threads = DEFAULT_THREADS;
+	rc = env_num("CUINTERPOSE_STAGING_MB", 1, 1 << 20, &staging, err, errlen);
+	if (!rc)
+		rc = env_num("CUINTERPOSE_CHUNK_MB", 1, CARRIER_CHUNK_MAX / MIB, &chunk, err, errlen);
+	if (!rc)
+		rc = env_num("CUINTERPOSE_CARRIER_THREADS", 1, MAX_THREADS, &threads, err, errlen);
+	if (rc)
+		return rc;
+	v = getenv("CUINTERPOSE_CARRIER_VERIFY");
+	if (v && *v && strcmp(v, "first") && strcmp(v, "chunk")) {
+		errfmt(err, errlen, "CUINTERPOSE_CARRIER_VERIFY=%s: expected \"first\" or \"chunk\"", v);
+		return -EINVAL;
+	}
+	cfg->staging_bytes = staging * MIB;
+	cfg->chunk_size = (uint32_t)(chunk * MIB);
+	cfg->threads = (unsigned)threads;
+	cfg->verify_first = v && !strcmp(v, "first");
+	return 0;
+}
+
+int carrier_ops_resolve(struct carrier_ops *ops, void *(*lookup)(void *arg, const char *name), void *arg, char *err,
+			size_t errlen)
+{
+	static const struct {
+		const char *name;
+		size_t off;
+		bool optional;
+	} syms[] = {
+#define SYM(field, name, opt) {name, offsetof(struct carrier_ops, field), opt}
+		SYM(ctx_get_current, "cuCtxGetCurrent", false),
+		SYM(ctx_set_current, "cuCtxSetCurrent", false),
+		SYM(mem_host_alloc, "cuMemHostAlloc", true),
+		SYM(mem_alloc_host, "cuMemAllocHost_v2", false),
+		SYM(mem_free_host, "cuMemFreeHost", false),
+		SYM(stream_create, "cuStreamCreate", false),
+		SYM(stream_destroy, "cuStreamDestroy_v2", false),
+		SYM(stream_synchronize, "cuStreamSynchronize", false),
+		SYM(memcpy_dtoh_async, "cuMemcpyDtoHAsync_v2", false),
+		SYM(memcpy_htod_async, "cuMemcpyHtoDAsync_v2", false),
+		SYM(get_error_name, "cuGetErrorName", true),
+#undef SYM
+	};
+
+	memset(ops, 0, sizeof(*ops));
+	for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
+		void *p = lookup(arg, syms[i].name);
+
+		if (!p && !syms[i].optional) {
+			errfmt(err, errlen, "carrier: driver lacks %s", syms[i].name);
+			return -ENOENT;
+		}
+		memcpy((uint8_t *)ops + syms[i].off, &p, sizeof(p));
+	}
+	return 0;
+}

@@ -1,0 +1,151 @@
+/*
+ * carrier.h - host carriers: the bytes of shared device allocations,
+ * streamed between device memory and a CRIU image file.
+ *
+ * The creating process of a shared allocation saves its bytes itself (SAVE
+ * from the plugin) and loads them back after restore (LOAD). The plugin
+ * opens the carrier file in CRIU's image directory and passes its FD; this
+ * module moves the bytes through a bounded set of pinned staging buffers:
+ * device copies on per-buffer streams overlap file I/O, several threads
+ * issue pwrite()/pread() at computed offsets, and each chunk of chunk_size
+ * bytes gets a CRC32C computed on the staging buffer. Extra host memory is
+ * bounded by the staging size (default 256 MiB) whatever the carrier size.
+ * The file holds raw bytes only; the caller records each item's offset,
+ * size, chunk_size and CRCs as a Cuip__CarrierEntry in the topology image.
+ *
+ * Load verifies every chunk before it is copied to the device: a corrupt
+ * chunk is never written to device memory (with verify_first, nothing is
+ * written unless the whole carrier verifies). Truncated files, bad CRCs,
+ * index/size mismatches, device-copy and write failures (ENOSPC, EFBIG) are
+ * refused with a message naming the item, chunk and cause.
+ *
+ * The module never links libcuda: the caller passes the real driver's entry
+ * points in struct carrier_ops. Staging memory is pinned by the driver at
+ * the start of each call and freed before it returns, streams are destroyed
+ * and threads joined, so nothing of a transfer outlives the call (and no
+ * staging ends up in CRIU's image). No global state, no locks shared with
+ * anything else: concurrent calls are independent.
+ *
+ * Load runs during restore while the application's threads are frozen and
+ * may hold allocator locks: the transfer's bookkeeping and thread stacks are
+ * mmap'd, the hot path never calls malloc. (glibc still allocates each new
+ * thread's TLS vector with malloc inside pthread_create; threads = 1 runs
+ * the whole transfer on the calling thread without creating any.)
+ */
+#ifndef CUIP_CARRIER_H
+#define CUIP_CARRIER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda.h>
+
+/*
+ * The real driver's entry points (exact symbol names in brackets; fill with
+ * carrier_ops_resolve()). All are required except those marked optional.
+ */
+struct carrier_ops {
+	CUresult (*ctx_get_current)(CUcontext *ctx);					 /* [cuCtxGetCurrent] */
+	CUresult (*ctx_set_current)(CUcontext ctx);					 /* [cuCtxSetCurrent] */
+	CUresult (*mem_host_alloc)(void **p, size_t bytes, unsigned flags);		 /* [cuMemHostAlloc] optional */
+	CUresult (*mem_alloc_host)(void **p, size_t bytes);				 /* [cuMemAllocHost_v2] */
+	CUresult (*mem_free_host)(void *p);						 /* [cuMemFreeHost] */
+	CUresult (*stream_create)(CUstream *s, unsigned flags);				 /* [cuStreamCreate] */
+	CUresult (*stream_destroy)(CUstream s);						 /* [cuStreamDestroy_v2] */
+	CUresult (*stream_synchronize)(CUstream s);					 /* [cuStreamSynchronize] */
+	CUresult (*memcpy_dtoh_async)(void *dst, CUdeviceptr src, size_t n, CUstream s); /* [cuMemcpyDtoHAsync_v2] */
+	CUresult (*memcpy_htod_async)(CUdeviceptr dst, const void *src, size_t n,
+				      CUstream s);		    /* [cuMemcpyHtoDAsync_v2] */
+	CUresult (*get_error_name)(CUresult rc, const char **name); /* [cuGetErrorName] optional */
+};
+
+/*
+ * Fill ops by name through `lookup` (e.g. dlsym on the real libcuda handle).
+ * Returns 0, or -ENOENT naming the first missing required symbol in err.
+ */
+int carrier_ops_resolve(struct carrier_ops *ops, void *(*lookup)(void *arg, const char *name), void *arg, char *err,
+			size_t errlen);
+
+/* One allocation's bytes. */
+struct carrier_item {
+	CUdeviceptr va;	     /* device address, mapped read/write for ctx's device */
+	uint64_t size;	     /* bytes carried (0 is allowed: no chunks) */
+	CUcontext ctx;	     /* context the copies run in (the device holding va) */
+	const char *name;    /* identity for messages ("alloc 1234:7"); NULL: "item N" */
+	uint32_t chunk_size; /* bytes per CRC. save: 0 = config default, set to the value used;
+				load: from the entry (required) */
+	uint64_t offset;     /* byte offset in the file. save: set (items back to back from the
+				`offset` argument); load: from the entry */
+	uint32_t *crc;	     /* CRC32C of each chunk, the last may be short. save: caller's array of
+				ncrc >= carrier_nchunks() entries, filled; load: expected values */
+	size_t ncrc;	     /* entries in crc. save: capacity, set to the count used; load: must
+				equal carrier_nchunks(size, chunk_size) */
+};
+
+/* Chunks (CRC values) for `size` bytes: ceil(size / chunk_size). */
+static inline uint64_t carrier_nchunks(uint64_t size, uint32_t chunk_size)
+{
+	return chunk_size ? (size + chunk_size - 1) / chunk_size : 0;
+}
+
+/* Largest chunk accepted (a chunk must fit in one staging buffer). */
+#define CARRIER_CHUNK_MAX (256u << 20)
+
+struct carrier_config {
+	uint64_t staging_bytes; /* pinned staging per call, all buffers [CUINTERPOSE_STAGING_MB, 256] */
+	uint32_t chunk_size;	/* default bytes per CRC for save [CUINTERPOSE_CHUNK_MB, 4] */
+	unsigned threads;	/* I/O threads incl. the caller, 1..64 [CUINTERPOSE_CARRIER_THREADS, 4] */
+	int verify_first;	/* load: read and check the whole carrier before copying anything to
+				   the device (reads twice) [CUINTERPOSE_CARRIER_VERIFY=first, off] */
+	/* Progress, called on the calling thread with no lock held, at most
+	 * once per progress_every bytes and once at the end (0: never). With
+	 * verify_first the total counts both passes. */
+	uint64_t progress_every;
+	void (*progress)(void *arg, uint64_t done, uint64_t total);
+	void *progress_arg;
+};
+
+/*
+ * Defaults, then the CUINTERPOSE_* environment variables above. Returns 0,
+ * or -EINVAL naming the variable in err (the defaults stay in place).
+ */
+int carrier_config_init(struct carrier_config *cfg, char *err, size_t errlen);
+
+/* What a transfer did; all fields set on success and on failure. */
+struct carrier_stats {
+	uint64_t bytes;		/* bytes through the device and the file (per pass) */
+	uint64_t total;		/* bytes asked for (sum of item sizes) */
+	double seconds;		/* wall time of the call, setup and teardown included */
+	double setup_seconds;	/* pinning staging, creating streams */
+	uint64_t staging_bytes; /* pinned staging allocated (buffers x buffer_bytes) */
+	uint64_t buffer_bytes;
+	unsigned buffers;
+	unsigned threads;
+	double copy_wait_seconds; /* summed over threads: waiting for device copies */
+	double io_seconds;	  /* summed over threads: in pwrite/pread */
+	double crc_seconds;	  /* summed over threads: computing CRC32C */
+};
+
+/*
+ * Save items[0..n) to fd (opened for writing, not O_APPEND, seekable),
+ * back to back from `offset`: fills each item's offset, chunk_size, crc and
+ * ncrc. Device memory is only read. Returns 0, or a negative errno with the
+ * reason in err: -EINVAL (arguments), -ENOMEM (staging could not be pinned),
+ * -EIO (a device copy failed), or the write's errno (-ENOSPC, -EFBIG, ...).
+ * The file may hold a partial carrier after a failure.
+ */
+int carrier_save(const struct carrier_ops *ops, const struct carrier_config *cfg, int fd, uint64_t offset,
+		 struct carrier_item *items, size_t n, struct carrier_stats *stats, char *err, size_t errlen);
+
+/*
+ * Load items[0..n) from fd (opened for reading, seekable) at their offsets,
+ * checking every chunk's CRC before copying it to the device. Returns 0, or
+ * a negative errno with the reason in err: -EINVAL (arguments, index does
+ * not match the sizes), -ENODATA (file truncated), -EBADMSG (CRC mismatch:
+ * names item, chunk, expected and actual), -ENOMEM, -EIO (device copy or
+ * read failure). A chunk that fails its check is never copied to the device;
+ * earlier chunks may have been unless cfg->verify_first.
+ */
+int carrier_load(const struct carrier_ops *ops, const struct carrier_config *cfg, int fd,
+		 const struct carrier_item *items, size_t n, struct carrier_stats *stats, char *err, size_t errlen);
+
+#endif /* CUIP_CARRIER_H */

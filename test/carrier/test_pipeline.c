@@ -1,0 +1,690 @@
+/*
+ * test_pipeline.c - the carrier's pipeline against the deferred-copy stub
+ * driver (stub.c): exact bytes and CRCs through every slicing case, refusal
+ * of corrupt, truncated and mismatched carriers, write failures, injected
+ * driver failures at every step, the staging bound, progress and the
+ * configuration. The same behaviours against the fake driver are in
+ * test_fake.c.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "carrier.h"
+#include "stub.h"
+#include "util.h"
+
+#define KIB 1024ull
+#define MIB (1024ull * 1024)
+
+/* "Device memory" for the stub: one mapping per item. */
+struct dev {
+	size_t n;
+	uint8_t *mem[8];
+	uint64_t size[8];
+	uint32_t *crc[8];
+	char name[8][32];
+	struct carrier_item items[8];
+};
+
+static void dev_init(struct dev *d, const uint64_t *sizes, size_t n, uint8_t fill)
+{
+	memset(d, 0, sizeof(*d));
+	d->n = n;
+	for (size_t i = 0; i < n; i++) {
+		size_t len = sizes[i] ? sizes[i] : 1;
+
+		d->mem[i] = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		ck_assert_ptr_ne(d->mem[i], MAP_FAILED);
+		if (fill)
+			memset(d->mem[i], fill, len);
+		else
+			pattern_fill(d->mem[i], len, (uint32_t)i + 1);
+		d->size[i] = sizes[i];
+		d->crc[i] = calloc(sizes[i] / 4096 + 8, sizeof(uint32_t));
+		snprintf(d->name[i], sizeof(d->name[i]), "alloc %zu", i);
+		d->items[i] = (struct carrier_item){
+			.va = (CUdeviceptr)(uintptr_t)d->mem[i],
+			.size = sizes[i],
+			.ctx = STUB_CTX,
+			.name = d->name[i],
+			.crc = d->crc[i],
+			.ncrc = sizes[i] / 4096 + 8,
+		};
+	}
+}
+
+static void dev_free(struct dev *d)
+{
+	for (size_t i = 0; i < d->n; i++) {
+		munmap(d->mem[i], d->size[i] ? d->size[i] : 1);
+		free(d->crc[i]);
+	}
+}
+
+/* Load-side items: same index, fresh memory filled with `fill`. */
+static void dev_like(struct dev *to, const struct dev *from, uint8_t fill)
+{
+	dev_init(to, from->size, from->n, fill);
+	for (size_t i = 0; i < from->n; i++) {
+		to->items[i].chunk_size = from->items[i].chunk_size;
+		to->items[i].offset = from->items[i].offset;
+		to->items[i].ncrc = from->items[i].ncrc;
+		memcpy(to->crc[i], from->crc[i], from->items[i].ncrc * sizeof(uint32_t));
+	}
+}
+
+static struct carrier_config cfg_make(uint64_t staging, uint32_t chunk, unsigned threads)
+{
+	struct carrier_config c;
+
+	ck_assert_int_eq(carrier_config_init(&c, NULL, 0), 0);
+	c.staging_bytes = staging;
+	c.chunk_size = chunk;
+	c.threads = threads;
+	return c;
+}
+
+static void assert_no_leak(void)
+{
+	struct stub_counts c;
+
+	stub_get(&c);
+	ck_assert_int_eq(c.pinned_bytes, 0);
+	ck_assert_int_eq(c.host_allocs, 0);
+	ck_assert_int_eq(c.streams, 0);
+}
+
+static void setup(void)
+{
+	stub_reset();
+}
+
+/* 1 byte, 4 KiB + 3, exactly a chunk, chunk + 1, several buffers' worth. */
+static const uint64_t mixed[] = {1, 4 * KIB + 3, 64 * KIB, 64 * KIB + 1, 3 * MIB + 5};
+#define NMIXED (sizeof(mixed) / sizeof(mixed[0]))
+
+static void roundtrip(const struct carrier_config *cfg, uint64_t start)
+{
+	struct dev src, dst;
+	struct carrier_stats st;
+	char err[512] = "";
+	uint64_t off = start, total = 0;
+	int fd = scratch_fd();
+	uint8_t *file;
+	struct stat sb;
+
+	ck_assert_int_ge(fd, 0);
+	dev_init(&src, mixed, NMIXED, 0);
+	ck_assert_msg(carrier_save(&stub_ops, cfg, fd, start, src.items, src.n, &st, err, sizeof(err)) == 0, "%s", err);
+	for (size_t i = 0; i < src.n; i++) {
+		ck_assert_uint_eq(src.items[i].offset, off);
+		ck_assert_uint_eq(src.items[i].chunk_size, cfg->chunk_size);
+		ck_assert_uint_eq(src.items[i].ncrc, carrier_nchunks(mixed[i], cfg->chunk_size));
+		off += mixed[i];
+		total += mixed[i];
+	}
+	ck_assert_uint_eq(st.bytes, total);
+	ck_assert_uint_eq(st.total, total);
+	ck_assert_uint_le(st.staging_bytes, cfg->staging_bytes);
+	ck_assert_int_eq(fstat(fd, &sb), 0);
+	ck_assert_int_eq(sb.st_size, (off_t)off);
+
+	/* The file holds exactly the device bytes; CRCs recomputed here. */
+	file = mmap(NULL, off, PROT_READ, MAP_SHARED, fd, 0);
+	ck_assert_ptr_ne(file, MAP_FAILED);
+	for (size_t i = 0; i < src.n; i++) {
+		const struct carrier_item *it = &src.items[i];
+
+		ck_assert_int_eq(pattern_check(file + it->offset, it->size, (uint32_t)i + 1), -1);
+		for (size_t k = 0; k < it->ncrc; k++) {
+			uint64_t o = k * it->chunk_size;
+			uint64_t l = it->size - o < it->chunk_size ? it->size - o : it->chunk_size;
+
+			ck_assert_uint_eq(it->crc[k], ref_crc32c(file + it->offset + o, l));
+		}
+	}
+	munmap(file, off);
+
+	dev_like(&dst, &src, 0);
+	ck_assert_msg(carrier_load(&stub_ops, cfg, fd, dst.items, dst.n, &st, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(st.bytes, total);
+	for (size_t i = 0; i < dst.n; i++)
+		ck_assert_int_eq(pattern_check(dst.mem[i], mixed[i], (uint32_t)i + 1), -1);
+	assert_no_leak();
+	dev_free(&src);
+	dev_free(&dst);
+	close(fd);
+}
+
+START_TEST(roundtrip_mixed_sizes_every_byte_and_crc)
+{
+	/* Staging 1 MiB over 2 slots per thread: buffers hold 1-8 chunks, the
+	 * largest item needs several buffers, and sizes are not multiples. */
+	static const unsigned threads[] = {1, 2, 3, 8};
+
+	for (size_t t = 0; t < 4; t++) {
+		struct carrier_config c = cfg_make(1 * MIB, 64 * KIB, threads[t]);
+
+		roundtrip(&c, 0);
+		roundtrip(&c, 12345);
+		c.verify_first = 1;
+		roundtrip(&c, 7);
+	}
+}
+END_TEST
+
+START_TEST(roundtrip_chunk_not_dividing_buffer)
+{
+	/* 96 KiB buffers (three slots of 288 KiB / 3) hold one 80 KiB chunk;
+	 * chunk size that is not a power of two. */
+	struct carrier_config c = cfg_make(6 * 96 * KIB, 80 * KIB + 3, 3);
+
+	roundtrip(&c, 1);
+}
+END_TEST
+
+START_TEST(roundtrip_staging_smaller_than_chunk)
+{
+	/* A chunk must fit in a buffer: staging grows to two chunks. */
+	struct carrier_config c = cfg_make(64 * KIB, 1 * MIB, 4);
+	struct dev src, dst;
+	uint64_t sizes[] = {5 * MIB + 17};
+	struct carrier_stats st;
+	char err[512];
+	int fd = scratch_fd();
+
+	dev_init(&src, sizes, 1, 0);
+	ck_assert_msg(carrier_save(&stub_ops, &c, fd, 0, src.items, 1, &st, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(st.threads, 1);
+	ck_assert_uint_eq(st.buffer_bytes, 1 * MIB);
+	dev_like(&dst, &src, 0);
+	ck_assert_msg(carrier_load(&stub_ops, &c, fd, dst.items, 1, &st, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(pattern_check(dst.mem[0], sizes[0], 1), -1);
+	assert_no_leak();
+	dev_free(&src);
+	dev_free(&dst);
+	close(fd);
+}
+END_TEST
+
+START_TEST(empty_and_zero_size_items)
+{
+	struct carrier_config c = cfg_make(1 * MIB, 64 * KIB, 2);
+	uint64_t sizes[] = {0, 10, 0};
+	struct dev src, dst;
+	char err[512];
+	int fd = scratch_fd();
+
+	ck_assert_int_eq(carrier_save(&stub_ops, &c, fd, 0, NULL, 0, NULL, err, sizeof(err)), 0);
+	dev_init(&src, sizes, 3, 0);
+	ck_assert_msg(carrier_save(&stub_ops, &c, fd, 0, src.items, 3, NULL, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(src.items[0].ncrc, 0);
+	ck_assert_uint_eq(src.items[2].offset, 10);
+	dev_like(&dst, &src, 0);
+	ck_assert_msg(carrier_load(&stub_ops, &c, fd, dst.items, 3, NULL, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(pattern_check(dst.mem[1], 10, 2), -1);
+	assert_no_leak();
+	dev_free(&src);
+	dev_free(&dst);
+	close(fd);
+}
+END_TEST
+
+/* Save the mixed set; returns the fd. */
+static int saved(struct dev *src, const struct carrier_config *c)
+{
+	char err[512];
+	int fd = scratch_fd();
+
+	dev_init(src, mixed, NMIXED, 0);
+	ck_assert_msg(carrier_save(&stub_ops, c, fd, 0, src->items, src->n, NULL, err, sizeof(err)) == 0, "%s", err);
+	return fd;
+}
+
+static void corrupt_case(int verify_first)
+{
+	struct carrier_config c = cfg_make(1 * MIB, 64 * KIB, 2);
+	struct dev src, dst;
+	char err[512], want[64];
+	int fd = saved(&src, &c);
+	const struct carrier_item *it = &src.items[4];
+	uint64_t at = it->offset + 7 * 64 * KIB + 100; /* chunk 7 of alloc 4 */
+	uint8_t b;
+
+	ck_assert_int_eq(pread(fd, &b, 1, at), 1);
+	b ^= 0x10;
+	ck_assert_int_eq(pwrite(fd, &b, 1, at), 1);
+
+	c.verify_first = verify_first;
+	dev_like(&dst, &src, 0x77);
+	ck_assert_int_eq(carrier_load(&stub_ops, &c, fd, dst.items, dst.n, NULL, err, sizeof(err)), -EBADMSG);
+	ck_assert_msg(strstr(err, "alloc 4: chunk 7 ") != NULL, "%s", err);
+	snprintf(want, sizeof(want), "the index says %#010x", it->crc[7]);
+	ck_assert_msg(strstr(err, want) != NULL, "%s", err);
+	ck_assert_msg(strstr(err, "corrupt") != NULL, "%s", err);
+	/* The corrupt chunk never reached the device... */
+	ck_assert_int_eq(bytes_check(dst.mem[4] + 7 * 64 * KIB, 64 * KIB, 0x77), -1);
+	/* ...and with verify_first nothing did. */
+	if (verify_first)
+		for (size_t i = 0; i < dst.n; i++)
+			ck_assert_int_eq(bytes_check(dst.mem[i], dst.size[i], 0x77), -1);
+	assert_no_leak();
+	dev_free(&src);
+	dev_free(&dst);
+	close(fd);
+}
+
+START_TEST(corrupt_byte_refused_naming_chunk)
+{
+	corrupt_case(0);
+}
+END_TEST
+
+START_TEST(corrupt_byte_with_verify_first_leaves_device_untouched)
+{
+	corrupt_case(1);
+}
+END_TEST
+
+START_TEST(truncated_file_refused_before_device_touched)
+{
+	struct carrier_config c = cfg_make(1 * MIB, 64 * KIB, 2);
+	struct dev src, dst;
+	char err[512];
+	int fd = saved(&src, &c);
+	struct stat sb;
+	struct stub_counts cnt;
+
+	ck_assert_int_eq(fstat(fd, &sb), 0);
+	ck_assert_int_eq(ftruncate(fd, sb.st_size - 1), 0);
+	dev_like(&dst, &src, 0x77);
+	stub_reset();
+	ck_assert_int_eq(carrier_load(&stub_ops, &c, fd, dst.items, dst.n, NULL, err, sizeof(err)), -ENODATA);
+	ck_assert_msg(strstr(err, "alloc 4") && strstr(err, "truncated"), "%s", err);
+	stub_get(&cnt);
+	ck_assert_int_eq(cnt.calls[STUB_HTOD], 0);
+	for (size_t i = 0; i < dst.n; i++)
+		ck_assert_int_eq(bytes_check(dst.mem[i], dst.size[i], 0x77), -1);
+	dev_free(&src);
+	dev_free(&dst);
+	close(fd);
+}
+END_TEST
+
+START_TEST(index_size_mismatch_refused)
+{
+	struct carrier_config c = cfg_make(1 * MIB, 64 * KIB, 2);
+	struct dev src, dst;
+	char err[512];
+	int fd = saved(&src, &c);
+
+	dev_like(&dst, &src, 0x77);
+	dst.items[3].size += 64 * KIB; /* one chunk more than the index has */
+	ck_assert_int_eq(carrier_load(&stub_ops, &c, fd, dst.items, dst.n, NULL, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "alloc 3") && strstr(err, "size mismatch"), "%s", err);
+	dst.items[3].size -= 64 * KIB;
+	dst.items[2].chunk_size = 0;
+	ck_assert_int_eq(carrier_load(&stub_ops, &c, fd, dst.items, dst.n, NULL, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "alloc 2: chunk size 0"), "%s", err);
+	assert_no_leak();
+	dev_free(&src);
+	dev_free(&dst);
+	close(fd);
+}
+END_TEST
+
+START_TEST(bad_descriptors_refused)
+{
+	struct carrier_config c = cfg_make(1 * MIB, 64 * KIB, 2);
+	uint64_t sizes[] = {100};
+	struct dev src;
+	char err[512];
+	int ro = open("/dev/null", O_RDONLY), ap = open("/dev/null", O_WRONLY | O_APPEND);
+
+	dev_init(&src, sizes, 1, 0);
+	ck_assert_int_eq(carrier_save(&stub_ops, &c, ro, 0, src.items, 1, NULL, err, sizeof(err)), -EBADF);
+	ck_assert_msg(strstr(err, "not open for writing"), "%s", err);
+	ck_assert_int_eq(carrier_save(&stub_ops, &c, ap, 0, src.items, 1, NULL, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "O_APPEND"), "%s", err);
+	ck_assert_int_eq(carrier_save(&stub_ops, &c, 999, 0, src.items, 1, NULL, err, sizeof(err)), -EBADF);
+	ck_assert_int_eq(carrier_load(&stub_ops, &c, ap, src.items, 1, NULL, err, sizeof(err)), -EBADF);
+	ck_assert_msg(strstr(err, "not open for reading"), "%s", err);
+	close(ro);
+	close(ap);
+	dev_free(&src);
+}
+END_TEST
+
+/* A failed save: clean error, nothing left behind. */
+static void save_fails(int fd, int expect, const char *needle, void (*arm)(void))
+{
+	struct carrier_config c = cfg_make(1 * MIB, 64 * KIB, 3);
+	struct dev src;
+	char err[512] = "";
+	int fds, maps;
+	struct carrier_stats st;
+
+	dev_init(&src, mixed, NMIXED, 0);
+	/* Warm up (lazy allocations in libc and sanitizers), then count. */
+	fds = scratch_fd();
+	carrier_save(&stub_ops, &c, fds, 0, src.items, src.n, NULL, NULL, 0);
+	close(fds);
+	fds = count_fds();
+	maps = count_maps();
+	stub_reset();
+	if (arm)
+		arm();
+	ck_assert_int_eq(carrier_save(&stub_ops, &c, fd, 0, src.items, src.n, &st, err, sizeof(err)), expect);
+	ck_assert_msg(strstr(err, needle) != NULL, "'%s' lacks '%s'", err, needle);
+	ck_assert_uint_lt(st.bytes, st.total);
+	assert_no_leak();
+	ck_assert_int_eq(count_fds(), fds);
+	ck_assert_int_eq(count_maps(), maps);
+	dev_free(&src);
+}
+
+START_TEST(write_enospc_is_clean_error)
+{
+	int fd = open("/dev/full", O_WRONLY);
+
+	ck_assert_int_ge(fd, 0);
+	save_fails(fd, -ENOSPC, "No space left on device", NULL);
+	close(fd);
+}
+END_TEST
+
+START_TEST(write_efbig_under_rlimit_fsize)
+{
+	struct rlimit rl = {1 * MIB, RLIM_INFINITY};
+	int fd = scratch_fd();
+
+	signal(SIGXFSZ, SIG_IGN);
+	ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+	save_fails(fd, -EFBIG, "File too large", NULL);
+	close(fd);
+}
+END_TEST
+
+START_TEST(write_enospc_on_full_tmpfs)
+{
+	char dir[] = "/tmp/carrier-tmpfs-XXXXXX", path[64];
+	int fd;
+
+	/* Own mount namespace (the test runs in a forked child). */
+	if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) || !mkdtemp(dir)) {
+		fprintf(stderr, "write_enospc_on_full_tmpfs: no mount namespace, skipped\n");
+		return;
+	}
+	if (mount("tmpfs", dir, "tmpfs", 0, "size=1m")) {
+		fprintf(stderr, "write_enospc_on_full_tmpfs: cannot mount tmpfs, skipped\n");
+		rmdir(dir);
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/carrier", dir);
+	fd = open(path, O_WRONLY | O_CREAT, 0600);
+	ck_assert_int_ge(fd, 0);
+	save_fails(fd, -ENOSPC, "No space left on device", NULL);
+	close(fd);
+	umount(dir);
+	rmdir(dir);
+}
+END_TEST
+
+static void arm_dtoh3(void)
+{
+	stub_fail(STUB_DTOH, 3, CUDA_ERROR_ILLEGAL_ADDRESS);
+}
+static void arm_sync2(void)
+{
+	stub_fail(STUB_SYNC, 2, CUDA_ERROR_ILLEGAL_ADDRESS);
+}
+static void arm_alloc4(void)
+{
+	stub_fail(STUB_HOST_ALLOC, 4, CUDA_ERROR_OUT_OF_MEMORY);
+}
+static void arm_stream5(void)
+{
+	stub_fail(STUB_STREAM_CREATE, 5, CUDA_ERROR_OUT_OF_MEMORY);
+}
+
+START_TEST(device_copy_failure_is_clean_error)
+{
+	int fd = scratch_fd();
+
+	save_fails(fd, -EIO, "cuMemcpyDtoHAsync of bytes", arm_dtoh3);
+	save_fails(fd, -EIO, "device copy of bytes", arm_sync2);
+	save_fails(fd, -EIO, "CUDA_ERROR_ILLEGAL_ADDRESS", arm_sync2);
+	save_fails(fd, -ENOMEM, "cannot pin", arm_alloc4);
+	save_fails(fd, -EIO, "cuStreamCreate failed", arm_stream5);
+	close(fd);
+}
+END_TEST
+
+START_TEST(load_copy_failure_is_clean_error)
+{
+	struct carrier_config c = cfg_make(1 * MIB, 64 * KIB, 3);
+	struct dev src, dst;
+	char err[512];
+	int fd = saved(&src, &c);
+	int fds, maps;
+
+	dev_like(&dst, &src, 0x77);
+	/* Warm up (lazy allocations in libc and sanitizers), then count. */
+	ck_assert_int_eq(carrier_load(&stub_ops, &c, fd, dst.items, dst.n, NULL, NULL, 0), 0);
+	fds = count_fds();
+	maps = count_maps();
+	memset(dst.mem[4], 0x77, dst.size[4]);
+	stub_reset();
+	stub_fail(STUB_HTOD, 2, CUDA_ERROR_ILLEGAL_ADDRESS);
+	ck_assert_int_eq(carrier_load(&stub_ops, &c, fd, dst.items, dst.n, NULL, err, sizeof(err)), -EIO);
+	ck_assert_msg(strstr(err, "cuMemcpyHtoDAsync") && strstr(err, "CUDA_ERROR_ILLEGAL_ADDRESS"), "%s", err);
+	assert_no_leak();
+	stub_fail(STUB_SYNC, 3, CUDA_ERROR_ILLEGAL_ADDRESS);
+	ck_assert_int_eq(carrier_load(&stub_ops, &c, fd, dst.items, dst.n, NULL, err, sizeof(err)), -EIO);
+	ck_assert_msg(strstr(err, "device copy of bytes"), "%s", err);
+	assert_no_leak();
+	ck_assert_int_eq(count_fds(), fds);
+	ck_assert_int_eq(count_maps(), maps);
+	dev_free(&src);
+	dev_free(&dst);
+	close(fd);
+}
+END_TEST
+
+START_TEST(staging_bound_holds_for_item_8x_staging)
+{
+	struct carrier_config c = cfg_make(2 * MIB, 256 * KIB, 2);
+	uint64_t sizes[] = {16 * MIB};
+	struct dev src, dst;
+	struct stub_counts cnt;
+	struct carrier_stats st;
+	char err[512];
+	int fd = scratch_fd();
+	uint64_t base, peak;
+
+	dev_init(&src, sizes, 1, 0);
+	ck_assert_int_eq(carrier_save(&stub_ops, &c, fd, 0, src.items, 1, NULL, NULL, 0), 0);
+	dev_like(&dst, &src, 0);
+	memset(dst.mem[0], 0, sizes[0]); /* resident before measuring */
+	stub_reset();
+	base = rss_now();
+	reset_peak_rss();
+	ck_assert_msg(carrier_save(&stub_ops, &c, fd, 0, src.items, 1, &st, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(carrier_load(&stub_ops, &c, fd, dst.items, 1, &st, err, sizeof(err)) == 0, "%s", err);
+	peak = rss_peak();
+	stub_get(&cnt);
+	ck_assert_int_le(cnt.pinned_peak, 2 * MIB);
+	ck_assert_uint_le(st.staging_bytes, 2 * MIB);
+	/* Staging plus a little for threads, never the 16 MiB item. */
+	if (peak > base)
+		ck_assert_msg(peak - base <= 2 * MIB + 1 * MIB, "peak extra RSS %llu",
+			      (unsigned long long)(peak - base));
+	ck_assert_int_eq(pattern_check(dst.mem[0], sizes[0], 1), -1);
+	assert_no_leak();
+	dev_free(&src);
+	dev_free(&dst);
+	close(fd);
+}
+END_TEST
+
+struct prog {
+	uint64_t last, calls, total;
+	int monotonic;
+};
+
+static void on_progress(void *arg, uint64_t done, uint64_t total)
+{
+	struct prog *p = arg;
+
+	p->monotonic &= done >= p->last && done <= total;
+	p->last = done;
+	p->total = total;
+	p->calls++;
+}
+
+START_TEST(progress_reported_to_total)
+{
+	struct dev src, dst;
+	struct prog p = {.monotonic = 1};
+	char err[512];
+	int fd;
+	uint64_t total = 0;
+
+	for (size_t i = 0; i < NMIXED; i++)
+		total += mixed[i];
+	/* One thread: a report after each slice that crosses a 256 KiB mark. */
+	struct carrier_config c = cfg_make(1 * MIB, 64 * KIB, 1);
+	c.progress = on_progress;
+	c.progress_arg = &p;
+	c.progress_every = 256 * KIB;
+	fd = saved(&src, &c);
+	ck_assert_uint_eq(p.last, total);
+	ck_assert_uint_eq(p.total, total);
+	ck_assert_uint_ge(p.calls, total / (512 * KIB));
+	ck_assert_uint_le(p.calls, total / (256 * KIB) + 2);
+	ck_assert(p.monotonic);
+
+	/* Several threads, two passes: the total counts both. */
+	memset(&p, 0, sizeof(p));
+	p.monotonic = 1;
+	c.threads = 3;
+	c.verify_first = 1;
+	dev_like(&dst, &src, 0);
+	ck_assert_msg(carrier_load(&stub_ops, &c, fd, dst.items, dst.n, NULL, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(p.last, 2 * total);
+	ck_assert_uint_eq(p.total, 2 * total);
+	ck_assert_uint_ge(p.calls, 1);
+	ck_assert_uint_le(p.calls, 2 * total / (256 * KIB) + 2);
+	ck_assert(p.monotonic);
+	dev_free(&src);
+	dev_free(&dst);
+	close(fd);
+}
+END_TEST
+
+START_TEST(config_from_environment)
+{
+	struct carrier_config c;
+	char err[256];
+
+	unsetenv("CUINTERPOSE_STAGING_MB");
+	unsetenv("CUINTERPOSE_CHUNK_MB");
+	unsetenv("CUINTERPOSE_CARRIER_THREADS");
+	unsetenv("CUINTERPOSE_CARRIER_VERIFY");
+	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), 0);
+	ck_assert_uint_eq(c.staging_bytes, 256 * MIB);
+	ck_assert_uint_eq(c.chunk_size, 4 * MIB);
+	ck_assert_uint_eq(c.threads, 4);
+	ck_assert_int_eq(c.verify_first, 0);
+	setenv("CUINTERPOSE_STAGING_MB", "64", 1);
+	setenv("CUINTERPOSE_CHUNK_MB", "2", 1);
+	setenv("CUINTERPOSE_CARRIER_THREADS", "8", 1);
+	setenv("CUINTERPOSE_CARRIER_VERIFY", "first", 1);
+	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), 0);
+	ck_assert_uint_eq(c.staging_bytes, 64 * MIB);
+	ck_assert_uint_eq(c.chunk_size, 2 * MIB);
+	ck_assert_uint_eq(c.threads, 8);
+	ck_assert_int_eq(c.verify_first, 1);
+	setenv("CUINTERPOSE_CHUNK_MB", "4x", 1);
+	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "CUINTERPOSE_CHUNK_MB=4x"), "%s", err);
+	setenv("CUINTERPOSE_CHUNK_MB", "1024", 1);
+	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), -EINVAL);
+	setenv("CUINTERPOSE_CHUNK_MB", "1", 1);
+	setenv("CUINTERPOSE_CARRIER_THREADS", "0", 1);
+	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), -EINVAL);
+	setenv("CUINTERPOSE_CARRIER_THREADS", "1", 1);
+	setenv("CUINTERPOSE_CARRIER_VERIFY", "sometimes", 1);
+	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), -EINVAL);
+}
+END_TEST
+
+static void *lookup_stub(void *arg, const char *name)
+{
+	return strcmp(name, (const char *)arg) ? (void *)stub_ops.ctx_get_current : NULL;
+}
+
+START_TEST(ops_resolve_names_missing_symbol)
+{
+	struct carrier_ops o;
+	char err[128];
+
+	ck_assert_int_eq(carrier_ops_resolve(&o, lookup_stub, "none", err, sizeof(err)), 0);
+	ck_assert_ptr_nonnull(o.memcpy_htod_async);
+	ck_assert_int_eq(carrier_ops_resolve(&o, lookup_stub, "cuMemHostAlloc", err, sizeof(err)), 0);
+	ck_assert_ptr_null(o.mem_host_alloc);
+	ck_assert_int_eq(carrier_ops_resolve(&o, lookup_stub, "cuMemcpyDtoHAsync_v2", err, sizeof(err)), -ENOENT);
+	ck_assert_msg(strstr(err, "cuMemcpyDtoHAsync_v2"), "%s", err);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("carrier-pipeline");
+	TCase *t = tcase_create("pipeline");
+
+	tcase_add_checked_fixture(t, setup, NULL);
+	tcase_set_timeout(t, 60);
+	tcase_add_test(t, roundtrip_mixed_sizes_every_byte_and_crc);
+	tcase_add_test(t, roundtrip_chunk_not_dividing_buffer);
+	tcase_add_test(t, roundtrip_staging_smaller_than_chunk);
+	tcase_add_test(t, empty_and_zero_size_items);
+	tcase_add_test(t, corrupt_byte_refused_naming_chunk);
+	tcase_add_test(t, corrupt_byte_with_verify_first_leaves_device_untouched);
+	tcase_add_test(t, truncated_file_refused_before_device_touched);
+	tcase_add_test(t, index_size_mismatch_refused);
+	tcase_add_test(t, bad_descriptors_refused);
+	tcase_add_test(t, write_enospc_is_clean_error);
+	tcase_add_test(t, write_efbig_under_rlimit_fsize);
+	tcase_add_test(t, write_enospc_on_full_tmpfs);
+	tcase_add_test(t, device_copy_failure_is_clean_error);
+	tcase_add_test(t, load_copy_failure_is_clean_error);
+	tcase_add_test(t, staging_bound_holds_for_item_8x_staging);
+	tcase_add_test(t, progress_reported_to_total);
+	tcase_add_test(t, config_from_environment);
+	tcase_add_test(t, ops_resolve_names_missing_symbol);
+	suite_add_tcase(s, t);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *r = srunner_create(suite());
+	int failed;
+
+	srunner_run_all(r, CK_NORMAL);
+	failed = srunner_ntests_failed(r);
+	srunner_free(r);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
