@@ -1,0 +1,734 @@
+/*
+ * coord.c - phases, barriers, dump, rollback and rebuild; see coord.h.
+ */
+#include "config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "coord.h"
+#include "images.h"
+#include "log.h"
+#include "preflight.h"
+#include "sockdiag.h"
+
+typedef int (*step_fn)(struct cuip_group *g, struct cuip_part *p, const void *arg);
+typedef bool (*applies_fn)(const struct cuip_group *g, const struct cuip_part *p, const void *arg);
+
+struct job {
+	struct cuip_group *g;
+	struct cuip_part *p;
+	step_fn fn;
+	const void *arg;
+	pthread_t th;
+	bool started;
+};
+
+static void *job_main(void *a)
+{
+	struct job *j = a;
+
+	j->p->status = j->fn(j->g, j->p, j->arg);
+	return NULL;
+}
+
+static void part_fail(struct cuip_part *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void part_fail(struct cuip_part *p, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(p->err, sizeof(p->err), fmt, ap);
+	va_end(ap);
+}
+
+/*
+ * Run `fn` for every participant `applies` selects, one thread each, and
+ * wait for all of them (the barrier). Logs one line for the phase; returns
+ * the status of the first failing participant in group order.
+ */
+static int run_phase(struct cuip_group *g, const char *name, step_fn fn, applies_fn applies, const void *arg)
+{
+	struct job *jobs = calloc(g->n ? g->n : 1, sizeof(*jobs));
+	size_t parts = 0, records = 0;
+	uint64_t bytes = 0;
+	double t0 = cuip_now(), dt;
+	int ret = 0;
+
+	if (!jobs)
+		return -ENOMEM;
+	for (size_t i = 0; i < g->n; i++) {
+		struct cuip_part *p = &g->p[i];
+
+		p->status = 0;
+		p->err[0] = 0;
+		p->bytes = 0;
+		p->records = 0;
+		if (applies && !applies(g, p, arg))
+			continue;
+		jobs[i] = (struct job){.g = g, .p = p, .fn = fn, .arg = arg};
+		parts++;
+		if (pthread_create(&jobs[i].th, NULL, job_main, &jobs[i])) {
+			/* No thread: run it here; the barrier is the same. */
+			job_main(&jobs[i]);
+			continue;
+		}
+		jobs[i].started = true;
+	}
+	for (size_t i = 0; i < g->n; i++)
+		if (jobs[i].started)
+			pthread_join(jobs[i].th, NULL);
+	for (size_t i = 0; i < g->n; i++) {
+		struct cuip_part *p = &g->p[i];
+
+		if (!jobs[i].fn)
+			continue;
+		records += p->records;
+		bytes += p->bytes;
+		if (p->status) {
+			pr_err("%s failed on pid %d: %s", name, p->pid, p->err[0] ? p->err : strerror(-p->status));
+			if (!ret) {
+				ret = p->status;
+				snprintf(g->err, sizeof(g->err), "%s failed on pid %d: %s", name, p->pid,
+					 p->err[0] ? p->err : strerror(-p->status));
+			}
+		} else {
+			pr_debug("%s: pid %d done (%zu records, %" PRIu64 " bytes)", name, p->pid, p->records,
+				 p->bytes);
+		}
+	}
+	free(jobs);
+	dt = cuip_now() - t0;
+	if (bytes)
+		pr_info("%s: %zu participants, %zu records, %" PRIu64 " bytes, %.3f s, %.1f MB/s%s", name, parts,
+			records, bytes, dt, dt > 0 ? (double)bytes / dt / 1e6 : 0.0, ret ? " (FAILED)" : "");
+	else
+		pr_info("%s: %zu participants, %zu records, %.3f s%s", name, parts, records, dt,
+			ret ? " (FAILED)" : "");
+	if (g->after_phase)
+		g->after_phase(g, name, ret);
+	return ret;
+}
+
+static unsigned op_timeout(const struct cuip_group *g)
+{
+	return g->o->op_timeout_ms;
+}
+
+static int call(struct cuip_group *g, struct cuip_part *p, Cuip__Request *req, int fd, unsigned timeout,
+		Cuip__Response **resp)
+{
+	Cuip__Response *r = NULL;
+	int ret;
+
+	if (p->fd < 0) {
+		part_fail(p, "not connected");
+		return -ENOTCONN;
+	}
+	ret = cuip_call(p->fd, req, fd, timeout, resp ? resp : &r, p->err, sizeof(p->err));
+	if (!resp)
+		cuip_response_free(r);
+	return ret;
+}
+
+/* ---- connect + handshake --------------------------------------------- */
+
+static int step_connect(struct cuip_group *g, struct cuip_part *p, const void *arg)
+{
+	const uint64_t *expect_ids = arg;
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Handshake hs = CUIP__HANDSHAKE__INIT;
+	Cuip__Response *resp;
+	int ret;
+
+	if (p->fd >= 0 && !expect_ids)
+		return 0; /* already connected and introduced */
+	if (p->fd < 0) {
+		ret = cuip_connect_control(p->pid, p->sock, p->pid, op_timeout(g), p->err, sizeof(p->err));
+		if (ret < 0)
+			return ret;
+		p->fd = ret;
+	}
+	hs.protocol = CUIP_FORMAT_VERSION;
+	hs.client = (char *)"plugin";
+	req.body_case = CUIP__REQUEST__BODY_HANDSHAKE;
+	req.handshake = &hs;
+	ret = call(g, p, &req, -1, op_timeout(g), &resp);
+	if (ret)
+		return ret;
+	if (resp->body_case != CUIP__RESPONSE__BODY_HANDSHAKE || !resp->handshake->self) {
+		part_fail(p, "HANDSHAKE reply carries no identity");
+		ret = -EPROTO;
+	} else if (resp->handshake->self->pid != p->vpid) {
+		part_fail(p, "HANDSHAKE: the interposer says it is pid %d, expected %d", resp->handshake->self->pid,
+			  p->vpid);
+		ret = -EPROTO;
+	} else if (expect_ids && resp->handshake->self->id != expect_ids[p - g->p]) {
+		part_fail(p, "HANDSHAKE: interposer identity %016llx, the checkpoint has %016llx for this pid",
+			  (unsigned long long)resp->handshake->self->id, (unsigned long long)expect_ids[p - g->p]);
+		ret = -ESRCH;
+	}
+	p->records = 1;
+	cuip_response_free(resp);
+	return ret;
+}
+
+static int connect_all(struct cuip_group *g, const uint64_t *expect_ids)
+{
+	return run_phase(g, "HANDSHAKE", step_connect, NULL, expect_ids);
+}
+
+int cuip_group_connect(struct cuip_group *g)
+{
+	return connect_all(g, NULL);
+}
+
+void cuip_group_disconnect(struct cuip_group *g)
+{
+	for (size_t i = 0; i < g->n; i++) {
+		if (g->p[i].fd < 0)
+			continue;
+		if (cuip_bye(g->p[i].fd, op_timeout(g)))
+			pr_warn("pid %d did not close its control connection after BYE", g->p[i].pid);
+		g->p[i].fd = -1;
+	}
+}
+
+/* ---- dump steps -------------------------------------------------------- */
+
+static int step_inspect(struct cuip_group *g, struct cuip_part *p, const void *arg)
+{
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Response *resp;
+	int ret;
+
+	req.body_case = CUIP__REQUEST__BODY_INSPECT;
+	req.inspect = 1;
+	ret = call(g, p, &req, -1, op_timeout(g), &resp);
+	if (ret)
+		return ret;
+	if (resp->body_case != CUIP__RESPONSE__BODY_STATE || !resp->state->self) {
+		cuip_response_free(resp);
+		part_fail(p, "INSPECT reply carries no process state");
+		return -EPROTO;
+	}
+	cuip_response_free(p->inspect);
+	p->inspect = resp;
+	p->st = resp->state;
+	p->records = resp->state->n_allocations + resp->state->n_mappings;
+	return 0;
+}
+
+static int step_quiesce(struct cuip_group *g, struct cuip_part *p, const void *arg)
+{
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Quiesce q = CUIP__QUIESCE__INIT;
+
+	q.timeout_ms = g->o->quiesce_timeout_ms;
+	req.body_case = CUIP__REQUEST__BODY_QUIESCE;
+	req.quiesce = &q;
+	p->quiesced = true;
+	return call(g, p, &req, -1, g->o->quiesce_timeout_ms + op_timeout(g), NULL);
+}
+
+static int step_flag(struct cuip_group *g, struct cuip_part *p, const void *arg)
+{
+	Cuip__Request req = CUIP__REQUEST__INIT;
+
+	req.body_case = (Cuip__Request__BodyCase)(intptr_t)arg;
+	if (req.body_case == CUIP__REQUEST__BODY_PREPARE_UNICAST) {
+		req.prepare_unicast = 1;
+		p->torn_down = true;
+	} else {
+		req.prepare_multicast = 1;
+	}
+	return call(g, p, &req, -1, op_timeout(g), NULL);
+}
+
+static bool has_carriers(const struct cuip_group *g, const struct cuip_part *p, const void *arg)
+{
+	for (size_t i = 0; i < p->st->n_allocations; i++)
+		if (cuip_alloc_carried_by(p->st->allocations[i], p->st->self->id))
+			return true;
+	return false;
+}
+
+static bool is_quiesced(const struct cuip_group *g, const struct cuip_part *p, const void *arg)
+{
+	return p->quiesced;
+}
+
+static int step_save(struct cuip_group *g, struct cuip_part *p, const void *arg)
+{
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Save save = CUIP__SAVE__INIT;
+	const Cuip__ProcessState *st = p->st;
+	Cuip__AllocId **ids;
+	Cuip__Response *resp = NULL;
+	char file[64];
+	struct stat sb;
+	size_t n = 0;
+	int fd, ret;
+
+	ids = calloc(st->n_allocations, sizeof(*ids));
+	if (!ids)
+		return -ENOMEM;
+	p->expected_bytes = 0;
+	for (size_t i = 0; i < st->n_allocations; i++) {
+		if (!cuip_alloc_carried_by(st->allocations[i], st->self->id))
+			continue;
+		ids[n++] = st->allocations[i]->id;
+		p->expected_bytes += cuip_alloc_size(st->allocations[i]);
+	}
+	cuip_carrier_name(p->vpid, file, sizeof(file));
+	fd = openat(g->imgdir, file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		ret = -errno;
+		part_fail(p, "cannot create carrier image %s: %s", file, strerror(errno));
+		free(ids);
+		return ret;
+	}
+	save.allocs = ids;
+	save.n_allocs = n;
+	save.offset = 0;
+	save.file = file;
+	save.chunk_size = g->o->chunk_size;
+	req.body_case = CUIP__REQUEST__BODY_SAVE;
+	req.save = &save;
+	ret = call(g, p, &req, fd, g->o->data_timeout_ms, &resp);
+	free(ids);
+	if (ret)
+		goto out;
+	if (resp->body_case != CUIP__RESPONSE__BODY_SAVE) {
+		part_fail(p, "SAVE reply carries no carrier index");
+		ret = -EPROTO;
+		goto out;
+	}
+	/* Bytes moved must be exactly what the allocations hold. */
+	uint64_t indexed = 0;
+	for (size_t i = 0; i < resp->save->n_entries; i++) {
+		const Cuip__CarrierEntry *e = resp->save->entries[i];
+		int known = 0;
+
+		for (size_t k = 0; k < st->n_allocations; k++) {
+			const Cuip__Allocation *a = st->allocations[k];
+			if (cuip_alloc_carried_by(a, st->self->id) && e->alloc && a->id->serial == e->alloc->serial &&
+			    a->id->creator == e->alloc->creator && cuip_alloc_size(a) == e->size)
+				known = 1;
+		}
+		if (!known || !e->file || strcmp(e->file, file)) {
+			part_fail(p, "SAVE returned carrier entry %zu that matches no saved allocation", i);
+			ret = -EPROTO;
+			goto out;
+		}
+		indexed += e->size;
+	}
+	if (resp->save->n_entries != n || resp->save->bytes != p->expected_bytes || indexed != p->expected_bytes) {
+		part_fail(p, "SAVE moved %" PRIu64 " bytes in %zu entries, expected %" PRIu64 " bytes in %zu",
+			  resp->save->bytes, resp->save->n_entries, p->expected_bytes, n);
+		ret = -EIO;
+		goto out;
+	}
+	if (fstat(fd, &sb) || (uint64_t)sb.st_size < p->expected_bytes) {
+		part_fail(p, "carrier image %s holds %lld bytes, expected %" PRIu64, file, (long long)sb.st_size,
+			  p->expected_bytes);
+		ret = -EIO;
+		goto out;
+	}
+	p->save = resp;
+	p->carriers = resp->save->entries;
+	p->n_carriers = resp->save->n_entries;
+	p->bytes = resp->save->bytes;
+	p->records = n;
+	resp = NULL;
+out:
+	cuip_response_free(resp);
+	if (close(fd) && !ret) {
+		ret = -errno;
+		part_fail(p, "closing carrier image %s: %s", file, strerror(errno));
+	}
+	return ret;
+}
+
+/* Name a process identity outside the group by the socket directories of the
+ * participants ("<pid>-<id>.sock"). */
+static pid_t resolve_outside(uint64_t id, void *arg)
+{
+	struct cuip_group *g = arg;
+	char suffix[32];
+
+	snprintf(suffix, sizeof(suffix), "-%016llx.sock", (unsigned long long)id);
+	for (size_t i = 0; i < g->n; i++) {
+		char dir[PATH_MAX + 32], *slash;
+		struct dirent *de;
+		pid_t found = 0;
+		DIR *d;
+
+		snprintf(dir, sizeof(dir), "/proc/%d/root%s", g->p[i].pid, g->p[i].sock);
+		slash = strrchr(dir, '/');
+		if (!slash)
+			continue;
+		*slash = 0;
+		d = opendir(dir);
+		if (!d)
+			continue;
+		while ((de = readdir(d))) {
+			size_t l = strlen(de->d_name), sl = strlen(suffix);
+			if (l > sl && !strcmp(de->d_name + l - sl, suffix)) {
+				found = atoi(de->d_name);
+				break;
+			}
+		}
+		closedir(d);
+		if (found)
+			return found;
+	}
+	return 0;
+}
+
+static int preflight(struct cuip_group *g)
+{
+	struct cuip_pf_proc *pp = calloc(g->n ? g->n : 1, sizeof(*pp));
+	double t0 = cuip_now();
+	size_t records = 0;
+	int ret;
+
+	if (!pp)
+		return -ENOMEM;
+	for (size_t i = 0; i < g->n; i++) {
+		pp[i].pid = g->p[i].pid;
+		pp[i].st = g->p[i].st;
+		records += g->p[i].st->n_allocations + g->p[i].st->n_mappings + g->p[i].st->n_mc_bindings;
+	}
+	ret = cuip_preflight(pp, g->n, resolve_outside, g, g->err, sizeof(g->err));
+	free(pp);
+	pr_info("PREFLIGHT: %zu participants, %zu records, %.3f s%s", g->n, records, cuip_now() - t0,
+		ret ? " (REFUSED)" : "");
+	if (g->after_phase)
+		g->after_phase(g, "PREFLIGHT", ret);
+	return ret;
+}
+
+void cuip_group_topology(const struct cuip_group *g, size_t i, Cuip__Topology *t)
+{
+	cuip__topology__init(t);
+	t->checkpoint_id.data = (uint8_t *)g->ckpt_id;
+	t->checkpoint_id.len = 16;
+	t->state = (Cuip__ProcessState *)g->p[i].st;
+	t->carriers = g->p[i].carriers;
+	t->n_carriers = g->p[i].n_carriers;
+}
+
+static int write_images(struct cuip_group *g)
+{
+	struct cuip_img_proc *ip = calloc(g->n ? g->n : 1, sizeof(*ip));
+	double t0 = cuip_now();
+	int ret;
+
+	if (!ip)
+		return -ENOMEM;
+	g->carried_bytes = 0;
+	for (size_t i = 0; i < g->n; i++) {
+		ip[i].st = g->p[i].st;
+		ip[i].carriers = g->p[i].carriers;
+		ip[i].n_carriers = g->p[i].n_carriers;
+		g->carried_bytes += g->p[i].expected_bytes;
+	}
+	ret = cuip_images_write(g->imgdir, g->ckpt_id, ip, g->n, g->carried_bytes, g->err, sizeof(g->err));
+	free(ip);
+	if (!ret)
+		g->images_written = true;
+	pr_info("IMAGES: %zu topology images + inventory, %.3f s%s", g->n, cuip_now() - t0, ret ? " (FAILED)" : "");
+	if (g->after_phase)
+		g->after_phase(g, "IMAGES", ret);
+	return ret;
+}
+
+int cuip_group_dump(struct cuip_group *g)
+{
+	int ret;
+
+	if (getrandom(g->ckpt_id, sizeof(g->ckpt_id), 0) != sizeof(g->ckpt_id))
+		for (size_t i = 0; i < sizeof(g->ckpt_id); i++)
+			g->ckpt_id[i] = (uint8_t)rand();
+	if ((ret = connect_all(g, NULL)) || (ret = run_phase(g, "INSPECT", step_inspect, NULL, NULL)) ||
+	    (ret = preflight(g)) || (ret = run_phase(g, "QUIESCE", step_quiesce, NULL, NULL)) ||
+	    (ret = run_phase(g, "PREPARE_MULTICAST", step_flag, NULL,
+			     (void *)(intptr_t)CUIP__REQUEST__BODY_PREPARE_MULTICAST)) ||
+	    (ret = run_phase(g, "SAVE", step_save, has_carriers, NULL)) || (ret = write_images(g)) ||
+	    (ret = run_phase(g, "PREPARE_UNICAST", step_flag, NULL,
+			     (void *)(intptr_t)CUIP__REQUEST__BODY_PREPARE_UNICAST))) {
+		char why[sizeof(g->err)];
+
+		memcpy(why, g->err, sizeof(why));
+		cuip_group_rollback(g);
+		memcpy(g->err, why, sizeof(why));
+		return ret;
+	}
+	cuip_group_disconnect(g);
+	return 0;
+}
+
+/* ---- rebuild ------------------------------------------------------------- */
+
+struct rebuild_ctx {
+	const Cuip__Topology *const *topo;
+	Cuip__PeerSocket **peers;
+	size_t n_peers;
+	Cuip__Stage stage;
+	bool only_torn_down;
+};
+
+static const Cuip__Topology *topo_of(const struct cuip_group *g, const struct cuip_part *p, const struct rebuild_ctx *c)
+{
+	return c->topo[p - g->p];
+}
+
+static bool rebuild_applies(const struct cuip_group *g, const struct cuip_part *p, const void *arg)
+{
+	const struct rebuild_ctx *c = arg;
+
+	return !c->only_torn_down || p->torn_down;
+}
+
+static bool load_applies(const struct cuip_group *g, const struct cuip_part *p, const void *arg)
+{
+	return rebuild_applies(g, p, arg) && topo_of(g, p, arg)->n_carriers > 0;
+}
+
+static int step_load(struct cuip_group *g, struct cuip_part *p, const void *arg)
+{
+	const Cuip__Topology *t = topo_of(g, p, arg);
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Load load = CUIP__LOAD__INIT;
+	Cuip__Response *resp;
+	uint64_t want = 0;
+	int fd, ret;
+
+	for (size_t i = 0; i < t->n_carriers; i++)
+		want += t->carriers[i]->size;
+	fd = openat(g->imgdir, t->carriers[0]->file, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		ret = -errno;
+		part_fail(p, "cannot open carrier image %s: %s", t->carriers[0]->file, strerror(errno));
+		return ret;
+	}
+	load.entries = t->carriers;
+	load.n_entries = t->n_carriers;
+	req.body_case = CUIP__REQUEST__BODY_LOAD;
+	req.load = &load;
+	ret = call(g, p, &req, fd, g->o->data_timeout_ms, &resp);
+	close(fd);
+	if (ret)
+		return ret;
+	if (resp->body_case != CUIP__RESPONSE__BODY_LOAD || resp->load->bytes != want) {
+		part_fail(p, "LOAD moved %llu bytes, expected %llu",
+			  (unsigned long long)(resp->body_case == CUIP__RESPONSE__BODY_LOAD ? resp->load->bytes : 0),
+			  (unsigned long long)want);
+		ret = -EIO;
+	}
+	p->bytes = want;
+	p->records = t->n_carriers;
+	cuip_response_free(resp);
+	return ret;
+}
+
+static int step_rebuild(struct cuip_group *g, struct cuip_part *p, const void *arg)
+{
+	const struct rebuild_ctx *c = arg;
+	const Cuip__Topology *t = topo_of(g, p, c);
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Rebuild rb = CUIP__REBUILD__INIT;
+
+	rb.stage = c->stage;
+	rb.expected = t->state;
+	rb.peers = c->peers;
+	rb.n_peers = c->n_peers;
+	req.body_case = CUIP__REQUEST__BODY_REBUILD;
+	req.rebuild = &rb;
+	p->records = t->state->n_mappings;
+	return call(g, p, &req, -1, g->o->data_timeout_ms, NULL);
+}
+
+static int step_verify(struct cuip_group *g, struct cuip_part *p, const void *arg)
+{
+	const Cuip__Topology *t = topo_of(g, p, arg);
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Verify v = CUIP__VERIFY__INIT;
+
+	v.expected = t->state;
+	req.body_case = CUIP__REQUEST__BODY_VERIFY;
+	req.verify = &v;
+	p->records = t->state->n_allocations + t->state->n_mappings;
+	return call(g, p, &req, -1, op_timeout(g), NULL);
+}
+
+static bool has_multicast(const Cuip__Topology *const *topo, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const Cuip__ProcessState *st = topo[i]->state;
+		for (size_t k = 0; k < st->n_allocations; k++)
+			if (st->allocations[k]->kind == CUIP__ALLOC_KIND__KIND_MULTICAST &&
+			    st->allocations[k]->owner == CUIP__OWNER__OWNER_SHARED)
+				return true;
+	}
+	return false;
+}
+
+static const char *stage_name(Cuip__Stage s)
+{
+	static const char *names[] = {"?",
+				      "REBUILD_CREATORS",
+				      "REBUILD_IMPORTERS",
+				      "REBUILD_MC_CREATORS",
+				      "REBUILD_MC_IMPORTERS",
+				      "REBUILD_MC_DEVICES",
+				      "REBUILD_MC_BINDINGS"};
+	return (unsigned)s < sizeof(names) / sizeof(names[0]) ? names[s] : "?";
+}
+
+static int rebuild(struct cuip_group *g, const Cuip__Topology *const *topo, bool only_torn_down)
+{
+	struct rebuild_ctx c = {.topo = topo, .only_torn_down = only_torn_down};
+	Cuip__PeerSocket *ps = calloc(g->n ? g->n : 1, sizeof(*ps));
+	Cuip__PeerSocket **pps = calloc(g->n ? g->n : 1, sizeof(*pps));
+	Cuip__ProcessId *ids = calloc(g->n ? g->n : 1, sizeof(*ids));
+	static const Cuip__Stage stages[] = {CUIP__STAGE__STAGE_CREATORS,    CUIP__STAGE__STAGE_IMPORTERS,
+					     CUIP__STAGE__STAGE_MC_CREATORS, CUIP__STAGE__STAGE_MC_IMPORTERS,
+					     CUIP__STAGE__STAGE_MC_DEVICES,  CUIP__STAGE__STAGE_MC_BINDINGS};
+	size_t nstages = has_multicast(topo, g->n) ? 6 : 2;
+	int ret = 0;
+
+	if (!ps || !pps || !ids) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < g->n; i++) {
+		cuip__peer_socket__init(&ps[i]);
+		cuip__process_id__init(&ids[i]);
+		ids[i].id = topo[i]->state->self->id;
+		ids[i].pid = topo[i]->state->self->pid;
+		ps[i].proc = &ids[i];
+		ps[i].socket = g->p[i].sock;
+		pps[i] = &ps[i];
+	}
+	c.peers = pps;
+	c.n_peers = g->n;
+	ret = run_phase(g, "LOAD", step_load, load_applies, &c);
+	for (size_t s = 0; !ret && s < nstages; s++) {
+		c.stage = stages[s];
+		ret = run_phase(g, stage_name(stages[s]), step_rebuild, rebuild_applies, &c);
+	}
+	if (!ret)
+		ret = run_phase(g, "VERIFY", step_verify, rebuild_applies, &c);
+out:
+	free(ps);
+	free(pps);
+	free(ids);
+	return ret;
+}
+
+static int step_resume(struct cuip_group *g, struct cuip_part *p, const void *arg)
+{
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	int ret;
+
+	req.body_case = CUIP__REQUEST__BODY_RESUME;
+	req.resume = 1;
+	ret = call(g, p, &req, -1, op_timeout(g), NULL);
+	if (!ret) {
+		p->quiesced = false;
+		p->torn_down = false;
+	}
+	return ret;
+}
+
+int cuip_group_rollback(struct cuip_group *g)
+{
+	Cuip__Topology *topo = calloc(g->n ? g->n : 1, sizeof(*topo));
+	const Cuip__Topology **tp = calloc(g->n ? g->n : 1, sizeof(*tp));
+	bool any_torn = false, any_quiesced = false;
+	int ret = 0;
+
+	if (!topo || !tp) {
+		free(topo);
+		free(tp);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < g->n; i++) {
+		any_torn |= g->p[i].torn_down;
+		any_quiesced |= g->p[i].quiesced;
+		cuip_group_topology(g, i, &topo[i]);
+		tp[i] = &topo[i];
+	}
+	if (!any_quiesced) {
+		cuip_group_disconnect(g);
+		goto out;
+	}
+	pr_warn("rolling back: %s the participants and reopening their gates",
+		any_torn ? "rebuilding the shared memory of" : "releasing");
+	/* Fresh connections: the old ones may be closed (before a native
+	 * lock) or broken (the failure itself). */
+	cuip_group_disconnect(g);
+	ret = connect_all(g, NULL);
+	if (!ret && any_torn)
+		ret = rebuild(g, tp, true);
+	if (!ret)
+		ret = run_phase(g, "RESUME", step_resume, is_quiesced, NULL);
+	if (ret)
+		pr_err("ROLLBACK FAILED: %s; the job may be left with its gate closed", g->err);
+	else
+		pr_info("rollback complete: every participant runs with its sharing intact");
+	cuip_group_disconnect(g);
+out:
+	free(topo);
+	free(tp);
+	return ret;
+}
+
+int cuip_group_rebuild(struct cuip_group *g, const Cuip__Topology *const *topo)
+{
+	uint64_t *ids = calloc(g->n ? g->n : 1, sizeof(*ids));
+	int ret;
+
+	if (!ids)
+		return -ENOMEM;
+	for (size_t i = 0; i < g->n; i++)
+		ids[i] = topo[i]->state->self->id;
+	ret = connect_all(g, ids);
+	free(ids);
+	if (!ret)
+		ret = rebuild(g, topo, false);
+	if (!ret) {
+		for (size_t i = 0; i < g->n; i++)
+			g->p[i].quiesced = true;
+		ret = run_phase(g, "RESUME", step_resume, NULL, NULL);
+	}
+	cuip_group_disconnect(g);
+	return ret;
+}
+
+void cuip_group_free(struct cuip_group *g)
+{
+	for (size_t i = 0; i < g->n; i++) {
+		if (g->p[i].fd >= 0)
+			close(g->p[i].fd);
+		cuip_response_free(g->p[i].inspect);
+		cuip_response_free(g->p[i].save);
+	}
+	free(g->p);
+	g->p = NULL;
+	g->n = 0;
+}

@@ -1,0 +1,91 @@
+/*
+ * coord.h - the group coordinator: drives every participant through the
+ * checkpoint and rebuild phases over their control sockets.
+ *
+ * Each phase runs one thread per participant and ends with a barrier: the
+ * next phase starts only when every participant has answered, and not at
+ * all if one failed. Used by the CRIU hooks (hooks.c) and by unit tests
+ * against fake participant servers. A group is used by one thread (the
+ * hook) at a time; phase threads touch only their own participant.
+ */
+#ifndef CUIP_PLUGIN_COORD_H
+#define CUIP_PLUGIN_COORD_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "options.h"
+#include "wire.h"
+
+struct cuip_part {
+	pid_t pid;	     /* real pid (criu's view) */
+	pid_t vpid;	     /* pid the participant sees for itself */
+	char sock[PATH_MAX]; /* control socket, inside the participant's mount ns */
+	int fd;		     /* connection, -1 when closed */
+
+	/* dump */
+	Cuip__Response *inspect;      /* owns st at dump */
+	const Cuip__ProcessState *st; /* dump: inspected; restore: checkpointed */
+	Cuip__Response *save;	      /* owns the carrier entries below */
+	Cuip__CarrierEntry **carriers;
+	size_t n_carriers;
+	uint64_t expected_bytes; /* sum of the carried allocations */
+	bool quiesced;		 /* QUIESCE was sent: the gate may be closed */
+	bool torn_down;		 /* PREPARE_UNICAST was sent: rebuild needed */
+
+	/* result of the phase in progress */
+	int status;
+	char err[512];
+	uint64_t bytes;
+	size_t records;
+};
+
+struct cuip_group {
+	struct cuip_part *p;
+	size_t n;
+	const struct cuip_opts *o;
+	int imgdir; /* CRIU's image directory */
+	uint8_t ckpt_id[16];
+	uint64_t carried_bytes;
+	bool images_written;
+	char err[1024]; /* the first failure, for the caller's message */
+	/* test hook: called after every phase barrier with its name */
+	void (*after_phase)(struct cuip_group *g, const char *phase, int status);
+};
+
+/* Connect (if needed) and handshake with every participant; check that the
+ * identity matches (restore) or record it. */
+int cuip_group_connect(struct cuip_group *g);
+
+/*
+ * Dump: HANDSHAKE/INSPECT, PREFLIGHT, QUIESCE, PREPARE_MULTICAST, SAVE,
+ * images, PREPARE_UNICAST, BYE. On failure the group is rolled back in
+ * place (cuip_group_rollback) and the error returned; g->err says why.
+ */
+int cuip_group_dump(struct cuip_group *g);
+
+/* Undo a (partial) dump on the running job: rebuild what was torn down from
+ * what was saved, reopen every gate, close every connection. */
+int cuip_group_rollback(struct cuip_group *g);
+
+/*
+ * Rebuild from checkpointed topologies (restore, or in place after a native
+ * checkpoint): connect, LOAD, REBUILD CREATORS | IMPORTERS (| multicast
+ * stages), VERIFY, RESUME, BYE. `topo[i]` belongs to g->p[i].
+ */
+int cuip_group_rebuild(struct cuip_group *g, const Cuip__Topology *const *topo);
+
+/* BYE and close every open connection. */
+void cuip_group_disconnect(struct cuip_group *g);
+
+/* Release everything the dump kept (inspect/save replies). */
+void cuip_group_free(struct cuip_group *g);
+
+/* The topology of participant i as the dump saw it (for in-place rebuild);
+ * fields point into the group. */
+void cuip_group_topology(const struct cuip_group *g, size_t i, Cuip__Topology *t);
+
+#endif /* CUIP_PLUGIN_COORD_H */

@@ -1,0 +1,719 @@
+/*
+ * hooks.c - the CRIU plugin: hook entry points, the per-stage state that
+ * carries the group from one hook to the next, and the glue between
+ * discovery (proc.c, sockdiag.c), the coordinator (coord.c), native
+ * checkpoint (native.c, tracee.c) and the images (images.c).
+ *
+ * CRIU calls every hook from its main thread, serially; this module's state
+ * (`S`) is touched only there. The whole group is handled at the first call
+ * of each hook; later calls only check that nothing new appeared.
+ *
+ * Hook order and ptrace states (CRIU 4.1.1, criu/seize.c, cr-dump.c,
+ * cr-restore.c): init(DUMP); PAUSE_DEVICES(root real pid) before anything
+ * is frozen, then once per child while the tree is collected;
+ * CHECKPOINT_DEVICES(real pid) for every live task after the whole tree is
+ * frozen (threads in PTRACE_INTERRUPT stops); fini(DUMP, ret) after the
+ * images are written, tasks still frozen, before CRIU kills them or lets
+ * them run (--leave-running, or any failure). Restore: init(RESTORE) then
+ * RESUME_DEVICES_LATE(real pid) per live task, root first, after every
+ * thread stopped at the syscall-exit of rt_sigreturn; its return value is
+ * only logged. All pids are "real" (criu's pid namespace).
+ */
+#include "config.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <link.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* CRIU finds the plugin through CR_PLUGIN_DESC: the one exported symbol. */
+#pragma GCC visibility push(default)
+#include <criu-plugin.h>
+#pragma GCC visibility pop
+
+#include "coord.h"
+#include "images.h"
+#include "log.h"
+#include "native.h"
+#include "options.h"
+#include "proc.h"
+#include "sockdiag.h"
+#include "tracee.h"
+
+#define PLUGIN_NAME "cuinterpose"
+
+static struct {
+	int stage;
+	bool disabled; /* decline every hook with -ENOTSUP */
+	bool active;   /* the dump/restore involves CUDA processes */
+	bool paused;   /* first PAUSE_DEVICES done */
+	int pause_ret;
+	bool checkpointed; /* first CHECKPOINT_DEVICES done */
+	bool resumed;	   /* first RESUME_DEVICES_LATE done */
+	int resume_ret;
+	bool prepared; /* participants torn down, images written */
+	struct cuip_opts o;
+	pid_t *tree;
+	size_t n_tree;
+	struct cuip_group g;
+	struct cuip_native_proc *nat;
+	size_t n_nat;
+	int listed; /* restore: CRIU's inventory names this plugin (-1: unknown) */
+} S;
+
+/* ---- CRIU internals, all optional ---------------------------------------- */
+
+static void *criu_sym(const char *name)
+{
+	return dlsym(RTLD_DEFAULT, name);
+}
+
+static int image_dir(void)
+{
+	int (*fn)(void) = (int (*)(void))criu_sym("criu_get_image_dir");
+
+	return fn ? fn() : -EBADF;
+}
+
+/* Does criu's command line carry `flag` (optionally with a value)? */
+static const char *cmdline_value(const char *flag, bool *present)
+{
+	static char buf[65536];
+	static ssize_t len = -1;
+	const char *p;
+
+	*present = false;
+	if (len < 0) {
+		int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+		len = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : 0;
+		if (fd >= 0)
+			close(fd);
+		if (len < 0)
+			len = 0;
+		buf[len] = 0;
+	}
+	for (p = buf; p < buf + len; p += strlen(p) + 1) {
+		size_t fl = strlen(flag);
+		if (!strncmp(p, flag, fl) && (p[fl] == 0 || p[fl] == '=')) {
+			*present = true;
+			if (p[fl] == '=')
+				return p + fl + 1;
+			p += strlen(p) + 1;
+			return p < buf + len ? p : NULL;
+		}
+	}
+	return NULL;
+}
+
+/* Will the dumped tasks keep running after the dump? */
+static bool leave_running(void)
+{
+	int *opts = criu_sym("opts");
+	bool r, lr;
+
+	if (S.o.leave_running >= 0)
+		return S.o.leave_running;
+	/* cr_options.final_state is the first member of CRIU's opts in every
+	 * release with device hooks: TASK_ALIVE (1) means --leave-running. */
+	if (opts && (*opts == 1 || *opts == 2))
+		return *opts == 1;
+	cmdline_value("-R", &r);
+	cmdline_value("--leave-running", &lr);
+	return r || lr;
+}
+
+static unsigned lock_timeout_ms(void)
+{
+	const char *v;
+	bool present;
+
+	if (S.o.lock_timeout_ms)
+		return S.o.lock_timeout_ms;
+	v = cmdline_value("--timeout", &present);
+	if (present && v && atoi(v) > 0)
+		return (unsigned)atoi(v) * 1000;
+	return 10000; /* CRIU's default --timeout */
+}
+
+/* ---- cuda_plugin must not be loaded beside us --------------------------- */
+
+static int find_cuda_plugin(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	const char *slash = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+	const char *base = slash ? slash + 1 : info->dlpi_name;
+
+	if (base && !strcmp(base, "cuda_plugin.so")) {
+		snprintf(arg, PATH_MAX, "%s", info->dlpi_name);
+		return 1;
+	}
+	return 0;
+}
+
+static int refuse_cuda_plugin(void)
+{
+	char found[PATH_MAX] = "";
+	Dl_info di;
+
+	dl_iterate_phdr(find_cuda_plugin, found);
+	if (!found[0] && dladdr((void *)&CR_PLUGIN_DESC, &di) && di.dli_fname) {
+		/* CRIU loads every *.so of one directory: ours. */
+		const char *slash = strrchr(di.dli_fname, '/');
+
+		if (slash && (size_t)(slash - di.dli_fname) < sizeof(found) - 16) {
+			snprintf(found, sizeof(found), "%.*s/cuda_plugin.so", (int)(slash - di.dli_fname),
+				 di.dli_fname);
+			if (access(found, F_OK))
+				found[0] = 0;
+		}
+	}
+	if (!found[0])
+		return 0;
+	pr_err("CRIU's cuda_plugin is loaded beside cuinterpose (%s): both would drive native CUDA checkpoint "
+	       "and CRIU would run only one of them; remove cuda_plugin.so from the plugin directory or pass "
+	       "--libdir with a directory holding only cuinterpose_plugin.so",
+	       found);
+	return -1;
+}
+
+/* ---- shared helpers ----------------------------------------------------- */
+
+static void reset_state(void)
+{
+	cuip_group_free(&S.g);
+	free(S.tree);
+	free(S.nat);
+	memset(&S, 0, sizeof(S));
+}
+
+static int add_native(pid_t pid, char *err, size_t errlen)
+{
+	struct cuip_native_proc *nv;
+	int tid, state, ret;
+
+	ret = cuip_native_probe(pid, &tid, &state, err, errlen);
+	if (ret == -ENOENT)
+		return 0;
+	if (ret)
+		return ret;
+	nv = realloc(S.nat, (S.n_nat + 1) * sizeof(*nv));
+	if (!nv)
+		return -ENOMEM;
+	S.nat = nv;
+	memset(&S.nat[S.n_nat], 0, sizeof(S.nat[0]));
+	S.nat[S.n_nat].pid = pid;
+	S.nat[S.n_nat].restore_tid = tid;
+	S.nat[S.n_nat].initial = state;
+	/* At restore the driver reports what the checkpoint left behind. */
+	if (state == CUIP_NATIVE_CHECKPOINTED)
+		S.nat[S.n_nat].locked = S.nat[S.n_nat].checkpointed = true;
+	else if (state == CUIP_NATIVE_LOCKED)
+		S.nat[S.n_nat].locked = true;
+	pr_debug("pid %d is a CUDA process (restore thread %d, %s)", pid, tid, cuip_native_state_name(state));
+	S.n_nat++;
+	return 0;
+}
+
+static int add_participant(pid_t pid, char *err, size_t errlen)
+{
+	struct cuip_part *np;
+	pid_t vpid = cuip_proc_vpid(pid);
+
+	if (vpid <= 0) {
+		snprintf(err, errlen, "cannot read the namespace pid of %d", pid);
+		return vpid ? vpid : -ESRCH;
+	}
+	np = realloc(S.g.p, (S.g.n + 1) * sizeof(*np));
+	if (!np)
+		return -ENOMEM;
+	S.g.p = np;
+	memset(&S.g.p[S.g.n], 0, sizeof(S.g.p[0]));
+	S.g.p[S.g.n].pid = pid;
+	S.g.p[S.g.n].vpid = vpid;
+	S.g.p[S.g.n].fd = -1;
+	S.g.n++;
+	return 0;
+}
+
+static int find_sockets(char *err, size_t errlen)
+{
+	for (size_t i = 0; i < S.g.n; i++) {
+		struct cuip_part *p = &S.g.p[i];
+		int ret = cuip_find_control_socket(p->pid, p->vpid, p->sock, sizeof(p->sock), err, errlen);
+		if (ret)
+			return ret;
+		pr_debug("pid %d (self %d): control socket %s", p->pid, p->vpid, p->sock);
+	}
+	return 0;
+}
+
+/* Threads to let run: the restore threads of the CUDA processes (native),
+ * the interposer's own threads of the participants (rebuild). */
+struct thawed {
+	struct cuip_tracee *t;
+	size_t n;
+};
+
+static int thaw_add(struct thawed *th, pid_t pid, pid_t tid)
+{
+	struct cuip_tracee *nt = realloc(th->t, (th->n + 1) * sizeof(*nt));
+	int ret;
+
+	if (!nt)
+		return -ENOMEM;
+	th->t = nt;
+	memset(&th->t[th->n], 0, sizeof(th->t[0]));
+	th->t[th->n].pid = pid;
+	th->t[th->n].tid = tid;
+	ret = cuip_tracee_resume(&th->t[th->n]);
+	th->n++;
+	return ret;
+}
+
+static int thaw_restore_threads(struct thawed *th)
+{
+	for (size_t i = 0; i < S.n_nat; i++) {
+		int ret = thaw_add(th, S.nat[i].pid, S.nat[i].restore_tid);
+		if (ret) {
+			pr_err("cannot let the CUDA restore thread %d of pid %d run", S.nat[i].restore_tid,
+			       S.nat[i].pid);
+			return ret;
+		}
+	}
+	return 0;
+}
+
+static int thaw_interposer_threads(struct thawed *th, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < S.g.n; i++) {
+		pid_t *tids = NULL;
+		int n = cuip_proc_threads(S.g.p[i].pid, CUIP_THREAD_PREFIX, &tids);
+
+		if (n <= 0) {
+			snprintf(err, errlen, "pid %d has no interposer threads (" CUIP_THREAD_PREFIX "*)",
+				 S.g.p[i].pid);
+			free(tids);
+			return n ? n : -ESRCH;
+		}
+		for (int k = 0; k < n; k++) {
+			int ret = thaw_add(th, S.g.p[i].pid, tids[k]);
+			if (ret) {
+				snprintf(err, errlen, "cannot let interposer thread %d of pid %d run: %s", tids[k],
+					 S.g.p[i].pid, strerror(-ret));
+				free(tids);
+				return ret;
+			}
+		}
+		free(tids);
+	}
+	return 0;
+}
+
+static int refreeze(struct thawed *th)
+{
+	int ret = 0;
+
+	for (size_t i = 0; i < th->n; i++) {
+		int r = cuip_tracee_stop(&th->t[i]);
+		if (r && !ret)
+			ret = r;
+	}
+	free(th->t);
+	th->t = NULL;
+	th->n = 0;
+	return ret;
+}
+
+/* Native restore + unlock of every CUDA process, restore threads thawed. */
+static int native_restore(char *err, size_t errlen)
+{
+	struct thawed th = {0};
+	int ret;
+
+	if (!S.n_nat)
+		return 0;
+	ret = thaw_restore_threads(&th);
+	if (!ret)
+		ret = cuip_native_restore_all(S.nat, S.n_nat, S.o.remap, S.o.n_remap, err, errlen);
+	if (!ret)
+		ret = cuip_native_unlock_all(S.nat, S.n_nat, err, errlen);
+	if (refreeze(&th) && !ret) {
+		snprintf(err, errlen, "cannot stop the CUDA restore threads again");
+		ret = -EIO;
+	}
+	return ret;
+}
+
+/* ---- dump --------------------------------------------------------------- */
+
+static int write_native_only_inventory(void)
+{
+	char err[512];
+	uint8_t id[16];
+	int ret;
+
+	if (getrandom(id, sizeof(id), 0) != sizeof(id))
+		memset(id, 0x5a, sizeof(id));
+	ret = cuip_images_write(S.g.imgdir, id, NULL, 0, 0, err, sizeof(err));
+	if (ret)
+		pr_err("%s", err);
+	return ret;
+}
+
+static int pause_group(pid_t root)
+{
+	int (*add_inv)(const char *) = (int (*)(const char *))criu_sym("add_inventory_plugin");
+	void (*interrupt_only)(void) = (void (*)(void))criu_sym("set_compel_interrupt_only_mode");
+	char err[1024] = "";
+	double t0 = cuip_now();
+	pid_t *tree;
+	int n, ret;
+
+	n = cuip_proc_tree(root, &tree);
+	if (n < 0) {
+		pr_err("cannot walk the process tree of pid %d: %s", root, strerror(-n));
+		return n;
+	}
+	S.tree = tree;
+	S.n_tree = (size_t)n;
+	for (size_t i = 0; i < S.n_tree; i++) {
+		int has = cuip_proc_has_interposer(S.tree[i]);
+		if (has > 0 && (ret = add_participant(S.tree[i], err, sizeof(err)))) {
+			pr_err("%s", err);
+			return ret;
+		}
+	}
+	ret = cuip_native_open(S.o.libcuda, err, sizeof(err));
+	if (ret) {
+		if (S.g.n) {
+			pr_err("%s; %zu processes run the interposer (pid %d first) and need native checkpoint; "
+			       "set LD_LIBRARY_PATH or CUINTERPOSE_LIBCUDA for criu",
+			       err, S.g.n, S.g.p[0].pid);
+			return ret;
+		}
+		pr_info("%s; no process runs the interposer: declining", err);
+		S.disabled = true;
+		return -ENOTSUP;
+	}
+	for (size_t i = 0; i < S.n_tree; i++) {
+		if ((ret = add_native(S.tree[i], err, sizeof(err)))) {
+			pr_err("%s", err);
+			return ret;
+		}
+	}
+	if (!S.g.n && !S.n_nat) {
+		pr_info("no CUDA process and no participant in the tree of pid %d: declining", root);
+		S.disabled = true;
+		return -ENOTSUP;
+	}
+	S.active = true;
+	S.g.o = &S.o;
+	S.g.imgdir = image_dir();
+	if (S.g.imgdir < 0) {
+		pr_err("CRIU did not give an image directory");
+		return -EBADF;
+	}
+	if (add_inv && add_inv(PLUGIN_NAME))
+		pr_warn("cannot record the plugin in CRIU's inventory; restore will not insist on it");
+	/* Frozen cgroups would keep the restore threads from running. */
+	if (interrupt_only)
+		interrupt_only();
+	else
+		pr_warn("set_compel_interrupt_only_mode not found in criu: do not use --freeze-cgroup");
+
+	pr_info("dump of tree %d: %zu processes, %zu participants, %zu CUDA processes", root, S.n_tree, S.g.n, S.n_nat);
+	if (S.g.n) {
+		ret = find_sockets(err, sizeof(err));
+		if (ret) {
+			pr_err("%s", err);
+			return ret;
+		}
+		ret = cuip_group_dump(&S.g);
+		if (ret) {
+			pr_err("dump refused: %s; the job keeps running with its sharing intact", S.g.err);
+			return ret;
+		}
+		S.prepared = true;
+	} else if ((ret = write_native_only_inventory())) {
+		return ret;
+	}
+
+	ret = cuip_native_lock_all(S.nat, S.n_nat, lock_timeout_ms(), err, sizeof(err));
+	if (ret) {
+		char e2[512];
+		pr_err("dump refused: %s (lock timeout %u ms, CUINTERPOSE_LOCK_TIMEOUT_MS)", err, lock_timeout_ms());
+		cuip_native_unlock_all(S.nat, S.n_nat, e2, sizeof(e2));
+		if (S.prepared && !cuip_group_rollback(&S.g))
+			S.prepared = false;
+		return ret;
+	}
+	pr_info("PAUSE_DEVICES done: %zu participants, %zu CUDA processes locked, %" PRIu64 " bytes carried, %.3f s",
+		S.g.n, S.n_nat, S.g.carried_bytes, cuip_now() - t0);
+	return 0;
+}
+
+static int cuip_pause_devices(int pid)
+{
+	if (S.disabled || S.stage != CR_PLUGIN_STAGE__DUMP)
+		return -ENOTSUP;
+	if (!S.paused) {
+		S.paused = true;
+		if (refuse_cuda_plugin())
+			return S.pause_ret = -1;
+		S.pause_ret = pause_group(pid);
+		return S.pause_ret;
+	}
+	if (S.pause_ret)
+		return S.pause_ret;
+	for (size_t i = 0; i < S.n_tree; i++)
+		if (S.tree[i] == pid)
+			return 0;
+	/* A process we did not see when the group was prepared. */
+	if (cuip_proc_has_interposer(pid) > 0 || cuip_native_state(pid) >= 0) {
+		char comm[32];
+		cuip_proc_comm(pid, comm, sizeof(comm));
+		pr_err("pid %d (%s) joined the tree after cuinterpose prepared it and uses CUDA; checkpoint again", pid,
+		       comm);
+		return -1;
+	}
+	return 0;
+}
+
+static int cuip_checkpoint_devices(int pid)
+{
+	struct thawed th = {0};
+	char err[512];
+	double t0;
+	int ret;
+
+	if (S.disabled || !S.active)
+		return -ENOTSUP;
+	if (S.checkpointed)
+		return 0;
+	S.checkpointed = true;
+	t0 = cuip_now();
+	ret = thaw_restore_threads(&th);
+	if (!ret)
+		ret = cuip_native_checkpoint_all(S.nat, S.n_nat, err, sizeof(err));
+	else
+		snprintf(err, sizeof(err), "cannot let the CUDA restore threads run");
+	if (refreeze(&th) && !ret) {
+		snprintf(err, sizeof(err), "cannot stop the CUDA restore threads again");
+		ret = -EIO;
+	}
+	if (ret) {
+		pr_err("native checkpoint failed: %s; the dump fails and the job is restored in place", err);
+		return -1;
+	}
+	pr_info("CHECKPOINT_DEVICES done: %zu CUDA processes checkpointed, %.3f s", S.n_nat, cuip_now() - t0);
+	return 0;
+}
+
+/* Native restore + unlock, then the in-place rebuild of the participants:
+ * the job goes on as if it had not been checkpointed. */
+static int restore_in_place(void)
+{
+	struct thawed th = {0};
+	char err[1024] = "";
+	int ret;
+
+	ret = native_restore(err, sizeof(err));
+	if (ret) {
+		pr_err("native restore in place failed: %s; the job cannot continue", err);
+		return ret;
+	}
+	if (!S.prepared)
+		return 0;
+	ret = thaw_interposer_threads(&th, err, sizeof(err));
+	if (ret)
+		pr_err("%s", err);
+	else
+		ret = cuip_group_rollback(&S.g);
+	if (refreeze(&th) && !ret)
+		ret = -EIO;
+	if (!ret)
+		S.prepared = false;
+	return ret;
+}
+
+/* ---- restore ------------------------------------------------------------ */
+
+static void kill_tree(const char *why)
+{
+	pr_err("restore cannot complete: %s", why);
+	pr_err("killing the restored tree (%zu processes, root %d) instead of letting it resume half-built", S.n_tree,
+	       S.n_tree ? S.tree[0] : 0);
+	cuip_proc_kill_all(S.tree, S.n_tree);
+}
+
+static int resume_group(pid_t root)
+{
+	struct cuip_ckpt ck = {0};
+	struct thawed th = {0};
+	char err[1024] = "";
+	pid_t *vpids = NULL;
+	double t0 = cuip_now();
+	int n, ret;
+
+	n = cuip_proc_tree(root, &S.tree);
+	if (n < 0) {
+		snprintf(err, sizeof(err), "cannot walk the restored tree of pid %d: %s", root, strerror(-n));
+		ret = n;
+		goto fail;
+	}
+	S.n_tree = (size_t)n;
+	S.g.o = &S.o;
+	S.g.imgdir = image_dir();
+	ret = cuip_images_read(S.g.imgdir, &ck, err, sizeof(err));
+	if (ret)
+		goto fail; /* init declined already when there was nothing of ours */
+	S.active = true;
+	for (size_t i = 0; i < S.n_tree; i++) {
+		int has = cuip_proc_has_interposer(S.tree[i]);
+		if (has > 0 && (ret = add_participant(S.tree[i], err, sizeof(err))))
+			goto fail;
+	}
+	vpids = calloc(S.g.n ? S.g.n : 1, sizeof(*vpids));
+	if (!vpids) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	for (size_t i = 0; i < S.g.n; i++)
+		vpids[i] = S.g.p[i].vpid;
+	ret = cuip_images_match(&ck, vpids, S.g.n, err, sizeof(err));
+	if (ret)
+		goto fail;
+	/* Put the participants in inventory order: g.p[i] <-> ck.topo[i]. */
+	for (size_t i = 0; i < ck.n; i++)
+		for (size_t k = i; k < S.g.n; k++)
+			if (S.g.p[k].vpid == ck.inv->participants[i]->pid) {
+				struct cuip_part tmp = S.g.p[i];
+				S.g.p[i] = S.g.p[k];
+				S.g.p[k] = tmp;
+			}
+	if (S.o.verify_carriers && ck.carried_bytes) {
+		double t1 = cuip_now();
+		ret = cuip_images_verify_carriers(S.g.imgdir, &ck, err, sizeof(err));
+		if (ret)
+			goto fail;
+		pr_info("CARRIERS verified: %" PRIu64 " bytes, %.3f s", ck.carried_bytes, cuip_now() - t1);
+	}
+	ret = cuip_native_open(S.o.libcuda, err, sizeof(err));
+	for (size_t i = 0; !ret && i < S.n_tree; i++)
+		ret = add_native(S.tree[i], err, sizeof(err));
+	if (ret)
+		goto fail;
+	pr_info("restore of tree %d: %zu processes, %zu participants, %zu CUDA processes, %" PRIu64 " carried bytes",
+		root, S.n_tree, S.g.n, S.n_nat, ck.carried_bytes);
+	ret = native_restore(err, sizeof(err));
+	if (ret)
+		goto fail;
+	if (S.g.n) {
+		ret = thaw_interposer_threads(&th, err, sizeof(err));
+		if (!ret)
+			ret = find_sockets(err, sizeof(err));
+		if (!ret) {
+			ret = cuip_group_rebuild(&S.g, (const Cuip__Topology *const *)ck.topo);
+			if (ret)
+				snprintf(err, sizeof(err), "%s", S.g.err);
+		}
+		if (refreeze(&th) && !ret) {
+			snprintf(err, sizeof(err), "cannot stop the interposer threads again");
+			ret = -EIO;
+		}
+		if (ret)
+			goto fail;
+	}
+	pr_info("RESUME_DEVICES_LATE done: %zu participants rebuilt, %zu CUDA processes restored, %.3f s", S.g.n,
+		S.n_nat, cuip_now() - t0);
+	free(vpids);
+	cuip_images_free(&ck);
+	return 0;
+fail:
+	refreeze(&th);
+	kill_tree(err[0] ? err : strerror(-ret));
+	free(vpids);
+	cuip_images_free(&ck);
+	return ret ? ret : -1;
+}
+
+static int cuip_resume_devices_late(int pid)
+{
+	if (S.disabled || S.stage != CR_PLUGIN_STAGE__RESTORE)
+		return -ENOTSUP;
+	if (!S.resumed) {
+		S.resumed = true;
+		S.resume_ret = resume_group(pid);
+		return S.resume_ret;
+	}
+	return S.active ? S.resume_ret : -ENOTSUP;
+}
+
+/* ---- init / fini -------------------------------------------------------- */
+
+static int cuip_init(int stage)
+{
+	char err[512];
+
+	reset_state();
+	S.stage = stage;
+	S.listed = -1;
+	if (stage == CR_PLUGIN_STAGE__PRE_DUMP) {
+		/* Pre-dump copies memory of running tasks; device state is the
+		 * final dump's business. */
+		S.disabled = true;
+		return 0;
+	}
+	if (refuse_cuda_plugin())
+		return -1;
+	if (cuip_opts_load(&S.o, err, sizeof(err))) {
+		pr_err("%s", err);
+		return -1;
+	}
+	cuip_log_set_verbose(S.o.verbose);
+	if (stage == CR_PLUGIN_STAGE__RESTORE) {
+		bool (*check)(const char *, size_t) =
+			(bool (*)(const char *, size_t))criu_sym("check_and_remove_inventory_plugin");
+		struct stat sb;
+		int dir = image_dir();
+
+		if (check)
+			S.listed = check(PLUGIN_NAME, strlen(PLUGIN_NAME)) ? 1 : 0;
+		if (dir >= 0 && fstatat(dir, CUIP_INVENTORY_IMG, &sb, 0) && S.listed != 1) {
+			pr_debug("no %s in the image directory: declining", CUIP_INVENTORY_IMG);
+			S.disabled = true;
+		}
+	}
+	pr_debug("initialized for stage %d", stage);
+	return 0;
+}
+
+static void cuip_fini(int stage, int ret)
+{
+	if (stage == CR_PLUGIN_STAGE__DUMP && S.active) {
+		bool lr = leave_running();
+
+		if (ret || lr) {
+			pr_info("dump %s: restoring the job in place", ret ? "failed" : "done with --leave-running");
+			if (restore_in_place())
+				pr_err("the job could not be restored in place after the dump; its CUDA processes are "
+				       "unusable and must be restarted");
+			else
+				pr_info("in-place restore complete: the job keeps running with its sharing intact");
+		}
+	}
+	cuip_group_disconnect(&S.g);
+	reset_state();
+}
+
+CR_PLUGIN_REGISTER(PLUGIN_NAME, cuip_init, cuip_fini)
+CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__PAUSE_DEVICES, cuip_pause_devices)
+CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__CHECKPOINT_DEVICES, cuip_checkpoint_devices)
+CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__RESUME_DEVICES_LATE, cuip_resume_devices_late)

@@ -1,0 +1,334 @@
+/*
+ * images.c - writing and validating the plugin's images; see images.h.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "images.h"
+#include "preflight.h"
+
+static void errfmt(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void errfmt(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+void cuip_carrier_name(pid_t vpid, char *buf, size_t len)
+{
+	snprintf(buf, len, CUIP_CARRIER_FMT, (int)vpid);
+}
+
+int cuip_images_write(int dirfd, const uint8_t ckpt_id[16], const struct cuip_img_proc *p, size_t n,
+		      uint64_t carried_bytes, char *err, size_t errlen)
+{
+	Cuip__Inventory inv = CUIP__INVENTORY__INIT;
+	Cuip__ProcessId **ids;
+	struct timespec ts;
+	int ret = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		Cuip__Topology t = CUIP__TOPOLOGY__INIT;
+		char name[64];
+
+		t.checkpoint_id.data = (uint8_t *)ckpt_id;
+		t.checkpoint_id.len = 16;
+		t.state = (Cuip__ProcessState *)p[i].st;
+		t.carriers = p[i].carriers;
+		t.n_carriers = p[i].n_carriers;
+		snprintf(name, sizeof(name), CUIP_TOPOLOGY_FMT, (int)p[i].st->self->pid);
+		ret = cuip_image_write(dirfd, name, CUIP_KIND_TOPOLOGY, &t.base);
+		if (ret) {
+			errfmt(err, errlen, "cannot write %s: %s", name, strerror(-ret));
+			return ret;
+		}
+	}
+	ids = calloc(n ? n : 1, sizeof(*ids));
+	if (!ids)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		ids[i] = p[i].st->self;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	inv.checkpoint_id.data = (uint8_t *)ckpt_id;
+	inv.checkpoint_id.len = 16;
+	inv.participants = ids;
+	inv.n_participants = n;
+	inv.has_created_unix_ns = 1;
+	inv.created_unix_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	inv.version = (char *)PACKAGE_VERSION;
+	inv.has_carried_bytes = 1;
+	inv.carried_bytes = carried_bytes;
+	ret = cuip_image_write(dirfd, CUIP_INVENTORY_IMG, CUIP_KIND_INVENTORY, &inv.base);
+	if (ret)
+		errfmt(err, errlen, "cannot write %s: %s", CUIP_INVENTORY_IMG, strerror(-ret));
+	free(ids);
+	return ret;
+}
+
+void cuip_images_free(struct cuip_ckpt *c)
+{
+	for (size_t i = 0; i < c->n; i++)
+		if (c->topo && c->topo[i])
+			protobuf_c_message_free_unpacked(&c->topo[i]->base, NULL);
+	free(c->topo);
+	if (c->inv)
+		protobuf_c_message_free_unpacked(&c->inv->base, NULL);
+	memset(c, 0, sizeof(*c));
+}
+
+static int same_ckpt(const ProtobufCBinaryData *a, const ProtobufCBinaryData *b)
+{
+	return a->len == 16 && b->len == 16 && !memcmp(a->data, b->data, 16);
+}
+
+/* Carrier index of one topology against its own state and the files. */
+static int check_carriers(int dirfd, const char *tname, const Cuip__Topology *t, uint64_t *bytes, char *err,
+			  size_t errlen)
+{
+	const Cuip__ProcessState *st = t->state;
+	char want[64];
+
+	cuip_carrier_name(st->self->pid, want, sizeof(want));
+	for (size_t i = 0; i < t->n_carriers; i++) {
+		const Cuip__CarrierEntry *e = t->carriers[i];
+		const Cuip__Allocation *a = NULL;
+		uint64_t chunks;
+		struct stat sb;
+
+		if (!e->alloc || !e->file || strcmp(e->file, want)) {
+			errfmt(err, errlen, "%s: carrier entry %zu names file \"%s\", expected %s", tname, i,
+			       e->file ? e->file : "(none)", want);
+			return -EBADMSG;
+		}
+		for (size_t k = 0; k < st->n_allocations; k++) {
+			const Cuip__AllocId *id = st->allocations[k]->id;
+			if (id && id->creator == e->alloc->creator && id->serial == e->alloc->serial)
+				a = st->allocations[k];
+		}
+		if (!a || !cuip_alloc_carried_by(a, st->self->id)) {
+			errfmt(err, errlen,
+			       "%s: carrier entry for allocation %llx:%llu which this participant did not "
+			       "create as shared",
+			       tname, (unsigned long long)e->alloc->creator, (unsigned long long)e->alloc->serial);
+			return -EBADMSG;
+		}
+		if (e->size != cuip_alloc_size(a)) {
+			errfmt(err, errlen, "%s: carrier entry for %llx:%llu holds %llu bytes, the allocation has %llu",
+			       tname, (unsigned long long)e->alloc->creator, (unsigned long long)e->alloc->serial,
+			       (unsigned long long)e->size, (unsigned long long)cuip_alloc_size(a));
+			return -EBADMSG;
+		}
+		if (!e->chunk_size) {
+			errfmt(err, errlen, "%s: carrier entry %zu has chunk size 0", tname, i);
+			return -EBADMSG;
+		}
+		chunks = (e->size + e->chunk_size - 1) / e->chunk_size;
+		if (e->n_crc32c != chunks) {
+			errfmt(err, errlen, "%s: carrier entry %zu has %zu checksums for %llu chunks", tname, i,
+			       e->n_crc32c, (unsigned long long)chunks);
+			return -EBADMSG;
+		}
+		if (fstatat(dirfd, e->file, &sb, 0)) {
+			int ret = -errno;
+			errfmt(err, errlen, "%s: %s", e->file, errno == ENOENT ? "missing" : strerror(errno));
+			return ret;
+		}
+		if (e->offset + e->size < e->offset || (uint64_t)sb.st_size < e->offset + e->size) {
+			errfmt(err, errlen, "%s: truncated: %lld bytes, the index needs %llu", e->file,
+			       (long long)sb.st_size, (unsigned long long)(e->offset + e->size));
+			return -ENODATA;
+		}
+		*bytes += e->size;
+	}
+	/* Every carried allocation must have an entry. */
+	for (size_t k = 0; k < st->n_allocations; k++) {
+		const Cuip__Allocation *a = st->allocations[k];
+		int found = 0;
+
+		if (!cuip_alloc_carried_by(a, st->self->id))
+			continue;
+		for (size_t i = 0; i < t->n_carriers; i++)
+			if (t->carriers[i]->alloc->creator == a->id->creator &&
+			    t->carriers[i]->alloc->serial == a->id->serial)
+				found = 1;
+		if (!found) {
+			errfmt(err, errlen, "%s: shared allocation %llx:%llu has no carrier entry", tname,
+			       (unsigned long long)a->id->creator, (unsigned long long)a->id->serial);
+			return -EBADMSG;
+		}
+	}
+	return 0;
+}
+
+int cuip_images_read(int dirfd, struct cuip_ckpt *c, char *err, size_t errlen)
+{
+	ProtobufCMessage *m;
+	int ret;
+
+	memset(c, 0, sizeof(*c));
+	ret = cuip_image_read(dirfd, CUIP_INVENTORY_IMG, CUIP_KIND_INVENTORY, &cuip__inventory__descriptor, NULL, &m,
+			      err, errlen);
+	if (ret)
+		return ret;
+	c->inv = (Cuip__Inventory *)m;
+	if (c->inv->checkpoint_id.len != 16) {
+		errfmt(err, errlen, "%s: checkpoint id has %zu bytes, not 16", CUIP_INVENTORY_IMG,
+		       c->inv->checkpoint_id.len);
+		ret = -EBADMSG;
+		goto fail;
+	}
+	c->topo = calloc(c->inv->n_participants ? c->inv->n_participants : 1, sizeof(*c->topo));
+	if (!c->topo) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	c->n = c->inv->n_participants;
+	for (size_t i = 0; i < c->n; i++) {
+		const Cuip__ProcessId *pid = c->inv->participants[i];
+		char name[64];
+
+		for (size_t j = 0; j < i; j++) {
+			if (c->inv->participants[j]->pid == pid->pid || c->inv->participants[j]->id == pid->id) {
+				errfmt(err, errlen, "%s: participant pid %d / identity %016llx listed twice",
+				       CUIP_INVENTORY_IMG, pid->pid, (unsigned long long)pid->id);
+				ret = -EBADMSG;
+				goto fail;
+			}
+		}
+		snprintf(name, sizeof(name), CUIP_TOPOLOGY_FMT, pid->pid);
+		ret = cuip_image_read(dirfd, name, CUIP_KIND_TOPOLOGY, &cuip__topology__descriptor, NULL, &m, err,
+				      errlen);
+		if (ret)
+			goto fail;
+		c->topo[i] = (Cuip__Topology *)m;
+		if (!same_ckpt(&c->topo[i]->checkpoint_id, &c->inv->checkpoint_id)) {
+			errfmt(err, errlen, "%s belongs to another checkpoint than %s (mixed image directories?)", name,
+			       CUIP_INVENTORY_IMG);
+			ret = -EBADMSG;
+			goto fail;
+		}
+		if (!c->topo[i]->state->self || c->topo[i]->state->self->id != pid->id ||
+		    c->topo[i]->state->self->pid != pid->pid) {
+			errfmt(err, errlen, "%s describes another process than the inventory's pid %d / %016llx", name,
+			       pid->pid, (unsigned long long)pid->id);
+			ret = -EBADMSG;
+			goto fail;
+		}
+		ret = check_carriers(dirfd, name, c->topo[i], &c->carried_bytes, err, errlen);
+		if (ret)
+			goto fail;
+	}
+	if (c->inv->has_carried_bytes && c->inv->carried_bytes != c->carried_bytes) {
+		errfmt(err, errlen, "%s: records %llu carried bytes, the topology images index %llu",
+		       CUIP_INVENTORY_IMG, (unsigned long long)c->inv->carried_bytes,
+		       (unsigned long long)c->carried_bytes);
+		ret = -EBADMSG;
+		goto fail;
+	}
+	return 0;
+fail:
+	cuip_images_free(c);
+	return ret;
+}
+
+int cuip_images_verify_carriers(int dirfd, const struct cuip_ckpt *c, char *err, size_t errlen)
+{
+	size_t bufsz = 1u << 20;
+	uint8_t *buf = NULL;
+	int ret = 0;
+
+	for (size_t i = 0; i < c->n && !ret; i++) {
+		const Cuip__Topology *t = c->topo[i];
+
+		for (size_t k = 0; k < t->n_carriers && !ret; k++) {
+			const Cuip__CarrierEntry *e = t->carriers[k];
+			int fd;
+
+			if (e->chunk_size > bufsz || !buf) {
+				bufsz = e->chunk_size > bufsz ? e->chunk_size : bufsz;
+				free(buf);
+				buf = malloc(bufsz);
+				if (!buf)
+					return -ENOMEM;
+			}
+			fd = openat(dirfd, e->file, O_RDONLY | O_CLOEXEC);
+			if (fd < 0) {
+				ret = -errno;
+				errfmt(err, errlen, "%s: %s", e->file, strerror(errno));
+				break;
+			}
+			for (size_t ch = 0; ch < e->n_crc32c; ch++) {
+				uint64_t off = (uint64_t)ch * e->chunk_size;
+				size_t len = (size_t)(e->size - off < e->chunk_size ? e->size - off : e->chunk_size);
+				ssize_t got = pread(fd, buf, len, (off_t)(e->offset + off));
+
+				if (got != (ssize_t)len) {
+					errfmt(err, errlen, "%s: truncated at byte %llu", e->file,
+					       (unsigned long long)(e->offset + off));
+					ret = -ENODATA;
+					break;
+				}
+				if (cuip_crc32c(0, buf, len) != e->crc32c[ch]) {
+					errfmt(err, errlen,
+					       "%s: corrupt: checksum mismatch in chunk %zu (bytes %llu..%llu) of "
+					       "allocation %llx:%llu",
+					       e->file, ch, (unsigned long long)(e->offset + off),
+					       (unsigned long long)(e->offset + off + len),
+					       (unsigned long long)e->alloc->creator,
+					       (unsigned long long)e->alloc->serial);
+					ret = -EBADMSG;
+					break;
+				}
+			}
+			close(fd);
+		}
+	}
+	free(buf);
+	return ret;
+}
+
+int cuip_images_match(const struct cuip_ckpt *c, const pid_t *vpids, size_t n, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < c->n; i++) {
+		int found = 0;
+		for (size_t k = 0; k < n; k++)
+			if (vpids[k] == c->inv->participants[i]->pid)
+				found = 1;
+		if (!found) {
+			errfmt(err, errlen,
+			       "checkpointed participant pid %d is not among the restored processes running the "
+			       "interposer",
+			       c->inv->participants[i]->pid);
+			return -ESRCH;
+		}
+	}
+	for (size_t k = 0; k < n; k++) {
+		int found = 0;
+		for (size_t i = 0; i < c->n; i++)
+			if (vpids[k] == c->inv->participants[i]->pid)
+				found = 1;
+		if (!found) {
+			errfmt(err, errlen,
+			       "restored pid %d runs the interposer but was not a participant of the "
+			       "checkpoint (images from another dump?)",
+			       vpids[k]);
+			return -EEXIST;
+		}
+	}
+	return 0;
+}

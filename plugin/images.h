@@ -1,0 +1,59 @@
+/*
+ * images.h - the plugin's files in CRIU's image directory.
+ *
+ *   cuinterpose-inventory.img      Inventory: checkpoint id + participants
+ *   cuinterpose-<pid>.img          Topology: one participant's state and
+ *                                  the index of its carrier bytes
+ *   cuinterpose-carrier-<pid>.img  raw shared bytes (written by the
+ *                                  interposer into a file the plugin opened)
+ *
+ * <pid> is the pid the participant sees for itself, which CRIU restores.
+ * Reading validates everything before a restore touches any process:
+ * framing (via wire.c), checkpoint ids, identities, carrier index against
+ * the state, carrier file sizes and, optionally, every chunk checksum.
+ * Stateless apart from the caller's struct cuip_ckpt.
+ */
+#ifndef CUIP_PLUGIN_IMAGES_H
+#define CUIP_PLUGIN_IMAGES_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "wire.h"
+
+/* One participant as written at dump. */
+struct cuip_img_proc {
+	const Cuip__ProcessState *st; /* st->self->pid names the files */
+	Cuip__CarrierEntry **carriers;
+	size_t n_carriers;
+};
+
+int cuip_images_write(int dirfd, const uint8_t ckpt_id[16], const struct cuip_img_proc *p, size_t n,
+		      uint64_t carried_bytes, char *err, size_t errlen);
+
+/* A checkpoint as read back; topo[i] belongs to inv->participants[i]. */
+struct cuip_ckpt {
+	Cuip__Inventory *inv;
+	Cuip__Topology **topo;
+	size_t n;
+	uint64_t carried_bytes;
+};
+
+/* 0, -ENOENT when there is no inventory (not a cuinterpose checkpoint),
+ * or another negative errno with `err` naming the file and the problem. */
+int cuip_images_read(int dirfd, struct cuip_ckpt *c, char *err, size_t errlen);
+
+/* Read every carrier byte and compare chunk checksums. */
+int cuip_images_verify_carriers(int dirfd, const struct cuip_ckpt *c, char *err, size_t errlen);
+
+/* The restored participants (self-view pids) must be exactly the
+ * checkpointed set. */
+int cuip_images_match(const struct cuip_ckpt *c, const pid_t *vpids, size_t n, char *err, size_t errlen);
+
+void cuip_images_free(struct cuip_ckpt *c);
+
+/* Carrier file name of a participant. */
+void cuip_carrier_name(pid_t vpid, char *buf, size_t len);
+
+#endif /* CUIP_PLUGIN_IMAGES_H */

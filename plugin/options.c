@@ -1,0 +1,203 @@
+/*
+ * options.c - CUINTERPOSE_* environment variables and GPU remap parsing.
+ * Stateless; see options.h.
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "options.h"
+
+static void errfmt(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void errfmt(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+static int hexval(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	c = tolower(c);
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+int cuip_parse_uuid(const char *s, size_t len, uint8_t out[16])
+{
+	unsigned nib = 0;
+
+	while (len && isspace((unsigned char)*s)) {
+		s++;
+		len--;
+	}
+	while (len && isspace((unsigned char)s[len - 1]))
+		len--;
+	if (len >= 4 && !strncasecmp(s, "GPU-", 4)) {
+		s += 4;
+		len -= 4;
+	}
+	for (size_t i = 0; i < len; i++) {
+		int v;
+
+		if (s[i] == '-')
+			continue;
+		v = hexval((unsigned char)s[i]);
+		if (v < 0 || nib >= 32)
+			return -EINVAL;
+		if (nib % 2 == 0)
+			out[nib / 2] = (uint8_t)(v << 4);
+		else
+			out[nib / 2] |= (uint8_t)v;
+		nib++;
+	}
+	return nib == 32 ? 0 : -EINVAL;
+}
+
+void cuip_format_uuid(const uint8_t u[16], char *buf, size_t len)
+{
+	snprintf(buf, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
+		 u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
+int cuip_parse_remap(const char *s, struct cuip_gpu_pair *pairs, unsigned max, char *err, size_t errlen)
+{
+	unsigned n = 0;
+	const char *p = s;
+
+	if (!s)
+		return 0;
+	while (*p) {
+		const char *end = strchr(p, ','), *eq;
+		size_t len;
+
+		if (!end)
+			end = p + strlen(p);
+		len = (size_t)(end - p);
+		eq = memchr(p, '=', len);
+		if (len == 0) {
+			/* tolerate a trailing comma, nothing else empty */
+			if (*end) {
+				errfmt(err, errlen, "CUINTERPOSE_GPU_REMAP: empty entry in \"%s\"", s);
+				return -EINVAL;
+			}
+			break;
+		}
+		if (!eq) {
+			errfmt(err, errlen, "CUINTERPOSE_GPU_REMAP: \"%.*s\" is not OLDUUID=NEWUUID", (int)len, p);
+			return -EINVAL;
+		}
+		if (n >= max) {
+			errfmt(err, errlen, "CUINTERPOSE_GPU_REMAP: more than %u pairs", max);
+			return -EINVAL;
+		}
+		if (cuip_parse_uuid(p, (size_t)(eq - p), pairs[n].old_uuid) ||
+		    cuip_parse_uuid(eq + 1, (size_t)(end - eq - 1), pairs[n].new_uuid)) {
+			errfmt(err, errlen,
+			       "CUINTERPOSE_GPU_REMAP: \"%.*s\" has a malformed UUID (want 32 hex digits, "
+			       "optionally GPU- prefixed and dashed)",
+			       (int)len, p);
+			return -EINVAL;
+		}
+		for (unsigned i = 0; i < n; i++) {
+			if (!memcmp(pairs[i].old_uuid, pairs[n].old_uuid, 16)) {
+				errfmt(err, errlen, "CUINTERPOSE_GPU_REMAP: GPU \"%.*s\" is remapped twice",
+				       (int)(eq - p), p);
+				return -EINVAL;
+			}
+		}
+		n++;
+		p = *end ? end + 1 : end;
+	}
+	return (int)n;
+}
+
+static int env_uint(const char *name, unsigned def, unsigned min, unsigned max, unsigned *out, char *err, size_t errlen)
+{
+	const char *v = getenv(name);
+	unsigned long long x;
+	char *end;
+
+	*out = def;
+	if (!v || !*v)
+		return 0;
+	errno = 0;
+	x = strtoull(v, &end, 0);
+	if (errno || *end || x < min || x > max) {
+		errfmt(err, errlen, "%s=\"%s\": want a number between %u and %u", name, v, min, max);
+		return -EINVAL;
+	}
+	*out = (unsigned)x;
+	return 0;
+}
+
+static int env_bool(const char *name, int def, int *out, char *err, size_t errlen)
+{
+	const char *v = getenv(name);
+
+	*out = def;
+	if (!v || !*v)
+		return 0;
+	if (!strcmp(v, "1") || !strcasecmp(v, "yes") || !strcasecmp(v, "true") || !strcasecmp(v, "on"))
+		*out = 1;
+	else if (!strcmp(v, "0") || !strcasecmp(v, "no") || !strcasecmp(v, "false") || !strcasecmp(v, "off"))
+		*out = 0;
+	else {
+		errfmt(err, errlen, "%s=\"%s\": want 0 or 1", name, v);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int env_str(const char *name, const char *def, char *out, size_t len, char *err, size_t errlen)
+{
+	const char *v = getenv(name);
+
+	if (!v || !*v)
+		v = def;
+	if (strlen(v) >= len) {
+		errfmt(err, errlen, "%s is longer than %zu bytes", name, len - 1);
+		return -EINVAL;
+	}
+	strcpy(out, v);
+	return 0;
+}
+
+int cuip_opts_load(struct cuip_opts *o, char *err, size_t errlen)
+{
+	unsigned chunk;
+	int ret, n;
+
+	memset(o, 0, sizeof(*o));
+	if ((ret = env_uint("CUINTERPOSE_LOCK_TIMEOUT_MS", 0, 0, 3600000, &o->lock_timeout_ms, err, errlen)) ||
+	    (ret = env_uint("CUINTERPOSE_OP_TIMEOUT_MS", 60000, 0, 3600000, &o->op_timeout_ms, err, errlen)) ||
+	    (ret = env_uint("CUINTERPOSE_DATA_TIMEOUT_MS", 0, 0, 86400000, &o->data_timeout_ms, err, errlen)) ||
+	    (ret = env_uint("CUINTERPOSE_QUIESCE_TIMEOUT_MS", 10000, 1, 3600000, &o->quiesce_timeout_ms, err,
+			    errlen)) ||
+	    (ret = env_uint("CUINTERPOSE_CHUNK_SIZE", 1u << 20, 4096, 1u << 30, &chunk, err, errlen)) ||
+	    (ret = env_bool("CUINTERPOSE_VERIFY_CARRIERS", 1, &o->verify_carriers, err, errlen)) ||
+	    (ret = env_bool("CUINTERPOSE_VERBOSE", 0, &o->verbose, err, errlen)) ||
+	    (ret = env_bool("CUINTERPOSE_LEAVE_RUNNING", -1, &o->leave_running, err, errlen)) ||
+	    (ret = env_str("CUINTERPOSE_SOCKET_DIR", "", o->socket_dir, sizeof(o->socket_dir), err, errlen)) ||
+	    (ret = env_str("CUINTERPOSE_LIBCUDA", "libcuda.so.1", o->libcuda, sizeof(o->libcuda), err, errlen)))
+		return ret;
+	o->chunk_size = chunk;
+	n = cuip_parse_remap(getenv("CUINTERPOSE_GPU_REMAP"), o->remap, CUIP_MAX_REMAP, err, errlen);
+	if (n < 0)
+		return n;
+	o->n_remap = (unsigned)n;
+	return 0;
+}

@@ -1,0 +1,54 @@
+/*
+ * options.h - the plugin's settings, all from CUINTERPOSE_* environment
+ * variables of the criu process (documented in plugin/OPTIONS.md).
+ *
+ * Loaded once per CRIU stage by the hooks module; read-only afterwards, so
+ * the coordinator's threads read it without a lock.
+ */
+#ifndef CUIP_PLUGIN_OPTIONS_H
+#define CUIP_PLUGIN_OPTIONS_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CUIP_MAX_REMAP 64
+
+struct cuip_gpu_pair {
+	uint8_t old_uuid[16];
+	uint8_t new_uuid[16];
+};
+
+struct cuip_opts {
+	unsigned lock_timeout_ms;		    /* CUINTERPOSE_LOCK_TIMEOUT_MS; 0 = take CRIU's --timeout */
+	unsigned op_timeout_ms;			    /* CUINTERPOSE_OP_TIMEOUT_MS: one control request (not SAVE/LOAD) */
+	unsigned data_timeout_ms;		    /* CUINTERPOSE_DATA_TIMEOUT_MS: SAVE/LOAD; 0 = no limit */
+	unsigned quiesce_timeout_ms;		    /* CUINTERPOSE_QUIESCE_TIMEOUT_MS: draining the API gate */
+	uint32_t chunk_size;			    /* CUINTERPOSE_CHUNK_SIZE: bytes per carrier checksum */
+	int verify_carriers;			    /* CUINTERPOSE_VERIFY_CARRIERS: check carrier CRCs before restore */
+	int verbose;				    /* CUINTERPOSE_VERBOSE: per-participant lines at info level */
+	int leave_running;			    /* CUINTERPOSE_LEAVE_RUNNING: -1 = ask CRIU */
+	char socket_dir[PATH_MAX];		    /* CUINTERPOSE_SOCKET_DIR, as seen inside the participants */
+	char libcuda[PATH_MAX];			    /* CUINTERPOSE_LIBCUDA: driver library for native checkpoint */
+	struct cuip_gpu_pair remap[CUIP_MAX_REMAP]; /* CUINTERPOSE_GPU_REMAP */
+	unsigned n_remap;
+};
+
+/* Fill `o` from the environment. Returns 0, or -EINVAL with `err` naming the
+ * variable and what is wrong with it. */
+int cuip_opts_load(struct cuip_opts *o, char *err, size_t errlen);
+
+/*
+ * Parse "olduuid=newuuid,olduuid=newuuid". A UUID is 32 hex digits with
+ * optional dashes and an optional "GPU-" prefix (nvidia-smi -L form).
+ * Returns the number of pairs, or -EINVAL with `err` set.
+ */
+int cuip_parse_remap(const char *s, struct cuip_gpu_pair *pairs, unsigned max, char *err, size_t errlen);
+
+/* Parse one UUID as above. Returns 0 or -EINVAL. */
+int cuip_parse_uuid(const char *s, size_t len, uint8_t out[16]);
+
+/* Format a UUID as GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (buf >= 41). */
+void cuip_format_uuid(const uint8_t uuid[16], char *buf, size_t len);
+
+#endif /* CUIP_PLUGIN_OPTIONS_H */

@@ -1,0 +1,37 @@
+/*
+ * preflight.h - the rules a checkpoint must pass before anything changes.
+ *
+ * Pure functions over the participants' inspected states (no I/O), so they
+ * are unit-tested directly. The first violation is returned with a message
+ * naming the process, the resource and what to do; every violation is also
+ * logged.
+ */
+#ifndef CUIP_PLUGIN_PREFLIGHT_H
+#define CUIP_PLUGIN_PREFLIGHT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "wire.h"
+
+struct cuip_pf_proc {
+	pid_t pid; /* for messages */
+	const Cuip__ProcessState *st;
+};
+
+/* Names a process identity that is not a participant (e.g. the pid of a
+ * sharing peer outside the tree); returns 0 when unknown. */
+typedef pid_t (*cuip_pf_resolve_fn)(uint64_t id, void *arg);
+
+int cuip_preflight(const struct cuip_pf_proc *p, size_t n, cuip_pf_resolve_fn resolve, void *arg, char *err,
+		   size_t errlen);
+
+/* Bytes backing an allocation (unicast props size, multicast effective or
+ * requested size); 0 when unknown. */
+uint64_t cuip_alloc_size(const Cuip__Allocation *a);
+
+/* A shared unicast allocation this process created: its bytes are carried. */
+int cuip_alloc_carried_by(const Cuip__Allocation *a, uint64_t self);
+
+#endif /* CUIP_PLUGIN_PREFLIGHT_H */

@@ -1,0 +1,289 @@
+/*
+ * proc.c - /proc parsing for the plugin; see proc.h. Stateless.
+ */
+#include "config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "proc.h"
+
+struct pidvec {
+	pid_t *v;
+	size_t n, cap;
+};
+
+static int pv_push(struct pidvec *pv, pid_t p)
+{
+	if (pv->n == pv->cap) {
+		size_t cap = pv->cap ? pv->cap * 2 : 16;
+		pid_t *v = realloc(pv->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		pv->v = v;
+		pv->cap = cap;
+	}
+	pv->v[pv->n++] = p;
+	return 0;
+}
+
+static bool pv_has(const struct pidvec *pv, pid_t p)
+{
+	for (size_t i = 0; i < pv->n; i++)
+		if (pv->v[i] == p)
+			return true;
+	return false;
+}
+
+/* Children of every thread of pid (a child's parent is the thread that forked it). */
+static int add_children(struct pidvec *pv, pid_t pid)
+{
+	char path[64];
+	struct dirent *de;
+	DIR *d;
+	int ret = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	d = opendir(path);
+	if (!d)
+		return errno == ENOENT ? 0 : -errno;
+	while (!ret && (de = readdir(d))) {
+		char cpath[320];
+		FILE *f;
+		long c;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(cpath, sizeof(cpath), "/proc/%d/task/%s/children", pid, de->d_name);
+		f = fopen(cpath, "re");
+		if (!f)
+			continue;
+		while (fscanf(f, "%ld", &c) == 1) {
+			if (!pv_has(pv, (pid_t)c) && (ret = pv_push(pv, (pid_t)c)))
+				break;
+		}
+		fclose(f);
+	}
+	closedir(d);
+	return ret;
+}
+
+int cuip_proc_tree(pid_t root, pid_t **out)
+{
+	struct pidvec pv = {0};
+	int ret;
+
+	*out = NULL;
+	ret = pv_push(&pv, root);
+	/* Breadth over the growing vector: every entry's children get appended. */
+	for (size_t i = 0; !ret && i < pv.n; i++)
+		ret = add_children(&pv, pv.v[i]);
+	if (ret) {
+		free(pv.v);
+		return ret;
+	}
+	*out = pv.v;
+	return (int)pv.n;
+}
+
+int cuip_proc_has_interposer(pid_t pid)
+{
+	char path[64], line[4096];
+	int found = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f)) {
+		char *slash = strrchr(line, '/');
+		if (slash && !strncmp(slash + 1, CUIP_INTERPOSER_LIB, strlen(CUIP_INTERPOSER_LIB))) {
+			found = 1;
+			break;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+static int status_field(pid_t pid, pid_t tid, const char *key, char *val, size_t len)
+{
+	char path[96], line[512];
+	size_t klen = strlen(key);
+	int ret = -ENOENT;
+	FILE *f;
+
+	if (tid > 0)
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/status", pid, tid);
+	else
+		snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f)) {
+		if (!strncmp(line, key, klen) && line[klen] == ':') {
+			char *v = line + klen + 1;
+			while (*v == ' ' || *v == '\t')
+				v++;
+			v[strcspn(v, "\n")] = 0;
+			snprintf(val, len, "%s", v);
+			ret = 0;
+			break;
+		}
+	}
+	fclose(f);
+	return ret;
+}
+
+pid_t cuip_proc_vpid(pid_t pid)
+{
+	char val[256], *last;
+	int ret;
+
+	ret = status_field(pid, 0, "NSpid", val, sizeof(val));
+	if (ret)
+		return ret;
+	last = strrchr(val, '\t');
+	last = last ? last + 1 : val;
+	return (pid_t)atoi(last);
+}
+
+pid_t cuip_proc_tracer(pid_t pid, pid_t tid)
+{
+	char val[64];
+	int ret = status_field(pid, tid, "TracerPid", val, sizeof(val));
+
+	return ret ? ret : (pid_t)atoi(val);
+}
+
+void cuip_proc_comm(pid_t pid, char *buf, size_t len)
+{
+	char path[64];
+	ssize_t n;
+	int fd;
+
+	snprintf(buf, len, "?");
+	snprintf(path, sizeof(path), "/proc/%d/comm", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	n = read(fd, buf, len - 1);
+	close(fd);
+	if (n <= 0) {
+		snprintf(buf, len, "?");
+		return;
+	}
+	buf[n] = 0;
+	buf[strcspn(buf, "\n")] = 0;
+}
+
+int cuip_proc_threads(pid_t pid, const char *prefix, pid_t **out)
+{
+	struct pidvec pv = {0};
+	char path[64];
+	struct dirent *de;
+	DIR *d;
+	int ret = 0;
+
+	*out = NULL;
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	d = opendir(path);
+	if (!d)
+		return -errno;
+	while (!ret && (de = readdir(d))) {
+		char cpath[320], comm[64] = "";
+		ssize_t n;
+		int fd;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(cpath, sizeof(cpath), "/proc/%d/task/%s/comm", pid, de->d_name);
+		fd = open(cpath, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		n = read(fd, comm, sizeof(comm) - 1);
+		close(fd);
+		if (n <= 0)
+			continue;
+		comm[n] = 0;
+		if (!strncmp(comm, prefix, strlen(prefix)))
+			ret = pv_push(&pv, (pid_t)atoi(de->d_name));
+	}
+	closedir(d);
+	if (ret) {
+		free(pv.v);
+		return ret;
+	}
+	*out = pv.v;
+	return (int)pv.n;
+}
+
+unsigned long cuip_proc_ns_ino(pid_t pid, const char *ns)
+{
+	char path[64];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/proc/%d/ns/%s", pid, ns);
+	if (stat(path, &st))
+		return 0;
+	return (unsigned long)st.st_ino;
+}
+
+int cuip_proc_socket_inodes(pid_t pid, unsigned long **out)
+{
+	unsigned long *v = NULL, *nv;
+	size_t n = 0, cap = 0;
+	char path[64];
+	struct dirent *de;
+	DIR *d;
+
+	*out = NULL;
+	snprintf(path, sizeof(path), "/proc/%d/fd", pid);
+	d = opendir(path);
+	if (!d)
+		return -errno;
+	while ((de = readdir(d))) {
+		char lpath[320], target[64];
+		unsigned long ino;
+		ssize_t len;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(lpath, sizeof(lpath), "/proc/%d/fd/%s", pid, de->d_name);
+		len = readlink(lpath, target, sizeof(target) - 1);
+		if (len <= 0)
+			continue;
+		target[len] = 0;
+		if (sscanf(target, "socket:[%lu]", &ino) != 1)
+			continue;
+		if (n == cap) {
+			cap = cap ? cap * 2 : 16;
+			nv = realloc(v, cap * sizeof(*v));
+			if (!nv) {
+				free(v);
+				closedir(d);
+				return -ENOMEM;
+			}
+			v = nv;
+		}
+		v[n++] = ino;
+	}
+	closedir(d);
+	*out = v;
+	return (int)n;
+}
+
+void cuip_proc_kill_all(const pid_t *pids, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (pids[i] > 0)
+			kill(pids[i], SIGKILL);
+}

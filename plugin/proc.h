@@ -1,0 +1,50 @@
+/*
+ * proc.h - what the plugin learns about processes from /proc: the process
+ * tree under a root, whether the interposer is mapped, the pid a process
+ * sees for itself, threads by name, who traces a thread.
+ *
+ * Pids here are "real": as seen by criu (the caller's pid namespace), which
+ * is what CRIU passes to every device hook (pid->real). Stateless.
+ */
+#ifndef CUIP_PLUGIN_PROC_H
+#define CUIP_PLUGIN_PROC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Basename prefix of the interposer library in /proc/PID/maps. */
+#define CUIP_INTERPOSER_LIB "libcuinterpose.so"
+/* comm prefix of the interposer's own threads ("cuip-ctl", "cuip-op"). */
+#define CUIP_THREAD_PREFIX "cuip-"
+
+/* Collect root and every descendant (depth first, root first) into a
+ * malloc'd array. Returns the count or a negative errno. */
+int cuip_proc_tree(pid_t root, pid_t **out);
+
+/* 1 if the process maps the interposer, 0 if not, negative errno. */
+int cuip_proc_has_interposer(pid_t pid);
+
+/* The pid the process sees for itself (last NSpid field), or -errno. */
+pid_t cuip_proc_vpid(pid_t pid);
+
+/* Threads of pid whose comm starts with prefix. Returns count or -errno. */
+int cuip_proc_threads(pid_t pid, const char *prefix, pid_t **out);
+
+/* TracerPid of a thread, or -errno. */
+pid_t cuip_proc_tracer(pid_t pid, pid_t tid);
+
+/* comm of a process, "?" when unreadable. */
+void cuip_proc_comm(pid_t pid, char *buf, size_t len);
+
+/* Inode of /proc/PID/ns/NAME, 0 on error. */
+unsigned long cuip_proc_ns_ino(pid_t pid, const char *ns);
+
+/* Socket inodes open in the process (/proc/PID/fd -> socket:[ino]).
+ * Returns count or -errno. */
+int cuip_proc_socket_inodes(pid_t pid, unsigned long **out);
+
+/* SIGKILL every process in `pids`. */
+void cuip_proc_kill_all(const pid_t *pids, size_t n);
+
+#endif /* CUIP_PLUGIN_PROC_H */
