@@ -1,0 +1,131 @@
+/*
+ * client.c - talking to a process's control socket: used by importers to
+ * fetch export FDs from creators, by the CLI (inspect) and by tests. Plain
+ * functions over wire.c, no state. Every request on a connection follows a
+ * HANDSHAKE; a FETCH is answered with the FD attached, or a negative errno.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "cuip.h"
+
+int cuip_client_connect(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int s, ret;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sa.sun_path, path);
+	s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -errno;
+	if (connect(s, (struct sockaddr *)&sa, sizeof(sa))) {
+		ret = -errno;
+		close(s);
+		return ret;
+	}
+	return s;
+}
+
+int cuip_client_call(int sock, const Cuip__Request *req, int fd_in, Cuip__Response **resp, int *fd_out, char *err,
+		     size_t errlen)
+{
+	int ret;
+
+	*resp = NULL;
+	ret = cuip_msg_send(sock, CUIP_KIND_REQUEST, &req->base, fd_in);
+	if (ret) {
+		snprintf(err, errlen, "sending the request: %s", strerror(-ret));
+		return ret;
+	}
+	return cuip_msg_recv(sock, CUIP_KIND_RESPONSE, &cuip__response__descriptor, NULL, (ProtobufCMessage **)resp,
+			     fd_out, err, errlen);
+}
+
+int cuip_client_handshake(int sock, const char *client, Cuip__ProcessId *self_out, char *err, size_t errlen)
+{
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Handshake hs = CUIP__HANDSHAKE__INIT;
+	Cuip__Response *resp;
+	int ret;
+
+	hs.protocol = CUIP_FORMAT_VERSION;
+	hs.client = (char *)client;
+	req.body_case = CUIP__REQUEST__BODY_HANDSHAKE;
+	req.handshake = &hs;
+	ret = cuip_client_call(sock, &req, -1, &resp, NULL, err, errlen);
+	if (ret)
+		return ret;
+	if (resp->status || resp->body_case != CUIP__RESPONSE__BODY_HANDSHAKE) {
+		ret = resp->status ? resp->status : -EPROTO;
+		snprintf(err, errlen, "handshake refused: %s", resp->error ? resp->error : strerror(-ret));
+	} else if (self_out) {
+		self_out->id = resp->handshake->self->id;
+		self_out->pid = resp->handshake->self->pid;
+	}
+	cuip__response__free_unpacked(resp, NULL);
+	return ret;
+}
+
+int cuip_fetch(const char *path, uint64_t creator, uint64_t serial, const uint8_t *token, size_t toklen, char *err,
+	       size_t errlen)
+{
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Fetch f = CUIP__FETCH__INIT;
+	Cuip__AllocId id = CUIP__ALLOC_ID__INIT;
+	Cuip__ProcessId peer = CUIP__PROCESS_ID__INIT;
+	Cuip__Response *resp = NULL;
+	struct timeval tv = {.tv_sec = 30};
+	int s, fd = -1, ret;
+
+	s = cuip_client_connect(path);
+	if (s < 0) {
+		snprintf(err, errlen, "cannot connect to the creator's socket %s: %s", path, strerror(-s));
+		return s;
+	}
+	/* A stopped creator must not hang the importer forever. */
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	ret = cuip_client_handshake(s, "peer", &peer, err, errlen);
+	if (ret)
+		goto out;
+	if (peer.id != creator) {
+		snprintf(err, errlen, "socket %s belongs to process %016llx (pid %d), not the creator %016llx", path,
+			 (unsigned long long)peer.id, peer.pid, (unsigned long long)creator);
+		ret = -ESRCH;
+		goto out;
+	}
+	id.creator = creator;
+	id.serial = serial;
+	f.alloc = &id;
+	f.token.data = (uint8_t *)token;
+	f.token.len = toklen;
+	req.body_case = CUIP__REQUEST__BODY_FETCH;
+	req.fetch = &f;
+	ret = cuip_client_call(s, &req, -1, &resp, &fd, err, errlen);
+	if (ret)
+		goto out;
+	if (resp->status) {
+		ret = resp->status;
+		snprintf(err, errlen, "creator refused: %s", resp->error ? resp->error : strerror(-ret));
+	} else if (fd < 0) {
+		ret = -EPROTO;
+		snprintf(err, errlen, "creator answered without a descriptor");
+	}
+out:
+	if (resp)
+		cuip__response__free_unpacked(resp, NULL);
+	close(s);
+	if (ret) {
+		if (fd >= 0)
+			close(fd);
+		return ret;
+	}
+	return fd;
+}

@@ -1,0 +1,446 @@
+/*
+ * control.c - the per-process control socket and its two threads.
+ *
+ * Socket: $CUINTERPOSE_SOCKET_DIR/<pid>-<identity as 16 hex>.sock (default
+ * directory /run/cuinterpose, created mode 1777; if it is not writable,
+ * /tmp/cuinterpose-<uid>, mode 0700). The socket file is 0600 and every
+ * connection's peer must be root or our own uid (SO_PEERCRED).
+ *
+ * "cuip-ctl" accepts connections and reads requests. It answers HANDSHAKE,
+ * FETCH (a dup of a cached export, xcache.c) and BYE itself: none of them
+ * takes the state lock or calls the driver, so an importer is served even
+ * while the application or our own op thread is busy. Everything else goes
+ * to "cuip-op", one request at a time per connection; that connection is
+ * not read again until its answer is sent. During restore the plugin
+ * resumes threads named "cuip-*" while the application's stay frozen: these
+ * threads rely on no lock an application thread could hold at that point.
+ *
+ * A malformed message, a failed send or a request before HANDSHAKE closes
+ * the connection; wire.c closes any FD that came with it. All FDs are
+ * close-on-exec.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "cuip.h"
+
+#define MAX_CONNS  64
+#define IO_TIMEOUT 10 /* seconds a peer may stall inside one message */
+
+struct conn {
+	int fd;
+	bool busy; /* its request is with the op thread */
+	bool hs;   /* handshake done */
+	bool closing;
+};
+
+struct op_item {
+	int idx;
+	int sock;
+	int fd; /* FD that came with the request, or -1 */
+	Cuip__Request *req;
+	struct op_item *next;
+};
+
+static int lfd = -1, evfd = -1;
+static struct conn conns[MAX_CONNS];
+static int nconns;
+static pthread_mutex_t op_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t op_cv = PTHREAD_COND_INITIALIZER;
+static struct op_item *op_head, *op_tail;
+static int done_idx[MAX_CONNS], ndone; /* answered, under op_mu */
+
+/* ---- socket -------------------------------------------------------------- */
+
+static bool dir_usable(const char *d)
+{
+	return access(d, W_OK | X_OK) == 0;
+}
+
+static int sock_dir(char *dir, size_t len)
+{
+	const char *env = getenv("CUINTERPOSE_SOCKET_DIR");
+	const char *d = env && *env ? env : "/run/cuinterpose";
+	struct stat st;
+
+	if (mkdir(d, 01777) == 0)
+		chmod(d, 01777); /* mkdir honours the umask */
+	if (dir_usable(d)) {
+		snprintf(dir, len, "%s", d);
+		return 0;
+	}
+	snprintf(dir, len, "/tmp/cuinterpose-%u", (unsigned)getuid());
+	if (mkdir(dir, 0700) && errno != EEXIST)
+		return -errno;
+	if (lstat(dir, &st) || !S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 077)) {
+		pr_err("%s is not a private directory of uid %u; not creating a control socket", dir,
+		       (unsigned)getuid());
+		return -EPERM;
+	}
+	return 0;
+}
+
+static int sock_open(void)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	char dir[80];
+	int s, ret;
+
+	ret = sock_dir(dir, sizeof(dir));
+	if (ret)
+		return ret;
+	if (snprintf(self.sock, sizeof(self.sock), "%s/%d-%016llx.sock", dir, (int)self.pid,
+		     (unsigned long long)self.id) >= (int)sizeof(sa.sun_path)) {
+		pr_err("socket path under %s is too long", dir);
+		self.sock[0] = 0;
+		return -ENAMETOOLONG;
+	}
+	strcpy(sa.sun_path, self.sock);
+	s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -errno;
+	unlink(self.sock);
+	if (bind(s, (struct sockaddr *)&sa, sizeof(sa)) || chmod(self.sock, 0600) || listen(s, MAX_CONNS)) {
+		ret = -errno;
+		pr_err("control socket %s: %s", self.sock, strerror(errno));
+		unlink(self.sock);
+		close(s);
+		self.sock[0] = 0;
+		return ret;
+	}
+	lfd = s;
+	return 0;
+}
+
+/* ---- replies ------------------------------------------------------------- */
+
+static int reply_status(int fd, int status, const char *msg)
+{
+	Cuip__Response r = CUIP__RESPONSE__INIT;
+
+	r.status = status;
+	r.error = (char *)msg;
+	return cuip_msg_send(fd, CUIP_KIND_RESPONSE, &r.base, -1);
+}
+
+static int do_handshake(struct conn *c, const Cuip__Handshake *hs)
+{
+	Cuip__Response r = CUIP__RESPONSE__INIT;
+	Cuip__HandshakeReply h = CUIP__HANDSHAKE_REPLY__INIT;
+	Cuip__ProcessId id = CUIP__PROCESS_ID__INIT;
+	char msg[128];
+
+	if (hs->protocol != CUIP_FORMAT_VERSION) {
+		snprintf(msg, sizeof(msg), "protocol version %u, this interposer speaks version %u", hs->protocol,
+			 CUIP_FORMAT_VERSION);
+		reply_status(c->fd, -EPROTONOSUPPORT, msg);
+		return -EPROTONOSUPPORT;
+	}
+	id.id = self.id;
+	id.pid = self.pid;
+	h.self = &id;
+	h.phase = cuip_phase();
+	h.version = (char *)CUIP_VERSION;
+	r.body_case = CUIP__RESPONSE__BODY_HANDSHAKE;
+	r.handshake = &h;
+	c->hs = true;
+	return cuip_msg_send(c->fd, CUIP_KIND_RESPONSE, &r.base, -1);
+}
+
+static int do_fetch(struct conn *c, const Cuip__Fetch *f)
+{
+	Cuip__Response r = CUIP__RESPONSE__INIT;
+	char msg[160];
+	int fd, ret;
+
+	if (!f->alloc)
+		return reply_status(c->fd, -EINVAL, "fetch names no allocation");
+	fd = cuip_xc_dup(f->alloc->creator, f->alloc->serial, f->token.data, f->token.len);
+	if (fd < 0) {
+		snprintf(msg, sizeof(msg), "allocation %016llx:%llu: %s", (unsigned long long)f->alloc->creator,
+			 (unsigned long long)f->alloc->serial,
+			 fd == -ENOENT	 ? "not exported here (released, or never created by this process)"
+			 : fd == -EACCES ? "token does not match"
+					 : strerror(-fd));
+		return reply_status(c->fd, fd, msg);
+	}
+	ret = cuip_msg_send(c->fd, CUIP_KIND_RESPONSE, &r.base, fd);
+	close(fd);
+	if (!ret)
+		cuip_xc_served();
+	return ret;
+}
+
+/* Read and handle one request; false: close the connection. */
+static bool serve_one(int idx)
+{
+	struct conn *c = &conns[idx];
+	Cuip__Request *req = NULL;
+	struct op_item *it;
+	char err[256] = "";
+	int fd = -1, ret;
+
+	ret = cuip_msg_recv(c->fd, CUIP_KIND_REQUEST, &cuip__request__descriptor, NULL, (ProtobufCMessage **)&req, &fd,
+			    err, sizeof(err));
+	if (ret) {
+		if (ret != -ECONNRESET)
+			pr_info("control connection closed: %s", err);
+		return false;
+	}
+	if (!c->hs && req->body_case != CUIP__REQUEST__BODY_HANDSHAKE) {
+		reply_status(c->fd, -EPROTO, "HANDSHAKE must come first");
+		ret = -EPROTO;
+		goto done;
+	}
+	switch (req->body_case) {
+	case CUIP__REQUEST__BODY_HANDSHAKE:
+		ret = do_handshake(c, req->handshake);
+		break;
+	case CUIP__REQUEST__BODY_FETCH:
+		ret = do_fetch(c, req->fetch);
+		break;
+	case CUIP__REQUEST__BODY_BYE:
+		reply_status(c->fd, 0, NULL);
+		ret = -ECONNRESET;
+		break;
+	case CUIP__REQUEST__BODY__NOT_SET:
+		reply_status(c->fd, -EPROTO, "empty request");
+		ret = -EPROTO;
+		break;
+	default:
+		it = calloc(1, sizeof(*it));
+		if (!it) {
+			ret = reply_status(c->fd, -ENOMEM, "out of memory");
+			break;
+		}
+		it->idx = idx;
+		it->sock = c->fd;
+		it->fd = fd;
+		it->req = req;
+		c->busy = true;
+		pthread_mutex_lock(&op_mu);
+		if (op_tail)
+			op_tail->next = it;
+		else
+			op_head = it;
+		op_tail = it;
+		pthread_cond_signal(&op_cv);
+		pthread_mutex_unlock(&op_mu);
+		return true;
+	}
+done:
+	if (fd >= 0)
+		close(fd);
+	protobuf_c_message_free_unpacked(&req->base, NULL);
+	return ret == 0;
+}
+
+static bool peer_allowed(int fd)
+{
+	struct ucred cr;
+	socklen_t len = sizeof(cr);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len))
+		return false;
+	if (cr.uid == 0 || cr.uid == geteuid())
+		return true;
+	pr_err("refusing control connection from pid %d uid %u", (int)cr.pid, (unsigned)cr.uid);
+	return false;
+}
+
+static void accept_one(void)
+{
+	struct timeval tv = {.tv_sec = IO_TIMEOUT};
+	int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	int i = 0;
+
+	if (fd < 0)
+		return;
+	while (i < nconns && conns[i].fd >= 0)
+		i++;
+	if (!peer_allowed(fd) || i == MAX_CONNS) {
+		close(fd);
+		return;
+	}
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	conns[i] = (struct conn){.fd = fd};
+	if (i == nconns)
+		nconns++;
+}
+
+static void *ctl_main(void *arg)
+{
+	struct pollfd pfd[MAX_CONNS + 2];
+	int map[MAX_CONNS + 2];
+
+	(void)arg;
+	pthread_setname_np(pthread_self(), "cuip-ctl");
+	for (;;) {
+		int n = 0;
+
+		pfd[n++] = (struct pollfd){.fd = lfd, .events = POLLIN};
+		pfd[n++] = (struct pollfd){.fd = evfd, .events = POLLIN};
+		for (int i = 0; i < nconns; i++) {
+			if (conns[i].busy || conns[i].fd < 0)
+				continue;
+			map[n] = i;
+			pfd[n++] = (struct pollfd){.fd = conns[i].fd, .events = POLLIN};
+		}
+		if (poll(pfd, (nfds_t)n, -1) < 0)
+			continue;
+		if (pfd[1].revents & POLLIN) {
+			uint64_t v;
+			(void)!read(evfd, &v, sizeof(v));
+			pthread_mutex_lock(&op_mu);
+			for (int k = 0; k < ndone; k++) {
+				struct conn *c = &conns[done_idx[k]];
+				c->busy = false;
+			}
+			ndone = 0;
+			pthread_mutex_unlock(&op_mu);
+		}
+		for (int k = 2; k < n; k++)
+			if (pfd[k].revents && conns[map[k]].fd >= 0 && !serve_one(map[k]))
+				conns[map[k]].closing = true;
+		/* Compact: indices of busy connections must not move. */
+		for (int i = nconns - 1; i >= 0; i--) {
+			if (!conns[i].closing)
+				continue;
+			close(conns[i].fd);
+			conns[i] = (struct conn){.fd = -1};
+			if (i == nconns - 1)
+				nconns--;
+		}
+		while (nconns > 0 && conns[nconns - 1].fd < 0)
+			nconns--;
+		if (pfd[0].revents & POLLIN)
+			accept_one();
+	}
+	return NULL;
+}
+
+static void *op_main(void *arg)
+{
+	(void)arg;
+	pthread_setname_np(pthread_self(), "cuip-op");
+	for (;;) {
+		struct op_item *it;
+		Cuip__Response *resp;
+		uint64_t one = 1;
+		int sock;
+
+		pthread_mutex_lock(&op_mu);
+		while (!op_head)
+			pthread_cond_wait(&op_cv, &op_mu);
+		it = op_head;
+		op_head = it->next;
+		if (!op_head)
+			op_tail = NULL;
+		sock = it->sock;
+		pthread_mutex_unlock(&op_mu);
+
+		resp = cuip_op_run(it->req, it->fd);
+		if (resp) {
+			if (cuip_msg_send(sock, CUIP_KIND_RESPONSE, &resp->base, -1))
+				shutdown(sock, SHUT_RDWR); /* ctl sees EOF and closes it */
+			cuip_response_free(resp);
+		} else {
+			reply_status(sock, -ENOMEM, "out of memory building the reply");
+		}
+		protobuf_c_message_free_unpacked(&it->req->base, NULL);
+
+		pthread_mutex_lock(&op_mu);
+		done_idx[ndone++] = it->idx;
+		pthread_mutex_unlock(&op_mu);
+		free(it);
+		(void)!write(evfd, &one, sizeof(one));
+	}
+	return NULL;
+}
+
+/* Start a thread with every signal blocked: the application's handlers
+ * must never run on our threads. */
+static int thread_start(void *(*fn)(void *))
+{
+	sigset_t all, old;
+	pthread_attr_t at;
+	pthread_t t;
+	int ret;
+
+	sigfillset(&all);
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&at, 256 << 10);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	ret = pthread_create(&t, &at, fn, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&at);
+	return -ret;
+}
+
+int cuip_ctl_start(void)
+{
+	int ret = sock_open();
+
+	if (ret)
+		return ret;
+	evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (evfd < 0) {
+		ret = -errno;
+		goto fail;
+	}
+	ret = thread_start(op_main);
+	if (!ret)
+		ret = thread_start(ctl_main);
+	if (ret)
+		goto fail; /* an op thread without a ctl thread just idles */
+	return 0;
+fail:
+	pr_err("cannot start the control threads: %s", strerror(-ret));
+	cuip_ctl_stop();
+	return ret;
+}
+
+void cuip_ctl_reset(void)
+{
+	/* Fork child: the threads did not survive; the sockets belong to the
+	 * parent (close our copies, never unlink the parent's path). */
+	if (lfd >= 0)
+		close(lfd);
+	if (evfd >= 0)
+		close(evfd);
+	for (int i = 0; i < nconns; i++)
+		if (conns[i].fd >= 0)
+			close(conns[i].fd);
+	for (struct op_item *it = op_head, *n; it; it = n) {
+		n = it->next;
+		if (it->fd >= 0)
+			close(it->fd);
+		protobuf_c_message_free_unpacked(&it->req->base, NULL);
+		free(it);
+	}
+	op_head = op_tail = NULL;
+	lfd = evfd = -1;
+	nconns = ndone = 0;
+	pthread_mutex_init(&op_mu, NULL);
+	pthread_cond_init(&op_cv, NULL);
+}
+
+void cuip_ctl_stop(void)
+{
+	if (self.sock[0])
+		unlink(self.sock);
+}

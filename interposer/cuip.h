@@ -1,0 +1,275 @@
+/*
+ * cuip.h - internal interfaces of libcuinterpose.so, the LD_PRELOAD half of
+ * cuinterpose.
+ *
+ * Modules and what each owns:
+ *   driver.c   the real driver (dlopen "libcuda.so.1") and the real dlsym
+ *   resolve.c  every resolution path: ELF symbols, dlsym, cuGetProcAddress*,
+ *              cudaGetDriverEntryPoint*; the table of replaced entry points
+ *   runtime.c  process identity, start after cuInit, fork, logging
+ *   gate.c     the API gate and the lifecycle phase
+ *   vmm.c      tracked VMM allocations, logical handles, mappings, access
+ *   ticket.c   ticket memfds (mint, recognise)
+ *   xcache.c   export cache and the peer FD service (own lock, no driver)
+ *   control.c  control socket, the "cuip-ctl" and "cuip-op" threads
+ *   client.c   connecting to a control socket (importers, CLI)
+ *   inspect.c  ProcessState of this process
+ *   ops.c      checkpoint operations run by the op thread
+ *
+ * Locks, outermost first: state_lock (vmm.c: records, mappings, handles),
+ * xc_lock (xcache.c), gate lock (gate.c). The control thread takes only
+ * xc_lock, never state_lock, and never calls the driver.
+ */
+#ifndef CUIP_INTERNAL_H
+#define CUIP_INTERNAL_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <cuda.h>
+
+#include "wire.h"
+
+/* cuda.h maps cuGetProcAddress to _v2; the 4-argument ELF symbol is ours too. */
+#undef cuGetProcAddress
+
+#define CUIP_API __attribute__((visibility("default")))
+
+/* CUDA 13.1 device-explicit multicast binds; the 13.0 cuda.h lacks them. */
+CUresult CUDAAPI cuMulticastBindMem_v2(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset,
+				       CUmemGenericAllocationHandle memHandle, size_t memOffset, size_t size,
+				       unsigned long long flags);
+CUresult CUDAAPI cuMulticastBindAddr_v2(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset,
+					CUdeviceptr memptr, size_t size, unsigned long long flags);
+/* The pre-12.0 four-argument form, still exported by the driver. */
+CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+CUresult CUDAAPI cuGetProcAddress_v2_ptsz(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+					  CUdriverProcAddressQueryResult *symbolStatus);
+
+/* ---- logging (runtime.c) ------------------------------------------------ */
+
+extern int cuip_log_level; /* CUINTERPOSE_LOG: 0 quiet, 1 errors (default), 2 info, 3 debug */
+void cuip_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define pr_err(fmt, ...)   cuip_log(1, fmt, ##__VA_ARGS__)
+#define pr_info(fmt, ...)  cuip_log(2, fmt, ##__VA_ARGS__)
+#define pr_debug(fmt, ...) cuip_log(3, fmt, ##__VA_ARGS__)
+
+/* ---- the real driver (driver.c) ----------------------------------------- */
+
+/* Every driver entry point the interposer itself calls. */
+#define CUIP_REAL_FUNCS(X)                        \
+	X(cuInit)                                 \
+	X(cuDriverGetVersion)                     \
+	X(cuDeviceGet)                            \
+	X(cuDeviceGetCount)                       \
+	X(cuDeviceGetUuid_v2)                     \
+	X(cuDevicePrimaryCtxRetain)               \
+	X(cuDevicePrimaryCtxRelease_v2)           \
+	X(cuDevicePrimaryCtxGetState)             \
+	X(cuCtxGetCurrent)                        \
+	X(cuCtxSetCurrent)                        \
+	X(cuCtxSynchronize)                       \
+	X(cuMemCreate)                            \
+	X(cuMemRelease)                           \
+	X(cuMemRetainAllocationHandle)            \
+	X(cuMemMap)                               \
+	X(cuMemUnmap)                             \
+	X(cuMemSetAccess)                         \
+	X(cuMemExportToShareableHandle)           \
+	X(cuMemImportFromShareableHandle)         \
+	X(cuMemGetAllocationPropertiesFromHandle) \
+	X(cuMemcpyDtoH_v2)                        \
+	X(cuMemcpyHtoD_v2)                        \
+	X(cuMemcpyDtoHAsync_v2)                   \
+	X(cuMemcpyHtoDAsync_v2)                   \
+	X(cuMemHostAlloc)                         \
+	X(cuMemFreeHost)                          \
+	X(cuStreamCreate)                         \
+	X(cuStreamDestroy_v2)                     \
+	X(cuStreamSynchronize)                    \
+	X(cuGetErrorString)                       \
+	X(cuMulticastBindMem)                     \
+	X(cuMulticastBindAddr)                    \
+	X(cuMulticastBindMem_v2)                  \
+	X(cuMulticastBindAddr_v2)                 \
+	X(cuGetProcAddress)                       \
+	X(cuGetProcAddress_v2)
+
+struct cuip_real {
+#define X(name) __typeof__(&name) name;
+	CUIP_REAL_FUNCS(X)
+#undef X
+	void *cuGetProcAddress_v2_ptsz; /* not always exported */
+};
+
+extern struct cuip_real real;
+/* Resolve the real driver once; 0 or -ENOENT (no libcuda.so.1). */
+int cuip_driver_init(void);
+void *cuip_real_dlsym(void *handle, const char *name);
+void *cuip_driver_handle(void);
+const char *cuip_cuerr(CUresult r);
+
+/* ---- resolution (resolve.c) --------------------------------------------- */
+
+/* Replace *pfn by our wrapper when it is a real entry point we replace. */
+void cuip_substitute(const char *symbol, int version, cuuint64_t flags, void **pfn);
+
+/* ---- runtime (runtime.c) ------------------------------------------------ */
+
+struct cuip_device {
+	int ordinal;
+	uint8_t uuid[16];
+};
+
+struct cuip_self {
+	uint64_t id;	/* process identity, random per incarnation */
+	pid_t pid;	/* pid that owns this state */
+	char sock[108]; /* control socket path */
+	int ndev;
+	struct cuip_device dev[64];
+};
+
+extern struct cuip_self self;
+/* Start the control server (after the first successful cuInit); idempotent. */
+void cuip_start(void);
+bool cuip_started(void);
+/* Device ordinal -> UUID (NULL when unknown); UUID -> ordinal or -1. */
+const uint8_t *cuip_dev_uuid(int ordinal);
+int cuip_dev_by_uuid(const uint8_t *uuid);
+void cuip_random(void *buf, size_t len);
+
+/* ---- gate and lifecycle (gate.c) ---------------------------------------- */
+
+/* Enter a gated (tracked or launch-class) call; CUDA_SUCCESS or NOT_READY. */
+CUresult cuip_gate_enter(void);
+void cuip_gate_exit(void);
+/* Close the gate and wait up to timeout_ms for in-flight calls: 0 or -ETIMEDOUT. */
+int cuip_gate_close(unsigned timeout_ms);
+void cuip_gate_open(void);
+Cuip__Phase cuip_phase(void);
+void cuip_set_phase(Cuip__Phase p);
+void cuip_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *cuip_failure(void);
+uint64_t cuip_gate_waits(void);
+void cuip_gate_reset(void); /* fork child */
+
+/* ---- tracked VMM state (vmm.c) ------------------------------------------ */
+
+/* Logical handles: top 16 bits are this tag; the fake and real drivers
+ * never use them (real handles are user-space pointers or small values). */
+#define CUIP_HTAG	   0xC1D0ull
+#define CUIP_HTAG_SHIFT	   48
+#define cuip_is_logical(h) (((uint64_t)(h) >> CUIP_HTAG_SHIFT) == CUIP_HTAG)
+
+struct cuip_access {
+	uint64_t va, size;
+	CUmemLocation loc;
+	unsigned flags;
+};
+
+struct cuip_alloc;
+
+struct cuip_mapping {
+	uint64_t va, size, offset;
+	struct cuip_alloc *a;
+	unsigned long long map_flags;
+	struct cuip_access *acc; /* sorted by (location, va), non-overlapping, coalesced */
+	size_t nacc, capacc;
+};
+
+struct cuip_alloc {
+	uint64_t creator, serial;
+	int creator_pid;
+	Cuip__Owner owner;
+	Cuip__Origin origin;
+	CUmemAllocationProp prop;
+	uint64_t size;
+	CUmemGenericAllocationHandle drv; /* 0 while detached (PREPARED) */
+	uint64_t logical;		  /* 0 once the application released it */
+	uint32_t app_handles;
+	uint32_t nmaps;
+	uint32_t minted; /* tickets minted by this process */
+	bool has_token;
+	uint8_t token[16];
+	char creator_sock[108];
+	const char *unsupported; /* OWNER_UNSUPPORTED: why */
+	struct cuip_alloc *id_next, *log_next;
+	struct cuip_alloc *prev, *next; /* all records, creation order */
+};
+
+extern pthread_mutex_t cuip_state_lock;
+struct cuip_vmm {
+	struct cuip_alloc *head, *tail;
+	size_t nallocs;
+	struct cuip_mapping **maps; /* sorted by va */
+	size_t nmaps, capmaps;
+	uint64_t next_serial;
+	uint64_t next_logical;
+	uint32_t raw_imports;
+	uint32_t unsupported;
+};
+extern struct cuip_vmm vmm;
+
+struct cuip_alloc *cuip_alloc_by_id(uint64_t creator, uint64_t serial);
+struct cuip_mapping *cuip_mapping_at(uint64_t va);
+void cuip_vmm_reset(void); /* fork child: forget everything */
+/* Re-hash after identities were reassigned (not needed: identities are stable). */
+int cuip_map_insert(struct cuip_mapping *m);
+int cuip_access_set(struct cuip_mapping *m, uint64_t va, uint64_t size, const CUmemLocation *loc, unsigned flags);
+void cuip_logical_assign(struct cuip_alloc *a);
+
+/* ---- tickets (ticket.c) ------------------------------------------------- */
+
+/* Mint a sealed ticket memfd for a; returns the FD or a negative errno. */
+int cuip_ticket_mint(const struct cuip_alloc *a, bool cloexec);
+/* 1: fd is a ticket (*out filled, free with cuip__ticket__free_unpacked);
+ * 0: not a ticket; negative errno: looks like ours but is malformed. */
+int cuip_ticket_read(int fd, Cuip__Ticket **out);
+
+/* ---- export cache (xcache.c) -------------------------------------------- */
+
+/* Ensure one real export of (creator, serial) exists: 0 or CUresult via *cr. */
+int cuip_xc_export(uint64_t serial, CUmemGenericAllocationHandle drv, const uint8_t token[16], CUresult *cr);
+/* Drop the entry, waiting for in-flight serves; closes the real FD. */
+void cuip_xc_drop(uint64_t serial);
+/* Serve a dup of the cached export; returns an FD or a negative errno. */
+int cuip_xc_dup(uint64_t creator, uint64_t serial, const uint8_t *token, size_t toklen);
+void cuip_xc_served(void);
+uint64_t cuip_xc_served_count(void);
+bool cuip_xc_has(uint64_t serial);
+int cuip_xc_fd_cloexec(uint64_t serial); /* the cached FD's FD_CLOEXEC, or -1 */
+void cuip_xc_reset(void);		 /* fork child */
+
+/* ---- control (control.c, client.c) -------------------------------------- */
+
+int cuip_ctl_start(void);
+void cuip_ctl_reset(void); /* fork child: close inherited sockets */
+void cuip_ctl_stop(void);  /* exit: unlink the socket */
+
+int cuip_client_connect(const char *path);
+int cuip_client_call(int sock, const Cuip__Request *req, int fd_in, Cuip__Response **resp, int *fd_out, char *err,
+		     size_t errlen);
+int cuip_client_handshake(int sock, const char *client, Cuip__ProcessId *self_out, char *err, size_t errlen);
+/* Fetch a fresh FD of (creator, serial) from the creator's socket. */
+int cuip_fetch(const char *sock, uint64_t creator, uint64_t serial, const uint8_t *token, size_t toklen, char *err,
+	       size_t errlen);
+
+/* ---- inspection and operations (inspect.c, ops.c) ----------------------- */
+
+/* The op thread's reply arena: everything a reply points to comes from
+ * here and is freed at once after the reply is sent (op thread only). */
+void *cuip_zalloc(size_t size);
+char *cuip_strdup(const char *s);
+void cuip_arena_release(void);
+/* Build this process's state from the records (caller holds state_lock);
+ * memory from the arena. */
+Cuip__ProcessState *cuip_state_build(void);
+/* Run one plugin operation (op thread). fd: the FD that came with it (consumed). */
+Cuip__Response *cuip_op_run(const Cuip__Request *req, int fd);
+void cuip_response_free(Cuip__Response *r);
+
+#endif /* CUIP_INTERNAL_H */

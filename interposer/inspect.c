@@ -1,0 +1,257 @@
+/*
+ * inspect.c - this process's tracked state as a cuip.ProcessState: what
+ * INSPECT answers, what the plugin stores in the topology image and what
+ * VERIFY compares after a rebuild. Records are named by identity, never by
+ * driver handle or FD. Runs on the op thread under the state lock; memory
+ * comes from the op thread's reply arena.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuip.h"
+
+/* ---- reply arena (op thread only) ---------------------------------------- */
+
+static void **arena;
+static size_t narena, caparena;
+
+void *cuip_zalloc(size_t size)
+{
+	void *p;
+
+	if (narena == caparena) {
+		size_t c = caparena ? caparena * 2 : 256;
+		void **n = realloc(arena, c * sizeof(*n));
+		if (!n)
+			return NULL;
+		arena = n;
+		caparena = c;
+	}
+	p = calloc(1, size ? size : 1);
+	if (p)
+		arena[narena++] = p;
+	return p;
+}
+
+char *cuip_strdup(const char *s)
+{
+	char *p = s ? cuip_zalloc(strlen(s) + 1) : NULL;
+
+	if (p)
+		strcpy(p, s);
+	return p;
+}
+
+void cuip_arena_release(void)
+{
+	for (size_t i = 0; i < narena; i++)
+		free(arena[i]);
+	narena = 0;
+	if (caparena > 4096) {
+		free(arena);
+		arena = NULL;
+		caparena = 0;
+	}
+}
+
+#define NEW(T, init)                            \
+	({                                      \
+		T *p_ = cuip_zalloc(sizeof(T)); \
+		if (p_)                         \
+			*p_ = (T)init;          \
+		p_;                             \
+	})
+
+static Cuip__AllocId *alloc_id(uint64_t creator, uint64_t serial)
+{
+	Cuip__AllocId *id = NEW(Cuip__AllocId, CUIP__ALLOC_ID__INIT);
+
+	if (id) {
+		id->creator = creator;
+		id->serial = serial;
+	}
+	return id;
+}
+
+static bool uuid_field(int ordinal, ProtobufCBinaryData *b, protobuf_c_boolean *has)
+{
+	const uint8_t *u = cuip_dev_uuid(ordinal);
+
+	if (!u)
+		return false;
+	b->data = cuip_zalloc(16);
+	if (!b->data)
+		return false;
+	memcpy(b->data, u, 16);
+	b->len = 16;
+	*has = 1;
+	return true;
+}
+
+static Cuip__AllocProps *props_of(const struct cuip_alloc *a)
+{
+	Cuip__AllocProps *p = NEW(Cuip__AllocProps, CUIP__ALLOC_PROPS__INIT);
+
+	if (!p)
+		return NULL;
+	p->type = a->prop.type;
+	p->handle_types = a->prop.requestedHandleTypes;
+	p->location_type = a->prop.location.type;
+	p->location_id = a->prop.location.id;
+	if (a->prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+		uuid_field(a->prop.location.id, &p->device_uuid, &p->has_device_uuid);
+	p->has_compression_type = 1;
+	p->compression_type = a->prop.allocFlags.compressionType;
+	p->has_gpu_direct_rdma_capable = 1;
+	p->gpu_direct_rdma_capable = a->prop.allocFlags.gpuDirectRDMACapable;
+	p->has_usage = 1;
+	p->usage = a->prop.allocFlags.usage;
+	p->size = a->size;
+	return p;
+}
+
+static Cuip__Allocation *allocation_of(const struct cuip_alloc *a)
+{
+	Cuip__Allocation *m = NEW(Cuip__Allocation, CUIP__ALLOCATION__INIT);
+
+	if (!m)
+		return NULL;
+	m->id = alloc_id(a->creator, a->serial);
+	m->kind = CUIP__ALLOC_KIND__KIND_UNICAST;
+	m->owner = a->owner;
+	m->origin = a->origin;
+	m->props = props_of(a);
+	m->has_app_handles = 1;
+	m->app_handles = a->app_handles;
+	if (a->logical) {
+		m->has_logical_handle = 1;
+		m->logical_handle = a->logical;
+	}
+	if (a->unsupported)
+		m->unsupported_reason = cuip_strdup(a->unsupported);
+	m->has_exported = 1;
+	m->exported = a->creator == self.id && a->has_token && cuip_xc_has(a->serial);
+	return m;
+}
+
+static Cuip__Mapping *mapping_of(const struct cuip_mapping *mp)
+{
+	Cuip__Mapping *m = NEW(Cuip__Mapping, CUIP__MAPPING__INIT);
+
+	if (!m)
+		return NULL;
+	m->va = mp->va;
+	m->size = mp->size;
+	m->offset = mp->offset;
+	m->alloc = alloc_id(mp->a->creator, mp->a->serial);
+	m->access = cuip_zalloc(sizeof(*m->access) * (mp->nacc ? mp->nacc : 1));
+	if (!m->access || !m->alloc)
+		return NULL;
+	for (size_t i = 0; i < mp->nacc; i++) {
+		const struct cuip_access *e = &mp->acc[i];
+		Cuip__Access *ac = NEW(Cuip__Access, CUIP__ACCESS__INIT);
+		if (!ac)
+			return NULL;
+		ac->va = e->va;
+		ac->size = e->size;
+		ac->location_type = e->loc.type;
+		ac->location_id = e->loc.id;
+		ac->flags = e->flags;
+		if (e->loc.type == CU_MEM_LOCATION_TYPE_DEVICE)
+			uuid_field(e->loc.id, &ac->device_uuid, &ac->has_device_uuid);
+		m->access[m->n_access++] = ac;
+	}
+	return m;
+}
+
+static Cuip__Ticket *ticket_of(const struct cuip_alloc *a)
+{
+	Cuip__Ticket *t = NEW(Cuip__Ticket, CUIP__TICKET__INIT);
+	Cuip__ProcessId *c = NEW(Cuip__ProcessId, CUIP__PROCESS_ID__INIT);
+
+	if (!t || !c)
+		return NULL;
+	t->alloc = alloc_id(a->creator, a->serial);
+	t->kind = CUIP__ALLOC_KIND__KIND_UNICAST;
+	t->token.data = cuip_zalloc(16);
+	if (!t->token.data || !t->alloc)
+		return NULL;
+	memcpy(t->token.data, a->token, 16);
+	t->token.len = 16;
+	c->id = a->creator;
+	c->pid = a->creator_pid;
+	t->creator = c;
+	t->creator_socket = cuip_strdup(a->creator_sock);
+	t->props = props_of(a);
+	return t;
+}
+
+Cuip__ProcessState *cuip_state_build(void)
+{
+	Cuip__ProcessState *st = NEW(Cuip__ProcessState, CUIP__PROCESS_STATE__INIT);
+	Cuip__Counters *cn = NEW(Cuip__Counters, CUIP__COUNTERS__INIT);
+	size_t nt = 0;
+
+	if (!st || !cn)
+		return NULL;
+	st->self = NEW(Cuip__ProcessId, CUIP__PROCESS_ID__INIT);
+	if (!st->self)
+		return NULL;
+	st->self->id = self.id;
+	st->self->pid = self.pid;
+	st->phase = cuip_phase();
+	st->version = (char *)CUIP_VERSION;
+	st->socket = self.sock;
+	if (cuip_failure())
+		st->failure = cuip_strdup(cuip_failure());
+
+	st->devices = cuip_zalloc(sizeof(*st->devices) * (size_t)(self.ndev ? self.ndev : 1));
+	for (int i = 0; st->devices && i < self.ndev; i++) {
+		Cuip__Device *d = NEW(Cuip__Device, CUIP__DEVICE__INIT);
+		if (!d)
+			return NULL;
+		d->ordinal = self.dev[i].ordinal;
+		d->uuid.data = (uint8_t *)self.dev[i].uuid;
+		d->uuid.len = 16;
+		st->devices[st->n_devices++] = d;
+	}
+
+	st->allocations = cuip_zalloc(sizeof(*st->allocations) * (vmm.nallocs ? vmm.nallocs : 1));
+	st->tickets = cuip_zalloc(sizeof(*st->tickets) * (vmm.nallocs ? vmm.nallocs : 1));
+	if (!st->allocations || !st->tickets)
+		return NULL;
+	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
+		Cuip__Allocation *m = allocation_of(a);
+		if (!m)
+			return NULL;
+		st->allocations[st->n_allocations++] = m;
+		if (a->minted) {
+			Cuip__Ticket *t = ticket_of(a);
+			if (!t)
+				return NULL;
+			st->tickets[nt++] = t;
+		}
+	}
+	st->n_tickets = nt;
+
+	st->mappings = cuip_zalloc(sizeof(*st->mappings) * (vmm.nmaps ? vmm.nmaps : 1));
+	if (!st->mappings)
+		return NULL;
+	for (size_t i = 0; i < vmm.nmaps; i++) {
+		Cuip__Mapping *m = mapping_of(vmm.maps[i]);
+		if (!m)
+			return NULL;
+		st->mappings[st->n_mappings++] = m;
+	}
+
+	cn->has_raw_imports = 1;
+	cn->raw_imports = vmm.raw_imports;
+	cn->has_unsupported = 1;
+	cn->unsupported = vmm.unsupported;
+	cn->has_exports_served = 1;
+	cn->exports_served = cuip_xc_served_count();
+	cn->has_gate_waits = 1;
+	cn->gate_waits = cuip_gate_waits();
+	st->counters = cn;
+	return st;
+}

@@ -1,0 +1,210 @@
+/*
+ * xcache.c - the export cache and the peer FD service.
+ *
+ * A creator exports each shared allocation to a POSIX FD once and keeps the
+ * FD here; tickets name the allocation and carry its token, and importers
+ * fetch a dup of the cached FD from the creator's control thread. That
+ * thread must never wait for the application: it takes only xc_lock (held
+ * for table lookups, never across a driver call or a socket operation) and
+ * never calls the driver.
+ *
+ * Entry life: EXPORTING (one thread calls the driver; concurrent first
+ * exports wait on xc_cv and then share the result) -> READY -> dropped when
+ * the allocation dies or is detached; a drop waits until no serve is still
+ * using the FD (`serving`), then closes it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuip.h"
+
+enum xc_state { XC_EXPORTING, XC_READY, XC_DROPPING };
+
+struct xc_entry {
+	uint64_t serial;
+	enum xc_state state;
+	int fd;
+	unsigned serving;
+	bool cloexec; /* as the driver handed it out: tickets mirror it */
+	uint8_t token[16];
+	struct xc_entry *next;
+};
+
+#define XC_BUCKETS 1024
+static struct xc_entry *xc_tab[XC_BUCKETS];
+static pthread_mutex_t xc_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t xc_cv = PTHREAD_COND_INITIALIZER;
+static atomic_ullong served;
+
+static struct xc_entry **xc_slot(uint64_t serial)
+{
+	struct xc_entry **pp = &xc_tab[(serial * 0x9e3779b97f4a7c15ull) >> 54];
+
+	while (*pp && (*pp)->serial != serial)
+		pp = &(*pp)->next;
+	return pp;
+}
+
+int cuip_xc_export(uint64_t serial, CUmemGenericAllocationHandle drv, const uint8_t token[16], CUresult *cr)
+{
+	struct xc_entry *e, **pp;
+	int fd = -1;
+	CUresult r;
+
+	pthread_mutex_lock(&xc_lock);
+	for (;;) {
+		e = *xc_slot(serial);
+		if (!e)
+			break;
+		if (e->state == XC_READY) {
+			pthread_mutex_unlock(&xc_lock);
+			*cr = CUDA_SUCCESS;
+			return 0;
+		}
+		pthread_cond_wait(&xc_cv, &xc_lock); /* exporting or being dropped */
+	}
+	e = calloc(1, sizeof(*e));
+	if (!e) {
+		pthread_mutex_unlock(&xc_lock);
+		*cr = CUDA_ERROR_OUT_OF_MEMORY;
+		return -ENOMEM;
+	}
+	e->serial = serial;
+	e->state = XC_EXPORTING;
+	e->fd = -1;
+	memcpy(e->token, token, 16);
+	*xc_slot(serial) = e;
+	pthread_mutex_unlock(&xc_lock);
+
+	r = real.cuMemExportToShareableHandle(&fd, drv, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+
+	pthread_mutex_lock(&xc_lock);
+	if (r == CUDA_SUCCESS) {
+		/* Our copy never leaks into an exec'd program. */
+		int fl = fcntl(fd, F_GETFD);
+		e->cloexec = fl >= 0 && (fl & FD_CLOEXEC);
+		if (fl >= 0)
+			fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
+		e->fd = fd;
+		e->state = XC_READY;
+	} else {
+		pp = xc_slot(serial);
+		*pp = e->next;
+		free(e);
+	}
+	pthread_cond_broadcast(&xc_cv);
+	pthread_mutex_unlock(&xc_lock);
+	*cr = r;
+	return r == CUDA_SUCCESS ? 0 : -EIO;
+}
+
+void cuip_xc_drop(uint64_t serial)
+{
+	struct xc_entry *e, **pp;
+
+	pthread_mutex_lock(&xc_lock);
+	for (;;) {
+		e = *xc_slot(serial);
+		if (!e || e->state == XC_READY)
+			break;
+		pthread_cond_wait(&xc_cv, &xc_lock); /* let a first export finish */
+	}
+	if (!e) {
+		pthread_mutex_unlock(&xc_lock);
+		return;
+	}
+	e->state = XC_DROPPING;
+	while (e->serving)
+		pthread_cond_wait(&xc_cv, &xc_lock);
+	pp = xc_slot(serial);
+	*pp = e->next;
+	pthread_cond_broadcast(&xc_cv);
+	pthread_mutex_unlock(&xc_lock);
+	close(e->fd);
+	free(e);
+}
+
+int cuip_xc_dup(uint64_t creator, uint64_t serial, const uint8_t *token, size_t toklen)
+{
+	struct xc_entry *e;
+	int fd, ret;
+
+	if (creator != self.id)
+		return -ENOENT;
+	pthread_mutex_lock(&xc_lock);
+	e = *xc_slot(serial);
+	if (!e || e->state != XC_READY) {
+		pthread_mutex_unlock(&xc_lock);
+		return -ENOENT;
+	}
+	if (toklen != 16 || memcmp(e->token, token, 16)) {
+		pthread_mutex_unlock(&xc_lock);
+		return -EACCES;
+	}
+	e->serving++;
+	pthread_mutex_unlock(&xc_lock);
+
+	fd = fcntl(e->fd, F_DUPFD_CLOEXEC, 0);
+	ret = fd < 0 ? -errno : fd;
+
+	pthread_mutex_lock(&xc_lock);
+	if (--e->serving == 0 && e->state == XC_DROPPING)
+		pthread_cond_broadcast(&xc_cv);
+	pthread_mutex_unlock(&xc_lock);
+	return ret;
+}
+
+void cuip_xc_served(void)
+{
+	atomic_fetch_add(&served, 1);
+}
+
+uint64_t cuip_xc_served_count(void)
+{
+	return atomic_load(&served);
+}
+
+bool cuip_xc_has(uint64_t serial)
+{
+	bool has;
+
+	pthread_mutex_lock(&xc_lock);
+	has = *xc_slot(serial) != NULL;
+	pthread_mutex_unlock(&xc_lock);
+	return has;
+}
+
+int cuip_xc_fd_cloexec(uint64_t serial)
+{
+	struct xc_entry *e;
+	int ret = -1;
+
+	pthread_mutex_lock(&xc_lock);
+	e = *xc_slot(serial);
+	if (e && e->state == XC_READY)
+		ret = e->cloexec;
+	pthread_mutex_unlock(&xc_lock);
+	return ret;
+}
+
+void cuip_xc_reset(void)
+{
+	for (int i = 0; i < XC_BUCKETS; i++) {
+		struct xc_entry *e = xc_tab[i], *n;
+		for (; e; e = n) {
+			n = e->next;
+			if (e->fd >= 0)
+				close(e->fd);
+			free(e);
+		}
+		xc_tab[i] = NULL;
+	}
+	atomic_store(&served, 0);
+	pthread_mutex_init(&xc_lock, NULL);
+	pthread_cond_init(&xc_cv, NULL);
+}
