@@ -1,0 +1,213 @@
+/*
+ * The caller side of the checkpoint API (cuCheckpointProcess*): finds the
+ * target's mailbox (mailbox.h) in /proc/PID/maps, maps it through
+ * /proc/PID/map_files/ (needs CAP_SYS_ADMIN, like the real driver's caller
+ * needs root), posts the request and waits for the target's restore thread.
+ * GetState and GetRestoreThreadId read the mailbox directly, so they answer
+ * even while the target is frozen.  Concurrent callers serialize with flock()
+ * on the mailbox; no state of this process is touched.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fake.h"
+#include "mailbox.h"
+
+struct target {
+	int fd;
+	struct fk_mailbox *mb;
+};
+
+static CUresult target_open(int pid, struct target *t)
+{
+	char path[64], line[512];
+	unsigned long lo = 0, hi = 0;
+	FILE *f;
+	int found = 0;
+
+	if (pid <= 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return CUDA_ERROR_INVALID_VALUE; /* no such process */
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, "/memfd:" FK_MB_NAME) && sscanf(line, "%lx-%lx", &lo, &hi) == 2) {
+			found = 1;
+			break;
+		}
+	fclose(f);
+	if (!found)
+		return CUDA_ERROR_NOT_INITIALIZED; /* the process never called cuInit */
+	snprintf(path, sizeof(path), "/proc/%d/map_files/%lx-%lx", pid, lo, hi);
+	t->fd = open(path, O_RDWR | O_CLOEXEC);
+	if (t->fd < 0)
+		return errno == EPERM || errno == EACCES ? CUDA_ERROR_NOT_PERMITTED : CUDA_ERROR_INVALID_VALUE;
+	t->mb = mmap(NULL, FK_MB_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, t->fd, 0);
+	if (t->mb == MAP_FAILED) {
+		close(t->fd);
+		return CUDA_ERROR_OPERATING_SYSTEM;
+	}
+	if (t->mb->magic != FK_MB_MAGIC || t->mb->version != FK_MB_VERSION || t->mb->pid != pid) {
+		munmap(t->mb, FK_MB_SIZE);
+		close(t->fd);
+		return CUDA_ERROR_NOT_INITIALIZED;
+	}
+	return CUDA_SUCCESS;
+}
+
+static void target_close(struct target *t)
+{
+	munmap(t->mb, FK_MB_SIZE);
+	close(t->fd);
+}
+
+/* Posts one request and waits for the restore thread's answer (as long as the target lives). */
+static CUresult request(int pid, uint32_t action, uint32_t timeout_ms, const CUcheckpointRestoreArgs *ra)
+{
+	struct target t;
+	struct fk_mailbox *mb;
+	CUresult r = target_open(pid, &t);
+	uint32_t seq;
+
+	if (r)
+		return r;
+	mb = t.mb;
+	flock(t.fd, LOCK_EX);
+	mb->action = action;
+	mb->timeout_ms = timeout_ms;
+	mb->npairs = ra ? ra->gpuPairsCount : 0;
+	if (mb->npairs)
+		memcpy(mb->pairs, ra->gpuPairs, sizeof(mb->pairs[0]) * mb->npairs);
+	seq = __atomic_load_n(&mb->req_seq, __ATOMIC_ACQUIRE) + 1;
+	__atomic_store_n(&mb->req_seq, seq, __ATOMIC_RELEASE);
+	syscall(SYS_futex, &mb->req_seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+	for (;;) {
+		struct timespec ts = {0, 100000000};
+		uint32_t d = __atomic_load_n(&mb->done_seq, __ATOMIC_ACQUIRE);
+
+		if (d == seq) {
+			r = (CUresult)mb->result;
+			break;
+		}
+		syscall(SYS_futex, &mb->done_seq, FUTEX_WAIT, d, &ts, NULL, 0);
+		if (kill(pid, 0) < 0 && errno == ESRCH) {
+			r = CUDA_ERROR_INVALID_VALUE;
+			break;
+		}
+	}
+	flock(t.fd, LOCK_UN);
+	target_close(&t);
+	return r;
+}
+
+static int all_zero(const void *p, size_t n)
+{
+	const unsigned char *c = p;
+
+	for (size_t i = 0; i < n; i++)
+		if (c[i])
+			return 0;
+	return 1;
+}
+
+static CUresult get_restore_tid(int pid, int *tid)
+{
+	struct target t;
+	CUresult r;
+
+	if (!tid)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = target_open(pid, &t);
+	if (r)
+		return r;
+	*tid = __atomic_load_n(&t.mb->restore_tid, __ATOMIC_ACQUIRE);
+	target_close(&t);
+	return CUDA_SUCCESS;
+}
+
+FK_API CUresult CUDAAPI cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
+{
+	FK_CALL("cuCheckpointProcessGetRestoreThreadId", get_restore_tid(pid, tid));
+}
+
+static CUresult get_state(int pid, CUprocessState *state)
+{
+	struct target t;
+	CUresult r;
+
+	if (!state)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = target_open(pid, &t);
+	if (r)
+		return r;
+	*state = (CUprocessState)__atomic_load_n(&t.mb->state, __ATOMIC_ACQUIRE);
+	target_close(&t);
+	return CUDA_SUCCESS;
+}
+
+FK_API CUresult CUDAAPI cuCheckpointProcessGetState(int pid, CUprocessState *state)
+{
+	FK_CALL("cuCheckpointProcessGetState", get_state(pid, state));
+}
+
+static CUresult ck_lock(int pid, CUcheckpointLockArgs *args)
+{
+	if (args && (args->reserved0 || !all_zero(args->reserved1, sizeof(args->reserved1))))
+		return CUDA_ERROR_INVALID_VALUE;
+	return request(pid, FK_MB_LOCK, args ? args->timeoutMs : 0, NULL);
+}
+
+FK_API CUresult CUDAAPI cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
+{
+	FK_CALL("cuCheckpointProcessLock", ck_lock(pid, args));
+}
+
+static CUresult ck_checkpoint(int pid, CUcheckpointCheckpointArgs *args)
+{
+	if (args && !all_zero(args->reserved, sizeof(args->reserved)))
+		return CUDA_ERROR_INVALID_VALUE;
+	return request(pid, FK_MB_CHECKPOINT, 0, NULL);
+}
+
+FK_API CUresult CUDAAPI cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
+{
+	FK_CALL("cuCheckpointProcessCheckpoint", ck_checkpoint(pid, args));
+}
+
+static CUresult ck_restore(int pid, CUcheckpointRestoreArgs *args)
+{
+	if (args) {
+		if (args->gpuPairsCount > FKW_MAX_DEV || (args->gpuPairsCount && !args->gpuPairs) ||
+		    !all_zero(args->reserved, sizeof(args->reserved)) || args->reserved1)
+			return CUDA_ERROR_INVALID_VALUE;
+	}
+	return request(pid, FK_MB_RESTORE, 0, args);
+}
+
+FK_API CUresult CUDAAPI cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
+{
+	FK_CALL("cuCheckpointProcessRestore", ck_restore(pid, args));
+}
+
+static CUresult ck_unlock(int pid, CUcheckpointUnlockArgs *args)
+{
+	if (args && !all_zero(args->reserved, sizeof(args->reserved)))
+		return CUDA_ERROR_INVALID_VALUE;
+	return request(pid, FK_MB_UNLOCK, 0, NULL);
+}
+
+FK_API CUresult CUDAAPI cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
+{
+	FK_CALL("cuCheckpointProcessUnlock", ck_unlock(pid, args));
+}

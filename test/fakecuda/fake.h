@@ -1,0 +1,329 @@
+/*
+ * Internal state of the fake driver (libcuda.so.1).  Declared here, defined in
+ * the module that owns each table (see the comment on each).
+ *
+ * Locking: G.lock (a mutex) protects every table below and is taken inside the
+ * API gate only.  conn.c's connection mutex nests inside it.  The work queue
+ * (stream.c) has its own q_lock.  The restore thread never takes any of them:
+ * it runs only while the process is LOCKED, when the gate guarantees that no
+ * thread is inside the API and the queue is drained (restore_thread.c).
+ *
+ * All tables are fixed-size static arrays so that the restore thread can walk
+ * and change them with no allocator (CRIU's plugins resume it alone while the
+ * other threads are frozen, possibly inside malloc).
+ */
+#ifndef FAKECUDA_FAKE_H
+#define FAKECUDA_FAKE_H
+
+#include <cuda.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "wire.h"
+
+#define FK_API __attribute__((visibility("default")))
+
+/* CUDA 13.1 device-explicit multicast binds; not in the 13.0 cuda.h. */
+CUresult CUDAAPI cuMulticastBindMem_v2(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset,
+				       CUmemGenericAllocationHandle memHandle, size_t memOffset, size_t size,
+				       unsigned long long flags);
+CUresult CUDAAPI cuMulticastBindAddr_v2(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset,
+					CUdeviceptr memptr, size_t size, unsigned long long flags);
+/* Old ABI entry points still exported by real drivers, not declared by cuda.h 13.0 outside its internal block. */
+CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags,
+				CUdevice dev);
+/* The unversioned names of those are macros in cuda.h: define them under asm labels. */
+CUresult CUDAAPI cuIpcOpenMemHandle_v1(CUdeviceptr *pdptr, CUipcMemHandle handle,
+				       unsigned int Flags) __asm__("cuIpcOpenMemHandle");
+CUresult CUDAAPI cuGetProcAddress_v1(const char *symbol, void **pfn, int cudaVersion,
+				     cuuint64_t flags) __asm__("cuGetProcAddress");
+CUresult CUDAAPI cuDeviceGetUuid_v1(CUuuid *uuid, CUdevice dev) __asm__("cuDeviceGetUuid");
+CUresult CUDAAPI cuDevicePrimaryCtxRelease_v1(CUdevice dev) __asm__("cuDevicePrimaryCtxRelease");
+CUresult CUDAAPI cuDevicePrimaryCtxReset_v1(CUdevice dev) __asm__("cuDevicePrimaryCtxReset");
+CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v1(CUdevice dev, unsigned int flags) __asm__("cuDevicePrimaryCtxSetFlags");
+CUresult CUDAAPI cuEventElapsedTime_v1(float *pMilliseconds, CUevent hStart,
+				       CUevent hEnd) __asm__("cuEventElapsedTime");
+
+#define FK_MAX_ALLOC 4096
+#define FK_MAX_MAP   4096
+#define FK_MAX_RESV  4096
+#define FK_MAX_MC    64
+#define FK_MAX_CTX   64
+#define FK_MAX_STRM  1024
+#define FK_MAX_EVT   4096
+#define FK_MAX_MOD   256
+#define FK_MAX_HOST  1024
+
+/*
+ * Handle values (CUmemGenericAllocationHandle) handed to the application:
+ *   bits 63..48  always 0 (free for an interposer's tags)
+ *   bits 47..40  0xA1 physical allocation, 0xC1 multicast object
+ *   bits 39..16  generation of the slot (stale handles are detected)
+ *   bits 15..0   slot index
+ */
+#define FK_HTAG_ALLOC 0xA1ull
+#define FK_HTAG_MC    0xC1ull
+
+static inline CUmemGenericAllocationHandle fk_handle(uint64_t tag, int slot, uint32_t gen)
+{
+	return tag << 40 | (uint64_t)(gen & 0xffffff) << 16 | (uint64_t)slot;
+}
+
+/* Slot of a live VMM allocation handle (handle references > 0), or -1.  G.lock held. */
+int handle_alloc_slot(CUmemGenericAllocationHandle h);
+/* Slot of a live multicast handle, or -1.  G.lock held. */
+int handle_mc_slot(CUmemGenericAllocationHandle h);
+int mc_slot_new(void);
+
+enum fk_akind {
+	FK_A_LINEAR = 1, /* cuMemAlloc */
+	FK_A_VMM,	 /* cuMemCreate or imported */
+	FK_A_IPC,	 /* cuIpcOpenMemHandle */
+};
+
+/* One physical allocation this process holds one devd connection reference on. */
+struct fk_alloc {
+	int used;
+	uint32_t gen;
+	enum fk_akind kind;
+	uint64_t devd_id;
+	int ord; /* device ordinal as the application sees it */
+	size_t size;
+	uint32_t dflags; /* FKW_AF_* */
+	int imported;	 /* VMM import (cuMemImportFromShareableHandle) */
+	int handle_refs; /* VMM: cuMemCreate/Import/Retain minus cuMemRelease */
+	int map_refs;	 /* mappings that name this slot */
+	int ipc_open_refs;
+	CUmemAllocationProp prop;
+	struct fk_ctx *ctx;  /* linear: owning context */
+	unsigned char *win;  /* hidden MAP_SHARED window onto the memfd (NULL when checkpointed) */
+	unsigned char *save; /* checkpoint: anonymous copy of the bytes */
+};
+
+/* A multicast object this process holds a devd reference on. */
+struct fk_mc {
+	int used;
+	uint32_t gen;
+	uint64_t devd_id;
+	size_t size, size_eff;
+	unsigned int ndev;
+	int handle_refs;
+	int map_refs;
+	int imported;
+	uint64_t bgen; /* generation of the cached bindings below */
+	int nb;
+	struct fk_mcb {
+		int phys;
+		size_t mcoff, memoff, size, alloc_size;
+		unsigned char *win;
+	} b[FKW_MAX_BIND];
+};
+
+/* A device virtual address range backed by an allocation or a multicast object. */
+struct fk_map {
+	int used;
+	uint64_t va;
+	size_t size;
+	int is_mc;
+	int slot; /* fk_alloc or fk_mc index */
+	size_t off;
+	uint32_t access; /* bit per ordinal: read-write access set */
+};
+
+/* A PROT_NONE reservation of device virtual addresses in the process. */
+struct fk_resv {
+	int used;
+	uint64_t va;
+	size_t size;
+	int vmm; /* cuMemAddressReserve (else owned by a linear/IPC allocation) */
+};
+
+struct fk_ctx {
+	uint32_t magic;
+	int used;
+	int ord;
+	unsigned int flags;
+	int primary;
+	uint32_t peer; /* ordinals this context has peer access to */
+};
+
+struct fk_stream {
+	uint32_t magic;
+	int used;
+	struct fk_ctx *ctx;
+	unsigned int flags;
+	int prio;
+	uint64_t last_seq; /* sequence of the last work item queued */
+};
+
+struct fk_event {
+	uint32_t magic;
+	int used;
+	struct fk_ctx *ctx;
+	unsigned int flags;
+	uint64_t rec_seq; /* 0: never recorded */
+	int64_t t_ns;
+};
+
+struct fk_module {
+	uint32_t magic;
+	int used;
+	struct fk_ctx *ctx;
+};
+
+struct fk_hostmem {
+	int used;
+	void *p;
+	size_t size;
+	int registered; /* cuMemHostRegister (else allocated by us) */
+};
+
+struct fk_primary {
+	int refs;
+	unsigned int flags;
+	int ctx; /* index in G.ctx, -1 when inactive */
+};
+
+/* What the process knows of the devices (from devd's HELLO). */
+struct fk_devices {
+	int n; /* devd's physical devices == ordinals visible */
+	struct fkw_dev_info phys[FKW_MAX_DEV];
+	int ord2phys[FKW_MAX_DEV];
+	uint64_t mc_gran, mc_rec_gran;
+};
+
+struct fk_global {
+	pthread_mutex_t lock;
+	atomic_int initialized;
+	pid_t pid;
+	int conn; /* the device connection, -1 when closed (checkpointed) */
+	pthread_mutex_t conn_lock;
+	char sockpath[108];
+	struct fk_devices dev;
+	uint32_t used_ord; /* ordinals the process used (checkpointed GPUs) */
+	struct fk_alloc alloc[FK_MAX_ALLOC];
+	struct fk_mc mc[FK_MAX_MC];
+	struct fk_map map[FK_MAX_MAP];
+	struct fk_resv resv[FK_MAX_RESV];
+	struct fk_ctx ctx[FK_MAX_CTX];
+	struct fk_primary prim[FKW_MAX_DEV];
+	struct fk_stream strm[FK_MAX_STRM];
+	struct fk_event evt[FK_MAX_EVT];
+	struct fk_module mod[FK_MAX_MOD];
+	struct fk_hostmem host[FK_MAX_HOST];
+	CUresult sticky; /* asynchronous error, reported by later synchronizing calls */
+};
+
+extern struct fk_global G;
+
+#define FK_CTX_MAGIC 0x43545846u
+#define FK_STR_MAGIC 0x53545246u
+#define FK_EVT_MAGIC 0x45565446u
+#define FK_MOD_MAGIC 0x4d4f4446u
+
+/* init.c */
+CUresult fk_enter(const char *api);
+void fk_leave(void);
+#define FK_CALL(name, expr)                   \
+	do {                                  \
+		CUresult r_ = fk_enter(name); \
+		if (r_ != CUDA_SUCCESS)       \
+			return r_;            \
+		r_ = (expr);                  \
+		fk_leave();                   \
+		return r_;                    \
+	} while (0)
+#define LOCK()	 pthread_mutex_lock(&G.lock)
+#define UNLOCK() pthread_mutex_unlock(&G.lock)
+int64_t fk_now_ns(void);
+
+/* gate.c: the API gate the checkpoint lock closes. */
+void gate_enter(void);
+void gate_leave(void);
+int gate_close(unsigned int timeout_ms); /* restore thread; 0 or -ETIMEDOUT */
+void gate_open(void);
+
+/* faults.c */
+void faults_init(void);
+CUresult faults_check(const char *api);
+
+/* conn.c: requests to devd. */
+CUresult conn_rpc(const struct fkw_req *q, int sendfd, struct fkw_resp *r, int *fds, int maxfds);
+CUresult conn_rpc_unlocked(int fd, const struct fkw_req *q, int sendfd, struct fkw_resp *r, int *fds, int maxfds);
+CUresult conn_open(int *fdp, struct fk_devices *dev);
+void conn_drop(int kind, uint64_t id);
+
+/* device.c */
+CUresult dev_check(CUdevice d);
+int dev_phys(int ord);
+int dev_ord_of_phys(int phys);
+
+/* ctx.c */
+struct fk_ctx *ctx_current(void);
+CUresult ctx_require(struct fk_ctx **out);
+int ctx_valid(struct fk_ctx *c);
+void ctx_note_use(int ord);
+void linear_free_ctx(struct fk_ctx *c); /* mem.c; G.lock held */
+
+/* devmem.c: device virtual addresses. */
+uint64_t va_reserve(size_t size, size_t align, uint64_t hint);
+void va_release(uint64_t va, size_t size);
+struct fk_map *map_find(uint64_t va);
+int map_add(uint64_t va, size_t size, int is_mc, int slot, size_t off, uint32_t access);
+/* Copy between device VAs and host memory; G.lock held.  ord < 0: any accessor. */
+CUresult devmem_read(void *dst, uint64_t va, size_t n, int ord);
+CUresult devmem_write(uint64_t va, const void *src, size_t n, int ord);
+CUresult devmem_fill(uint64_t va, const void *pattern, size_t psize, size_t count, int ord);
+CUresult devmem_copy(uint64_t dst, uint64_t src, size_t n, int ord);
+int devmem_is_device(uint64_t va);
+int alloc_slot_new(void);
+void alloc_slot_put(int slot); /* drops the devd reference when nothing holds the slot */
+unsigned char *win_map(int memfd, size_t size);
+void mc_slot_put(int slot);
+CUresult mc_refresh(struct fk_mc *m);
+
+/* stream.c: the in-order work queue that stands for device execution. */
+enum fk_op_type { OP_COPY, OP_FILL, OP_KERNEL, OP_RECORD, OP_HOST_TO_DEV, OP_DEV_TO_HOST, OP_HOST_COPY };
+struct fk_op {
+	enum fk_op_type type;
+	struct fk_stream *stream;
+	int ord;
+	uint64_t dst, src;
+	void *host;
+	size_t n;
+	uint32_t pattern;
+	size_t psize;
+	struct fk_event *event;
+	const struct fk_kernel *kernel;
+	unsigned char args[64];
+	uint32_t delay_us;
+};
+void stream_init(void);
+CUresult stream_resolve(CUstream s, struct fk_stream **out);
+CUresult stream_enqueue(struct fk_op *op, struct fk_stream *s);
+CUresult stream_sync_seq(uint64_t seq);
+CUresult stream_sync_all(void);
+int stream_idle(void);
+uint64_t stream_done_seq(void);
+CUresult op_execute(struct fk_op *op);
+
+/* module.c */
+struct fk_kernel {
+	const char *name;
+	size_t argsz[4];
+	int nargs;
+	CUresult (*run)(const unsigned char *args, int ord);
+};
+
+/* restore_thread.c */
+int rt_start(void);
+void rt_after_fork_child(void);
+
+/* errors.c */
+const char *fk_err_name(CUresult r);
+int fk_err_from_name(const char *name, size_t len, CUresult *out);
+
+#endif

@@ -1,0 +1,117 @@
+/*
+ * Process-wide state of the fake driver and the entry protocol every API call
+ * follows (fk_enter/fk_leave: initialized? -> API gate -> fault injection).
+ * Owns G (see fake.h for what protects each table), cuInit, cuDriverGetVersion
+ * and fork handling.  cuInit itself serializes on G.lock.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fake.h"
+
+struct fk_global G = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.conn_lock = PTHREAD_MUTEX_INITIALIZER,
+	.conn = -1,
+};
+
+static int forked_child; /* a fork of an initialized process: CUDA is unusable, as on a real driver */
+
+int64_t fk_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+CUresult fk_enter(const char *api)
+{
+	CUresult r;
+
+	if (!atomic_load(&G.initialized) || forked_child)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	gate_enter();
+	r = faults_check(api);
+	if (r != CUDA_SUCCESS) {
+		gate_leave();
+		return r;
+	}
+	return CUDA_SUCCESS;
+}
+
+void fk_leave(void)
+{
+	gate_leave();
+}
+
+static void atfork_child(void)
+{
+	if (!atomic_load(&G.initialized))
+		return;
+	forked_child = 1;
+	/* The child must not keep the parent's device connection alive or answer for its mailbox. */
+	if (G.conn >= 0)
+		close(G.conn);
+	G.conn = -1;
+	rt_after_fork_child();
+}
+
+FK_API CUresult CUDAAPI cuInit(unsigned int flags)
+{
+	static int atfork_done;
+	CUresult r;
+	int fd;
+
+	faults_init();
+	if (forked_child)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	r = faults_check("cuInit");
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	LOCK();
+	if (atomic_load(&G.initialized)) {
+		UNLOCK();
+		return CUDA_SUCCESS;
+	}
+	G.pid = getpid();
+	fkw_socket_path(G.sockpath, sizeof(G.sockpath));
+	r = conn_open(&fd, &G.dev);
+	if (r != CUDA_SUCCESS) {
+		UNLOCK();
+		return r;
+	}
+	G.conn = fd;
+	for (int i = 0; i < FKW_MAX_DEV; i++) {
+		G.dev.ord2phys[i] = i;
+		G.prim[i].ctx = -1;
+	}
+	stream_init();
+	if (rt_start() < 0) {
+		close(G.conn);
+		G.conn = -1;
+		UNLOCK();
+		return CUDA_ERROR_OPERATING_SYSTEM;
+	}
+	if (!atfork_done) {
+		pthread_atfork(NULL, NULL, atfork_child);
+		atfork_done = 1;
+	}
+	atomic_store(&G.initialized, 1);
+	UNLOCK();
+	return CUDA_SUCCESS;
+}
+
+FK_API CUresult CUDAAPI cuDriverGetVersion(int *driverVersion)
+{
+	const char *v = getenv("FAKECUDA_DRIVER_VERSION");
+
+	if (!driverVersion)
+		return CUDA_ERROR_INVALID_VALUE;
+	*driverVersion = v && *v ? atoi(v) : 13000;
+	return CUDA_SUCCESS;
+}

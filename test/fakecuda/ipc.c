@@ -1,0 +1,173 @@
+/*
+ * Legacy IPC (cuIpcGetMemHandle / cuIpcOpenMemHandle / cuIpcCloseMemHandle)
+ * for cuMemAlloc memory.  The 64-byte handle names the devd allocation, its
+ * creator's pid and a random token devd checks.  Opening maps the same
+ * physical memory at a new VA; opening the same handle again returns the same
+ * VA with a reference count.  Tables under G.lock.
+ */
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "fake.h"
+
+#define IPC_MAGIC 0x50494b46u /* "FKIP" */
+
+struct ipc_handle {
+	uint32_t magic;
+	int32_t pid;
+	uint64_t id;
+	uint64_t token;
+	uint64_t size;
+	uint32_t phys;
+};
+
+_Static_assert(sizeof(struct ipc_handle) <= CU_IPC_HANDLE_SIZE, "IPC handle too large");
+
+static CUresult ipc_get(CUipcMemHandle *handle, CUdeviceptr dptr)
+{
+	struct fkw_req q = {.op = FKW_IPC_GET};
+	struct ipc_handle ih = {.magic = IPC_MAGIC};
+	struct fkw_resp r;
+	struct fk_map *m;
+	struct fk_alloc *a;
+	CUresult res;
+
+	if (!handle)
+		return CUDA_ERROR_INVALID_VALUE;
+	LOCK();
+	m = map_find(dptr);
+	if (!m || m->is_mc || m->va != dptr || G.alloc[m->slot].kind != FK_A_LINEAR) {
+		UNLOCK();
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	a = &G.alloc[m->slot];
+	q.id = a->devd_id;
+	res = conn_rpc(&q, -1, &r, NULL, 0);
+	if (!res) {
+		a->dflags |= FKW_AF_IPC;
+		ih.pid = G.pid;
+		ih.id = a->devd_id;
+		ih.token = r.token;
+		ih.size = a->size;
+		ih.phys = (uint32_t)dev_phys(a->ord);
+		memset(handle, 0, sizeof(*handle));
+		memcpy(handle->reserved, &ih, sizeof(ih));
+	}
+	UNLOCK();
+	return res;
+}
+
+FK_API CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+	FK_CALL("cuIpcGetMemHandle", ipc_get(pHandle, dptr));
+}
+
+static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags)
+{
+	struct fkw_req q = {.op = FKW_IPC_OPEN};
+	struct fkw_resp r;
+	struct ipc_handle ih;
+	struct fk_alloc *a;
+	struct fk_ctx *c;
+	CUresult res = ctx_require(&c);
+	uint64_t va = 0;
+	int slot, fd = -1, i;
+
+	if (res)
+		return res;
+	memcpy(&ih, handle.reserved, sizeof(ih));
+	if (!pdptr || (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) || ih.magic != IPC_MAGIC)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ih.pid == G.pid)
+		return CUDA_ERROR_INVALID_CONTEXT; /* as the real driver: no IPC within one process */
+	LOCK();
+	for (i = 0; i < FK_MAX_ALLOC; i++) {
+		a = &G.alloc[i];
+		if (a->used && a->kind == FK_A_IPC && a->devd_id == ih.id && a->ipc_open_refs > 0) {
+			for (int j = 0; j < FK_MAX_MAP; j++)
+				if (G.map[j].used && !G.map[j].is_mc && G.map[j].slot == i)
+					*pdptr = G.map[j].va;
+			a->ipc_open_refs++;
+			UNLOCK();
+			return CUDA_SUCCESS;
+		}
+	}
+	slot = alloc_slot_new();
+	if (slot < 0) {
+		res = CUDA_ERROR_OUT_OF_MEMORY;
+		goto out;
+	}
+	a = &G.alloc[slot];
+	q.id = ih.id;
+	q.token = ih.token;
+	res = conn_rpc(&q, -1, &r, &fd, 1);
+	if (res) {
+		a->used = 0;
+		goto out;
+	}
+	a->devd_id = r.id;
+	a->win = win_map(fd, r.size);
+	close(fd);
+	va = va_reserve(r.size, 2ul << 20, 0);
+	if (!a->win || !va || map_add(va, r.size, 0, slot, 0, ~0u) < 0) {
+		if (va)
+			va_release(va, r.size);
+		if (a->win)
+			munmap(a->win, r.size);
+		a->win = NULL;
+		conn_drop(FKW_KIND_ALLOC, r.id);
+		a->used = 0;
+		res = CUDA_ERROR_OUT_OF_MEMORY;
+		goto out;
+	}
+	a->kind = FK_A_IPC;
+	a->size = r.size;
+	a->ord = dev_ord_of_phys((int)r.dev);
+	a->ipc_open_refs = 1;
+	a->ctx = c;
+	*pdptr = va;
+out:
+	UNLOCK();
+	return res;
+}
+
+FK_API CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+	FK_CALL("cuIpcOpenMemHandle", ipc_open(pdptr, handle, Flags));
+}
+
+FK_API CUresult CUDAAPI cuIpcOpenMemHandle_v1(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+	FK_CALL("cuIpcOpenMemHandle", ipc_open(pdptr, handle, Flags));
+}
+
+static CUresult ipc_close(CUdeviceptr dptr)
+{
+	struct fk_map *m;
+	struct fk_alloc *a;
+	CUresult r = CUDA_SUCCESS;
+
+	stream_sync_all();
+	LOCK();
+	m = map_find(dptr);
+	if (!m || m->is_mc || m->va != dptr || G.alloc[m->slot].kind != FK_A_IPC) {
+		r = CUDA_ERROR_INVALID_VALUE;
+		goto out;
+	}
+	a = &G.alloc[m->slot];
+	if (--a->ipc_open_refs == 0) {
+		va_release(m->va, m->size);
+		m->used = 0;
+		a->map_refs--;
+		alloc_slot_put(m->slot);
+	}
+out:
+	UNLOCK();
+	return r;
+}
+
+FK_API CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+	FK_CALL("cuIpcCloseMemHandle", ipc_close(dptr));
+}

@@ -1,0 +1,318 @@
+/*
+ * The target side of native checkpoint: the mailbox (mailbox.h) and the
+ * restore thread that cuInit starts ("fakecuda-rstr").  It sleeps on the
+ * mailbox doorbell and performs lock, checkpoint, restore and unlock itself.
+ *
+ * CRIU's plugins resume only this thread (PTRACE_CONT, every signal blocked)
+ * while all other threads are frozen, so the checkpoint and restore paths here
+ * take no lock, never call malloc/stdio (mmap and plain system calls only) and
+ * never use signals.  This is safe because checkpoint and restore happen only
+ * in the LOCKED state: the gate (gate.c) guarantees no thread is inside the
+ * API and the work queue is drained, so nobody else touches G.
+ *
+ * State: the mailbox page (shared with callers), rt_refusal (what a later
+ * restore must fail with), and G's tables while LOCKED.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fake.h"
+#include "mailbox.h"
+
+static struct fk_mailbox *mb;
+static CUresult rt_refusal; /* set by a checkpoint that held imported memory */
+
+static long futex(uint32_t *addr, int op, uint32_t val)
+{
+	return syscall(SYS_futex, addr, op, val, NULL, NULL, 0);
+}
+
+static CUresult rt_lock(void)
+{
+	if (mb->state != CU_PROCESS_STATE_RUNNING)
+		return CUDA_ERROR_ILLEGAL_STATE;
+	if (gate_close(mb->timeout_ms) < 0)
+		return CUDA_ERROR_NOT_READY; /* the timeout: left RUNNING */
+	__atomic_store_n(&mb->state, CU_PROCESS_STATE_LOCKED, __ATOMIC_RELEASE);
+	return CUDA_SUCCESS;
+}
+
+static CUresult rt_unlock(void)
+{
+	if (mb->state != CU_PROCESS_STATE_LOCKED)
+		return CUDA_ERROR_ILLEGAL_STATE;
+	__atomic_store_n(&mb->state, CU_PROCESS_STATE_RUNNING, __ATOMIC_RELEASE);
+	gate_open();
+	return CUDA_SUCCESS;
+}
+
+static int saved(const struct fk_alloc *a)
+{
+	return a->used && a->kind != FK_A_IPC && !a->imported;
+}
+
+static CUresult rt_checkpoint(void)
+{
+	CUresult refusal = CUDA_SUCCESS;
+	int i;
+
+	if (mb->state != CU_PROCESS_STATE_LOCKED)
+		return CUDA_ERROR_ILLEGAL_STATE;
+	for (i = 0; i < FK_MAX_MC; i++)
+		if (G.mc[i].used)
+			return CUDA_ERROR_NOT_SUPPORTED; /* multicast is not checkpointable natively */
+	/* First get all the host memory, so that failing leaves everything as it was. */
+	for (i = 0; i < FK_MAX_ALLOC; i++) {
+		struct fk_alloc *a = &G.alloc[i];
+		void *p;
+
+		if (!saved(a))
+			continue;
+		p = mmap(NULL, a->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED) {
+			while (--i >= 0)
+				if (saved(&G.alloc[i])) {
+					munmap(G.alloc[i].save, G.alloc[i].size);
+					G.alloc[i].save = NULL;
+				}
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		a->save = p;
+	}
+	for (i = 0; i < FK_MAX_ALLOC; i++) {
+		struct fk_alloc *a = &G.alloc[i];
+
+		if (!a->used)
+			continue;
+		if (a->kind == FK_A_IPC && refusal == CUDA_SUCCESS)
+			refusal = CUDA_ERROR_INVALID_VALUE;
+		if (a->imported)
+			refusal = CUDA_ERROR_NOT_SUPPORTED;
+		if (a->save)
+			memcpy(a->save, a->win, a->size);
+		munmap(a->win, a->size);
+		a->win = NULL;
+	}
+	/* Releasing the device connection drops every device-side reference at once. */
+	close(G.conn);
+	G.conn = -1;
+	rt_refusal = refusal;
+	__atomic_store_n(&mb->state, CU_PROCESS_STATE_CHECKPOINTED, __ATOMIC_RELEASE);
+	return CUDA_SUCCESS;
+}
+
+static int uuid_eq(const uint8_t *a, const uint8_t *b)
+{
+	return !memcmp(a, b, 16);
+}
+
+/* Maps every ordinal onto a physical device of the new devd, following gpuPairs. */
+static CUresult remap(const struct fk_devices *nd, int *ord2phys)
+{
+	uint32_t taken = 0;
+	int ord, p;
+
+	for (ord = 0; ord < G.dev.n; ord++) {
+		const uint8_t *want = G.dev.phys[G.dev.ord2phys[ord]].uuid;
+		int used = (G.used_ord >> ord) & 1;
+
+		if (mb->npairs) {
+			uint32_t k;
+
+			for (k = 0; k < mb->npairs; k++)
+				if (uuid_eq((const uint8_t *)mb->pairs[k].oldUuid.bytes, want))
+					break;
+			if (k < mb->npairs)
+				want = (const uint8_t *)mb->pairs[k].newUuid.bytes;
+			else if (used)
+				return CUDA_ERROR_INVALID_VALUE; /* the pairs must cover every checkpointed GPU */
+		}
+		ord2phys[ord] = -1;
+		for (p = 0; p < nd->n; p++)
+			if (uuid_eq(nd->phys[p].uuid, want))
+				ord2phys[ord] = p;
+		if (ord2phys[ord] < 0 && used)
+			return CUDA_ERROR_INVALID_DEVICE;
+		if (ord2phys[ord] >= 0) {
+			if (taken & (1u << ord2phys[ord]))
+				return CUDA_ERROR_INVALID_VALUE;
+			taken |= 1u << ord2phys[ord];
+		}
+	}
+	/* Unused ordinals whose GPU is gone take whatever is left. */
+	for (ord = 0; ord < G.dev.n; ord++)
+		if (ord2phys[ord] < 0) {
+			for (p = 0; p < nd->n && (taken & (1u << p)); p++)
+				;
+			ord2phys[ord] = p < nd->n ? p : 0;
+			taken |= 1u << ord2phys[ord];
+		}
+	return CUDA_SUCCESS;
+}
+
+static CUresult rt_restore(void)
+{
+	struct fk_devices nd;
+	int ord2phys[FKW_MAX_DEV];
+	CUresult res;
+	int fd, i;
+
+	if (mb->state != CU_PROCESS_STATE_CHECKPOINTED)
+		return CUDA_ERROR_ILLEGAL_STATE;
+	if (rt_refusal != CUDA_SUCCESS)
+		return rt_refusal;
+	res = conn_open(&fd, &nd);
+	if (res)
+		return res;
+	res = remap(&nd, ord2phys);
+	if (res)
+		goto err;
+	for (i = 0; i < FK_MAX_ALLOC; i++) {
+		struct fk_alloc *a = &G.alloc[i];
+		struct fkw_req q = {.op = FKW_ALLOC};
+		struct fkw_resp r;
+		int memfd = -1;
+
+		if (!a->used || !a->save)
+			continue;
+		q.dev = (uint32_t)ord2phys[a->ord];
+		q.size = a->size;
+		q.flags = a->dflags & (FKW_AF_POSIX | FKW_AF_LINEAR | FKW_AF_GPUDIRECT);
+		res = conn_rpc_unlocked(fd, &q, -1, &r, &memfd, 1);
+		if (res)
+			goto err;
+		a->win = win_map(memfd, a->size);
+		close(memfd);
+		if (!a->win) {
+			res = CUDA_ERROR_OUT_OF_MEMORY;
+			goto err;
+		}
+		a->devd_id = r.id;
+		memcpy(a->win, a->save, a->size);
+	}
+	/* Commit: nothing can fail from here on. */
+	for (i = 0; i < FK_MAX_ALLOC; i++) {
+		struct fk_alloc *a = &G.alloc[i];
+
+		if (a->used && a->save) {
+			munmap(a->save, a->size);
+			a->save = NULL;
+		}
+		if (a->used && a->kind != FK_A_IPC && !a->imported)
+			a->dflags &= ~FKW_AF_IPC;
+	}
+	memcpy(G.dev.phys, nd.phys, sizeof(nd.phys));
+	G.dev.mc_gran = nd.mc_gran;
+	G.dev.mc_rec_gran = nd.mc_rec_gran;
+	memcpy(G.dev.ord2phys, ord2phys, sizeof(ord2phys));
+	G.conn = fd;
+	__atomic_store_n(&mb->state, CU_PROCESS_STATE_LOCKED, __ATOMIC_RELEASE);
+	return CUDA_SUCCESS;
+err:
+	/* Closing the new connection frees what it created; keep the saved bytes for a retry. */
+	for (i = 0; i < FK_MAX_ALLOC; i++) {
+		struct fk_alloc *a = &G.alloc[i];
+
+		if (a->used && a->save && a->win) {
+			munmap(a->win, a->size);
+			a->win = NULL;
+		}
+	}
+	close(fd);
+	return res;
+}
+
+static void *restore_thread(void *arg)
+{
+	uint32_t seen = 0;
+	sigset_t all;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	pthread_setname_np(pthread_self(), "fakecuda-rstr");
+	__atomic_store_n(&mb->restore_tid, (int32_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
+	for (;;) {
+		uint32_t s = __atomic_load_n(&mb->req_seq, __ATOMIC_ACQUIRE);
+		CUresult r;
+
+		if (s == seen) {
+			futex(&mb->req_seq, FUTEX_WAIT, s);
+			continue;
+		}
+		seen = s;
+		switch (mb->action) {
+		case FK_MB_LOCK:
+			r = rt_lock();
+			break;
+		case FK_MB_CHECKPOINT:
+			r = rt_checkpoint();
+			break;
+		case FK_MB_RESTORE:
+			r = rt_restore();
+			break;
+		case FK_MB_UNLOCK:
+			r = rt_unlock();
+			break;
+		default:
+			r = CUDA_ERROR_INVALID_VALUE;
+			break;
+		}
+		mb->result = r;
+		__atomic_store_n(&mb->done_seq, s, __ATOMIC_RELEASE);
+		futex(&mb->done_seq, FUTEX_WAKE, INT_MAX);
+	}
+	return NULL;
+}
+
+int rt_start(void)
+{
+	struct timespec nap = {0, 100000};
+	pthread_attr_t attr;
+	pthread_t t;
+	int fd, err;
+
+	fd = memfd_create(FK_MB_NAME, MFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, FK_MB_SIZE) < 0) {
+		close(fd);
+		return -errno;
+	}
+	mb = mmap(NULL, FK_MB_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (mb == MAP_FAILED) {
+		mb = NULL;
+		return -ENOMEM;
+	}
+	mb->magic = FK_MB_MAGIC;
+	mb->version = FK_MB_VERSION;
+	mb->pid = getpid();
+	mb->state = CU_PROCESS_STATE_RUNNING;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	err = pthread_create(&t, &attr, restore_thread, NULL);
+	pthread_attr_destroy(&attr);
+	if (err) {
+		munmap(mb, FK_MB_SIZE);
+		mb = NULL;
+		return -err;
+	}
+	while (!__atomic_load_n(&mb->restore_tid, __ATOMIC_ACQUIRE))
+		nanosleep(&nap, NULL);
+	return 0;
+}
+
+void rt_after_fork_child(void)
+{
+	/* The child has no restore thread: it must not look like a CUDA process to callers. */
+	if (mb)
+		munmap(mb, FK_MB_SIZE);
+	mb = NULL;
+}

@@ -1,0 +1,459 @@
+/*
+ * Streams, events and the work queue that stands for device execution.
+ *
+ * One worker thread per process executes queued work in FIFO order, which is
+ * a legal (stricter) schedule for any set of streams: per-stream order holds,
+ * legacy default-stream barriers hold, and cuStreamWaitEvent is satisfied by
+ * construction.  Device work is "in flight" until the worker has run it; the
+ * checkpoint lock waits for the queue to drain (stream_idle).
+ *
+ * q_lock protects the ring; enq_seq/done_seq are atomics readable without it.
+ * Execution takes G.lock per work item (never across a kernel's delay).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fake.h"
+
+#define QCAP 1024
+
+static pthread_mutex_t q_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t q_work = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t q_done = PTHREAD_COND_INITIALIZER;
+static struct fk_op ring[QCAP];
+static uint64_t ring_head; /* next to run */
+static atomic_uint_fast64_t enq_seq, done_seq;
+static uint64_t default_last;
+
+static void *worker(void *arg)
+{
+	pthread_setname_np(pthread_self(), "fakecuda-work");
+	for (;;) {
+		struct fk_op op;
+		uint64_t seq;
+		CUresult r;
+
+		pthread_mutex_lock(&q_lock);
+		while (ring_head == atomic_load(&enq_seq))
+			pthread_cond_wait(&q_work, &q_lock);
+		op = ring[ring_head % QCAP];
+		seq = ++ring_head;
+		pthread_mutex_unlock(&q_lock);
+
+		if (op.delay_us)
+			usleep(op.delay_us);
+		LOCK();
+		r = op_execute(&op);
+		if (r != CUDA_SUCCESS && G.sticky == CUDA_SUCCESS)
+			G.sticky = r;
+		UNLOCK();
+
+		pthread_mutex_lock(&q_lock);
+		atomic_store(&done_seq, seq);
+		pthread_cond_broadcast(&q_done);
+		pthread_cond_broadcast(&q_work); /* space for blocked producers */
+		pthread_mutex_unlock(&q_lock);
+	}
+	return NULL;
+}
+
+void stream_init(void)
+{
+	pthread_t t;
+	pthread_attr_t a;
+
+	pthread_attr_init(&a);
+	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	pthread_create(&t, &a, worker, NULL);
+	pthread_attr_destroy(&a);
+}
+
+int stream_idle(void)
+{
+	return atomic_load(&done_seq) == atomic_load(&enq_seq);
+}
+
+uint64_t stream_done_seq(void)
+{
+	return atomic_load(&done_seq);
+}
+
+static int is_default(CUstream s)
+{
+	return s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD;
+}
+
+static int stream_valid(struct fk_stream *s)
+{
+	uintptr_t p = (uintptr_t)s, b = (uintptr_t)G.strm;
+
+	return p >= b && p < b + sizeof(G.strm) && (p - b) % sizeof(G.strm[0]) == 0 && s->magic == FK_STR_MAGIC &&
+	       s->used && ctx_valid(s->ctx);
+}
+
+CUresult stream_resolve(CUstream s, struct fk_stream **out)
+{
+	if (is_default(s)) {
+		struct fk_ctx *c;
+
+		*out = NULL;
+		return ctx_require(&c);
+	}
+	if (!stream_valid((struct fk_stream *)s))
+		return CUDA_ERROR_INVALID_HANDLE;
+	*out = (struct fk_stream *)s;
+	return CUDA_SUCCESS;
+}
+
+/* G.lock held by the caller (the stream's last_seq is table state). */
+CUresult stream_enqueue(struct fk_op *op, struct fk_stream *s)
+{
+	uint64_t seq;
+
+	op->stream = s;
+	pthread_mutex_lock(&q_lock);
+	while (atomic_load(&enq_seq) - ring_head >= QCAP) {
+		/* Full: the worker needs G.lock to make room, so wait without it. */
+		UNLOCK();
+		while (atomic_load(&enq_seq) - ring_head >= QCAP)
+			pthread_cond_wait(&q_work, &q_lock);
+		pthread_mutex_unlock(&q_lock);
+		LOCK();
+		pthread_mutex_lock(&q_lock);
+	}
+	seq = atomic_load(&enq_seq) + 1;
+	ring[(seq - 1) % QCAP] = *op;
+	atomic_store(&enq_seq, seq);
+	if (s)
+		s->last_seq = seq;
+	else
+		default_last = seq;
+	if (op->event)
+		op->event->rec_seq = seq;
+	pthread_cond_broadcast(&q_work);
+	pthread_mutex_unlock(&q_lock);
+	return CUDA_SUCCESS;
+}
+
+CUresult stream_sync_seq(uint64_t seq)
+{
+	CUresult r;
+
+	pthread_mutex_lock(&q_lock);
+	while (atomic_load(&done_seq) < seq)
+		pthread_cond_wait(&q_done, &q_lock);
+	pthread_mutex_unlock(&q_lock);
+	LOCK();
+	r = G.sticky;
+	UNLOCK();
+	return r;
+}
+
+CUresult stream_sync_all(void)
+{
+	return stream_sync_seq(atomic_load(&enq_seq));
+}
+
+CUresult op_execute(struct fk_op *op)
+{
+	switch (op->type) {
+	case OP_COPY:
+		return devmem_copy(op->dst, op->src, op->n, -1);
+	case OP_HOST_TO_DEV:
+		return devmem_write(op->dst, op->host, op->n, -1);
+	case OP_DEV_TO_HOST:
+		return devmem_read(op->host, op->src, op->n, -1);
+	case OP_HOST_COPY:
+		memcpy((void *)(uintptr_t)op->dst, (void *)(uintptr_t)op->src, op->n);
+		return CUDA_SUCCESS;
+	case OP_FILL:
+		return devmem_fill(op->dst, &op->pattern, op->psize, op->n, -1);
+	case OP_KERNEL:
+		return op->kernel->run(op->args, op->ord);
+	case OP_RECORD:
+		op->event->t_ns = fk_now_ns();
+		return CUDA_SUCCESS;
+	}
+	return CUDA_ERROR_UNKNOWN;
+}
+
+/* --- streams -------------------------------------------------------------------- */
+
+static CUresult stream_create(CUstream *ph, unsigned int flags, int prio)
+{
+	struct fk_ctx *c;
+	CUresult r = ctx_require(&c);
+
+	if (r)
+		return r;
+	if (!ph || (flags & ~(unsigned int)CU_STREAM_NON_BLOCKING))
+		return CUDA_ERROR_INVALID_VALUE;
+	LOCK();
+	for (int i = 0; i < FK_MAX_STRM; i++) {
+		struct fk_stream *s = &G.strm[i];
+
+		if (!s->used) {
+			memset(s, 0, sizeof(*s));
+			s->used = 1;
+			s->magic = FK_STR_MAGIC;
+			s->ctx = c;
+			s->flags = flags;
+			s->prio = prio < -5 ? -5 : prio > 0 ? 0 : prio;
+			*ph = (CUstream)s;
+			UNLOCK();
+			return CUDA_SUCCESS;
+		}
+	}
+	UNLOCK();
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+FK_API CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+	FK_CALL("cuStreamCreate", stream_create(phStream, Flags, 0));
+}
+
+FK_API CUresult CUDAAPI cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
+{
+	FK_CALL("cuStreamCreateWithPriority", stream_create(phStream, flags, priority));
+}
+
+static CUresult stream_destroy(CUstream h)
+{
+	struct fk_stream *s = (struct fk_stream *)h;
+	CUresult r = CUDA_SUCCESS;
+
+	LOCK();
+	if (is_default(h) || !stream_valid(s))
+		r = CUDA_ERROR_INVALID_HANDLE;
+	else
+		s->used = 0, s->magic = 0; /* queued work still runs, as on a real device */
+	UNLOCK();
+	return r;
+}
+
+FK_API CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)
+{
+	FK_CALL("cuStreamDestroy", stream_destroy(hStream));
+}
+
+static CUresult stream_last(CUstream h, uint64_t *seq)
+{
+	struct fk_stream *s;
+	CUresult r;
+
+	LOCK();
+	r = stream_resolve(h, &s);
+	if (!r)
+		*seq = s ? s->last_seq : atomic_load(&enq_seq); /* legacy default stream: everything */
+	UNLOCK();
+	return r;
+}
+
+static CUresult stream_sync(CUstream h)
+{
+	uint64_t seq;
+	CUresult r = stream_last(h, &seq);
+
+	return r ? r : stream_sync_seq(seq);
+}
+
+FK_API CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
+{
+	FK_CALL("cuStreamSynchronize", stream_sync(hStream));
+}
+
+static CUresult stream_query(CUstream h)
+{
+	uint64_t seq;
+	CUresult r = stream_last(h, &seq);
+
+	if (r)
+		return r;
+	return atomic_load(&done_seq) >= seq ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+FK_API CUresult CUDAAPI cuStreamQuery(CUstream hStream)
+{
+	FK_CALL("cuStreamQuery", stream_query(hStream));
+}
+
+static int event_valid(struct fk_event *e)
+{
+	uintptr_t p = (uintptr_t)e, b = (uintptr_t)G.evt;
+
+	return p >= b && p < b + sizeof(G.evt) && (p - b) % sizeof(G.evt[0]) == 0 && e->magic == FK_EVT_MAGIC &&
+	       e->used;
+}
+
+static CUresult stream_wait_event(CUstream h, CUevent ev, unsigned int flags)
+{
+	struct fk_stream *s;
+	CUresult r;
+
+	LOCK();
+	r = stream_resolve(h, &s);
+	if (!r && !event_valid((struct fk_event *)ev))
+		r = CUDA_ERROR_INVALID_HANDLE;
+	if (!r && flags & ~1u)
+		r = CUDA_ERROR_INVALID_VALUE;
+	/* FIFO execution: the event's last record is already ahead of anything queued from now on. */
+	UNLOCK();
+	return r;
+}
+
+FK_API CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+	FK_CALL("cuStreamWaitEvent", stream_wait_event(hStream, hEvent, Flags));
+}
+
+/* --- events --------------------------------------------------------------------- */
+
+static CUresult event_create(CUevent *ph, unsigned int flags)
+{
+	struct fk_ctx *c;
+	CUresult r = ctx_require(&c);
+
+	if (r)
+		return r;
+	if (!ph || (flags & ~0xfu))
+		return CUDA_ERROR_INVALID_VALUE;
+	LOCK();
+	for (int i = 0; i < FK_MAX_EVT; i++) {
+		struct fk_event *e = &G.evt[i];
+
+		if (!e->used) {
+			memset(e, 0, sizeof(*e));
+			e->used = 1;
+			e->magic = FK_EVT_MAGIC;
+			e->ctx = c;
+			e->flags = flags;
+			*ph = (CUevent)e;
+			UNLOCK();
+			return CUDA_SUCCESS;
+		}
+	}
+	UNLOCK();
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+FK_API CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags)
+{
+	FK_CALL("cuEventCreate", event_create(phEvent, Flags));
+}
+
+static CUresult event_record(CUevent ev, CUstream h)
+{
+	struct fk_event *e = (struct fk_event *)ev;
+	struct fk_op op = {.type = OP_RECORD};
+	struct fk_stream *s;
+	CUresult r;
+
+	LOCK();
+	r = stream_resolve(h, &s);
+	if (!r && !event_valid(e))
+		r = CUDA_ERROR_INVALID_HANDLE;
+	if (!r) {
+		op.event = e;
+		r = stream_enqueue(&op, s);
+	}
+	UNLOCK();
+	return r;
+}
+
+FK_API CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
+{
+	FK_CALL("cuEventRecord", event_record(hEvent, hStream));
+}
+
+static CUresult event_seq(CUevent ev, uint64_t *seq)
+{
+	struct fk_event *e = (struct fk_event *)ev;
+	CUresult r = CUDA_SUCCESS;
+
+	LOCK();
+	if (!event_valid(e))
+		r = CUDA_ERROR_INVALID_HANDLE;
+	else
+		*seq = e->rec_seq;
+	UNLOCK();
+	return r;
+}
+
+static CUresult event_sync(CUevent ev)
+{
+	uint64_t seq;
+	CUresult r = event_seq(ev, &seq);
+
+	return r ? r : stream_sync_seq(seq);
+}
+
+FK_API CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
+{
+	FK_CALL("cuEventSynchronize", event_sync(hEvent));
+}
+
+static CUresult event_query(CUevent ev)
+{
+	uint64_t seq;
+	CUresult r = event_seq(ev, &seq);
+
+	if (r)
+		return r;
+	return atomic_load(&done_seq) >= seq ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+FK_API CUresult CUDAAPI cuEventQuery(CUevent hEvent)
+{
+	FK_CALL("cuEventQuery", event_query(hEvent));
+}
+
+static CUresult event_destroy(CUevent ev)
+{
+	struct fk_event *e = (struct fk_event *)ev;
+	CUresult r = CUDA_SUCCESS;
+
+	LOCK();
+	if (!event_valid(e))
+		r = CUDA_ERROR_INVALID_HANDLE;
+	else
+		e->used = 0, e->magic = 0;
+	UNLOCK();
+	return r;
+}
+
+FK_API CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent)
+{
+	FK_CALL("cuEventDestroy", event_destroy(hEvent));
+}
+
+static CUresult event_elapsed(float *ms, CUevent a, CUevent b)
+{
+	struct fk_event *s = (struct fk_event *)a, *e = (struct fk_event *)b;
+	CUresult r = CUDA_SUCCESS;
+
+	if (!ms)
+		return CUDA_ERROR_INVALID_VALUE;
+	LOCK();
+	if (!event_valid(s) || !event_valid(e) || (s->flags | e->flags) & CU_EVENT_DISABLE_TIMING)
+		r = CUDA_ERROR_INVALID_HANDLE;
+	else if (!s->rec_seq || !e->rec_seq)
+		r = CUDA_ERROR_INVALID_HANDLE;
+	else if (atomic_load(&done_seq) < s->rec_seq || atomic_load(&done_seq) < e->rec_seq)
+		r = CUDA_ERROR_NOT_READY;
+	else
+		*ms = (float)(e->t_ns - s->t_ns) / 1e6f;
+	UNLOCK();
+	return r;
+}
+
+FK_API CUresult CUDAAPI cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
+{
+	FK_CALL("cuEventElapsedTime", event_elapsed(pMilliseconds, hStart, hEnd));
+}
+
+FK_API CUresult CUDAAPI cuEventElapsedTime_v1(float *pMilliseconds, CUevent hStart, CUevent hEnd)
+{
+	FK_CALL("cuEventElapsedTime", event_elapsed(pMilliseconds, hStart, hEnd));
+}

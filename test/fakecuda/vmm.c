@@ -1,0 +1,571 @@
+/*
+ * The virtual memory management API: physical handles (cuMemCreate,
+ * cuMemRelease, cuMemRetainAllocationHandle), address reservations, mappings
+ * and access, granularity and properties, and POSIX-FD export/import of both
+ * allocations and multicast objects.  Tables under G.lock.
+ *
+ * An export is one end of a socketpair whose other end devd keeps: it cannot
+ * be dumped by CRIU (its peer is outside the tree), importing hands it to devd
+ * which recognizes it by inode, and while any copy of it is open the physical
+ * allocation stays alive, as with a real driver's export FD.
+ */
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "fake.h"
+
+int handle_alloc_slot(CUmemGenericAllocationHandle h)
+{
+	int slot = (int)(h & 0xffff);
+	struct fk_alloc *a;
+
+	if (h >> 40 != FK_HTAG_ALLOC || slot >= FK_MAX_ALLOC)
+		return -1;
+	a = &G.alloc[slot];
+	if (!a->used || a->kind != FK_A_VMM || a->handle_refs <= 0 || a->gen != ((h >> 16) & 0xffffff))
+		return -1;
+	return slot;
+}
+
+int handle_mc_slot(CUmemGenericAllocationHandle h)
+{
+	int slot = (int)(h & 0xffff);
+	struct fk_mc *m;
+
+	if (h >> 40 != FK_HTAG_MC || slot >= FK_MAX_MC)
+		return -1;
+	m = &G.mc[slot];
+	if (!m->used || m->handle_refs <= 0 || m->gen != ((h >> 16) & 0xffffff))
+		return -1;
+	return slot;
+}
+
+static CUresult check_prop(const CUmemAllocationProp *prop)
+{
+	if (!prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (dev_check(prop->location.id))
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_FABRIC)
+		return CUDA_ERROR_NOT_SUPPORTED; /* no IMEX/fabric on the fake */
+	if (prop->requestedHandleTypes & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	return CUDA_SUCCESS;
+}
+
+static CUresult mem_create(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+			   unsigned long long flags)
+{
+	struct fkw_req q = {.op = FKW_ALLOC};
+	struct fkw_resp r;
+	struct fk_alloc *a;
+	CUresult res;
+	int slot, fd = -1;
+
+	if (!handle || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	res = check_prop(prop);
+	if (res)
+		return res;
+	if (size == 0 || size % FKW_GRANULARITY)
+		return CUDA_ERROR_INVALID_VALUE;
+	LOCK();
+	slot = alloc_slot_new();
+	if (slot < 0) {
+		UNLOCK();
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	a = &G.alloc[slot];
+	q.dev = (uint32_t)dev_phys(prop->location.id);
+	q.size = size;
+	q.flags = prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ? FKW_AF_POSIX : 0;
+	if (prop->allocFlags.gpuDirectRDMACapable)
+		q.flags |= FKW_AF_GPUDIRECT;
+	res = conn_rpc(&q, -1, &r, &fd, 1);
+	if (res) {
+		a->used = 0;
+		UNLOCK();
+		return res;
+	}
+	a->devd_id = r.id;
+	a->win = win_map(fd, size);
+	close(fd);
+	if (!a->win) {
+		conn_drop(FKW_KIND_ALLOC, a->devd_id);
+		a->used = 0;
+		UNLOCK();
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	a->kind = FK_A_VMM;
+	a->ord = prop->location.id;
+	a->size = size;
+	a->dflags = q.flags;
+	a->prop = *prop;
+	a->handle_refs = 1;
+	ctx_note_use(a->ord);
+	*handle = fk_handle(FK_HTAG_ALLOC, slot, a->gen);
+	UNLOCK();
+	return CUDA_SUCCESS;
+}
+
+FK_API CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+				    unsigned long long flags)
+{
+	FK_CALL("cuMemCreate", mem_create(handle, size, prop, flags));
+}
+
+static CUresult mem_release(CUmemGenericAllocationHandle h)
+{
+	CUresult r = CUDA_SUCCESS;
+	int slot;
+
+	LOCK();
+	if ((slot = handle_alloc_slot(h)) >= 0) {
+		G.alloc[slot].handle_refs--;
+		alloc_slot_put(slot);
+	} else if ((slot = handle_mc_slot(h)) >= 0) {
+		G.mc[slot].handle_refs--;
+		mc_slot_put(slot);
+	} else {
+		r = CUDA_ERROR_INVALID_VALUE;
+	}
+	UNLOCK();
+	return r;
+}
+
+FK_API CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+	FK_CALL("cuMemRelease", mem_release(handle));
+}
+
+static CUresult retain_handle(CUmemGenericAllocationHandle *h, void *addr)
+{
+	struct fk_map *m;
+	CUresult r = CUDA_SUCCESS;
+
+	if (!h)
+		return CUDA_ERROR_INVALID_VALUE;
+	LOCK();
+	m = map_find((uintptr_t)addr);
+	if (!m || (!m->is_mc && G.alloc[m->slot].kind != FK_A_VMM)) {
+		r = CUDA_ERROR_INVALID_VALUE;
+	} else if (m->is_mc) {
+		G.mc[m->slot].handle_refs++;
+		*h = fk_handle(FK_HTAG_MC, m->slot, G.mc[m->slot].gen);
+	} else {
+		G.alloc[m->slot].handle_refs++;
+		*h = fk_handle(FK_HTAG_ALLOC, m->slot, G.alloc[m->slot].gen);
+	}
+	UNLOCK();
+	return r;
+}
+
+FK_API CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+	FK_CALL("cuMemRetainAllocationHandle", retain_handle(handle, addr));
+}
+
+static CUresult addr_reserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+			     unsigned long long flags)
+{
+	CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+	uint64_t va;
+
+	if (!ptr || size == 0 || size % FKW_GRANULARITY || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (alignment == 0)
+		alignment = FKW_GRANULARITY;
+	if (alignment & (alignment - 1) || alignment % FKW_GRANULARITY)
+		return CUDA_ERROR_INVALID_VALUE;
+	LOCK();
+	for (int i = 0; i < FK_MAX_RESV; i++) {
+		struct fk_resv *v = &G.resv[i];
+
+		if (v->used)
+			continue;
+		va = va_reserve(size, alignment, addr);
+		if (!va)
+			break;
+		v->used = 1;
+		v->va = va;
+		v->size = size;
+		v->vmm = 1;
+		*ptr = va;
+		r = CUDA_SUCCESS;
+		break;
+	}
+	UNLOCK();
+	return r;
+}
+
+FK_API CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+					    unsigned long long flags)
+{
+	FK_CALL("cuMemAddressReserve", addr_reserve(ptr, size, alignment, addr, flags));
+}
+
+static CUresult addr_free(CUdeviceptr ptr, size_t size)
+{
+	CUresult r = CUDA_ERROR_INVALID_VALUE;
+
+	LOCK();
+	for (int i = 0; i < FK_MAX_RESV; i++) {
+		struct fk_resv *v = &G.resv[i];
+
+		if (!v->used || !v->vmm || v->va != ptr || v->size != size)
+			continue;
+		for (int j = 0; j < FK_MAX_MAP; j++)
+			if (G.map[j].used && G.map[j].va >= ptr && G.map[j].va < ptr + size)
+				goto out; /* still mapped */
+		va_release(v->va, v->size);
+		v->used = 0;
+		r = CUDA_SUCCESS;
+		break;
+	}
+out:
+	UNLOCK();
+	return r;
+}
+
+FK_API CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+	FK_CALL("cuMemAddressFree", addr_free(ptr, size));
+}
+
+static struct fk_resv *resv_of(uint64_t va, size_t size)
+{
+	for (int i = 0; i < FK_MAX_RESV; i++) {
+		struct fk_resv *v = &G.resv[i];
+
+		if (v->used && v->vmm && va >= v->va && va + size <= v->va + v->size)
+			return v;
+	}
+	return NULL;
+}
+
+static CUresult mem_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+			unsigned long long flags)
+{
+	CUresult r = CUDA_SUCCESS;
+	int slot, is_mc = 0;
+	size_t limit;
+
+	if (flags || size == 0 || size % FKW_GRANULARITY || ptr % FKW_GRANULARITY || offset % FKW_GRANULARITY)
+		return CUDA_ERROR_INVALID_VALUE;
+	LOCK();
+	slot = handle_alloc_slot(h);
+	if (slot < 0) {
+		slot = handle_mc_slot(h);
+		is_mc = 1;
+	}
+	if (slot < 0) {
+		r = CUDA_ERROR_INVALID_HANDLE;
+		goto out;
+	}
+	limit = is_mc ? G.mc[slot].size_eff : G.alloc[slot].size;
+	if (offset + size > limit || !resv_of(ptr, size)) {
+		r = CUDA_ERROR_INVALID_VALUE;
+		goto out;
+	}
+	for (int i = 0; i < FK_MAX_MAP; i++)
+		if (G.map[i].used && G.map[i].va < ptr + size && ptr < G.map[i].va + G.map[i].size) {
+			r = CUDA_ERROR_INVALID_VALUE;
+			goto out;
+		}
+	if (map_add(ptr, size, is_mc, slot, offset, 0) < 0)
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+out:
+	UNLOCK();
+	return r;
+}
+
+FK_API CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+				 unsigned long long flags)
+{
+	FK_CALL("cuMemMap", mem_map(ptr, size, offset, handle, flags));
+}
+
+/* The mappings in [ptr, ptr+size) exactly tile it.  G.lock held. */
+static int range_tiled(uint64_t ptr, size_t size)
+{
+	uint64_t va = ptr;
+
+	while (va < ptr + size) {
+		struct fk_map *m = map_find(va);
+
+		if (!m || m->va != va || m->va + m->size > ptr + size)
+			return 0;
+		va += m->size;
+	}
+	return size > 0;
+}
+
+static CUresult mem_unmap(CUdeviceptr ptr, size_t size)
+{
+	CUresult r = CUDA_SUCCESS;
+
+	stream_sync_all();
+	LOCK();
+	if (!resv_of(ptr, size) || !range_tiled(ptr, size)) {
+		r = CUDA_ERROR_INVALID_VALUE;
+		goto out;
+	}
+	for (int i = 0; i < FK_MAX_MAP; i++) {
+		struct fk_map *m = &G.map[i];
+
+		if (!m->used || m->va < ptr || m->va >= ptr + size)
+			continue;
+		m->used = 0;
+		if (m->is_mc) {
+			G.mc[m->slot].map_refs--;
+			mc_slot_put(m->slot);
+		} else {
+			G.alloc[m->slot].map_refs--;
+			alloc_slot_put(m->slot);
+		}
+	}
+out:
+	UNLOCK();
+	return r;
+}
+
+FK_API CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+	FK_CALL("cuMemUnmap", mem_unmap(ptr, size));
+}
+
+static CUresult set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+	CUresult r = CUDA_SUCCESS;
+	size_t i;
+
+	if (!desc || count == 0 || size == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (i = 0; i < count; i++) {
+		if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+			return CUDA_ERROR_INVALID_VALUE;
+		if (dev_check(desc[i].location.id))
+			return CUDA_ERROR_INVALID_DEVICE;
+		if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+		    desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+			return CUDA_ERROR_INVALID_VALUE;
+	}
+	LOCK();
+	if (!range_tiled(ptr, size)) {
+		r = CUDA_ERROR_INVALID_VALUE;
+		goto out;
+	}
+	for (int j = 0; j < FK_MAX_MAP; j++) {
+		struct fk_map *m = &G.map[j];
+
+		if (!m->used || m->va < ptr || m->va >= ptr + size)
+			continue;
+		for (i = 0; i < count; i++) {
+			uint32_t bit = 1u << desc[i].location.id;
+
+			if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_NONE)
+				m->access &= ~bit;
+			else
+				m->access |= bit;
+			ctx_note_use(desc[i].location.id);
+		}
+	}
+out:
+	UNLOCK();
+	return r;
+}
+
+FK_API CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+	FK_CALL("cuMemSetAccess", set_access(ptr, size, desc, count));
+}
+
+static CUresult get_access(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr)
+{
+	struct fk_map *m;
+	CUresult r = CUDA_SUCCESS;
+
+	if (!flags || !location || location->type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (dev_check(location->id))
+		return CUDA_ERROR_INVALID_DEVICE;
+	LOCK();
+	m = map_find(ptr);
+	if (!m)
+		r = CUDA_ERROR_INVALID_VALUE;
+	else
+		*flags = (m->access >> location->id) & 1 ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+							 : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+	UNLOCK();
+	return r;
+}
+
+FK_API CUresult CUDAAPI cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr)
+{
+	FK_CALL("cuMemGetAccess", get_access(flags, location, ptr));
+}
+
+static CUresult granularity(size_t *g, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)
+{
+	CUresult r;
+
+	if (!g || (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
+		return CUDA_ERROR_INVALID_VALUE;
+	r = check_prop(prop);
+	if (r)
+		return r;
+	*g = FKW_GRANULARITY;
+	return CUDA_SUCCESS;
+}
+
+FK_API CUresult CUDAAPI cuMemGetAllocationGranularity(size_t *granularity_, const CUmemAllocationProp *prop,
+						      CUmemAllocationGranularity_flags option)
+{
+	FK_CALL("cuMemGetAllocationGranularity", granularity(granularity_, prop, option));
+}
+
+static CUresult props_from_handle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle h)
+{
+	CUresult r = CUDA_SUCCESS;
+	int slot;
+
+	if (!prop)
+		return CUDA_ERROR_INVALID_VALUE;
+	LOCK();
+	slot = handle_alloc_slot(h);
+	if (slot < 0)
+		r = CUDA_ERROR_INVALID_VALUE;
+	else
+		*prop = G.alloc[slot].prop;
+	UNLOCK();
+	return r;
+}
+
+FK_API CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
+							       CUmemGenericAllocationHandle handle)
+{
+	FK_CALL("cuMemGetAllocationPropertiesFromHandle", props_from_handle(prop, handle));
+}
+
+static CUresult export_handle(void *out, CUmemGenericAllocationHandle h, CUmemAllocationHandleType type,
+			      unsigned long long flags)
+{
+	struct fkw_req q = {.op = FKW_EXPORT};
+	struct fkw_resp r;
+	CUresult res;
+	int slot, fd = -1;
+
+	if (!out || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (type == CU_MEM_HANDLE_TYPE_FABRIC)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_INVALID_VALUE;
+	LOCK();
+	if ((slot = handle_alloc_slot(h)) >= 0) {
+		if (!(G.alloc[slot].dflags & FKW_AF_POSIX)) {
+			UNLOCK();
+			return CUDA_ERROR_INVALID_VALUE;
+		}
+		q.kind = FKW_KIND_ALLOC;
+		q.id = G.alloc[slot].devd_id;
+	} else if ((slot = handle_mc_slot(h)) >= 0) {
+		q.kind = FKW_KIND_MC;
+		q.id = G.mc[slot].devd_id;
+	} else {
+		UNLOCK();
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	res = conn_rpc(&q, -1, &r, &fd, 1);
+	UNLOCK();
+	if (!res)
+		*(int *)out = fd;
+	return res;
+}
+
+FK_API CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+						     CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+	FK_CALL("cuMemExportToShareableHandle", export_handle(shareableHandle, handle, handleType, flags));
+}
+
+static CUresult import_handle(CUmemGenericAllocationHandle *h, void *osHandle, CUmemAllocationHandleType type)
+{
+	struct fkw_req q = {.op = FKW_IMPORT};
+	struct fkw_resp r;
+	int fd = (int)(intptr_t)osHandle, memfd = -1, slot;
+	CUresult res;
+
+	if (!h)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (type == CU_MEM_HANDLE_TYPE_FABRIC)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || fd < 0 || fcntl(fd, F_GETFD) < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	LOCK();
+	res = conn_rpc(&q, fd, &r, &memfd, 1);
+	if (res)
+		goto out;
+	if (r.kind == FKW_KIND_MC) {
+		struct fk_mc *m;
+
+		slot = mc_slot_new();
+		if (slot < 0) {
+			conn_drop(FKW_KIND_MC, r.id);
+			res = CUDA_ERROR_OUT_OF_MEMORY;
+			goto out;
+		}
+		m = &G.mc[slot];
+		m->devd_id = r.id;
+		m->size = r.size;
+		m->size_eff = r.size2;
+		m->ndev = r.n;
+		m->imported = 1;
+		m->handle_refs = 1;
+		*h = fk_handle(FK_HTAG_MC, slot, m->gen);
+	} else {
+		struct fk_alloc *a;
+
+		slot = alloc_slot_new();
+		if (slot < 0) {
+			close(memfd);
+			conn_drop(FKW_KIND_ALLOC, r.id);
+			res = CUDA_ERROR_OUT_OF_MEMORY;
+			goto out;
+		}
+		a = &G.alloc[slot];
+		a->devd_id = r.id;
+		a->win = win_map(memfd, r.size);
+		close(memfd);
+		if (!a->win) {
+			conn_drop(FKW_KIND_ALLOC, r.id);
+			a->used = 0;
+			res = CUDA_ERROR_OUT_OF_MEMORY;
+			goto out;
+		}
+		a->kind = FK_A_VMM;
+		a->imported = 1;
+		a->size = r.size;
+		a->dflags = r.flags;
+		a->ord = dev_ord_of_phys((int)r.dev);
+		a->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+		a->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		a->prop.location.id = a->ord;
+		a->prop.requestedHandleTypes = r.flags & FKW_AF_POSIX ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : 0;
+		a->handle_refs = 1;
+		*h = fk_handle(FK_HTAG_ALLOC, slot, a->gen);
+	}
+out:
+	UNLOCK();
+	return res;
+}
+
+FK_API CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+						       CUmemAllocationHandleType shHandleType)
+{
+	FK_CALL("cuMemImportFromShareableHandle", import_handle(handle, osHandle, shHandleType));
+}
