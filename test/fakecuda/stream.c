@@ -169,8 +169,12 @@ CUresult op_execute(struct fk_op *op)
 		return CUDA_SUCCESS;
 	case OP_FILL:
 		return devmem_fill(op->dst, &op->pattern, op->psize, op->n, -1);
-	case OP_KERNEL:
-		return op->kernel->run(op->args, op->ord);
+	case OP_KERNEL: {
+		CUresult r = op->kernel->run(op->args, op->ord);
+
+		/* a kernel that touches memory it cannot reach faults, like on a GPU */
+		return r == CUDA_ERROR_INVALID_VALUE ? CUDA_ERROR_ILLEGAL_ADDRESS : r;
+	}
 	case OP_RECORD:
 		op->event->t_ns = fk_now_ns();
 		return CUDA_SUCCESS;

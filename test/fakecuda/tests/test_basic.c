@@ -1,0 +1,406 @@
+/*
+ * Fake driver basics: initialization, devices, contexts, streams and events,
+ * linear memory and copies, kernels, cuGetProcAddress, error names and fault
+ * injection.  One process per test (Check's fork mode), one devd per case.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+START_TEST(calls_before_init_are_not_initialized)
+{
+	CUdevice d;
+	CUdeviceptr p;
+	int v = 0;
+
+	CK_ERR(cuDeviceGet(&d, 0), CUDA_ERROR_NOT_INITIALIZED);
+	CK_ERR(cuMemAlloc(&p, 4096), CUDA_ERROR_NOT_INITIALIZED);
+	CK_ERR(cuCheckpointProcessGetState(getpid(), NULL), CUDA_ERROR_NOT_INITIALIZED);
+	CK(cuDriverGetVersion(&v));
+	ck_assert_int_eq(v, 13000);
+	CK_ERR(cuInit(1), CUDA_ERROR_INVALID_VALUE);
+	CK(cuInit(0));
+	CK(cuInit(0));
+	CK(cuDeviceGet(&d, 0));
+}
+END_TEST
+
+START_TEST(init_without_devd_reports_no_device)
+{
+	setenv("FAKECUDA_SOCKET", "/nonexistent/devd.sock", 1);
+	CK_ERR(cuInit(0), CUDA_ERROR_NO_DEVICE);
+}
+END_TEST
+
+START_TEST(devices_have_stable_uuids_names_and_attributes)
+{
+	CUuuid u0, u1, again;
+	char name[64];
+	int n, v;
+	size_t total;
+
+	CK(cuInit(0));
+	CK(cuDeviceGetCount(&n));
+	ck_assert_int_eq(n, 2);
+	CK(cuDeviceGetUuid(&u0, 0));
+	CK(cuDeviceGetUuid(&u1, 1));
+	CK(cuDeviceGetUuid(&again, 0));
+	ck_assert(memcmp(&u0, &u1, sizeof(u0)) != 0);
+	ck_assert(memcmp(&u0, &again, sizeof(u0)) == 0);
+	CK(cuDeviceGetName(name, sizeof(name), 1));
+	ck_assert_str_eq(name, "Fake H200");
+	CK(cuDeviceTotalMem(&total, 0));
+	ck_assert_uint_eq(total, 256 * MiB);
+	CK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
+	ck_assert_int_eq(v, 1);
+	CK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0));
+	ck_assert_int_eq(v, 1);
+	CK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, 0));
+	ck_assert_int_eq(v, 1);
+	CK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 1));
+	ck_assert_int_eq(v, 1);
+	CK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, 0));
+	ck_assert_int_eq(v, 0);
+	CK_ERR(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MAX, 0), CUDA_ERROR_INVALID_VALUE);
+	CK_ERR(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_WARP_SIZE, 2), CUDA_ERROR_INVALID_DEVICE);
+	CK(cuDeviceCanAccessPeer(&v, 0, 1));
+	ck_assert_int_eq(v, 1);
+	CK(cuDeviceCanAccessPeer(&v, 0, 0));
+	ck_assert_int_eq(v, 0);
+}
+END_TEST
+
+START_TEST(context_stack_and_primary_contexts)
+{
+	CUcontext a, b, cur, p, p2;
+	CUdevice d;
+	unsigned int flags;
+	int active;
+
+	CK(cuInit(0));
+	CK(cuCtxGetCurrent(&cur));
+	ck_assert_ptr_null(cur);
+	CK_ERR(cuCtxSynchronize(), CUDA_ERROR_INVALID_CONTEXT);
+	CK(cuCtxCreate(&a, NULL, 0, 0));
+	CK(cuCtxCreate(&b, NULL, 0, 1));
+	CK(cuCtxGetCurrent(&cur));
+	ck_assert_ptr_eq(cur, b);
+	CK(cuCtxGetDevice(&d));
+	ck_assert_int_eq(d, 1);
+	CK(cuCtxPopCurrent(&cur));
+	ck_assert_ptr_eq(cur, b);
+	CK(cuCtxGetCurrent(&cur));
+	ck_assert_ptr_eq(cur, a);
+	CK(cuCtxPushCurrent(b));
+	CK(cuCtxEnablePeerAccess(a, 0));
+	CK_ERR(cuCtxEnablePeerAccess(a, 0), CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
+	CK(cuCtxDisablePeerAccess(a));
+	CK_ERR(cuCtxDisablePeerAccess(a), CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
+	CK(cuCtxDestroy(b));
+	CK_ERR(cuCtxDestroy(b), CUDA_ERROR_INVALID_CONTEXT);
+	CK_ERR(cuCtxPushCurrent(b), CUDA_ERROR_INVALID_CONTEXT);
+
+	CK(cuDevicePrimaryCtxGetState(0, &flags, &active));
+	ck_assert_int_eq(active, 0);
+	CK(cuDevicePrimaryCtxSetFlags(0, CU_CTX_SCHED_BLOCKING_SYNC));
+	CK(cuDevicePrimaryCtxRetain(&p, 0));
+	CK(cuDevicePrimaryCtxRetain(&p2, 0));
+	ck_assert_ptr_eq(p, p2);
+	CK(cuDevicePrimaryCtxGetState(0, &flags, &active));
+	ck_assert_int_eq(active, 1);
+	ck_assert_uint_eq(flags, CU_CTX_SCHED_BLOCKING_SYNC);
+	CK_ERR(cuCtxDestroy(p), CUDA_ERROR_INVALID_CONTEXT);
+	CK(cuDevicePrimaryCtxRelease(0));
+	CK(cuDevicePrimaryCtxRelease(0));
+	CK_ERR(cuDevicePrimaryCtxRelease(0), CUDA_ERROR_INVALID_CONTEXT);
+	CK(cuDevicePrimaryCtxGetState(0, &flags, &active));
+	ck_assert_int_eq(active, 0);
+}
+END_TEST
+
+START_TEST(linear_memory_copies_and_errors)
+{
+	uint32_t in[1024], out[1024];
+	CUdeviceptr a, b, base;
+	size_t size, before;
+
+	fkt_init_ctx(0);
+	before = fkt_free_mem();
+	for (int i = 0; i < 1024; i++)
+		in[i] = (uint32_t)i * 2654435761u;
+	CK(cuMemAlloc(&a, sizeof(in)));
+	CK(cuMemAlloc(&b, sizeof(in)));
+	ck_assert_uint_lt(fkt_free_mem(), before);
+	CK(cuMemcpyHtoD(a, in, sizeof(in)));
+	CK(cuMemcpyDtoD(b, a, sizeof(in)));
+	CK(cuMemcpyDtoH(out, b, sizeof(out)));
+	ck_assert_mem_eq(in, out, sizeof(in));
+	CK(cuMemcpy((CUdeviceptr)(uintptr_t)out, a + 8, 8)); /* unified addressing */
+	ck_assert_uint_eq(out[0], in[2]);
+	CK(cuMemsetD8(a, 0xab, 3));
+	CK(cuMemsetD32(a + 4, 0x11223344, 2));
+	CK(cuMemcpyDtoH(out, a, 16));
+	ck_assert_uint_eq(out[0], 0x00abababu | (in[0] & 0xff000000u));
+	ck_assert_uint_eq(out[1], 0x11223344u);
+	CK_ERR(cuMemsetD32(a + 2, 1, 1), CUDA_ERROR_INVALID_VALUE);
+	CK(cuMemGetAddressRange(&base, &size, a + 100));
+	ck_assert_uint_eq(base, a);
+	ck_assert_uint_ge(size, sizeof(in));
+	CK_ERR(cuMemcpyHtoD(a + size, in, 4), CUDA_ERROR_INVALID_VALUE);
+	CK_ERR(cuMemcpyDtoH(out, a + size - 2, 4), CUDA_ERROR_INVALID_VALUE);
+	CK_ERR(cuMemFree(a + 4), CUDA_ERROR_INVALID_VALUE);
+	CK_ERR(cuMemAlloc(&a, 0), CUDA_ERROR_INVALID_VALUE);
+	CK(cuMemFree(b));
+	CK_ERR(cuMemFree(b), CUDA_ERROR_INVALID_VALUE);
+	CK_ERR(cuMemAlloc(&b, 512 * MiB), CUDA_ERROR_OUT_OF_MEMORY);
+	CK(cuMemFree(a));
+	ck_assert_uint_eq(fkt_free_mem(), before);
+}
+END_TEST
+
+START_TEST(device_addresses_fault_on_host_access)
+{
+	CUdeviceptr a;
+	pid_t pid;
+	int s;
+
+	fkt_init_ctx(0);
+	CK(cuMemAlloc(&a, 4096));
+	pid = fork();
+	if (pid == 0) {
+		volatile char c = *(volatile char *)(uintptr_t)a;
+		(void)c;
+		_exit(0);
+	}
+	s = fkt_wait(pid);
+	ck_assert_int_eq(s, 128 + 11); /* SIGSEGV, as on a GPU address */
+}
+END_TEST
+
+START_TEST(host_memory)
+{
+	void *p;
+	char buf[64];
+
+	fkt_init_ctx(0);
+	CK(cuMemAllocHost(&p, 4096));
+	memset(p, 1, 4096);
+	CK(cuMemFreeHost(p));
+	CK_ERR(cuMemFreeHost(p), CUDA_ERROR_INVALID_VALUE);
+	CK(cuMemHostAlloc(&p, 4096, CU_MEMHOSTALLOC_PORTABLE));
+	CK(cuMemFreeHost(p));
+	CK(cuMemHostRegister(buf, sizeof(buf), 0));
+	CK_ERR(cuMemHostRegister(buf + 8, 8, 0), CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+	CK(cuMemHostUnregister(buf));
+	CK_ERR(cuMemHostUnregister(buf), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+}
+END_TEST
+
+START_TEST(streams_run_in_order_and_events_time_them)
+{
+	uint32_t out[256];
+	CUdeviceptr a;
+	CUstream s;
+	CUevent e0, e1;
+	CUfunction fill = 0, add = 0;
+	size_t n = 256;
+	uint32_t v = 5, d = 3;
+	void *fa[] = {&a, &n, &v}, *aa[] = {&a, &n, &d};
+	float ms;
+
+	setenv("FAKECUDA_KERNEL_DELAY_US", "50000", 1);
+	fkt_init_ctx(0);
+	fill = fkt_kernel("fake_fill_u32");
+	add = fkt_kernel("fake_add_u32");
+	CK(cuMemAlloc(&a, sizeof(out)));
+	CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	CK(cuEventCreate(&e0, 0));
+	CK(cuEventCreate(&e1, 0));
+	CK(cuEventRecord(e0, s));
+	CK(cuLaunchKernel(fill, 1, 1, 1, 256, 1, 1, 0, s, fa, NULL));
+	CK(cuLaunchKernel(add, 1, 1, 1, 256, 1, 1, 0, s, aa, NULL));
+	CK(cuEventRecord(e1, s));
+	CK_ERR(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+	CK_ERR(cuEventQuery(e1), CUDA_ERROR_NOT_READY);
+	CK_ERR(cuEventElapsedTime(&ms, e0, e1), CUDA_ERROR_NOT_READY);
+	CK(cuMemcpyDtoHAsync(out, a, sizeof(out), s));
+	CK(cuStreamSynchronize(s));
+	CK(cuEventSynchronize(e1));
+	CK(cuEventQuery(e1));
+	CK(cuStreamQuery(s));
+	for (int i = 0; i < 256; i++)
+		ck_assert_uint_eq(out[i], 8);
+	CK(cuEventElapsedTime(&ms, e0, e1));
+	ck_assert_float_ge(ms, 90.0f);
+	CK(cuStreamWaitEvent(s, e1, 0));
+	CK(cuEventDestroy(e0));
+	CK_ERR(cuEventRecord(e0, s), CUDA_ERROR_INVALID_HANDLE);
+	CK(cuStreamDestroy(s));
+	CK_ERR(cuStreamSynchronize(s), CUDA_ERROR_INVALID_HANDLE);
+	CK(cuStreamCreateWithPriority(&s, 0, -1));
+	CK(cuMemsetD32Async(a, 9, 256, s));
+	CK(cuCtxSynchronize());
+	CK(cuMemcpyDtoH(out, a, 4));
+	ck_assert_uint_eq(out[0], 9);
+}
+END_TEST
+
+START_TEST(kernels_do_checkable_work)
+{
+	uint32_t out[1000];
+	CUdeviceptr a, b;
+	size_t n = 1000, bytes = 4000;
+	uint32_t v = 0xdeadbeef;
+	void *fa[] = {&a, &n, &v}, *ca[] = {&b, &a, &bytes};
+	struct {
+		CUdeviceptr p;
+		size_t n;
+		uint32_t d;
+	} packed = {0, 1000, 1};
+	size_t psize = sizeof(packed);
+	void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &psize,
+			 CU_LAUNCH_PARAM_END};
+	CUfunction f;
+	CUmodule m;
+
+	fkt_init_ctx(0);
+	CK(cuMemAlloc(&a, 4000));
+	CK(cuMemAlloc(&b, 4000));
+	packed.p = b;
+	CK(cuLaunchKernel(fkt_kernel("fake_fill_u32"), 4, 1, 1, 256, 1, 1, 0, NULL, fa, NULL));
+	CK(cuLaunchKernel(fkt_kernel("fake_copy"), 1, 1, 1, 1, 1, 1, 0, NULL, ca, NULL));
+	CK(cuLaunchKernel(fkt_kernel("fake_add_u32"), 1, 1, 1, 1, 1, 1, 0, NULL, NULL, extra));
+	CK(cuMemcpyDtoH(out, b, sizeof(out)));
+	for (int i = 0; i < 1000; i++)
+		ck_assert_uint_eq(out[i], 0xdeadbef0u);
+	CK(cuModuleLoadData(&m, "x"));
+	CK_ERR(cuModuleGetFunction(&f, m, "no_such_kernel"), CUDA_ERROR_NOT_FOUND);
+	CK_ERR(cuLaunchKernel(fkt_kernel("fake_copy"), 1, 1, 1, 2048, 1, 1, 0, NULL, ca, NULL),
+	       CUDA_ERROR_INVALID_VALUE);
+	CK(cuModuleUnload(m));
+	CK_ERR(cuModuleUnload(m), CUDA_ERROR_INVALID_HANDLE);
+	/* a kernel touching an unmapped address fails asynchronously and sticks */
+	n = 1 << 30;
+	CK(cuLaunchKernel(fkt_kernel("fake_fill_u32"), 1, 1, 1, 1, 1, 1, 0, NULL, fa, NULL));
+	CK_ERR(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+}
+END_TEST
+
+START_TEST(get_proc_address_resolves_by_version)
+{
+	CUdriverProcAddressQueryResult st;
+	void *fn;
+
+	CK(cuGetProcAddress("cuMemAlloc", &fn, 12000, 0, &st));
+	ck_assert_ptr_eq(fn, (void *)cuMemAlloc);
+	ck_assert_int_eq(st, CU_GET_PROC_ADDRESS_SUCCESS);
+	CK(cuGetProcAddress("cuCtxCreate", &fn, 13000, 0, &st));
+	ck_assert_ptr_eq(fn, (void *)cuCtxCreate);
+	CK(cuGetProcAddress("cuCtxCreate", &fn, 11040, 0, &st));
+	ck_assert_ptr_ne(fn, (void *)cuCtxCreate);
+	ck_assert_ptr_nonnull(fn);
+	CK(cuGetProcAddress("cuMulticastBindMem", &fn, 13000, 0, &st));
+	ck_assert_ptr_eq(fn, (void *)cuMulticastBindMem);
+	CK(cuGetProcAddress("cuMulticastBindMem", &fn, 13010, 0, &st));
+	ck_assert_ptr_ne(fn, (void *)cuMulticastBindMem);
+	CK_ERR(cuGetProcAddress("cuMulticastCreate", &fn, 12000, 0, &st), CUDA_ERROR_NOT_FOUND);
+	ck_assert_int_eq(st, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+	ck_assert_ptr_null(fn);
+	CK_ERR(cuGetProcAddress("cuNoSuchThing", &fn, 13000, 0, &st), CUDA_ERROR_NOT_FOUND);
+	ck_assert_int_eq(st, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+	CK(cuGetProcAddress("cuCheckpointProcessLock", &fn, 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st));
+	ck_assert_ptr_eq(fn, (void *)cuCheckpointProcessLock);
+}
+END_TEST
+
+START_TEST(error_names_and_strings)
+{
+	const char *s;
+
+	CK(cuGetErrorName(CUDA_ERROR_NOT_SUPPORTED, &s));
+	ck_assert_str_eq(s, "CUDA_ERROR_NOT_SUPPORTED");
+	CK(cuGetErrorString(CUDA_ERROR_OUT_OF_MEMORY, &s));
+	ck_assert_str_eq(s, "out of memory");
+	CK_ERR(cuGetErrorName((CUresult)12345, &s), CUDA_ERROR_INVALID_VALUE);
+}
+END_TEST
+
+START_TEST(fault_injection_fails_the_nth_call_having_done_nothing)
+{
+	CUdeviceptr a, b, c;
+	size_t before;
+
+	setenv("FAKECUDA_FAIL", "cuMemAlloc:2:CUDA_ERROR_OUT_OF_MEMORY,cuStreamSynchronize:1", 1);
+	fkt_init_ctx(0);
+	before = fkt_free_mem();
+	CK(cuMemAlloc(&a, 4096));
+	b = 0;
+	CK_ERR(cuMemAlloc(&b, 4096), CUDA_ERROR_OUT_OF_MEMORY);
+	ck_assert_uint_eq(b, 0);
+	CK(cuMemAlloc(&c, 4096));
+	CK_ERR(cuStreamSynchronize(NULL), CUDA_ERROR_UNKNOWN);
+	CK(cuStreamSynchronize(NULL));
+	CK(cuMemFree(a));
+	CK(cuMemFree(c));
+	ck_assert_uint_eq(fkt_free_mem(), before);
+}
+END_TEST
+
+START_TEST(forked_child_of_initialized_process_cannot_use_cuda)
+{
+	pid_t pid;
+
+	fkt_init_ctx(0);
+	pid = fork();
+	if (pid == 0) {
+		CUdevice d;
+
+		_exit(cuDeviceGet(&d, 0) == CUDA_ERROR_NOT_INITIALIZED && cuInit(0) == CUDA_ERROR_NOT_INITIALIZED ? 0
+														  : 1);
+	}
+	ck_assert_int_eq(fkt_wait(pid), 0);
+	CK(cuCtxSynchronize());
+}
+END_TEST
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("fakecuda-basic");
+	TCase *t1 = tcase_create("one-device"), *t2 = tcase_create("two-devices");
+
+	tcase_add_unchecked_fixture(t1, fkt_devd1, fkt_devd_stop);
+	tcase_add_unchecked_fixture(t2, fkt_devd2, fkt_devd_stop);
+	tcase_set_timeout(t1, 30);
+	tcase_set_timeout(t2, 30);
+	tcase_add_test(t1, calls_before_init_are_not_initialized);
+	tcase_add_test(t1, init_without_devd_reports_no_device);
+	tcase_add_test(t1, linear_memory_copies_and_errors);
+	tcase_add_test(t1, device_addresses_fault_on_host_access);
+	tcase_add_test(t1, host_memory);
+	tcase_add_test(t1, streams_run_in_order_and_events_time_them);
+	tcase_add_test(t1, kernels_do_checkable_work);
+	tcase_add_test(t1, get_proc_address_resolves_by_version);
+	tcase_add_test(t1, error_names_and_strings);
+	tcase_add_test(t1, fault_injection_fails_the_nth_call_having_done_nothing);
+	tcase_add_test(t1, forked_child_of_initialized_process_cannot_use_cuda);
+	tcase_add_test(t2, devices_have_stable_uuids_names_and_attributes);
+	tcase_add_test(t2, context_stack_and_primary_contexts);
+	suite_add_tcase(s, t1);
+	suite_add_tcase(s, t2);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
