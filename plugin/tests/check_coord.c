@@ -1,0 +1,445 @@
+/*
+ * check_coord.c - the coordinator against fake participant servers (threads
+ * of this test speaking the control protocol on real unix sockets): phase
+ * order, barriers, stop at the first failure, rollback, bytes checks, and
+ * the restore-side rebuild order.
+ */
+#include "config.h"
+
+#include <sys/types.h>
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "coord.h"
+#include "fixtures.h"
+#include "images.h"
+
+#define NFAKE 4
+
+struct fake {
+	int idx;
+	char path[108];
+	int lfd;
+	pthread_t th;
+	struct fx_proc fx;
+	const char *fail_on; /* request name answered with -EIO */
+	const char *delay_on;
+	unsigned delay_ms;
+	int save_short;
+	char log[64][24];
+	int nlog;
+};
+
+static struct fake fk[NFAKE];
+static char tdir[64];
+
+static pthread_mutex_t ev_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	int fake;
+	char what[32];
+} ev[1024];
+static int nev;
+
+static void event(int fake, const char *dir, const char *what)
+{
+	pthread_mutex_lock(&ev_lock);
+	if (nev < 1024) {
+		ev[nev].fake = fake;
+		snprintf(ev[nev].what, sizeof(ev[nev].what), "%s %s", dir, what);
+		nev++;
+	}
+	pthread_mutex_unlock(&ev_lock);
+}
+
+/* index of the first event matching (fake or -1 for any) */
+static int ev_first(int fake, const char *what)
+{
+	for (int i = 0; i < nev; i++)
+		if ((fake < 0 || ev[i].fake == fake) && !strcmp(ev[i].what, what))
+			return i;
+	return -1;
+}
+
+static int ev_last(int fake, const char *what)
+{
+	int r = -1;
+	for (int i = 0; i < nev; i++)
+		if ((fake < 0 || ev[i].fake == fake) && !strcmp(ev[i].what, what))
+			r = i;
+	return r;
+}
+
+static const char *req_name(const Cuip__Request *r)
+{
+	static __thread char buf[24];
+	if (r->body_case == CUIP__REQUEST__BODY_REBUILD) {
+		snprintf(buf, sizeof(buf), "REBUILD%d", (int)r->rebuild->stage);
+		return buf;
+	}
+	return cuip_request_name(r->body_case);
+}
+
+static void handle_save(struct fake *f, const Cuip__Save *s, int fd, Cuip__Response *resp, Cuip__SaveReply *sr)
+{
+	uint64_t total = 0;
+
+	cuip__save_reply__init(sr);
+	sr->entries = calloc(s->n_allocs, sizeof(*sr->entries));
+	for (size_t i = 0; i < s->n_allocs; i++) {
+		uint64_t size = 0;
+		for (size_t k = 0; k < f->fx.st.n_allocations; k++)
+			if (f->fx.aid[k].serial == s->allocs[i]->serial)
+				size = f->fx.props[k].size;
+		uint8_t *buf = malloc(size);
+		for (uint64_t b = 0; b < size; b++)
+			buf[b] = (uint8_t)(b + s->allocs[i]->serial);
+		Cuip__CarrierEntry *e = calloc(1, sizeof(*e));
+		cuip__carrier_entry__init(e);
+		e->alloc = s->allocs[i];
+		e->file = s->file;
+		e->offset = s->offset + total;
+		e->size = size;
+		e->chunk_size = s->chunk_size;
+		e->n_crc32c = (size + s->chunk_size - 1) / s->chunk_size;
+		e->crc32c = calloc(e->n_crc32c, sizeof(uint32_t));
+		for (size_t c = 0; c < e->n_crc32c; c++) {
+			uint64_t off = c * s->chunk_size;
+			uint64_t len = size - off < s->chunk_size ? size - off : s->chunk_size;
+			e->crc32c[c] = cuip_crc32c(0, buf + off, len);
+		}
+		ck_assert_int_eq(cuip_write_all(fd, buf, size), 0);
+		free(buf);
+		sr->entries[sr->n_entries++] = e;
+		total += size;
+	}
+	sr->bytes = total - (uint64_t)f->save_short;
+	resp->body_case = CUIP__RESPONSE__BODY_SAVE;
+	resp->save = sr;
+}
+
+static void free_save(Cuip__SaveReply *sr)
+{
+	for (size_t i = 0; i < sr->n_entries; i++) {
+		free(sr->entries[i]->crc32c);
+		free(sr->entries[i]);
+	}
+	free(sr->entries);
+}
+
+static void serve(struct fake *f, int c)
+{
+	for (;;) {
+		ProtobufCMessage *m;
+		Cuip__Request *req;
+		Cuip__Response resp = CUIP__RESPONSE__INIT;
+		Cuip__HandshakeReply hr = CUIP__HANDSHAKE_REPLY__INIT;
+		Cuip__LoadReply lr = CUIP__LOAD_REPLY__INIT;
+		Cuip__SaveReply sr = CUIP__SAVE_REPLY__INIT;
+		char err[128];
+		const char *name;
+		int fd = -1, bye;
+
+		if (cuip_msg_recv(c, CUIP_KIND_REQUEST, &cuip__request__descriptor, NULL, &m, &fd, err, sizeof(err)))
+			break;
+		req = (Cuip__Request *)m;
+		name = req_name(req);
+		if (f->nlog < 64)
+			snprintf(f->log[f->nlog++], sizeof(f->log[0]), "%s", name);
+		event(f->idx, "REQ", name);
+		bye = req->body_case == CUIP__REQUEST__BODY_BYE;
+		if (f->delay_on && !strcmp(f->delay_on, name))
+			usleep(f->delay_ms * 1000);
+		if (f->fail_on && !strcmp(f->fail_on, name)) {
+			resp.status = -EIO;
+			resp.error = (char *)"injected failure";
+		} else if (req->body_case == CUIP__REQUEST__BODY_HANDSHAKE) {
+			hr.self = &f->fx.self;
+			hr.phase = CUIP__PHASE__PHASE_ACTIVE;
+			hr.version = (char *)"test";
+			resp.body_case = CUIP__RESPONSE__BODY_HANDSHAKE;
+			resp.handshake = &hr;
+		} else if (req->body_case == CUIP__REQUEST__BODY_INSPECT) {
+			resp.body_case = CUIP__RESPONSE__BODY_STATE;
+			resp.state = &f->fx.st;
+		} else if (req->body_case == CUIP__REQUEST__BODY_SAVE) {
+			ck_assert_int_ge(fd, 0);
+			handle_save(f, req->save, fd, &resp, &sr);
+		} else if (req->body_case == CUIP__REQUEST__BODY_LOAD) {
+			ck_assert_int_ge(fd, 0);
+			for (size_t i = 0; i < req->load->n_entries; i++)
+				lr.bytes += req->load->entries[i]->size;
+			resp.body_case = CUIP__RESPONSE__BODY_LOAD;
+			resp.load = &lr;
+		}
+		cuip_msg_send(c, CUIP_KIND_RESPONSE, &resp.base, -1);
+		event(f->idx, "REP", name);
+		if (resp.body_case == CUIP__RESPONSE__BODY_SAVE) {
+			/* entries point into the request: free ours first */
+			free_save(&sr);
+		}
+		if (fd >= 0)
+			close(fd);
+		protobuf_c_message_free_unpacked(m, NULL);
+		if (bye)
+			break;
+	}
+	close(c);
+}
+
+static void *fake_main(void *a)
+{
+	struct fake *f = a;
+	int c;
+
+	while ((c = accept(f->lfd, NULL, NULL)) >= 0)
+		serve(f, c);
+	return NULL;
+}
+
+static void fakes_setup(void)
+{
+	strcpy(tdir, "/tmp/cuip-coord-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(tdir));
+	memset(fk, 0, sizeof(fk));
+	nev = 0;
+}
+
+static void fake_start(int i)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+
+	fk[i].idx = i;
+	snprintf(fk[i].path, sizeof(fk[i].path), "%s/%d-%016llx.sock", tdir, (int)fk[i].fx.self.pid,
+		 (unsigned long long)fk[i].fx.self.id);
+	strcpy(sa.sun_path, fk[i].path);
+	fk[i].lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_eq(bind(fk[i].lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(fk[i].lfd, 8), 0);
+	ck_assert_int_eq(pthread_create(&fk[i].th, NULL, fake_main, &fk[i]), 0);
+}
+
+static void fakes_teardown(void)
+{
+	char cmd[128];
+	for (int i = 0; i < NFAKE; i++) {
+		if (!fk[i].th)
+			continue;
+		shutdown(fk[i].lfd, SHUT_RDWR);
+		pthread_join(fk[i].th, NULL);
+		close(fk[i].lfd);
+	}
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", tdir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+static struct cuip_opts opts;
+static struct cuip_group g;
+
+/* Creator 0 (two shared allocations, one not a multiple of the chunk, plus a
+ * private one), importers 1..n-1 mapping the first shared one. */
+static void group_of(int n)
+{
+	fx_init(&fk[0].fx, 0xc0, 1000);
+	fx_create(&fk[0].fx, 1, 3 * 4096 + 17, 1, 0x10000000);
+	fx_create(&fk[0].fx, 2, 8192, 1, 0x20000000);
+	fx_create(&fk[0].fx, 3, 4096, 0, 0x30000000);
+	for (int i = 1; i < n; i++) {
+		fx_init(&fk[i].fx, 0xa0 + (uint64_t)i, 1000 + i);
+		fx_import(&fk[i].fx, 0xc0, 1, 3 * 4096 + 17, 0x40000000);
+	}
+	for (int i = 0; i < n; i++)
+		fake_start(i);
+	memset(&opts, 0, sizeof(opts));
+	opts.op_timeout_ms = 5000;
+	opts.quiesce_timeout_ms = 1000;
+	opts.chunk_size = 4096;
+	memset(&g, 0, sizeof(g));
+	g.o = &opts;
+	g.imgdir = open(tdir, O_RDONLY | O_DIRECTORY);
+	g.n = (size_t)n;
+	g.p = calloc((size_t)n, sizeof(*g.p));
+	for (int i = 0; i < n; i++) {
+		g.p[i].pid = getpid();
+		g.p[i].vpid = (pid_t)fk[i].fx.self.pid;
+		g.p[i].fd = -1;
+		strcpy(g.p[i].sock, fk[i].path);
+	}
+}
+
+static void group_done(void)
+{
+	close(g.imgdir);
+	cuip_group_free(&g);
+}
+
+static void assert_log(int i, const char *const *want, int n)
+{
+	ck_assert_int_eq(fk[i].nlog, n);
+	for (int k = 0; k < n; k++)
+		ck_assert_str_eq(fk[i].log[k], want[k]);
+}
+
+START_TEST(dump_runs_every_phase_in_order_on_every_participant)
+{
+	static const char *creator[] = {"HANDSHAKE", "INSPECT",		"QUIESCE", "PREPARE_MULTICAST",
+					"SAVE",	     "PREPARE_UNICAST", "BYE"};
+	static const char *importer[] = {"HANDSHAKE",	      "INSPECT",	 "QUIESCE",
+					 "PREPARE_MULTICAST", "PREPARE_UNICAST", "BYE"};
+	struct cuip_ckpt c;
+	char err[256];
+
+	group_of(3);
+	ck_assert_int_eq(cuip_group_dump(&g), 0);
+	assert_log(0, creator, 7);
+	assert_log(1, importer, 6);
+	assert_log(2, importer, 6);
+	ck_assert_uint_eq(g.carried_bytes, 3 * 4096 + 17 + 8192);
+	/* every connection closed */
+	for (size_t i = 0; i < g.n; i++)
+		ck_assert_int_eq(g.p[i].fd, -1);
+	/* the images read back and the carrier bytes check out */
+	ck_assert_int_eq(cuip_images_read(g.imgdir, &c, err, sizeof(err)), 0);
+	ck_assert_uint_eq(c.n, 3);
+	ck_assert_uint_eq(c.topo[0]->n_carriers, 2);
+	ck_assert_int_eq(cuip_images_verify_carriers(g.imgdir, &c, err, sizeof(err)), 0);
+	cuip_images_free(&c);
+	group_done();
+}
+END_TEST
+
+START_TEST(a_participant_holding_its_reply_blocks_everyones_next_phase)
+{
+	group_of(3);
+	fk[1].delay_on = "QUIESCE";
+	fk[1].delay_ms = 300;
+	ck_assert_int_eq(cuip_group_dump(&g), 0);
+	int held = ev_first(1, "REP QUIESCE");
+	int next = ev_first(-1, "REQ PREPARE_MULTICAST");
+	ck_assert_int_ge(held, 0);
+	ck_assert_int_gt(next, held);
+	/* and the same for SAVE -> PREPARE_UNICAST */
+	ck_assert_int_gt(ev_first(-1, "REQ PREPARE_UNICAST"), ev_last(0, "REP SAVE"));
+	group_done();
+}
+END_TEST
+
+START_TEST(dump_stops_at_the_first_failing_participant_and_reopens_the_gates)
+{
+	group_of(3);
+	fk[2].fail_on = "PREPARE_MULTICAST";
+	ck_assert_int_eq(cuip_group_dump(&g), -EIO);
+	ck_assert_ptr_nonnull(strstr(g.err, "PREPARE_MULTICAST failed on pid"));
+	ck_assert_ptr_nonnull(strstr(g.err, "injected failure"));
+	ck_assert_int_lt(ev_first(-1, "REQ SAVE"), 0);
+	ck_assert_int_lt(ev_first(-1, "REQ PREPARE_UNICAST"), 0);
+	ck_assert_int_lt(ev_first(-1, "REQ LOAD"), 0);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_ge(ev_first(i, "REQ RESUME"), 0);
+	group_done();
+}
+END_TEST
+
+START_TEST(failure_after_teardown_rebuilds_from_the_saved_bytes)
+{
+	group_of(3);
+	fk[2].fail_on = "PREPARE_UNICAST";
+	ck_assert_int_eq(cuip_group_dump(&g), -EIO);
+	/* the creator reloads its bytes; everyone rebuilds, creators first */
+	ck_assert_int_ge(ev_first(0, "REQ LOAD"), 0);
+	ck_assert_int_lt(ev_first(1, "REQ LOAD"), 0);
+	int last_creators = ev_last(-1, "REP REBUILD1");
+	int first_importers = ev_first(-1, "REQ REBUILD2");
+	ck_assert_int_ge(last_creators, 0);
+	ck_assert_int_gt(first_importers, last_creators);
+	ck_assert_int_gt(ev_first(-1, "REQ VERIFY"), ev_last(-1, "REP REBUILD2"));
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_gt(ev_first(i, "REQ RESUME"), ev_last(-1, "REP VERIFY"));
+	group_done();
+}
+END_TEST
+
+START_TEST(save_moving_fewer_bytes_than_expected_is_refused)
+{
+	group_of(2);
+	fk[0].save_short = 1;
+	ck_assert_int_eq(cuip_group_dump(&g), -EIO);
+	ck_assert_ptr_nonnull(strstr(g.err, "SAVE failed"));
+	ck_assert_ptr_nonnull(strstr(g.err, "expected"));
+	ck_assert_int_lt(ev_first(-1, "REQ PREPARE_UNICAST"), 0);
+	ck_assert_int_ge(ev_first(1, "REQ RESUME"), 0);
+	group_done();
+}
+END_TEST
+
+START_TEST(preflight_refusal_changes_nothing)
+{
+	group_of(2);
+	fk[1].fx.counters.has_raw_imports = 1;
+	fk[1].fx.counters.raw_imports = 1;
+	ck_assert_int_eq(cuip_group_dump(&g), -EPERM);
+	ck_assert_ptr_nonnull(strstr(g.err, "raw"));
+	ck_assert_int_lt(ev_first(-1, "REQ QUIESCE"), 0);
+	ck_assert_int_lt(ev_first(-1, "REQ RESUME"), 0);
+	group_done();
+}
+END_TEST
+
+START_TEST(restore_rebuilds_creators_before_importers_then_verifies_and_resumes)
+{
+	static const char *creator[] = {"HANDSHAKE", "LOAD", "REBUILD1", "REBUILD2", "VERIFY", "RESUME", "BYE"};
+	static const char *importer[] = {"HANDSHAKE", "REBUILD1", "REBUILD2", "VERIFY", "RESUME", "BYE"};
+	struct cuip_ckpt c;
+	char err[256];
+
+	group_of(3);
+	ck_assert_int_eq(cuip_group_dump(&g), 0);
+	ck_assert_int_eq(cuip_images_read(g.imgdir, &c, err, sizeof(err)), 0);
+	for (int i = 0; i < 3; i++)
+		fk[i].nlog = 0;
+	nev = 0;
+	ck_assert_int_eq(cuip_group_rebuild(&g, (const Cuip__Topology *const *)c.topo), 0);
+	assert_log(0, creator, 7);
+	assert_log(1, importer, 6);
+	assert_log(2, importer, 6);
+	ck_assert_int_gt(ev_first(-1, "REQ REBUILD2"), ev_last(-1, "REP REBUILD1"));
+	ck_assert_int_gt(ev_first(-1, "REQ REBUILD1"), ev_last(-1, "REP LOAD"));
+
+	/* a different process answering at a checkpointed pid is refused */
+	fk[2].fx.self.id = 0xdead;
+	nev = 0;
+	ck_assert_int_eq(cuip_group_rebuild(&g, (const Cuip__Topology *const *)c.topo), -ESRCH);
+	ck_assert_ptr_nonnull(strstr(g.err, "identity"));
+	ck_assert_int_lt(ev_first(-1, "REQ LOAD"), 0);
+	cuip_images_free(&c);
+	group_done();
+}
+END_TEST
+
+Suite *coord_suite(void);
+
+Suite *coord_suite(void)
+{
+	Suite *s = suite_create("coordinator");
+	TCase *t = tcase_create("phases");
+
+	tcase_set_timeout(t, 30);
+	tcase_add_checked_fixture(t, fakes_setup, fakes_teardown);
+	tcase_add_test(t, dump_runs_every_phase_in_order_on_every_participant);
+	tcase_add_test(t, a_participant_holding_its_reply_blocks_everyones_next_phase);
+	tcase_add_test(t, dump_stops_at_the_first_failing_participant_and_reopens_the_gates);
+	tcase_add_test(t, failure_after_teardown_rebuilds_from_the_saved_bytes);
+	tcase_add_test(t, save_moving_fewer_bytes_than_expected_is_refused);
+	tcase_add_test(t, preflight_refusal_changes_nothing);
+	tcase_add_test(t, restore_rebuilds_creators_before_importers_then_verifies_and_resumes);
+	suite_add_tcase(s, t);
+	return s;
+}

@@ -1,0 +1,471 @@
+/*
+ * check_rules.c - unit tests of what the plugin decides without any other
+ * process: option and GPU remap parsing, preflight rules, image writing and
+ * validation (corrupt, truncated, wrong version, mismatched participants).
+ */
+#include "config.h"
+
+#include <sys/types.h>
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fixtures.h"
+#include "images.h"
+#include "options.h"
+#include "preflight.h"
+
+/* ---- options -------------------------------------------------------------- */
+
+START_TEST(remap_parses_pairs_in_every_uuid_form)
+{
+	struct cuip_gpu_pair p[4];
+	char err[256];
+	int n = cuip_parse_remap("GPU-00112233-4455-6677-8899-aabbccddeeff=ffeeddccbbaa99887766554433221100,"
+				 "0123456789ABCDEF0123456789abcdef=GPU-fedcba98-7654-3210-fedc-ba9876543210",
+				 p, 4, err, sizeof(err));
+	ck_assert_int_eq(n, 2);
+	ck_assert_int_eq(p[0].old_uuid[0], 0x00);
+	ck_assert_int_eq(p[0].old_uuid[15], 0xff);
+	ck_assert_int_eq(p[0].new_uuid[0], 0xff);
+	ck_assert_int_eq(p[1].old_uuid[8], 0x01);
+	ck_assert_int_eq(p[1].new_uuid[15], 0x10);
+	char buf[64];
+	cuip_format_uuid(p[0].old_uuid, buf, sizeof(buf));
+	ck_assert_str_eq(buf, "GPU-00112233-4455-6677-8899-aabbccddeeff");
+}
+END_TEST
+
+START_TEST(remap_refuses_malformed_entries)
+{
+	struct cuip_gpu_pair p[2];
+	char err[256];
+
+	ck_assert_int_eq(cuip_parse_remap("", p, 2, err, sizeof(err)), 0);
+	ck_assert_int_eq(cuip_parse_remap("00112233445566778899aabbccddeeff", p, 2, err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "OLDUUID=NEWUUID"));
+	ck_assert_int_eq(cuip_parse_remap("0011=00112233445566778899aabbccddeeff", p, 2, err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "malformed UUID"));
+	ck_assert_int_eq(cuip_parse_remap("00112233445566778899aabbccddeeffa=00112233445566778899aabbccddeeff", p, 2,
+					  err, sizeof(err)),
+			 -EINVAL);
+	ck_assert_int_eq(cuip_parse_remap("00112233445566778899aabbccddeefx=00112233445566778899aabbccddeeff", p, 2,
+					  err, sizeof(err)),
+			 -EINVAL);
+	ck_assert_int_eq(cuip_parse_remap("00112233445566778899aabbccddeeff=00112233445566778899aabbccddeeff,,", p, 2,
+					  err, sizeof(err)),
+			 -EINVAL);
+	ck_assert_int_eq(cuip_parse_remap("00112233445566778899aabbccddeeff=00112233445566778899aabbccddeeff,"
+					  "00112233445566778899aabbccddeeff=ffffffffffffffffffffffffffffffff",
+					  p, 2, err, sizeof(err)),
+			 -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "twice"));
+	/* one trailing comma is tolerated */
+	ck_assert_int_eq(cuip_parse_remap("00112233445566778899aabbccddeeff=00112233445566778899aabbccddeeff,", p, 2,
+					  err, sizeof(err)),
+			 1);
+	/* more pairs than room */
+	ck_assert_int_eq(cuip_parse_remap("00000000000000000000000000000001=00000000000000000000000000000002,"
+					  "00000000000000000000000000000003=00000000000000000000000000000004,"
+					  "00000000000000000000000000000005=00000000000000000000000000000006",
+					  p, 2, err, sizeof(err)),
+			 -EINVAL);
+}
+END_TEST
+
+START_TEST(options_come_from_the_environment_and_bad_values_are_named)
+{
+	struct cuip_opts o;
+	char err[256];
+
+	unsetenv("CUINTERPOSE_LOCK_TIMEOUT_MS");
+	unsetenv("CUINTERPOSE_GPU_REMAP");
+	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), 0);
+	ck_assert_uint_eq(o.lock_timeout_ms, 0);
+	ck_assert_uint_eq(o.chunk_size, 1u << 20);
+	ck_assert_int_eq(o.verify_carriers, 1);
+	ck_assert_int_eq(o.leave_running, -1);
+	ck_assert_str_eq(o.libcuda, "libcuda.so.1");
+
+	setenv("CUINTERPOSE_LOCK_TIMEOUT_MS", "2500", 1);
+	setenv("CUINTERPOSE_LEAVE_RUNNING", "yes", 1);
+	setenv("CUINTERPOSE_GPU_REMAP", "00112233445566778899aabbccddeeff=ffeeddccbbaa99887766554433221100", 1);
+	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), 0);
+	ck_assert_uint_eq(o.lock_timeout_ms, 2500);
+	ck_assert_int_eq(o.leave_running, 1);
+	ck_assert_uint_eq(o.n_remap, 1);
+
+	setenv("CUINTERPOSE_LOCK_TIMEOUT_MS", "soon", 1);
+	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "CUINTERPOSE_LOCK_TIMEOUT_MS"));
+	unsetenv("CUINTERPOSE_LOCK_TIMEOUT_MS");
+	setenv("CUINTERPOSE_CHUNK_SIZE", "12", 1);
+	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "CUINTERPOSE_CHUNK_SIZE"));
+	unsetenv("CUINTERPOSE_CHUNK_SIZE");
+	unsetenv("CUINTERPOSE_LEAVE_RUNNING");
+	unsetenv("CUINTERPOSE_GPU_REMAP");
+}
+END_TEST
+
+/* ---- preflight -------------------------------------------------------------- */
+
+static struct fx_proc cr, im;
+
+static void two_procs(void)
+{
+	fx_init(&cr, 0xc1, 101);
+	fx_create(&cr, 1, 1 << 20, 1, 0x10000000);
+	fx_create(&cr, 2, 4096, 0, 0x20000000); /* never shared: native */
+	fx_init(&im, 0xa1, 102);
+	fx_import(&im, 0xc1, 1, 1 << 20, 0x30000000);
+}
+
+static int preflight2(char *err, size_t len)
+{
+	struct cuip_pf_proc p[] = {{101, &cr.st}, {102, &im.st}};
+	return cuip_preflight(p, 2, NULL, NULL, err, len);
+}
+
+static pid_t resolve_777(uint64_t id, void *arg)
+{
+	return id == 0xe1 ? 777 : 0;
+}
+
+START_TEST(preflight_accepts_a_creator_and_its_importer)
+{
+	char err[512] = "";
+	two_procs();
+	ck_assert_int_eq(preflight2(err, sizeof(err)), 0);
+	ck_assert_str_eq(err, "");
+}
+END_TEST
+
+START_TEST(preflight_refuses_live_raw_imports_naming_the_process)
+{
+	char err[512];
+	two_procs();
+	im.counters.has_raw_imports = 1;
+	im.counters.raw_imports = 2;
+	ck_assert_int_eq(preflight2(err, sizeof(err)), -EPERM);
+	ck_assert_ptr_nonnull(strstr(err, "pid 102 holds 2 raw"));
+}
+END_TEST
+
+START_TEST(preflight_refuses_unsupported_allocations_with_the_reason)
+{
+	char err[512];
+	two_procs();
+	int i = fx_create(&cr, 3, 8192, 1, 0);
+	cr.a[i].owner = CUIP__OWNER__OWNER_UNSUPPORTED;
+	cr.a[i].unsupported_reason = (char *)"FABRIC handle type";
+	ck_assert_int_eq(preflight2(err, sizeof(err)), -EPERM);
+	ck_assert_ptr_nonnull(strstr(err, "pid 101 allocation c1:3"));
+	ck_assert_ptr_nonnull(strstr(err, "FABRIC handle type"));
+}
+END_TEST
+
+START_TEST(preflight_refuses_a_sharing_peer_outside_the_tree_naming_both)
+{
+	struct cuip_pf_proc p[] = {{102, &im.st}};
+	char err[512];
+
+	two_procs();
+	fx_import(&im, 0xe1, 9, 4096, 0x40000000);
+	p[0].st = &im.st;
+	struct cuip_pf_proc both[] = {{101, &cr.st}, {102, &im.st}};
+	ck_assert_int_eq(cuip_preflight(both, 2, resolve_777, NULL, err, sizeof(err)), -EPERM);
+	ck_assert_ptr_nonnull(strstr(err, "pid 102 imports allocation e1:9 from pid 777"));
+	ck_assert_ptr_nonnull(strstr(err, "outside the dumped tree"));
+	/* creator not resolvable: still refused, naming the identity */
+	ck_assert_int_eq(cuip_preflight(p, 1, NULL, NULL, err, sizeof(err)), -EPERM);
+	ck_assert_ptr_nonnull(strstr(err, "00000000000000c1"));
+}
+END_TEST
+
+START_TEST(preflight_refuses_a_missing_creator_anchor)
+{
+	char err[512];
+	two_procs();
+	cr.st.n_allocations = 0; /* creator released everything */
+	cr.st.n_mappings = 0;
+	ck_assert_int_eq(preflight2(err, sizeof(err)), -EPERM);
+	ck_assert_ptr_nonnull(strstr(err, "missing creator anchor"));
+}
+END_TEST
+
+START_TEST(preflight_refuses_mappings_out_of_bounds)
+{
+	char err[512];
+	two_procs();
+	im.m[0].offset = 4096; /* 1 MiB mapping at offset 4 KiB of a 1 MiB allocation */
+	ck_assert_int_eq(preflight2(err, sizeof(err)), -EPERM);
+	ck_assert_ptr_nonnull(strstr(err, "outside allocation c1:1"));
+	two_procs();
+	im.m[0].va = UINT64_MAX - 10;
+	ck_assert_int_eq(preflight2(err, sizeof(err)), -EPERM);
+}
+END_TEST
+
+START_TEST(preflight_refuses_processes_not_active_and_duplicate_identities)
+{
+	char err[512];
+	two_procs();
+	im.st.phase = CUIP__PHASE__PHASE_FAILED;
+	im.st.failure = (char *)"copy failed";
+	ck_assert_int_eq(preflight2(err, sizeof(err)), -EPERM);
+	ck_assert_ptr_nonnull(strstr(err, "FAILED: copy failed"));
+	two_procs();
+	im.self.id = 0xc1;
+	ck_assert_int_eq(preflight2(err, sizeof(err)), -EPERM);
+	ck_assert_ptr_nonnull(strstr(err, "same interposer identity"));
+}
+END_TEST
+
+START_TEST(preflight_refuses_multicast_without_a_binding_or_with_two_creators)
+{
+	Cuip__McProps mcp = CUIP__MC_PROPS__INIT;
+	Cuip__McDevice dev = CUIP__MC_DEVICE__INIT, *devp = &dev;
+	char err[512];
+	int i;
+
+	two_procs();
+	i = fx_create(&cr, 7, 2 << 20, 1, 0);
+	cr.a[i].kind = CUIP__ALLOC_KIND__KIND_MULTICAST;
+	cr.a[i].origin = CUIP__ORIGIN__ORIGIN_MC_CREATE;
+	cr.a[i].props = NULL;
+	mcp.requested_size = 2 << 20;
+	mcp.num_devices = 1;
+	cr.a[i].mc = &mcp;
+	dev.mc = &cr.aid[i];
+	dev.participant = 0xc1;
+	dev.device = 0;
+	cr.st.mc_devices = &devp;
+	cr.st.n_mc_devices = 1;
+	ck_assert_int_eq(preflight2(err, sizeof(err)), -EPERM);
+	ck_assert_ptr_nonnull(strstr(err, "has no binding"));
+
+	/* a second "creator" of the same object in the importer */
+	cr.st.n_mc_devices = 0;
+	i = fx_import(&im, 0xc1, 7, 2 << 20, 0);
+	im.a[i].kind = CUIP__ALLOC_KIND__KIND_MULTICAST;
+	im.a[i].origin = CUIP__ORIGIN__ORIGIN_MC_CREATE;
+	im.a[i].props = NULL;
+	im.a[i].mc = &mcp;
+	ck_assert_int_eq(preflight2(err, sizeof(err)), -EPERM);
+	ck_assert_ptr_nonnull(strstr(err, "2 creators"));
+}
+END_TEST
+
+/* ---- images ------------------------------------------------------------------ */
+
+static char dir[64];
+static int dirfd_;
+static const uint8_t ckid[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+static Cuip__CarrierEntry ce;
+static Cuip__CarrierEntry *cep = &ce;
+static Cuip__AllocId ceid;
+static uint32_t crcs[2];
+
+static void img_setup(void)
+{
+	strcpy(dir, "/tmp/cuip-img-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	dirfd_ = open(dir, O_RDONLY | O_DIRECTORY);
+	ck_assert_int_ge(dirfd_, 0);
+}
+
+static void img_teardown(void)
+{
+	char cmd[128];
+	close(dirfd_);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Creator 101 carries 1 MiB + 100 bytes in two chunks of 1 MiB. */
+static void write_ckpt(void)
+{
+	uint64_t size = (1 << 20) + 100;
+	uint8_t *buf = malloc(size);
+	struct cuip_img_proc ip[2];
+	char err[256];
+	int fd;
+
+	fx_init(&cr, 0xc1, 101);
+	fx_create(&cr, 1, size, 1, 0x10000000);
+	fx_init(&im, 0xa1, 102);
+	fx_import(&im, 0xc1, 1, size, 0x30000000);
+	for (uint64_t i = 0; i < size; i++)
+		buf[i] = (uint8_t)(i * 7);
+	fd = openat(dirfd_, "cuinterpose-carrier-101.img", O_CREAT | O_WRONLY | O_TRUNC, 0600);
+	ck_assert_int_eq(cuip_write_all(fd, buf, size), 0);
+	close(fd);
+	cuip__carrier_entry__init(&ce);
+	cuip__alloc_id__init(&ceid);
+	ceid.creator = 0xc1;
+	ceid.serial = 1;
+	ce.alloc = &ceid;
+	ce.file = (char *)"cuinterpose-carrier-101.img";
+	ce.offset = 0;
+	ce.size = size;
+	ce.chunk_size = 1 << 20;
+	crcs[0] = cuip_crc32c(0, buf, 1 << 20);
+	crcs[1] = cuip_crc32c(0, buf + (1 << 20), 100);
+	ce.crc32c = crcs;
+	ce.n_crc32c = 2;
+	free(buf);
+	ip[0] = (struct cuip_img_proc){&cr.st, &cep, 1};
+	ip[1] = (struct cuip_img_proc){&im.st, NULL, 0};
+	ck_assert_int_eq(cuip_images_write(dirfd_, ckid, ip, 2, size, err, sizeof(err)), 0);
+}
+
+static void poke(const char *name, off_t off, uint8_t x)
+{
+	int fd = openat(dirfd_, name, O_RDWR);
+	uint8_t b;
+	ck_assert_int_eq(pread(fd, &b, 1, off), 1);
+	b ^= x;
+	ck_assert_int_eq(pwrite(fd, &b, 1, off), 1);
+	close(fd);
+}
+
+START_TEST(images_round_trip_and_match_the_participant_set)
+{
+	struct cuip_ckpt c;
+	char err[256];
+	pid_t same[] = {102, 101}, fewer[] = {101}, other[] = {101, 102, 103};
+
+	write_ckpt();
+	ck_assert_int_eq(cuip_images_read(dirfd_, &c, err, sizeof(err)), 0);
+	ck_assert_uint_eq(c.n, 2);
+	ck_assert_uint_eq(c.carried_bytes, (1 << 20) + 100);
+	ck_assert_uint_eq(c.topo[0]->n_carriers, 1);
+	ck_assert_uint_eq(c.topo[1]->state->n_mappings, 1);
+	ck_assert_uint_eq(c.topo[1]->state->mappings[0]->va, 0x30000000);
+	ck_assert_int_eq(cuip_images_verify_carriers(dirfd_, &c, err, sizeof(err)), 0);
+	ck_assert_int_eq(cuip_images_match(&c, same, 2, err, sizeof(err)), 0);
+	ck_assert_int_eq(cuip_images_match(&c, fewer, 1, err, sizeof(err)), -ESRCH);
+	ck_assert_ptr_nonnull(strstr(err, "pid 102"));
+	ck_assert_int_eq(cuip_images_match(&c, other, 3, err, sizeof(err)), -EEXIST);
+	ck_assert_ptr_nonnull(strstr(err, "pid 103"));
+	cuip_images_free(&c);
+}
+END_TEST
+
+START_TEST(images_refuse_a_corrupt_carrier_naming_the_file_and_chunk)
+{
+	struct cuip_ckpt c;
+	char err[256];
+
+	write_ckpt();
+	poke("cuinterpose-carrier-101.img", (1 << 20) + 50, 0x40);
+	ck_assert_int_eq(cuip_images_read(dirfd_, &c, err, sizeof(err)), 0);
+	ck_assert_int_eq(cuip_images_verify_carriers(dirfd_, &c, err, sizeof(err)), -EBADMSG);
+	ck_assert_ptr_nonnull(strstr(err, "cuinterpose-carrier-101.img: corrupt"));
+	ck_assert_ptr_nonnull(strstr(err, "chunk 1"));
+	cuip_images_free(&c);
+}
+END_TEST
+
+START_TEST(images_refuse_a_truncated_carrier)
+{
+	struct cuip_ckpt c;
+	char err[256];
+
+	write_ckpt();
+	ck_assert_int_eq(truncate(strcat(strcpy((char[128]){0}, dir), "/cuinterpose-carrier-101.img"), 4096), 0);
+	ck_assert_int_eq(cuip_images_read(dirfd_, &c, err, sizeof(err)), -ENODATA);
+	ck_assert_ptr_nonnull(strstr(err, "cuinterpose-carrier-101.img: truncated"));
+}
+END_TEST
+
+START_TEST(images_refuse_corrupt_truncated_and_wrong_version_topologies)
+{
+	struct cuip_ckpt c;
+	char err[256], path[128];
+	struct stat sb;
+
+	write_ckpt();
+	poke("cuinterpose-102.img", 20, 0x01);
+	ck_assert_int_eq(cuip_images_read(dirfd_, &c, err, sizeof(err)), -EBADMSG);
+	ck_assert_ptr_nonnull(strstr(err, "cuinterpose-102.img"));
+	ck_assert_ptr_nonnull(strstr(err, "checksum"));
+
+	write_ckpt();
+	snprintf(path, sizeof(path), "%s/cuinterpose-102.img", dir);
+	ck_assert_int_eq(stat(path, &sb), 0);
+	ck_assert_int_eq(truncate(path, sb.st_size - 3), 0);
+	ck_assert_int_eq(cuip_images_read(dirfd_, &c, err, sizeof(err)), -ENODATA);
+	ck_assert_ptr_nonnull(strstr(err, "cuinterpose-102.img"));
+	ck_assert_ptr_nonnull(strstr(err, "truncated"));
+
+	write_ckpt();
+	poke("cuinterpose-inventory.img", 4, 0x02); /* version 1 -> 3 */
+	ck_assert_int_eq(cuip_images_read(dirfd_, &c, err, sizeof(err)), -EPROTONOSUPPORT);
+	ck_assert_ptr_nonnull(strstr(err, "cuinterpose-inventory.img"));
+	ck_assert_ptr_nonnull(strstr(err, "version"));
+
+	write_ckpt();
+	ck_assert_int_eq(unlinkat(dirfd_, "cuinterpose-101.img", 0), 0);
+	ck_assert_int_eq(cuip_images_read(dirfd_, &c, err, sizeof(err)), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(err, "cuinterpose-101.img: missing"));
+}
+END_TEST
+
+START_TEST(images_refuse_topologies_from_another_checkpoint)
+{
+	uint8_t other[16] = {9};
+	struct cuip_img_proc ip[1];
+	struct cuip_ckpt c;
+	char err[256];
+
+	write_ckpt();
+	/* rewrite 102's topology under another checkpoint id (mixed dirs) */
+	ip[0] = (struct cuip_img_proc){&im.st, NULL, 0};
+	int fd = openat(dirfd_, "save-inv", O_CREAT | O_WRONLY, 0600);
+	close(fd);
+	ck_assert_int_eq(renameat(dirfd_, "cuinterpose-inventory.img", dirfd_, "save-inv"), 0);
+	ck_assert_int_eq(cuip_images_write(dirfd_, other, ip, 1, 0, err, sizeof(err)), 0);
+	ck_assert_int_eq(renameat(dirfd_, "save-inv", dirfd_, "cuinterpose-inventory.img"), 0);
+	ck_assert_int_eq(cuip_images_read(dirfd_, &c, err, sizeof(err)), -EBADMSG);
+	ck_assert_ptr_nonnull(strstr(err, "cuinterpose-102.img belongs to another checkpoint"));
+}
+END_TEST
+
+Suite *rules_suite(void);
+
+Suite *rules_suite(void)
+{
+	Suite *s = suite_create("rules");
+	TCase *t = tcase_create("options");
+
+	tcase_add_test(t, remap_parses_pairs_in_every_uuid_form);
+	tcase_add_test(t, remap_refuses_malformed_entries);
+	tcase_add_test(t, options_come_from_the_environment_and_bad_values_are_named);
+	suite_add_tcase(s, t);
+	t = tcase_create("preflight");
+	tcase_add_test(t, preflight_accepts_a_creator_and_its_importer);
+	tcase_add_test(t, preflight_refuses_live_raw_imports_naming_the_process);
+	tcase_add_test(t, preflight_refuses_unsupported_allocations_with_the_reason);
+	tcase_add_test(t, preflight_refuses_a_sharing_peer_outside_the_tree_naming_both);
+	tcase_add_test(t, preflight_refuses_a_missing_creator_anchor);
+	tcase_add_test(t, preflight_refuses_mappings_out_of_bounds);
+	tcase_add_test(t, preflight_refuses_processes_not_active_and_duplicate_identities);
+	tcase_add_test(t, preflight_refuses_multicast_without_a_binding_or_with_two_creators);
+	suite_add_tcase(s, t);
+	t = tcase_create("images");
+	tcase_add_checked_fixture(t, img_setup, img_teardown);
+	tcase_add_test(t, images_round_trip_and_match_the_participant_set);
+	tcase_add_test(t, images_refuse_a_corrupt_carrier_naming_the_file_and_chunk);
+	tcase_add_test(t, images_refuse_a_truncated_carrier);
+	tcase_add_test(t, images_refuse_corrupt_truncated_and_wrong_version_topologies);
+	tcase_add_test(t, images_refuse_topologies_from_another_checkpoint);
+	suite_add_tcase(s, t);
+	return s;
+}
