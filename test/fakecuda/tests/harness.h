@@ -14,17 +14,24 @@
 
 #define MiB (1ul << 20)
 
+/* CUDA 13.1 device-explicit binds: not in the 13.0 cuda.h, so declared here as an application would. */
+CUresult CUDAAPI cuMulticastBindMem_v2(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset,
+				       CUmemGenericAllocationHandle memHandle, size_t memOffset, size_t size,
+				       unsigned long long flags);
+CUresult CUDAAPI cuMulticastBindAddr_v2(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset,
+					CUdeviceptr memptr, size_t size, unsigned long long flags);
+
 const char *fkt_name(CUresult r);
 
-#define CK(x)                                                                                                          \
-	do {                                                                                                           \
-		CUresult r_ = (x);                                                                                     \
-		ck_assert_msg(r_ == CUDA_SUCCESS, "%s -> %s", #x, fkt_name(r_));                                       \
+#define CK(x)                                                                    \
+	do {                                                                     \
+		CUresult r_ = (x);                                               \
+		ck_assert_msg(r_ == CUDA_SUCCESS, "%s -> %s", #x, fkt_name(r_)); \
 	} while (0)
-#define CK_ERR(x, want)                                                                                                \
-	do {                                                                                                           \
-		CUresult r_ = (x);                                                                                     \
-		ck_assert_msg(r_ == (want), "%s -> %s, expected %s", #x, fkt_name(r_), fkt_name(want));                \
+#define CK_ERR(x, want)                                                                                 \
+	do {                                                                                            \
+		CUresult r_ = (x);                                                                      \
+		ck_assert_msg(r_ == (want), "%s -> %s, expected %s", #x, fkt_name(r_), fkt_name(want)); \
 	} while (0)
 
 /* Starts a private devd with extra environment ("K=V K=V", may be NULL); sets FAKECUDA_SOCKET. */

@@ -1,0 +1,383 @@
+/*
+ * Memory sharing on the fake driver: VMM handles, mappings, access and
+ * reference counts; POSIX-FD export/import between processes; legacy IPC
+ * between processes; multicast objects spanning two processes.  Children are
+ * forked before the test's own cuInit and talk over a socketpair.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void fill(uint32_t *p, size_t n, uint32_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = seed ^ (uint32_t)(i * 2654435761u);
+}
+
+static int check(const uint32_t *p, size_t n, uint32_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != (seed ^ (uint32_t)(i * 2654435761u)))
+			return 0;
+	return 1;
+}
+
+#define N (256 * 1024) /* uint32 words: 1 MiB */
+static uint32_t buf[N];
+
+START_TEST(vmm_map_access_unmap_release_and_refcounts)
+{
+	CUmemGenericAllocationHandle h, h2;
+	CUmemAllocationProp prop;
+	CUmemLocation loc = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+	unsigned long long flags;
+	CUdeviceptr va, va2;
+	size_t before, g;
+	int fd;
+
+	fkt_init_ctx(0);
+	before = fkt_free_mem();
+	memset(&prop, 0, sizeof(prop));
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.location = loc;
+	CK(cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	ck_assert_uint_eq(g, 2 * MiB);
+	CK(cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+	ck_assert_uint_eq(g, 2 * MiB);
+	CK_ERR(cuMemCreate(&h, MiB, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+	prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_FABRIC;
+	CK_ERR(cuMemCreate(&h, 2 * MiB, &prop, 0), CUDA_ERROR_NOT_SUPPORTED);
+
+	h = fkt_vmm_create(4 * MiB, 0, 0);
+	ck_assert_uint_eq(h >> 48, 0); /* the top 16 bits are free for an interposer's tags */
+	ck_assert_uint_eq(fkt_free_mem(), before - 4 * MiB);
+	CK(cuMemGetAllocationPropertiesFromHandle(&prop, h));
+	ck_assert_int_eq(prop.location.id, 0);
+	CK_ERR(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+	       CUDA_ERROR_INVALID_VALUE);
+	CK(cuMemAddressReserve(&va, 8 * MiB, 0, 0, 0));
+	CK_ERR(cuMemMap(va + 4096, 2 * MiB, 0, h, 0), CUDA_ERROR_INVALID_VALUE);
+	CK_ERR(cuMemMap(va, 6 * MiB, 0, h, 0), CUDA_ERROR_INVALID_VALUE);
+	CK(cuMemMap(va, 4 * MiB, 0, h, 0));
+	CK_ERR(cuMemMap(va + 2 * MiB, 2 * MiB, 0, h, 0), CUDA_ERROR_INVALID_VALUE);
+	CK(cuMemMap(va + 4 * MiB, 2 * MiB, 2 * MiB, h, 0)); /* a second view of the upper half */
+	/* no access yet: like a GPU, the mapping cannot be touched */
+	CK_ERR(cuMemcpyHtoD(va, buf, 16), CUDA_ERROR_INVALID_VALUE);
+	CK(cuMemGetAccess(&flags, &loc, va));
+	ck_assert_uint_eq(flags, CU_MEM_ACCESS_FLAGS_PROT_NONE);
+	{
+		CUmemAccessDesc ad = {loc, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+
+		CK(cuMemSetAccess(va, 6 * MiB, &ad, 1));
+	}
+	CK(cuMemGetAccess(&flags, &loc, va + 5 * MiB));
+	ck_assert_uint_eq(flags, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+	fill(buf, N, 1);
+	CK(cuMemcpyHtoD(va + 2 * MiB, buf, sizeof(buf)));
+	memset(buf, 0, sizeof(buf));
+	CK(cuMemcpyDtoH(buf, va + 4 * MiB, sizeof(buf))); /* aliasing view sees the same bytes */
+	ck_assert(check(buf, N, 1));
+
+	/* released handle: the mappings keep the memory */
+	CK(cuMemRelease(h));
+	CK_ERR(cuMemRelease(h), CUDA_ERROR_INVALID_VALUE);
+	ck_assert_uint_eq(fkt_free_mem(), before - 4 * MiB);
+	CK(cuMemRetainAllocationHandle(&h2, (void *)(uintptr_t)(va + 3 * MiB)));
+	ck_assert_uint_eq(h2, h);
+	CK(cuMemRelease(h2));
+	CK_ERR(cuMemUnmap(va, 2 * MiB), CUDA_ERROR_INVALID_VALUE); /* must cover whole mappings */
+	CK_ERR(cuMemAddressFree(va, 8 * MiB), CUDA_ERROR_INVALID_VALUE);
+	CK(cuMemUnmap(va, 4 * MiB));
+	ck_assert_uint_eq(fkt_free_mem(), before - 4 * MiB);
+	CK(cuMemUnmap(va + 4 * MiB, 2 * MiB));
+	ck_assert_uint_eq(fkt_free_mem(), before);
+	CK(cuMemAddressFree(va, 8 * MiB));
+	CK_ERR(cuMemAddressFree(va, 8 * MiB), CUDA_ERROR_INVALID_VALUE);
+
+	/* a private VMM allocation is visible to kernels only on devices with access */
+	h = fkt_vmm_create(2 * MiB, 0, 0);
+	va2 = fkt_vmm_map(h, 2 * MiB, 0);
+	{
+		size_t n = 4;
+		uint32_t v = 77;
+		void *args[] = {&va2, &n, &v};
+
+		CK(cuLaunchKernel(fkt_kernel("fake_fill_u32"), 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+		CK(cuMemcpyDtoH(buf, va2, 16));
+		ck_assert_uint_eq(buf[3], 77);
+	}
+}
+END_TEST
+
+/* Child: imports the allocation it is sent, checks the parent's bytes, writes its own. */
+static int importer(int s, void *arg)
+{
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va;
+	char m;
+	int fd;
+
+	if (fkt_recv_fd(s, &fd, &m, 1))
+		return 2;
+	fkt_init_ctx(0);
+	CK(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+	close(fd);
+	va = fkt_vmm_map(h, 4 * MiB, 0);
+	CK(cuMemcpyDtoH(buf, va, sizeof(buf)));
+	if (!check(buf, N, 0xaaaa))
+		return 3;
+	fill(buf, N, 0xbbbb);
+	CK(cuMemcpyHtoD(va + 2 * MiB, buf, sizeof(buf)));
+	CK(cuCtxSynchronize());
+	fkt_send(s, "w", 1);
+	fkt_recv(s, &m, 1); /* hold the import until the parent has looked */
+	return 0;
+}
+
+START_TEST(posix_export_import_across_processes_same_bytes_both_ways)
+{
+	CUmemGenericAllocationHandle h, self;
+	CUdeviceptr va;
+	size_t before;
+	int s, fd;
+	char m;
+	pid_t pid = fkt_spawn(importer, NULL, &s);
+
+	fkt_init_ctx(0);
+	before = fkt_free_mem();
+	h = fkt_vmm_create(4 * MiB, 0, 1);
+	va = fkt_vmm_map(h, 4 * MiB, 0);
+	fill(buf, N, 0xaaaa);
+	CK(cuMemcpyHtoD(va, buf, sizeof(buf)));
+	CK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fkt_send_fd(s, fd, "f", 1), 0);
+	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
+	CK(cuMemcpyDtoH(buf, va + 2 * MiB, sizeof(buf)));
+	ck_assert(check(buf, N, 0xbbbb));
+
+	/* importing in the same process works too and names the same memory */
+	CK(cuMemImportFromShareableHandle(&self, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+	CK(cuMemRelease(self));
+	CK_ERR(cuMemImportFromShareableHandle(&self, (void *)(intptr_t)0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+	       CUDA_ERROR_INVALID_VALUE);
+
+	/* exporter drops everything but the export FD: the physical memory lives on */
+	CK(cuMemUnmap(va, 4 * MiB));
+	CK(cuMemRelease(h));
+	fkt_send(s, "q", 1);
+	ck_assert_int_eq(fkt_wait(pid), 0);
+	ck_assert_uint_eq(fkt_free_mem(), before - 4 * MiB);
+	close(fd);
+	usleep(50000); /* devd notices the last copy of the export going away */
+	ck_assert_uint_eq(fkt_free_mem(), before);
+}
+END_TEST
+
+static int ipc_child(int s, void *arg)
+{
+	CUipcMemHandle ih;
+	CUdeviceptr p, p2;
+
+	if (fkt_recv(s, &ih, sizeof(ih)))
+		return 2;
+	fkt_init_ctx(0);
+	CK_ERR(cuIpcOpenMemHandle(&p, ih, 2), CUDA_ERROR_INVALID_VALUE);
+	CK(cuIpcOpenMemHandle(&p, ih, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+	CK(cuIpcOpenMemHandle(&p2, ih, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+	if (p != p2)
+		return 3;
+	CK(cuMemcpyDtoH(buf, p, sizeof(buf)));
+	if (!check(buf, N, 0x1111))
+		return 4;
+	fill(buf, N, 0x2222);
+	CK(cuMemcpyHtoD(p, buf, sizeof(buf)));
+	CK(cuIpcCloseMemHandle(p));
+	CK(cuIpcCloseMemHandle(p));
+	CK_ERR(cuIpcCloseMemHandle(p), CUDA_ERROR_INVALID_VALUE);
+	fkt_send(s, "d", 1);
+	return 0;
+}
+
+START_TEST(legacy_ipc_across_processes)
+{
+	CUipcMemHandle ih;
+	CUdeviceptr a, p;
+	int s;
+	char m;
+	pid_t pid = fkt_spawn(ipc_child, NULL, &s);
+
+	fkt_init_ctx(0);
+	CK(cuMemAlloc(&a, sizeof(buf)));
+	fill(buf, N, 0x1111);
+	CK(cuMemcpyHtoD(a, buf, sizeof(buf)));
+	CK_ERR(cuIpcGetMemHandle(&ih, a + 16), CUDA_ERROR_INVALID_VALUE);
+	CK(cuIpcGetMemHandle(&ih, a));
+	CK_ERR(cuIpcOpenMemHandle(&p, ih, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), CUDA_ERROR_INVALID_CONTEXT);
+	fkt_send(s, &ih, sizeof(ih));
+	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
+	ck_assert_int_eq(fkt_wait(pid), 0);
+	CK(cuMemcpyDtoH(buf, a, sizeof(buf)));
+	ck_assert(check(buf, N, 0x2222));
+	CK(cuMemFree(a));
+}
+END_TEST
+
+/* Child on device 1: joins the team, binds its own memory by address (13.1 form). */
+static int mc_member(int s, void *arg)
+{
+	CUmemGenericAllocationHandle mc, h;
+	CUdeviceptr va;
+	char m;
+	int fd;
+
+	if (fkt_recv_fd(s, &fd, &m, 1))
+		return 2;
+	fkt_init_ctx(1);
+	CK(cuMemImportFromShareableHandle(&mc, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+	close(fd);
+	h = fkt_vmm_create(4 * MiB, 1, 0);
+	va = fkt_vmm_map(h, 4 * MiB, 1);
+	CK(cuMemsetD32(va, 0, MiB));
+	usleep(300000); /* the parent's bind must wait for us */
+	CK(cuMulticastAddDevice(mc, 1));
+	CK(cuMulticastBindAddr_v2(mc, 1, 0, va, 4 * MiB, 0));
+	fkt_send(s, "b", 1);
+	fkt_recv(s, &m, 1); /* parent wrote through the multicast mapping */
+	CK(cuMemcpyDtoH(buf, va + MiB, sizeof(buf)));
+	if (!check(buf, N, 0x3333))
+		return 3;
+	fkt_send(s, "c", 1);
+	fkt_recv(s, &m, 1);
+	return 0;
+}
+
+START_TEST(multicast_across_two_processes)
+{
+	CUmulticastObjectProp mp;
+	CUmemGenericAllocationHandle mc, h;
+	CUdeviceptr mine, mcva;
+	size_t g;
+	int64_t t0;
+	int s, fd;
+	char m;
+	pid_t pid = fkt_spawn(mc_member, NULL, &s);
+
+	fkt_init_ctx(0);
+	memset(&mp, 0, sizeof(mp));
+	mp.numDevices = 2;
+	mp.size = 4 * MiB;
+	mp.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+	CK(cuMulticastGetGranularity(&g, &mp, CU_MULTICAST_GRANULARITY_MINIMUM));
+	ck_assert_uint_eq(g, 2 * MiB);
+	CK(cuMulticastCreate(&mc, &mp));
+	ck_assert_uint_eq(mc >> 48, 0);
+	CK(cuMemExportToShareableHandle(&fd, mc, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	fkt_send_fd(s, fd, "m", 1);
+	close(fd);
+	CK(cuMulticastAddDevice(mc, 0));
+	CK_ERR(cuMulticastAddDevice(mc, 0), CUDA_ERROR_INVALID_VALUE);
+	h = fkt_vmm_create(4 * MiB, 0, 0);
+	mine = fkt_vmm_map(h, 4 * MiB, 0);
+	CK(cuMemsetD32(mine, 0, MiB));
+	t0 = now_ms();
+	CK(cuMulticastBindMem(mc, 0, h, 0, 4 * MiB, 0)); /* blocks until device 1 joined */
+	ck_assert_int_ge(now_ms() - t0, 200);
+	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
+
+	/* map the multicast object and write through it: every member gets the bytes */
+	mcva = fkt_vmm_map(mc, 4 * MiB, 0);
+	fill(buf, N, 0x3333);
+	CK(cuMemcpyHtoD(mcva + MiB, buf, sizeof(buf)));
+	{
+		size_t n = 16;
+		uint32_t v = 0x5a5a5a5a;
+		void *args[] = {&mcva, &n, &v};
+
+		CK(cuLaunchKernel(fkt_kernel("fake_fill_u32"), 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+		CK(cuCtxSynchronize());
+	}
+	memset(buf, 0, sizeof(buf));
+	CK(cuMemcpyDtoH(buf, mine + MiB, sizeof(buf)));
+	ck_assert(check(buf, N, 0x3333));
+	CK(cuMemcpyDtoH(buf, mine, 64));
+	ck_assert_uint_eq(buf[15], 0x5a5a5a5a);
+	fkt_send(s, "w", 1);
+	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
+
+	CK(cuMulticastUnbind(mc, 0, 0, 4 * MiB));
+	CK_ERR(cuMulticastUnbind(mc, 0, 0, 4 * MiB), CUDA_ERROR_INVALID_VALUE);
+	CK(cuMemUnmap(mcva, 4 * MiB));
+	CK(cuMemRelease(mc));
+	fkt_send(s, "q", 1);
+	ck_assert_int_eq(fkt_wait(pid), 0);
+}
+END_TEST
+
+START_TEST(multicast_capacity_rounding)
+{
+	CUmulticastObjectProp mp;
+	CUmemGenericAllocationHandle mc;
+	CUdeviceptr va;
+	int rounded = _i; /* 0: default devd, 1: devd rounding to 512 MiB */
+
+	if (rounded) {
+		fkt_devd_stop();
+		fkt_devd_start("FAKECUDA_DEVICES=2 FAKECUDA_MC_ROUND_MB=512");
+	}
+	fkt_init_ctx(0);
+	memset(&mp, 0, sizeof(mp));
+	mp.numDevices = 1;
+	mp.size = 2 * MiB;
+	CK(cuMulticastCreate(&mc, &mp));
+	CK(cuMemAddressReserve(&va, 8 * MiB, 0, 0, 0));
+	if (rounded)
+		CK(cuMemMap(va, 8 * MiB, 0, mc, 0)); /* beyond the request, within the rounded extent */
+	else
+		CK_ERR(cuMemMap(va, 8 * MiB, 0, mc, 0), CUDA_ERROR_INVALID_VALUE);
+	mp.size = MiB;
+	CK_ERR(cuMulticastCreate(&mc, &mp), CUDA_ERROR_INVALID_VALUE);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("fakecuda-share");
+	TCase *t1 = tcase_create("one-device"), *t2 = tcase_create("two-devices");
+
+	tcase_add_unchecked_fixture(t1, fkt_devd1, fkt_devd_stop);
+	tcase_add_unchecked_fixture(t2, fkt_devd2, fkt_devd_stop);
+	tcase_set_timeout(t1, 30);
+	tcase_set_timeout(t2, 30);
+	tcase_add_test(t1, vmm_map_access_unmap_release_and_refcounts);
+	tcase_add_test(t1, posix_export_import_across_processes_same_bytes_both_ways);
+	tcase_add_test(t1, legacy_ipc_across_processes);
+	tcase_add_test(t2, multicast_across_two_processes);
+	tcase_add_loop_test(t2, multicast_capacity_rounding, 0, 2);
+	suite_add_tcase(s, t1);
+	suite_add_tcase(s, t2);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
