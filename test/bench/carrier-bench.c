@@ -1,0 +1,574 @@
+/*
+ * carrier-bench.c - host-carrier throughput against its baselines, all
+ * measured in the same run on the same bytes:
+ *
+ *   (a) plain pinned cuMemcpyDtoH / cuMemcpyHtoD of the device bytes
+ *       (through one pinned buffer of up to 1 GiB, reused);
+ *   (b) plain file I/O of the same byte count in the same directory: one
+ *       sequential writer/reader, and the best of 2..W parallel pwrite/pread
+ *       threads on disjoint ranges;
+ *   (c) carrier_save / carrier_load for each thread count asked for;
+ *
+ * then carrier/(a) and carrier/(b) ratios, medians of R runs, and the peak
+ * extra resident memory of each carrier run. Standalone: dlopens
+ * libcuda.so.1 (the real driver or test/fakecuda's), links no CUDA library.
+ * Not part of `make check`; see test/bench/carrier-bench.sh.
+ */
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "carrier.h"
+#include "wire.h"
+
+#define MIB	 (1024ull * 1024)
+#define GB	 1e9
+#define MAX_RUNS 15
+
+static struct {
+	void *lib;
+	CUresult (*init)(unsigned);
+	CUresult (*device_get)(CUdevice *, int);
+	CUresult (*primary_retain)(CUcontext *, CUdevice);
+	CUresult (*ctx_set)(CUcontext);
+	CUresult (*mem_alloc)(CUdeviceptr *, size_t);
+	CUresult (*mem_free)(CUdeviceptr);
+	CUresult (*memset_d8)(CUdeviceptr, unsigned char, size_t);
+	CUresult (*htod)(CUdeviceptr, const void *, size_t);
+	CUresult (*dtoh)(void *, CUdeviceptr, size_t);
+	CUresult (*host_alloc)(void **, size_t, unsigned);
+	CUresult (*free_host)(void *);
+	CUresult (*ctx_sync)(void);
+} cu;
+
+static struct carrier_ops ops;
+
+static struct {
+	uint64_t size;
+	const char *dir;
+	const char *lib;
+	uint64_t staging_mb;
+	uint32_t chunk_mb;
+	unsigned threads[16], nthreads;
+	unsigned writers;
+	int runs;
+	int device;
+	int fsync_plain;
+	int verify;
+} opt = {
+	.size = 1024 * MIB,
+	.dir = "/tmp",
+	.lib = "libcuda.so.1",
+	.staging_mb = 256,
+	.chunk_mb = 4,
+	.threads = {1, 2, 4, 8},
+	.nthreads = 4,
+	.writers = 8,
+	.runs = 3,
+	.verify = 1,
+};
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	fprintf(stderr, "carrier-bench: ");
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, "\n");
+	va_end(ap);
+	exit(1);
+}
+
+#define CK(call)                                         \
+	do {                                             \
+		CUresult r_ = (call);                    \
+		if (r_ != CUDA_SUCCESS)                  \
+			die("%s failed: %d", #call, r_); \
+	} while (0)
+
+static void *sym(const char *name)
+{
+	void *p = dlsym(cu.lib, name);
+
+	if (!p)
+		die("%s lacks %s", opt.lib, name);
+	return p;
+}
+
+static void *lookup(void *arg, const char *name)
+{
+	return dlsym(arg, name);
+}
+
+static void load_driver(void)
+{
+	char err[256];
+
+	cu.lib = dlopen(opt.lib, RTLD_NOW | RTLD_LOCAL);
+	if (!cu.lib)
+		die("dlopen %s: %s", opt.lib, dlerror());
+	*(void **)&cu.init = sym("cuInit");
+	*(void **)&cu.device_get = sym("cuDeviceGet");
+	*(void **)&cu.primary_retain = sym("cuDevicePrimaryCtxRetain");
+	*(void **)&cu.ctx_set = sym("cuCtxSetCurrent");
+	*(void **)&cu.mem_alloc = sym("cuMemAlloc_v2");
+	*(void **)&cu.mem_free = sym("cuMemFree_v2");
+	*(void **)&cu.memset_d8 = sym("cuMemsetD8_v2");
+	*(void **)&cu.htod = sym("cuMemcpyHtoD_v2");
+	*(void **)&cu.dtoh = sym("cuMemcpyDtoH_v2");
+	*(void **)&cu.host_alloc = sym("cuMemHostAlloc");
+	*(void **)&cu.free_host = sym("cuMemFreeHost");
+	*(void **)&cu.ctx_sync = sym("cuCtxSynchronize");
+	if (carrier_ops_resolve(&ops, lookup, cu.lib, err, sizeof(err)))
+		die("%s", err);
+}
+
+/* ---- resident memory ---------------------------------------------------- */
+
+static uint64_t status_kb(const char *key)
+{
+	FILE *f = fopen("/proc/self/status", "re");
+	char line[256];
+	size_t kl = strlen(key);
+	uint64_t v = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, key, kl) && line[kl] == ':') {
+			v = strtoull(line + kl + 1, NULL, 10);
+			break;
+		}
+	fclose(f);
+	return v * 1024;
+}
+
+static void reset_hwm(void)
+{
+	int fd = open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC);
+
+	if (fd >= 0) {
+		if (write(fd, "5", 1) != 1)
+			fprintf(stderr, "carrier-bench: cannot reset VmHWM\n");
+		close(fd);
+	}
+}
+
+/* Peak RssAnon sampled from the progress callback: private memory only,
+ * so a fake driver's shared device windows do not count. */
+static uint64_t anon_peak, anon_base;
+
+static void on_progress(void *arg, uint64_t done, uint64_t total)
+{
+	uint64_t a = status_kb("RssAnon");
+
+	if (a > anon_peak)
+		anon_peak = a;
+}
+
+/* ---- statistics --------------------------------------------------------- */
+
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, n, sizeof(*v), cmp_d);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* ---- baselines ------------------------------------------------------------ */
+
+static CUdeviceptr dev;
+static uint8_t *pinned; /* up to 1 GiB, pattern source and copy target */
+static uint64_t pinned_len;
+
+static double copy_gbs(int to_host)
+{
+	double t = now();
+
+	for (uint64_t o = 0; o < opt.size; o += pinned_len) {
+		uint64_t l = opt.size - o < pinned_len ? opt.size - o : pinned_len;
+
+		if (to_host)
+			CK(cu.dtoh(pinned, dev + o, l));
+		else
+			CK(cu.htod(dev + o, pinned, l));
+	}
+	return opt.size / (now() - t) / GB;
+}
+
+struct io_job {
+	int fd;
+	uint64_t off, len;
+	int write;
+	int rc;
+};
+
+static void *io_thread(void *arg)
+{
+	struct io_job *j = arg;
+	uint64_t done = 0;
+
+	while (done < j->len) {
+		uint64_t l = j->len - done < 64 * MIB ? j->len - done : 64 * MIB;
+		uint64_t src = (j->off + done) % pinned_len;
+		ssize_t r;
+
+		if (src + l > pinned_len)
+			l = pinned_len - src;
+		r = j->write ? pwrite(j->fd, pinned + src, l, j->off + done)
+			     : pread(j->fd, pinned + src, l, j->off + done);
+		if (r <= 0) {
+			j->rc = r < 0 ? errno : EIO;
+			return NULL;
+		}
+		done += r;
+	}
+	return NULL;
+}
+
+static char plain_path[4096];
+
+/* n threads on disjoint ranges; write into a fresh file, or read it back. */
+static double file_gbs(unsigned n, int write)
+{
+	struct io_job jobs[64];
+	pthread_t tid[64];
+	uint64_t per = (opt.size / n + 4095) / 4096 * 4096;
+	double t;
+	int fd;
+
+	if (write)
+		unlink(plain_path);
+	fd = open(plain_path, write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY, 0600);
+	if (fd < 0)
+		die("open %s: %s", plain_path, strerror(errno));
+	t = now();
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t off = i * per;
+
+		jobs[i] = (struct io_job){fd, off, off >= opt.size ? 0 : (opt.size - off < per ? opt.size - off : per),
+					  write, 0};
+		pthread_create(&tid[i], NULL, io_thread, &jobs[i]);
+	}
+	for (unsigned i = 0; i < n; i++) {
+		pthread_join(tid[i], NULL);
+		if (jobs[i].rc)
+			die("%s %s: %s", write ? "write" : "read", plain_path, strerror(jobs[i].rc));
+	}
+	if (write && opt.fsync_plain)
+		fdatasync(fd);
+	t = now() - t;
+	close(fd);
+	return opt.size / t / GB;
+}
+
+/* ---- carrier runs -------------------------------------------------------- */
+
+static char carrier_path[4096];
+
+struct crun {
+	double save_gbs, load_gbs;
+	uint64_t save_hwm, load_hwm, save_anon, load_anon;
+	struct carrier_stats save_st, load_st;
+};
+
+static void carrier_run(unsigned threads, struct crun *out, int verify)
+{
+	struct carrier_config cfg;
+	struct carrier_item it = {.va = dev, .size = opt.size, .name = "bench"};
+	uint64_t nck;
+	uint32_t *crc;
+	char err[512];
+	uint64_t base;
+	int fd;
+
+	if (carrier_config_init(&cfg, err, sizeof(err)))
+		die("%s", err);
+	cfg.staging_bytes = opt.staging_mb * MIB;
+	cfg.chunk_size = opt.chunk_mb * MIB;
+	cfg.threads = threads;
+	cfg.progress = on_progress;
+	cfg.progress_every = 64 * MIB;
+	nck = carrier_nchunks(opt.size, cfg.chunk_size);
+	crc = calloc(nck, sizeof(*crc));
+	it.crc = crc;
+	it.ncrc = nck;
+
+	unlink(carrier_path);
+	fd = open(carrier_path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	if (fd < 0)
+		die("open %s: %s", carrier_path, strerror(errno));
+	base = status_kb("VmRSS");
+	anon_base = anon_peak = status_kb("RssAnon");
+	reset_hwm();
+	if (carrier_save(&ops, &cfg, fd, 0, &it, 1, &out->save_st, err, sizeof(err)))
+		die("%s", err);
+	out->save_hwm = status_kb("VmHWM") - base;
+	out->save_anon = anon_peak - anon_base;
+	out->save_gbs = opt.size / out->save_st.seconds / GB;
+
+	if (verify)
+		CK(cu.memset_d8(dev, 0, opt.size));
+	base = status_kb("VmRSS");
+	anon_base = anon_peak = status_kb("RssAnon");
+	reset_hwm();
+	if (carrier_load(&ops, &cfg, fd, &it, 1, &out->load_st, err, sizeof(err)))
+		die("%s", err);
+	out->load_hwm = status_kb("VmHWM") - base;
+	out->load_anon = anon_peak - anon_base;
+	out->load_gbs = opt.size / out->load_st.seconds / GB;
+	close(fd);
+	free(crc);
+}
+
+/* ---- fill and verify ------------------------------------------------------ */
+
+static void pattern(uint8_t *p, uint64_t len, uint64_t seed)
+{
+	uint64_t *q = (uint64_t *)p;
+
+	for (uint64_t i = 0; i < len / 8; i++)
+		q[i] = (i + seed) * 0x9E3779B97F4A7C15ull;
+}
+
+static void fill_device(void)
+{
+	for (uint64_t o = 0; o < opt.size; o += pinned_len) {
+		uint64_t l = opt.size - o < pinned_len ? opt.size - o : pinned_len;
+
+		pattern(pinned, l, o / 8);
+		CK(cu.htod(dev + o, pinned, l));
+	}
+}
+
+static void verify_device(void)
+{
+	uint8_t *want = malloc(64 * MIB);
+
+	for (uint64_t o = 0; o < opt.size; o += pinned_len) {
+		uint64_t l = opt.size - o < pinned_len ? opt.size - o : pinned_len;
+
+		CK(cu.dtoh(pinned, dev + o, l));
+		for (uint64_t k = 0; k < l; k += 64 * MIB) {
+			uint64_t kl = l - k < 64 * MIB ? l - k : 64 * MIB;
+
+			pattern(want, kl, (o + k) / 8);
+			if (memcmp(want, pinned + k, kl))
+				die("device bytes differ after carrier load near offset %" PRIu64, o + k);
+		}
+	}
+	free(want);
+}
+
+/* ---- main ---------------------------------------------------------------- */
+
+static uint64_t parse_size(const char *s)
+{
+	char *end;
+	double v = strtod(s, &end);
+
+	switch (*end) {
+	case 'k':
+	case 'K':
+		v *= 1024;
+		break;
+	case 'm':
+	case 'M':
+		v *= MIB;
+		break;
+	case 'g':
+	case 'G':
+		v *= 1024 * MIB;
+		break;
+	}
+	return (uint64_t)v / 8 * 8;
+}
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: carrier-bench [-s SIZE] [-d DIR] [-S STAGING_MB] [-c CHUNK_MB] [-t T1,T2,...]\n"
+			"                     [-w MAX_WRITERS] [-r RUNS] [-D DEVICE] [-l LIBCUDA] [-f] [-n]\n"
+			"  -s  device bytes (default 1G; suffixes K M G)   -d  directory for the files (/tmp)\n"
+			"  -S  carrier staging MiB (256)  -c  chunk MiB (4)  -t  carrier thread counts (1,2,4,8)\n"
+			"  -w  plain I/O: best of 2..W parallel threads (8)  -r  runs, median reported (3)\n"
+			"  -f  fdatasync the plain writes  -n  skip verifying device bytes after load\n");
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	double d2h[MAX_RUNS], h2d[MAX_RUNS], w1[MAX_RUNS], r1[MAX_RUNS], wn[MAX_RUNS], rn[MAX_RUNS];
+	unsigned wbest = 1, rbest = 1;
+	CUcontext ctx;
+	CUdevice d;
+	int c;
+
+	while ((c = getopt(argc, argv, "s:d:S:c:t:w:r:D:l:fnh")) != -1) {
+		switch (c) {
+		case 's':
+			opt.size = parse_size(optarg);
+			break;
+		case 'd':
+			opt.dir = optarg;
+			break;
+		case 'S':
+			opt.staging_mb = strtoull(optarg, NULL, 10);
+			break;
+		case 'c':
+			opt.chunk_mb = (uint32_t)strtoul(optarg, NULL, 10);
+			break;
+		case 't': {
+			char *s = optarg, *tok;
+			opt.nthreads = 0;
+			while ((tok = strsep(&s, ",")) && opt.nthreads < 16)
+				opt.threads[opt.nthreads++] = (unsigned)strtoul(tok, NULL, 10);
+			break;
+		}
+		case 'w':
+			opt.writers = (unsigned)strtoul(optarg, NULL, 10);
+			break;
+		case 'r':
+			opt.runs = atoi(optarg);
+			break;
+		case 'D':
+			opt.device = atoi(optarg);
+			break;
+		case 'l':
+			opt.lib = optarg;
+			break;
+		case 'f':
+			opt.fsync_plain = 1;
+			break;
+		case 'n':
+			opt.verify = 0;
+			break;
+		default:
+			usage();
+		}
+	}
+	if (!opt.size || opt.runs < 1 || opt.runs > MAX_RUNS || opt.writers < 1 || opt.writers > 64)
+		usage();
+	snprintf(plain_path, sizeof(plain_path), "%s/carrier-bench-plain.%d", opt.dir, getpid());
+	snprintf(carrier_path, sizeof(carrier_path), "%s/carrier-bench-carrier.%d", opt.dir, getpid());
+
+	load_driver();
+	CK(cu.init(0));
+	CK(cu.device_get(&d, opt.device));
+	CK(cu.primary_retain(&ctx, d));
+	CK(cu.ctx_set(ctx));
+	CK(cu.mem_alloc(&dev, opt.size));
+	pinned_len = opt.size < 1024 * MIB ? opt.size : 1024 * MIB;
+	CK(cu.host_alloc((void **)&pinned, pinned_len, CU_MEMHOSTALLOC_PORTABLE));
+	fill_device();
+	CK(cu.ctx_sync());
+
+	printf("carrier-bench: %.2f GiB device memory on device %d via %s; files in %s\n", opt.size / (1024.0 * MIB),
+	       opt.device, opt.lib, opt.dir);
+	printf("staging %" PRIu64 " MiB, chunk %u MiB, %d runs (medians)%s\n\n", opt.staging_mb, opt.chunk_mb, opt.runs,
+	       opt.fsync_plain ? ", plain writes fdatasync'd" : "");
+
+	for (int r = 0; r < opt.runs; r++) {
+		d2h[r] = copy_gbs(1);
+		h2d[r] = copy_gbs(0);
+	}
+	fill_device(); /* the H2D baseline overwrote the pattern */
+	/* Plain file I/O: one thread, then the best parallel count. */
+	for (int r = 0; r < opt.runs; r++) {
+		w1[r] = file_gbs(1, 1);
+		r1[r] = file_gbs(1, 0);
+	}
+	double m_d2h = median(d2h, opt.runs), m_h2d = median(h2d, opt.runs);
+	double m_w1 = median(w1, opt.runs), m_r1 = median(r1, opt.runs), m_wn = m_w1, m_rn = m_r1;
+
+	printf("%-34s %8.2f GB/s\n", "(a) pinned cuMemcpyDtoH", m_d2h);
+	printf("%-34s %8.2f GB/s\n", "(a) pinned cuMemcpyHtoD", m_h2d);
+	printf("%-34s %8.2f GB/s\n", "(b) write, 1 thread", m_w1);
+	printf("%-34s %8.2f GB/s\n", "(b) read back, 1 thread", m_r1);
+	for (unsigned n = 2; n <= opt.writers; n *= 2) {
+		double mw, mr;
+
+		for (int r = 0; r < opt.runs; r++) {
+			wn[r] = file_gbs(n, 1);
+			rn[r] = file_gbs(n, 0);
+		}
+		mw = median(wn, opt.runs);
+		mr = median(rn, opt.runs);
+		printf("(b) write / read, %2u threads        %8.2f / %.2f GB/s\n", n, mw, mr);
+		if (mw > m_wn) {
+			m_wn = mw;
+			wbest = n;
+		}
+		if (mr > m_rn) {
+			m_rn = mr;
+			rbest = n;
+		}
+	}
+	unlink(plain_path);
+	printf("%-34s %8.2f GB/s (%u threads)\n", "(b) best write", m_wn, wbest);
+	printf("%-34s %8.2f GB/s (%u threads)\n\n", "(b) best read", m_rn, rbest);
+
+	printf("(c) carrier    save GB/s  /D2H  /write1 /writeN   load GB/s  /H2D  /read1 /readN"
+	       "  staging MiB  extra RSS MiB save/load (HWM; anon)\n");
+	for (unsigned ti = 0; ti < opt.nthreads; ti++) {
+		double sv[MAX_RUNS], ld[MAX_RUNS];
+		struct crun cr = {0}, last = {0};
+		uint64_t hwm = 0, lhwm = 0, an = 0, lan = 0;
+
+		for (int r = 0; r < opt.runs; r++) {
+			carrier_run(opt.threads[ti], &cr, opt.verify && r == opt.runs - 1);
+			sv[r] = cr.save_gbs;
+			ld[r] = cr.load_gbs;
+			hwm = cr.save_hwm > hwm ? cr.save_hwm : hwm;
+			lhwm = cr.load_hwm > lhwm ? cr.load_hwm : lhwm;
+			an = cr.save_anon > an ? cr.save_anon : an;
+			lan = cr.load_anon > lan ? cr.load_anon : lan;
+			last = cr;
+		}
+		if (opt.verify)
+			verify_device();
+		double ms = median(sv, opt.runs), ml = median(ld, opt.runs);
+		printf("    %2u threads %9.2f %6.3f %7.2f %7.2f %11.2f %5.3f %7.2f %6.2f %10.0f"
+		       "     %.0f/%.0f; %.0f/%.0f\n",
+		       last.save_st.threads, ms, ms / m_d2h, ms / m_w1, ms / m_wn, ml, ml / m_h2d, ml / m_r1, ml / m_rn,
+		       last.save_st.staging_bytes / (double)MIB, hwm / (double)MIB, lhwm / (double)MIB,
+		       an / (double)MIB, lan / (double)MIB);
+		printf("               save: setup %.3fs, per-thread sums: copy wait %.2fs, write %.2fs, crc %.2fs;"
+		       " load: setup %.3fs, copy wait %.2fs, read %.2fs, crc %.2fs\n",
+		       last.save_st.setup_seconds, last.save_st.copy_wait_seconds, last.save_st.io_seconds,
+		       last.save_st.crc_seconds, last.load_st.setup_seconds, last.load_st.copy_wait_seconds,
+		       last.load_st.io_seconds, last.load_st.crc_seconds);
+	}
+	unlink(carrier_path);
+	if (opt.verify)
+		printf("\ndevice bytes verified after the last load of each thread count\n");
+	cu.free_host(pinned);
+	cu.mem_free(dev);
+	return 0;
+}
