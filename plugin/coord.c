@@ -687,6 +687,7 @@ int cuip_group_rollback(struct cuip_group *g)
 		ret = rebuild(g, tp, true);
 	if (!ret)
 		ret = run_phase(g, "RESUME", step_resume, is_quiesced, NULL);
+	g->rollback_failed = ret != 0;
 	if (ret)
 		pr_err("ROLLBACK FAILED: %s; the job may be left with its gate closed", g->err);
 	else

@@ -51,7 +51,8 @@ struct cuip_group {
 	uint8_t ckpt_id[16];
 	uint64_t carried_bytes;
 	bool images_written;
-	char err[1024]; /* the first failure, for the caller's message */
+	bool rollback_failed; /* the last rollback could not reopen every gate */
+	char err[1024];	      /* the first failure, for the caller's message */
 	/* test hook: called after every phase barrier with its name */
 	void (*after_phase)(struct cuip_group *g, const char *phase, int status);
 };

@@ -437,7 +437,9 @@ static int pause_group(pid_t root)
 		}
 		ret = cuip_group_dump(&S.g);
 		if (ret) {
-			pr_err("dump refused: %s; the job keeps running with its sharing intact", S.g.err);
+			pr_err("dump refused: %s; %s", S.g.err,
+			       S.g.rollback_failed ? "the rollback failed too: the job must be restarted"
+						   : "the job keeps running with its sharing intact");
 			return ret;
 		}
 		S.prepared = true;
@@ -698,9 +700,11 @@ static int cuip_init(int stage)
 static void cuip_fini(int stage, int ret)
 {
 	if (stage == CR_PLUGIN_STAGE__DUMP && S.active) {
-		bool lr = leave_running();
+		bool lr = leave_running(), touched = S.prepared;
 
-		if (ret || lr) {
+		for (size_t i = 0; i < S.n_nat; i++)
+			touched |= S.nat[i].locked || S.nat[i].checkpointed;
+		if ((ret || lr) && touched) {
 			pr_info("dump %s: restoring the job in place", ret ? "failed" : "done with --leave-running");
 			if (restore_in_place())
 				pr_err("the job could not be restored in place after the dump; its CUDA processes are "

@@ -1,0 +1,151 @@
+/*
+ * cli.c - `cuinterpose`: main, help, and `run`.
+ *
+ * `cuinterpose run -- CMD [ARGS]` puts libcuinterpose.so into LD_PRELOAD
+ * (after whatever is already there, so an ASan runtime stays first) and
+ * execs CMD in place: same PID, same environment otherwise. The library is
+ * $CUINTERPOSE_LIB if set, else the build tree's copy when this binary runs
+ * from the build tree, else the installed one.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: cuinterpose COMMAND [ARGS]\n"
+		   "\n"
+		   "commands:\n"
+		   "  run [--lib PATH] [--] CMD [ARGS...]\n"
+		   "        run CMD with the interposer preloaded (LD_PRELOAD); CMD keeps this PID\n"
+		   "  inspect PID [--json]\n"
+		   "        print every record the interposer in process PID tracks\n"
+		   "  help  this text\n"
+		   "\n"
+		   "environment: CUINTERPOSE_LIB (library for run), CUINTERPOSE_SOCKET_DIR (control sockets,\n"
+		   "default /run/cuinterpose), CUINTERPOSE_LOG (0 quiet, 1 errors, 2 info, 3 debug)\n");
+}
+
+static int exists(const char *p)
+{
+	return access(p, R_OK) == 0;
+}
+
+/* The library to preload, in buf; 0 or -ENOENT. */
+static int find_lib(char *buf, size_t len)
+{
+	const char *env = getenv("CUINTERPOSE_LIB");
+	char exe[PATH_MAX], *slash;
+	ssize_t n;
+
+	if (env && *env) {
+		snprintf(buf, len, "%s", env);
+		return exists(buf) ? 0 : -ENOENT;
+	}
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n > 0) {
+		exe[n] = 0;
+		slash = strrchr(exe, '/');
+		if (slash) {
+			*slash = 0;
+			/* plugin/cuinterpose or plugin/.libs/cuinterpose in a build tree */
+			static const char *const rel[] = {"/../interposer/.libs/libcuinterpose.so",
+							  "/../../interposer/.libs/libcuinterpose.so"};
+			for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+				if (snprintf(buf, len, "%.*s%s", (int)(len - 64), exe, rel[i]) >= (int)len)
+					continue;
+				if (exists(buf)) {
+					char *r = realpath(buf, NULL);
+					if (r) {
+						snprintf(buf, len, "%s", r);
+						free(r);
+					}
+					return 0;
+				}
+			}
+		}
+	}
+	snprintf(buf, len, "%s/libcuinterpose.so", CUIP_LIBDIR);
+	return exists(buf) ? 0 : -ENOENT;
+}
+
+static int preload_has(const char *list, const char *lib)
+{
+	const char *base = strrchr(lib, '/');
+
+	base = base ? base + 1 : lib;
+	return list && strstr(list, base) != NULL;
+}
+
+int cli_run(int argc, char **argv)
+{
+	char lib[PATH_MAX], *pre = NULL;
+	const char *old = getenv("LD_PRELOAD");
+	const char *asan = NULL;
+	int i = 1;
+
+#ifdef CUIP_ASAN_RUNTIME
+	asan = CUIP_ASAN_RUNTIME;
+#endif
+	if (find_lib(lib, sizeof(lib))) {
+		fprintf(stderr, "cuinterpose run: libcuinterpose.so not found (%s); set CUINTERPOSE_LIB\n", lib);
+		return 1;
+	}
+	for (; i < argc; i++) {
+		if (!strcmp(argv[i], "--")) {
+			i++;
+			break;
+		} else if (!strcmp(argv[i], "--lib") && i + 1 < argc) {
+			snprintf(lib, sizeof(lib), "%s", argv[++i]);
+		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			usage(stdout);
+			return 0;
+		} else if (argv[i][0] == '-') {
+			fprintf(stderr, "cuinterpose run: unknown option %s\n", argv[i]);
+			return 2;
+		} else {
+			break;
+		}
+	}
+	if (i >= argc) {
+		fprintf(stderr, "cuinterpose run: no command given\n");
+		usage(stderr);
+		return 2;
+	}
+	if (!preload_has(old, lib)) {
+		/* An ASan-built interposer needs the ASan runtime loaded first. */
+		int need_asan = asan && *asan == '/' && !preload_has(old, "libasan.so");
+		if (asprintf(&pre, "%s%s%s%s%s", need_asan ? asan : "", need_asan ? ":" : "", old && *old ? old : "",
+			     old && *old ? ":" : "", lib) < 0)
+			return 1;
+		setenv("LD_PRELOAD", pre, 1);
+		free(pre);
+	}
+	execvp(argv[i], &argv[i]);
+	fprintf(stderr, "cuinterpose run: cannot execute %s: %s\n", argv[i], strerror(errno));
+	return errno == ENOENT ? 127 : 126;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (!strcmp(argv[1], "run"))
+		return cli_run(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "inspect"))
+		return cli_inspect(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		usage(stdout);
+		return 0;
+	}
+	fprintf(stderr, "cuinterpose: unknown command '%s'\n", argv[1]);
+	usage(stderr);
+	return 2;
+}

@@ -1,0 +1,385 @@
+/*
+ * cli_inspect.c - `cuinterpose inspect PID [--json]`: find the process's
+ * control socket, handshake, ask INSPECT, print every tracked record.
+ *
+ * Finding the socket: the inodes of the process's socket FDs
+ * (/proc/PID/fd) are matched against its network namespace's unix socket
+ * table (/proc/PID/net/unix) for a name "<pid>-<16 hex>.sock"; the socket is
+ * reached through /proc/PID/root so that a process in another mount
+ * namespace works too. Without access to /proc/PID/fd, the socket
+ * directories are scanned for "PID-*.sock".
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "../interposer/cuip.h"
+#include "cli.h"
+
+static int sock_name_ok(const char *path)
+{
+	const char *base = strrchr(path, '/');
+	char hex[17];
+	int pid, n = 0;
+
+	base = base ? base + 1 : path;
+	return sscanf(base, "%d-%16[0-9a-f].sock%n", &pid, hex, &n) == 2 && base[n] == 0 && strlen(hex) == 16;
+}
+
+static int inode_of_fds(pid_t pid, unsigned long **out, size_t *nout)
+{
+	char dir[64], link[512], target[128];
+	struct dirent *de;
+	DIR *d;
+
+	*out = NULL;
+	*nout = 0;
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+	d = opendir(dir);
+	if (!d)
+		return -errno;
+	while ((de = readdir(d))) {
+		unsigned long ino;
+		ssize_t n;
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(link, sizeof(link), "%s/%s", dir, de->d_name);
+		n = readlink(link, target, sizeof(target) - 1);
+		if (n <= 0)
+			continue;
+		target[n] = 0;
+		if (sscanf(target, "socket:[%lu]", &ino) != 1)
+			continue;
+		unsigned long *nv = realloc(*out, (*nout + 1) * sizeof(**out));
+		if (!nv)
+			break;
+		*out = nv;
+		(*out)[(*nout)++] = ino;
+	}
+	closedir(d);
+	return 0;
+}
+
+/* The socket path as the process sees it. */
+static int find_socket(pid_t pid, char *path, size_t len)
+{
+	unsigned long *inos;
+	size_t nino;
+	char file[64], line[512];
+	FILE *f;
+	int found = 0;
+
+	if (inode_of_fds(pid, &inos, &nino) == 0 && nino) {
+		snprintf(file, sizeof(file), "/proc/%d/net/unix", (int)pid);
+		f = fopen(file, "re");
+		while (f && !found && fgets(line, sizeof(line), f)) {
+			unsigned long ino;
+			char p[256] = "";
+			if (sscanf(line, "%*s %*s %*s %*s %*s %*s %lu %255s", &ino, p) < 2 || !p[0])
+				continue;
+			for (size_t i = 0; i < nino; i++) {
+				if (inos[i] == ino && sock_name_ok(p)) {
+					snprintf(path, len, "%s", p);
+					found = 1;
+					break;
+				}
+			}
+		}
+		if (f)
+			fclose(f);
+	}
+	free(inos);
+	if (found)
+		return 0;
+	/* Fall back to the socket directories. */
+	const char *env = getenv("CUINTERPOSE_SOCKET_DIR");
+	char tmpdir[64], prefix[32];
+	const char *dirs[3] = {env && *env ? env : "/run/cuinterpose", tmpdir, NULL};
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/cuinterpose-%u", (unsigned)getuid());
+	snprintf(prefix, sizeof(prefix), "%d-", (int)pid);
+	for (int i = 0; dirs[i] && !found; i++) {
+		DIR *d = opendir(dirs[i]);
+		struct dirent *de;
+		while (d && (de = readdir(d))) {
+			if (!strncmp(de->d_name, prefix, strlen(prefix)) && sock_name_ok(de->d_name)) {
+				if (snprintf(path, len, "%s/%s", dirs[i], de->d_name) >= (int)len)
+					continue;
+				found = 1;
+				break;
+			}
+		}
+		if (d)
+			closedir(d);
+	}
+	return found ? 0 : -ENOENT;
+}
+
+static int connect_proc(pid_t pid, const char *path)
+{
+	char via[600];
+	int s = -ENOENT;
+
+	if (snprintf(via, sizeof(via), "/proc/%d/root%s", (int)pid, path) <
+	    (int)sizeof(((struct sockaddr_un *)0)->sun_path))
+		s = cuip_client_connect(via);
+	if (s < 0)
+		s = cuip_client_connect(path);
+	return s;
+}
+
+static const char *phase_name(int p)
+{
+	static const char *const n[] = {"?", "ACTIVE", "QUIESCED", "PREPARED", "RESTORING", "FAILED"};
+	return p >= 1 && p <= 5 ? n[p] : "?";
+}
+
+static const char *owner_name(int o)
+{
+	static const char *const n[] = {"?", "native", "shared", "unsupported"};
+	return o >= 1 && o <= 3 ? n[o] : "?";
+}
+
+static const char *origin_name(int o)
+{
+	static const char *const n[] = {"?",	    "vmm-create", "vmm-import", "malloc",
+					"ipc-open", "mc-create",  "mc-import"};
+	return o >= 1 && o <= 6 ? n[o] : "?";
+}
+
+static void flags_str(unsigned f, char *b, size_t n)
+{
+	snprintf(b, n, "%s",
+		 f == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? "rw"
+		 : f == CU_MEM_ACCESS_FLAGS_PROT_READ	 ? "r"
+							 : "none");
+}
+
+static void uuid_str(const ProtobufCBinaryData *u, char *b, size_t n)
+{
+	size_t o = 0;
+
+	b[0] = 0;
+	for (size_t i = 0; i < u->len && o + 3 < n; i++)
+		o += (size_t)snprintf(b + o, n - o, "%02x%s", u->data[i],
+				      i == 3 || i == 5 || i == 7 || i == 9 ? "-" : "");
+}
+
+static unsigned mappings_of(const Cuip__ProcessState *st, const Cuip__AllocId *id)
+{
+	unsigned n = 0;
+
+	for (size_t i = 0; i < st->n_mappings; i++)
+		if (st->mappings[i]->alloc->creator == id->creator && st->mappings[i]->alloc->serial == id->serial)
+			n++;
+	return n;
+}
+
+static void print_text(const Cuip__ProcessState *st)
+{
+	char b[64];
+
+	printf("process %d  identity %016" PRIx64 "  phase %s  version %s\n", st->self->pid, st->self->id,
+	       phase_name(st->phase), st->version ? st->version : "?");
+	printf("socket %s\n", st->socket ? st->socket : "-");
+	if (st->failure)
+		printf("failure: %s\n", st->failure);
+	printf("devices (%zu):\n", st->n_devices);
+	for (size_t i = 0; i < st->n_devices; i++) {
+		uuid_str(&st->devices[i]->uuid, b, sizeof(b));
+		printf("  %d  GPU-%s\n", st->devices[i]->ordinal, b);
+	}
+	printf("allocations (%zu):\n", st->n_allocations);
+	for (size_t i = 0; i < st->n_allocations; i++) {
+		const Cuip__Allocation *a = st->allocations[i];
+		bool mine = a->id->creator == st->self->id;
+		printf("  %016" PRIx64 ":%" PRIu64 "  size %" PRIu64 "  owner %s  origin %s  creator %s",
+		       a->id->creator, a->id->serial, a->props ? a->props->size : 0, owner_name(a->owner),
+		       origin_name(a->origin), mine ? "this process" : "pid");
+		if (!mine)
+			printf(" %d", a->has_creator_pid ? a->creator_pid : -1);
+		printf("  device %d  handles %u  mappings %u%s", a->props ? a->props->location_id : -1, a->app_handles,
+		       mappings_of(st, a->id), a->exported ? "  exported" : "");
+		if (a->has_logical_handle)
+			printf("  handle %#" PRIx64, a->logical_handle);
+		if (a->unsupported_reason)
+			printf("  (%s)", a->unsupported_reason);
+		printf("\n");
+	}
+	printf("mappings (%zu):\n", st->n_mappings);
+	for (size_t i = 0; i < st->n_mappings; i++) {
+		const Cuip__Mapping *m = st->mappings[i];
+		printf("  %#" PRIx64 "-%#" PRIx64 "  size %" PRIu64 "  offset %" PRIu64 "  alloc %016" PRIx64
+		       ":%" PRIu64 "\n",
+		       m->va, m->va + m->size, m->size, m->offset, m->alloc->creator, m->alloc->serial);
+		for (size_t k = 0; k < m->n_access; k++) {
+			const Cuip__Access *ac = m->access[k];
+			flags_str(ac->flags, b, sizeof(b));
+			printf("    access %#" PRIx64 "-%#" PRIx64 "  %s %d  %s\n", ac->va, ac->va + ac->size,
+			       ac->location_type == CU_MEM_LOCATION_TYPE_DEVICE ? "device" : "location",
+			       ac->location_id, b);
+		}
+	}
+	printf("tickets (%zu):\n", st->n_tickets);
+	for (size_t i = 0; i < st->n_tickets; i++) {
+		const Cuip__Ticket *t = st->tickets[i];
+		printf("  alloc %016" PRIx64 ":%" PRIu64 "  creator pid %d  socket %s\n", t->alloc->creator,
+		       t->alloc->serial, t->creator->pid, t->creator_socket ? t->creator_socket : "-");
+	}
+	if (st->counters)
+		printf("counters: raw_imports %u  unsupported %u  exports_served %" PRIu64 "  gate_waits %" PRIu64 "\n",
+		       st->counters->raw_imports, st->counters->unsupported, st->counters->exports_served,
+		       st->counters->gate_waits);
+}
+
+static void jstr(const char *s)
+{
+	putchar('"');
+	for (; s && *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			printf("\\%c", c);
+		else if (c < 0x20)
+			printf("\\u%04x", c);
+		else
+			putchar(c);
+	}
+	putchar('"');
+}
+
+static void print_json(const Cuip__ProcessState *st)
+{
+	char b[64];
+
+	printf("{\"pid\":%d,\"identity\":\"%016" PRIx64 "\",\"phase\":\"%s\",\"version\":", st->self->pid, st->self->id,
+	       phase_name(st->phase));
+	jstr(st->version);
+	printf(",\"socket\":");
+	jstr(st->socket);
+	if (st->failure) {
+		printf(",\"failure\":");
+		jstr(st->failure);
+	}
+	printf(",\"devices\":[");
+	for (size_t i = 0; i < st->n_devices; i++) {
+		uuid_str(&st->devices[i]->uuid, b, sizeof(b));
+		printf("%s{\"ordinal\":%d,\"uuid\":\"GPU-%s\"}", i ? "," : "", st->devices[i]->ordinal, b);
+	}
+	printf("],\"allocations\":[");
+	for (size_t i = 0; i < st->n_allocations; i++) {
+		const Cuip__Allocation *a = st->allocations[i];
+		printf("%s{\"id\":\"%016" PRIx64 ":%" PRIu64 "\",\"creator\":\"%016" PRIx64 "\",\"creator_pid\":%d,"
+		       "\"serial\":%" PRIu64 ",\"size\":%" PRIu64 ",\"device\":%d,\"owner\":\"%s\",\"origin\":\"%s\","
+		       "\"app_handles\":%u,\"mappings\":%u,\"exported\":%s",
+		       i ? "," : "", a->id->creator, a->id->serial, a->id->creator,
+		       a->has_creator_pid ? a->creator_pid : -1, a->id->serial, a->props ? a->props->size : 0,
+		       a->props ? a->props->location_id : -1, owner_name(a->owner), origin_name(a->origin),
+		       a->app_handles, mappings_of(st, a->id), a->exported ? "true" : "false");
+		if (a->unsupported_reason) {
+			printf(",\"unsupported_reason\":");
+			jstr(a->unsupported_reason);
+		}
+		printf("}");
+	}
+	printf("],\"mappings\":[");
+	for (size_t i = 0; i < st->n_mappings; i++) {
+		const Cuip__Mapping *m = st->mappings[i];
+		printf("%s{\"va\":%" PRIu64 ",\"size\":%" PRIu64 ",\"offset\":%" PRIu64 ",\"alloc\":\"%016" PRIx64
+		       ":%" PRIu64 "\",\"access\":[",
+		       i ? "," : "", m->va, m->size, m->offset, m->alloc->creator, m->alloc->serial);
+		for (size_t k = 0; k < m->n_access; k++) {
+			const Cuip__Access *ac = m->access[k];
+			flags_str(ac->flags, b, sizeof(b));
+			printf("%s{\"va\":%" PRIu64 ",\"size\":%" PRIu64 ",\"location_type\":%u,\"location_id\":%d,"
+			       "\"flags\":\"%s\"}",
+			       k ? "," : "", ac->va, ac->size, ac->location_type, ac->location_id, b);
+		}
+		printf("]}");
+	}
+	printf("],\"tickets\":[");
+	for (size_t i = 0; i < st->n_tickets; i++) {
+		const Cuip__Ticket *t = st->tickets[i];
+		printf("%s{\"alloc\":\"%016" PRIx64 ":%" PRIu64 "\",\"creator_pid\":%d,\"creator_socket\":",
+		       i ? "," : "", t->alloc->creator, t->alloc->serial, t->creator->pid);
+		jstr(t->creator_socket);
+		printf("}");
+	}
+	printf("]");
+	if (st->counters)
+		printf(",\"counters\":{\"raw_imports\":%u,\"unsupported\":%u,\"exports_served\":%" PRIu64
+		       ",\"gate_waits\":%" PRIu64 "}",
+		       st->counters->raw_imports, st->counters->unsupported, st->counters->exports_served,
+		       st->counters->gate_waits);
+	printf("}\n");
+}
+
+int cli_inspect(int argc, char **argv)
+{
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Response *resp = NULL;
+	char path[512], err[256] = "";
+	int json = 0, s, ret;
+	pid_t pid = 0;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--json")) {
+			json = 1;
+		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			printf("usage: cuinterpose inspect PID [--json]\n");
+			return 0;
+		} else if (!pid && atoi(argv[i]) > 0 && strspn(argv[i], "0123456789") == strlen(argv[i])) {
+			pid = atoi(argv[i]);
+		} else {
+			fprintf(stderr, "cuinterpose inspect: unexpected argument '%s'\n", argv[i]);
+			return 2;
+		}
+	}
+	if (!pid) {
+		fprintf(stderr, "usage: cuinterpose inspect PID [--json]\n");
+		return 2;
+	}
+	if (find_socket(pid, path, sizeof(path))) {
+		fprintf(stderr,
+			"cuinterpose inspect: process %d has no cuinterpose control socket (not running under "
+			"`cuinterpose run`, no CUDA initialized yet, or no permission to read /proc/%d)\n",
+			(int)pid, (int)pid);
+		return 1;
+	}
+	s = connect_proc(pid, path);
+	if (s < 0) {
+		fprintf(stderr, "cuinterpose inspect: cannot connect to %s: %s\n", path, strerror(-s));
+		return 1;
+	}
+	ret = cuip_client_handshake(s, "cli", NULL, err, sizeof(err));
+	if (!ret) {
+		req.body_case = CUIP__REQUEST__BODY_INSPECT;
+		req.inspect = 1;
+		ret = cuip_client_call(s, &req, -1, &resp, NULL, err, sizeof(err));
+	}
+	if (!ret && (resp->status || resp->body_case != CUIP__RESPONSE__BODY_STATE)) {
+		ret = resp->status ? resp->status : -EPROTO;
+		snprintf(err, sizeof(err), "%s", resp->error ? resp->error : strerror(-ret));
+	}
+	if (ret) {
+		fprintf(stderr, "cuinterpose inspect: process %d: %s\n", (int)pid, err);
+	} else {
+		if (json)
+			print_json(resp->state);
+		else
+			print_text(resp->state);
+		req.body_case = CUIP__REQUEST__BODY_BYE;
+		req.bye = 1;
+		Cuip__Response *bye = NULL;
+		if (!cuip_client_call(s, &req, -1, &bye, NULL, err, sizeof(err)))
+			cuip__response__free_unpacked(bye, NULL);
+	}
+	if (resp)
+		cuip__response__free_unpacked(resp, NULL);
+	close(s);
+	return ret ? 1 : 0;
+}

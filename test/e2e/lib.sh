@@ -1,0 +1,142 @@
+# lib.sh - shared helpers of the CRIU end-to-end tests (sourced by t-*.sh).
+#
+# Each test gets its own directory ($T), fake device daemon socket, interposer
+# socket directory and CRIU plugin directory (holding only our plugin), runs
+# the job from e2e_group under the fake driver, and cleans up everything it
+# started. Exit 77 (skip) when root, criu or the built pieces are missing,
+# or in sanitizer builds (CRIU dlopens the plugin; ASan cannot follow).
+
+set -u
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() {
+	# An interposer without the checkpoint operations (built in phases) is
+	# a missing piece, not a plugin failure.
+	if [ -n "${T:-}" ] && grep -qs "is not implemented by this interposer" "$T"/d*/dump.log; then
+		grep -hs "not implemented by this interposer" "$T"/d*/dump.log | head -1
+		skip "the interposer does not implement the checkpoint operations yet"
+	fi
+	echo "FAIL: $*"
+	[ -n "${T:-}" ] && dump_logs
+	exit 1
+}
+note() { echo "--- $* ($(elapsed)s)"; }
+
+START=$(date +%s.%N)
+elapsed() { echo "$(date +%s.%N) $START" | awk '{printf "%.1f", $1 - $2}'; }
+
+: "${top_builddir:?run through make check}"
+B=$(cd "$top_builddir" && pwd)
+CRIU=${CRIU:-$(command -v criu || echo /usr/local/sbin/criu)}
+PLUGIN=$B/plugin/.libs/cuinterpose_plugin.so
+INTERPOSER=$B/interposer/.libs/libcuinterpose.so
+FAKERUN=$B/test/fakecuda/fakecuda-run
+WORKLOAD=$B/test/e2e/e2e_group
+
+[ "$(id -u)" = 0 ] || skip "needs root for criu"
+[ -x "$CRIU" ] || skip "criu not found"
+[ "${SANITIZE:-no}" = yes ] && skip "sanitizer build: criu cannot load an instrumented plugin"
+[ -f "$PLUGIN" ] || skip "plugin not built ($PLUGIN)"
+[ -f "$INTERPOSER" ] || skip "interposer not built ($INTERPOSER)"
+[ -x "$FAKERUN" ] || skip "fake driver not built ($FAKERUN)"
+[ -x "$WORKLOAD" ] || skip "workload not built ($WORKLOAD)"
+
+T=$(mktemp -d /tmp/cuip-e2e.XXXXXX)
+mkdir -p "$T/plugins" "$T/sock" "$T/w"
+ln -s "$PLUGIN" "$T/plugins/cuinterpose_plugin.so"
+export FAKECUDA_SOCKET=$T/devd.sock
+export CUINTERPOSE_SOCKET_DIR=$T/sock
+export CUINTERPOSE_STAGING_MB=4
+export CUINTERPOSE_LOCK_TIMEOUT_MS=10000
+SEQ=0
+JOB=
+
+cleanup() {
+	[ -n "$JOB" ] && kill -9 $(job_pids) 2>/dev/null
+	"$FAKERUN" --stop >/dev/null 2>&1
+	if [ "${KEEP:-0}" = 1 ]; then echo "kept $T"; else rm -rf "$T"; fi
+}
+trap cleanup EXIT
+
+dump_logs() {
+	for f in "$T"/*.log "$T"/w/*.failed "$T"/w/*.log; do
+		[ -f "$f" ] || continue
+		echo "=== $f"
+		grep -E "cuinterpose|Error|error|FAIL|fail" "$f" | tail -40
+	done
+}
+
+# start_job NPROCS [--raw]: run e2e_group under the interposer and the fake.
+start_job() {
+	n=$1
+	rm -f "$T"/w/*
+	setsid env LD_PRELOAD="$INTERPOSER" "$FAKERUN" "$WORKLOAD" "$T/w" "$@" \
+		</dev/null >"$T/job.log" 2>&1 &
+	JOB=$!
+	wait_ready "$n"
+}
+
+wait_ready() {
+	i=0
+	while [ "$(ls "$T"/w/r*.ready 2>/dev/null | wc -l)" -lt "$1" ]; do
+		ls "$T"/w/*.failed >/dev/null 2>&1 && fail "job failed to start: $(cat "$T"/w/*.failed)"
+		i=$((i + 1))
+		[ $i -gt 300 ] && fail "job did not get ready"
+		sleep 0.05
+	done
+	JOBPID=$(awk '{print $2}' "$T/w/r0.ready")
+}
+
+job_pids() { cat "$T"/w/r*.ready 2>/dev/null | awk '{print $2}'; }
+
+# cmd NPROCS VERB [ARGS]: send a command to every rank, wait for all answers.
+cmd() {
+	n=$1
+	shift
+	SEQ=$((SEQ + 1))
+	echo "$SEQ $*" >"$T/w/cmd.tmp" && mv "$T/w/cmd.tmp" "$T/w/cmd"
+	i=0
+	while [ "$(ls "$T"/w/r*."$SEQ" 2>/dev/null | wc -l)" -lt "$n" ]; do
+		i=$((i + 1))
+		[ $i -gt 400 ] && fail "no answer to '$*' from every rank"
+		sleep 0.05
+	done
+	for r in $(seq 0 $((n - 1))); do
+		read -r ans <"$T/w/r$r.$SEQ"
+		case "$ans" in
+		ok*) ;;
+		*) fail "rank $r: '$*': $ans" ;;
+		esac
+	done
+}
+
+# answers of the last command, one line per rank
+answers() { for r in $(seq 0 $(($1 - 1))); do cat "$T/w/r$r.$SEQ"; done; }
+
+criu_dump() { # DIR [extra criu args]
+	d=$1
+	shift
+	mkdir -p "$d"
+	"$FAKERUN" "$CRIU" dump -t "$JOBPID" -D "$d" -L "$T/plugins" --shell-job -v4 -o dump.log "$@"
+}
+
+criu_restore() { # DIR [extra criu args]
+	d=$1
+	shift
+	"$FAKERUN" "$CRIU" restore -D "$d" -L "$T/plugins" --shell-job --restore-detached -v4 \
+		-o restore.log "$@"
+}
+
+alive() { kill -0 "$1" 2>/dev/null; }
+
+wait_gone() { # PIDS...: wait until none exists
+	i=0
+	for p in "$@"; do
+		while alive "$p" && [ "$(awk '{print $3}' /proc/$p/stat 2>/dev/null)" != Z ]; do
+			i=$((i + 1))
+			[ $i -gt 200 ] && return 1
+			sleep 0.05
+		done
+	done
+	return 0
+}
