@@ -21,6 +21,7 @@
 #include "images.h"
 #include "log.h"
 #include "preflight.h"
+#include "proc.h"
 #include "sockdiag.h"
 
 typedef int (*step_fn)(struct cuip_group *g, struct cuip_part *p, const void *arg);
@@ -398,6 +399,103 @@ static pid_t resolve_outside(uint64_t id, void *arg)
 	return 0;
 }
 
+static const struct cuip_part *part_by_id(const struct cuip_group *g, uint64_t id)
+{
+	for (size_t i = 0; i < g->n; i++)
+		if (g->p[i].st && g->p[i].st->self->id == id)
+			return &g->p[i];
+	return NULL;
+}
+
+/* Ask one interposer outside the group whether it imports from the group. */
+static int check_outsider(struct cuip_group *g, const struct cuip_part *via, const char *path, pid_t named)
+{
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Handshake hs = CUIP__HANDSHAKE__INIT;
+	Cuip__Response *resp = NULL;
+	unsigned tmo = op_timeout(g) && op_timeout(g) < 2000 ? op_timeout(g) : 2000;
+	char err[256];
+	int fd, ret = 0;
+
+	fd = cuip_connect_control(via->pid, path, 0, tmo, err, sizeof(err));
+	if (fd < 0)
+		return 0; /* stale socket of a process that is gone */
+	hs.protocol = CUIP_FORMAT_VERSION;
+	hs.client = (char *)"plugin";
+	req.body_case = CUIP__REQUEST__BODY_HANDSHAKE;
+	req.handshake = &hs;
+	if (cuip_call(fd, &req, -1, tmo, &resp, err, sizeof(err)))
+		goto out;
+	cuip_response_free(resp);
+	resp = NULL;
+	cuip__request__init(&req);
+	req.body_case = CUIP__REQUEST__BODY_INSPECT;
+	req.inspect = 1;
+	if (cuip_call(fd, &req, -1, tmo, &resp, err, sizeof(err)) || resp->body_case != CUIP__RESPONSE__BODY_STATE ||
+	    !resp->state->self)
+		goto out;
+	for (size_t i = 0; i < resp->state->n_allocations && !ret; i++) {
+		const Cuip__Allocation *a = resp->state->allocations[i];
+		const struct cuip_part *cr;
+
+		if (!a->id || a->id->creator == resp->state->self->id || !(cr = part_by_id(g, a->id->creator)))
+			continue;
+		snprintf(g->err, sizeof(g->err),
+			 "pid %d imports allocation %llx:%llu from pid %d, but pid %d is a sharing peer outside the "
+			 "dumped tree and would lose that memory; dump a tree that contains both processes",
+			 named, (unsigned long long)a->id->creator, (unsigned long long)a->id->serial, cr->pid, named);
+		pr_err("preflight: %s", g->err);
+		ret = -EPERM;
+	}
+out:
+	cuip_response_free(resp);
+	cuip_bye(fd, tmo);
+	return ret;
+}
+
+/* Interposers outside the group that import from it: look at every control
+ * socket in the participants' socket directories. */
+static int scan_outsiders(struct cuip_group *g)
+{
+	int ret = 0;
+
+	for (size_t i = 0; i < g->n && !ret; i++) {
+		char dir[PATH_MAX + 32], sdir[PATH_MAX], *slash;
+		struct dirent *de;
+		DIR *d;
+		bool seen = false;
+
+		snprintf(sdir, sizeof(sdir), "%s", g->p[i].sock);
+		slash = strrchr(sdir, '/');
+		if (!slash)
+			continue;
+		*slash = 0;
+		/* one look per directory and mount namespace */
+		for (size_t k = 0; k < i; k++)
+			if (!strncmp(g->p[k].sock, sdir, strlen(sdir)) && g->p[k].sock[strlen(sdir)] == '/' &&
+			    cuip_proc_ns_ino(g->p[k].pid, "mnt") == cuip_proc_ns_ino(g->p[i].pid, "mnt"))
+				seen = true;
+		if (seen)
+			continue;
+		snprintf(dir, sizeof(dir), "/proc/%d/root%s", g->p[i].pid, sdir);
+		d = opendir(dir);
+		if (!d)
+			continue;
+		while (!ret && (de = readdir(d))) {
+			char path[PATH_MAX + 300];
+			uint64_t id;
+			pid_t vp;
+
+			if (cuip_sock_name_parse(de->d_name, &vp, &id) || part_by_id(g, id))
+				continue;
+			snprintf(path, sizeof(path), "%s/%s", sdir, de->d_name);
+			ret = check_outsider(g, &g->p[i], path, vp);
+		}
+		closedir(d);
+	}
+	return ret;
+}
+
 static int preflight(struct cuip_group *g)
 {
 	struct cuip_pf_proc *pp = calloc(g->n ? g->n : 1, sizeof(*pp));
@@ -414,6 +512,8 @@ static int preflight(struct cuip_group *g)
 	}
 	ret = cuip_preflight(pp, g->n, resolve_outside, g, g->err, sizeof(g->err));
 	free(pp);
+	if (!ret)
+		ret = scan_outsiders(g);
 	pr_info("PREFLIGHT: %zu participants, %zu records, %.3f s%s", g->n, records, cuip_now() - t0,
 		ret ? " (REFUSED)" : "");
 	if (g->after_phase)

@@ -424,6 +424,20 @@ START_TEST(restore_rebuilds_creators_before_importers_then_verifies_and_resumes)
 }
 END_TEST
 
+START_TEST(an_importer_outside_the_group_refuses_the_dump)
+{
+	group_of(2);
+	/* the group is the creator alone; fake 1 imports from it */
+	g.n = 1;
+	ck_assert_int_eq(cuip_group_dump(&g), -EPERM);
+	ck_assert_ptr_nonnull(strstr(g.err, "pid 1001 imports allocation c0:1"));
+	ck_assert_ptr_nonnull(strstr(g.err, "outside the dumped tree"));
+	ck_assert_int_lt(ev_first(-1, "REQ QUIESCE"), 0);
+	g.n = 2;
+	group_done();
+}
+END_TEST
+
 Suite *coord_suite(void);
 
 Suite *coord_suite(void)
@@ -439,6 +453,7 @@ Suite *coord_suite(void)
 	tcase_add_test(t, failure_after_teardown_rebuilds_from_the_saved_bytes);
 	tcase_add_test(t, save_moving_fewer_bytes_than_expected_is_refused);
 	tcase_add_test(t, preflight_refusal_changes_nothing);
+	tcase_add_test(t, an_importer_outside_the_group_refuses_the_dump);
 	tcase_add_test(t, restore_rebuilds_creators_before_importers_then_verifies_and_resumes);
 	suite_add_tcase(s, t);
 	return s;
