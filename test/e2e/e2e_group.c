@@ -23,6 +23,7 @@
  *   reimport     importers import again from the tickets they kept
  *   exit         leave
  *
+ * --private: no shared allocations at all (native checkpoint only).
  * --raw: an extra child without the interposer exports an allocation whose
  * raw driver FD rank 1 imports (the interposer counts a raw import).
  */
@@ -63,6 +64,7 @@ static int ticket[NSHARED];
 static CUdeviceptr priv_va, vmm_va, raw_va;
 static CUmemGenericAllocationHandle vmm_handle, raw_handle;
 static int nfresh;
+static int nshared = NSHARED; /* 0 with --private */
 static char why[512];
 
 static int failf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -233,7 +235,7 @@ static int setup_cuda(void)
 
 static int setup_shared(void)
 {
-	for (int k = 0; k < NSHARED; k++) {
+	for (int k = 0; k < nshared; k++) {
 		if (rank == 0) {
 			if (create_shared(shared_size[k], (unsigned)k, k, &ticket[k]))
 				return -1;
@@ -276,7 +278,7 @@ static int do_verify(unsigned gen, char *out, size_t len)
 	CUdeviceptr base;
 	size_t sz;
 
-	for (int k = 0; k < NSHARED; k++) {
+	for (int k = 0; k < nshared; k++) {
 		char what[32];
 		snprintf(what, sizeof(what), "shared[%d]", k);
 		if (check(sh_va[k], shared_size[k], (unsigned)k, k == 0 ? gen : 0, k == 0 ? WRITE_LEN : 0, what))
@@ -403,6 +405,9 @@ int main(int argc, char **argv)
 	int rawsk[2] = {-1, -1};
 	char path[4096];
 	FILE *f;
+
+	if (argc > 3 && !strcmp(argv[3], "--private"))
+		nshared = 0;
 
 	if (argc >= 3 && !strcmp(argv[1], "--raw-helper"))
 		return raw_helper(atoi(argv[2])) ? (fprintf(stderr, "raw helper: %s\n", why), 1) : 0;
