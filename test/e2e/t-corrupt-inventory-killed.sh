@@ -1,0 +1,20 @@
+# A corrupted cuinterpose image is refused at restore, naming the file, and
+# the restored tree is killed instead of resuming (CRIU ignores the hook's
+# return value, so the plugin kills it itself).
+. "$srcdir/lib.sh"
+
+setsid "$FAKERUN" "$WORKLOAD" "$T/w" 2 --private </dev/null >"$T/job.log" 2>&1 &
+JOB=$!
+wait_ready 2
+pids=$(job_pids)
+note dump
+criu_dump "$T/d" || fail "criu dump"
+wait_gone $pids || fail "dumped processes still alive"
+printf '\377' | dd of="$T/d/cuinterpose-inventory.img" bs=1 seek=20 conv=notrunc status=none
+note restore
+criu_restore "$T/d" && echo "(criu restore exited 0)"
+grep -q "cuinterpose-inventory.img: .*checksum" "$T/d/restore.log" || fail "restore.log does not name the image"
+grep -q "killing the restored tree" "$T/d/restore.log" || fail "restored tree not killed"
+wait_gone $pids || fail "restored processes still alive"
+JOB=
+note done
