@@ -19,6 +19,7 @@
  * the connection; wire.c closes any FD that came with it. All FDs are
  * close-on-exec.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -92,6 +93,32 @@ static int sock_dir(char *dir, size_t len)
 	return 0;
 }
 
+/*
+ * Remove sockets of processes that no longer exist (killed, or left with
+ * _exit): best effort, only ours, only when the pid in the name is gone.
+ */
+static void sock_gc(const char *dir)
+{
+	struct dirent *de;
+	DIR *d = opendir(dir);
+	struct stat st;
+	char hex[17];
+	int pid, n;
+
+	while (d && (de = readdir(d))) {
+		n = 0;
+		if (sscanf(de->d_name, "%d-%16[0-9a-f].sock%n", &pid, hex, &n) != 2 || de->d_name[n] || pid <= 0)
+			continue;
+		if (kill(pid, 0) == 0 || errno != ESRCH)
+			continue;
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISSOCK(st.st_mode) &&
+		    st.st_uid == geteuid())
+			unlinkat(dirfd(d), de->d_name, 0);
+	}
+	if (d)
+		closedir(d);
+}
+
 static int sock_open(void)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -101,6 +128,7 @@ static int sock_open(void)
 	ret = sock_dir(dir, sizeof(dir));
 	if (ret)
 		return ret;
+	sock_gc(dir);
 	if (snprintf(self.sock, sizeof(self.sock), "%s/%d-%016llx.sock", dir, (int)self.pid,
 		     (unsigned long long)self.id) >= (int)sizeof(sa.sun_path)) {
 		pr_err("socket path under %s is too long", dir);
@@ -373,7 +401,7 @@ static void *op_main(void *arg)
 
 /* Start a thread with every signal blocked: the application's handlers
  * must never run on our threads. */
-static int thread_start(void *(*fn)(void *))
+static int thread_start(void *(*fn)(void *), const char *name)
 {
 	sigset_t all, old;
 	pthread_attr_t at;
@@ -387,6 +415,8 @@ static int thread_start(void *(*fn)(void *))
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	ret = pthread_create(&t, &at, fn, NULL);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!ret)
+		pthread_setname_np(t, name); /* before anyone can look */
 	pthread_attr_destroy(&at);
 	return -ret;
 }
@@ -402,9 +432,9 @@ int cuip_ctl_start(void)
 		ret = -errno;
 		goto fail;
 	}
-	ret = thread_start(op_main);
+	ret = thread_start(op_main, "cuip-op");
 	if (!ret)
-		ret = thread_start(ctl_main);
+		ret = thread_start(ctl_main, "cuip-ctl");
 	if (ret)
 		goto fail; /* an op thread without a ctl thread just idles */
 	return 0;

@@ -62,6 +62,14 @@ static struct entry table[] = {
 
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
+static struct entry *by_name(const char *name)
+{
+	for (size_t i = 0; i < NTABLE; i++)
+		if (!strcmp(table[i].name, name))
+			return &table[i];
+	return NULL;
+}
+
 static void table_init(void)
 {
 	void *h;
@@ -71,14 +79,12 @@ static void table_init(void)
 	h = cuip_driver_handle();
 	for (size_t i = 0; i < NTABLE; i++)
 		table[i].real = cuip_real_dlsym(h, table[i].name);
-}
-
-static struct entry *by_name(const char *name)
-{
-	for (size_t i = 0; i < NTABLE; i++)
-		if (!strcmp(table[i].name, name))
-			return &table[i];
-	return NULL;
+	/* cuGetProcAddress_v2_ptsz is an inline in cuda.h that drivers need
+	 * not export; we emulate it over _v2, so it exists whenever _v2 does.
+	 * (_v2 comes first in the table, so address matching is unaffected.) */
+	struct entry *e = by_name("cuGetProcAddress_v2_ptsz");
+	if (!e->real)
+		e->real = (void *)real.cuGetProcAddress_v2;
 }
 
 static bool is_ours(void *p)

@@ -1,0 +1,731 @@
+/*
+ * test_share.c - tickets, the export cache and the peer FD service, fork,
+ * and the control protocol's framing.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define SEALS (F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE)
+
+START_TEST(export_mints_sealed_tickets_from_one_export)
+{
+	CUmemGenericAllocationHandle h;
+	size_t g;
+	int fds, t1, t2;
+	uint8_t buf[4096];
+	Cuip__Ticket *t;
+	Cuip__ProcessState *st;
+	char err[128];
+
+	h_init(0);
+	g = h_gran();
+	h_create_map(g, &h);
+	fds = h_nfds();
+	t1 = h_export(h);
+	t2 = h_export(h);
+	/* two tickets + one cached real export */
+	ck_assert_int_eq(h_nfds(), fds + 3);
+	ck_assert_int_eq(fcntl(t1, F_GET_SEALS), SEALS);
+	ssize_t n = pread(t1, buf, sizeof(buf), 0);
+	ck_assert_int_gt(n, 0);
+	ck_assert_int_eq(cuip_decode(buf, (size_t)n, CUIP_KIND_TICKET, &cuip__ticket__descriptor, NULL,
+				     (ProtobufCMessage **)&t, err, sizeof(err)),
+			 0);
+	st = h_state(0);
+	ck_assert_uint_eq(t->alloc->creator, st->self->id);
+	ck_assert_uint_eq(t->alloc->serial, st->allocations[0]->id->serial);
+	ck_assert_uint_eq(t->creator->pid, getpid());
+	ck_assert_uint_eq(t->token.len, 16);
+	ck_assert_str_eq(t->creator_socket, st->socket);
+	ck_assert_int_eq(st->allocations[0]->owner, CUIP__OWNER__OWNER_SHARED);
+	ck_assert(st->allocations[0]->exported);
+	ck_assert_uint_eq(st->n_tickets, 1);
+	h_state_free(st);
+	cuip__ticket__free_unpacked(t, NULL);
+	/* The seals hold. */
+	ck_assert_int_lt(write(t1, "x", 1), 0);
+	ck_assert_int_lt(ftruncate(t1, 0), 0);
+	close(t1);
+	close(t2);
+}
+END_TEST
+
+START_TEST(same_process_import_aliases)
+{
+	CUmemGenericAllocationHandle h, h2;
+	Cuip__ProcessState *st;
+	int t;
+
+	h_init(0);
+	h_create_map(h_gran(), &h);
+	t = h_export(h);
+	CK(cuMemImportFromShareableHandle(&h2, (void *)(uintptr_t)t, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+	ck_assert_uint_eq(h2, h);
+	st = h_state(0);
+	ck_assert_uint_eq(st->n_allocations, 1);
+	ck_assert_uint_eq(st->allocations[0]->app_handles, 2);
+	ck_assert_uint_eq(st->counters->raw_imports, 0);
+	h_state_free(st);
+	close(t);
+}
+END_TEST
+
+static int memfd_with(const void *buf, size_t len, bool seal)
+{
+	int fd = memfd_create("t", MFD_ALLOW_SEALING | MFD_CLOEXEC);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, buf, len), (ssize_t)len);
+	if (seal)
+		ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, SEALS), 0);
+	return fd;
+}
+
+START_TEST(malformed_tickets_unsealed_memfds_and_devices_are_not_tickets)
+{
+	CUmemGenericAllocationHandle h, out = 0x77;
+	uint8_t buf[4096];
+	Cuip__ProcessState *st;
+	int t, bad, unsealed, dev;
+	ssize_t n;
+
+	h_init(0);
+	h_create_map(h_gran(), &h);
+	t = h_export(h);
+	n = pread(t, buf, sizeof(buf), 0);
+	/* Our magic, corrupt payload, sealed: a malformed ticket. */
+	buf[n - 1] ^= 0xff;
+	bad = memfd_with(buf, (size_t)n, true);
+	CK_ERR(cuMemImportFromShareableHandle(&out, (void *)(uintptr_t)bad, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+	       CUDA_ERROR_INVALID_VALUE);
+	ck_assert_uint_eq(out, 0x77);
+	/* A valid ticket's bytes in an unsealed memfd: not a ticket, the
+	 * driver gets it (and refuses it). */
+	buf[n - 1] ^= 0xff;
+	unsealed = memfd_with(buf, (size_t)n, false);
+	ck_assert_int_ne(cuMemImportFromShareableHandle(&out, (void *)(uintptr_t)unsealed,
+							CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+			 CUDA_SUCCESS);
+	dev = open("/dev/null", O_RDWR | O_CLOEXEC);
+	ck_assert_int_ne(
+		cuMemImportFromShareableHandle(&out, (void *)(uintptr_t)dev, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+		CUDA_SUCCESS);
+	ck_assert_uint_eq(out, 0x77);
+	st = h_state(0);
+	ck_assert_uint_eq(st->allocations[0]->app_handles, 1);
+	ck_assert_uint_eq(st->counters->raw_imports, 0);
+	h_state_free(st);
+	close(t);
+	close(bad);
+	close(unsealed);
+	close(dev);
+}
+END_TEST
+
+START_TEST(raw_imports_pass_through_and_are_counted_until_released)
+{
+	CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long) =
+		h_real("cuMemCreate");
+	CUresult (*export)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long) =
+		h_real("cuMemExportToShareableHandle");
+	CUresult (*release)(CUmemGenericAllocationHandle) = h_real("cuMemRelease");
+	CUmemGenericAllocationHandle raw, imp;
+	CUmemAllocationProp p;
+	Cuip__ProcessState *st;
+	int fd;
+
+	h_init(0);
+	p = h_prop(0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	CK(create(&raw, h_gran(), &p, 0));
+	CK(export(&fd, raw, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	CK(cuMemImportFromShareableHandle(&imp, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+	ck_assert_uint_ne(imp >> TAG_SHIFT, TAG);
+	st = h_state(0);
+	ck_assert_uint_eq(st->counters->raw_imports, 1);
+	ck_assert_uint_eq(st->n_allocations, 0);
+	h_state_free(st);
+	CK(cuMemRelease(imp));
+	st = h_state(0);
+	ck_assert_uint_eq(st->counters->raw_imports, 0);
+	h_state_free(st);
+	CK(release(raw));
+	close(fd);
+}
+END_TEST
+
+/* ---- across processes ---------------------------------------------------- */
+
+struct xarg {
+	size_t size;
+	uint32_t seed;
+	int expect_fail;
+};
+
+/* Child: receive a ticket, import, map, check the parent's bytes, write a
+ * new pattern, tell the parent. */
+static int importer(void *arg, int sock)
+{
+	struct xarg *x = arg;
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va;
+	CUmemAccessDesc d = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	char c;
+	int t, fds;
+	CUresult r;
+
+	h_init(0);
+	fds = h_nfds();
+	t = h_recv_fd(sock, x, sizeof(*x));
+	if (t < 0)
+		return 10;
+	(void)c;
+	r = cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)t, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	close(t);
+	if (x->expect_fail) {
+		/* failed cleanly: an error, and nothing left open */
+		return r != CUDA_SUCCESS && h_nfds() == fds ? 0 : 11;
+	}
+	if (r != CUDA_SUCCESS)
+		return 12;
+	if (cuMemAddressReserve(&va, x->size, 0, 0, 0) || cuMemMap(va, x->size, 0, h, 0) ||
+	    cuMemSetAccess(va, x->size, &d, 1))
+		return 13;
+	if (!h_check(va, x->size, x->seed))
+		return 14;
+	Cuip__ProcessState *st = h_state(0);
+	if (st->n_allocations != 1 || st->allocations[0]->origin != CUIP__ORIGIN__ORIGIN_VMM_IMPORT ||
+	    st->allocations[0]->id->creator == st->self->id || st->allocations[0]->creator_pid != getppid())
+		return 15;
+	h_state_free(st);
+	h_fill(va, x->size, x->seed + 1);
+	if (write(sock, "w", 1) != 1 || read(sock, &c, 1) != 1)
+		return 16;
+	h_unmap_release(va, x->size, h);
+	return 0;
+}
+
+START_TEST(forked_child_imports_from_its_parent)
+{
+	struct xarg x = {0};
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va;
+	pid_t pid;
+	int sock, t;
+	char c;
+
+	pid = h_fork(importer, &x, &sock); /* before any CUDA use here */
+	h_init(0);
+	x.size = 3 * h_gran();
+	x.seed = 42;
+	va = h_create_map(x.size, &h);
+	h_fill(va, x.size, 42);
+	t = h_export(h);
+	ck_assert_int_eq(h_send_fd(sock, t, &x, sizeof(x)), 0);
+	close(t);
+	if (read(sock, &c, 1) != 1)
+		ck_abort_msg("importer exited with %d", h_wait(pid));
+	ck_assert(h_check(va, x.size, 43)); /* the child's write */
+	Cuip__ProcessState *st = h_state(0);
+	ck_assert_uint_ge(st->counters->exports_served, 1);
+	h_state_free(st);
+	ck_assert_int_eq(write(sock, "q", 1), 1);
+	ck_assert_int_eq(h_wait(pid), 0);
+	h_unmap_release(va, x.size, h);
+}
+END_TEST
+
+START_TEST(import_after_the_creator_released_fails_cleanly)
+{
+	struct xarg x = {.expect_fail = 1};
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va;
+	pid_t pid;
+	int sock, t;
+
+	pid = h_fork(importer, &x, &sock);
+	h_init(0);
+	x.size = h_gran();
+	va = h_create_map(x.size, &h);
+	t = h_export(h);
+	h_unmap_release(va, x.size, h);
+	ck_assert_int_eq(h_send_fd(sock, t, &x, sizeof(x)), 0);
+	close(t);
+	ck_assert_int_eq(h_wait(pid), 0);
+}
+END_TEST
+
+/* ---- the export cache ---------------------------------------------------- */
+
+struct racer {
+	pthread_barrier_t *b;
+	CUmemGenericAllocationHandle h;
+	int fd;
+	CUresult r;
+};
+
+static void *race_export(void *arg)
+{
+	struct racer *r = arg;
+
+	pthread_barrier_wait(r->b);
+	r->r = cuMemExportToShareableHandle(&r->fd, r->h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+	return NULL;
+}
+
+START_TEST(eight_threads_exporting_at_once_call_the_driver_once)
+{
+	pthread_barrier_t b;
+	pthread_t th[8];
+	struct racer r[8];
+	CUmemGenericAllocationHandle h;
+	int fds;
+
+	/* run-test.sh sets nothing; the second driver export would fail here. */
+	setenv("FAKECUDA_FAIL", "cuMemExportToShareableHandle:2:CUDA_ERROR_UNKNOWN", 1);
+	h_init(0);
+	h_create_map(h_gran(), &h);
+	fds = h_nfds();
+	pthread_barrier_init(&b, NULL, 8);
+	for (int i = 0; i < 8; i++) {
+		r[i] = (struct racer){.b = &b, .h = h, .fd = -1};
+		ck_assert_int_eq(pthread_create(&th[i], NULL, race_export, &r[i]), 0);
+	}
+	for (int i = 0; i < 8; i++) {
+		pthread_join(th[i], NULL);
+		ck_assert_int_eq(r[i].r, CUDA_SUCCESS);
+		ck_assert_int_ge(r[i].fd, 0);
+	}
+	ck_assert_int_eq(h_nfds(), fds + 8 + 1);
+	for (int i = 0; i < 8; i++)
+		close(r[i].fd);
+	pthread_barrier_destroy(&b);
+}
+END_TEST
+
+START_TEST(a_failed_driver_export_leaves_the_allocation_native)
+{
+	CUmemGenericAllocationHandle h;
+	int fd = 1234, fds;
+	Cuip__ProcessState *st;
+
+	setenv("FAKECUDA_FAIL", "cuMemExportToShareableHandle:1:CUDA_ERROR_OUT_OF_MEMORY", 1);
+	h_init(0);
+	h_create_map(h_gran(), &h);
+	fds = h_nfds();
+	CK_ERR(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+	       CUDA_ERROR_OUT_OF_MEMORY);
+	ck_assert_int_eq(fd, 1234);
+	ck_assert_int_eq(h_nfds(), fds);
+	st = h_state(0);
+	ck_assert_int_eq(st->allocations[0]->owner, CUIP__OWNER__OWNER_NATIVE);
+	h_state_free(st);
+	fd = h_export(h);
+	close(fd);
+}
+END_TEST
+
+/* Child: import a fresh ticket `n` times while the parent churns. */
+static int churn_importer(void *arg, int sock)
+{
+	int n = *(int *)arg;
+	char c;
+
+	h_init(0);
+	for (int i = 0; i < n; i++) {
+		CUmemGenericAllocationHandle h;
+		int t = h_recv_fd(sock, &c, 1);
+		if (t < 0)
+			return 10;
+		CUresult r = cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)t,
+							    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+		close(t);
+		if (r != CUDA_SUCCESS || cuMemRelease(h) != CUDA_SUCCESS)
+			return 11;
+	}
+	return 0;
+}
+
+struct churn {
+	volatile int stop;
+	int rounds;
+};
+
+static void *churner(void *arg)
+{
+	struct churn *c = arg;
+	size_t g = h_gran();
+
+	while (!c->stop) {
+		CUmemGenericAllocationHandle h;
+		CUmemAllocationProp p = h_prop(0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+		if (cuMemCreate(&h, g, &p, 0) != CUDA_SUCCESS)
+			break;
+		int fd = -1;
+		if (cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) == CUDA_SUCCESS)
+			close(fd);
+		cuMemRelease(h);
+		c->rounds++;
+	}
+	return NULL;
+}
+
+START_TEST(the_listener_keeps_serving_while_allocations_churn)
+{
+	int n = 100, sock;
+	struct churn c = {0};
+	CUmemGenericAllocationHandle h;
+	pthread_t th;
+	pid_t pid;
+
+	pid = h_fork(churn_importer, &n, &sock);
+	h_init(0);
+	h_create_map(h_gran(), &h);
+	ck_assert_int_eq(pthread_create(&th, NULL, churner, &c), 0);
+	for (int i = 0; i < n; i++) {
+		int t = h_export(h);
+		ck_assert_int_eq(h_send_fd(sock, t, "t", 1), 0);
+		close(t);
+	}
+	ck_assert_int_eq(h_wait(pid), 0);
+	c.stop = 1;
+	pthread_join(th, NULL);
+	ck_assert_int_gt(c.rounds, 0);
+}
+END_TEST
+
+/* Lower RLIMIT_NOFILE to the highest open descriptor and fill every hole
+ * below it, so that the next descriptor allocation fails with EMFILE.
+ * Returns the dups to close afterwards (in fill[]). */
+static int exhaust(struct rlimit *saved, int *fill, int max)
+{
+	struct rlimit low;
+	int highest = 0, n = 0, fd;
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+
+	while ((de = readdir(d)))
+		if (atoi(de->d_name) > highest)
+			highest = atoi(de->d_name);
+	closedir(d);
+	getrlimit(RLIMIT_NOFILE, saved);
+	low = (struct rlimit){.rlim_cur = (rlim_t)highest + 1, .rlim_max = saved->rlim_max};
+	setrlimit(RLIMIT_NOFILE, &low);
+	while (n < max && (fd = dup(0)) >= 0)
+		fill[n++] = fd;
+	return n;
+}
+
+static void unexhaust(const struct rlimit *saved, int *fill, int n)
+{
+	while (n--)
+		close(fill[n]);
+	setrlimit(RLIMIT_NOFILE, saved);
+}
+
+static int exhausted_importer(void *arg, int sock)
+{
+	struct rlimit rl;
+	char c;
+	int t, fds;
+	CUmemGenericAllocationHandle h;
+	CUresult r;
+
+	(void)arg;
+	h_init(0);
+	t = h_recv_fd(sock, &c, 1);
+	if (t < 0)
+		return 10;
+	int fill[256], nf;
+	fds = h_nfds();
+	/* No room for the socket to the creator, let alone the FD. */
+	nf = exhaust(&rl, fill, 256);
+	r = cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)t, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	unexhaust(&rl, fill, nf);
+	if (r == CUDA_SUCCESS || h_nfds() != fds)
+		return 11;
+	/* With room again, the same ticket imports. */
+	r = cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)t, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	close(t);
+	return r == CUDA_SUCCESS && cuMemRelease(h) == CUDA_SUCCESS ? 0 : 12;
+}
+
+START_TEST(descriptor_exhaustion_fails_cleanly)
+{
+	CUmemGenericAllocationHandle h;
+	struct rlimit rl;
+	int fd = 4321, fds, sock, t, fill[256], nf;
+	pid_t pid;
+
+	pid = h_fork(exhausted_importer, NULL, &sock);
+	h_init(0);
+	h_create_map(h_gran(), &h);
+	/* Creator side: no descriptor for the export or the ticket. */
+	fds = h_nfds();
+	nf = exhaust(&rl, fill, 256);
+	CUresult r = cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+	unexhaust(&rl, fill, nf);
+	ck_assert_int_ne(r, CUDA_SUCCESS);
+	ck_assert_int_eq(fd, 4321);
+	ck_assert_int_le(h_nfds(), fds + 1); /* at most the cached export */
+	/* Importer side. */
+	t = h_export(h);
+	ck_assert_int_eq(h_send_fd(sock, t, "t", 1), 0);
+	close(t);
+	ck_assert_int_eq(h_wait(pid), 0);
+}
+END_TEST
+
+/* ---- fork ---------------------------------------------------------------- */
+
+static int fresh_child(void *arg, int sock)
+{
+	CUmemGenericAllocationHandle h = *(CUmemGenericAllocationHandle *)arg;
+	char path[256];
+
+	(void)sock;
+	/* Inherited records are not used: the parent's handle means nothing here. */
+	if (cuMemRelease(h) != CUDA_ERROR_INVALID_VALUE)
+		return 10;
+	/* No socket of our own until we use CUDA. */
+	if (h_sock_path(getpid(), path, sizeof(path)) == 0)
+		return 11;
+	return 0;
+}
+
+START_TEST(a_forked_child_starts_with_fresh_state)
+{
+	CUmemGenericAllocationHandle h;
+	int sock;
+	pid_t pid;
+
+	h_init(0);
+	h_create_map(h_gran(), &h);
+	pid = h_fork(fresh_child, &h, &sock);
+	ck_assert_int_eq(h_wait(pid), 0);
+	/* ... and the parent's state is intact. */
+	Cuip__ProcessState *st = h_state(0);
+	ck_assert_uint_eq(st->n_allocations, 1);
+	h_state_free(st);
+}
+END_TEST
+
+/* ---- the control socket -------------------------------------------------- */
+
+START_TEST(socket_threads_and_descriptors)
+{
+	char path[256], comm[64], p[300];
+	struct stat sb;
+	int ctl = 0, op = 0;
+	bool before[1024] = {false};
+	DIR *d;
+	struct dirent *de;
+
+	d = opendir("/proc/self/fd");
+	while ((de = readdir(d)))
+		if (atoi(de->d_name) < 1024)
+			before[atoi(de->d_name)] = true;
+	closedir(d);
+	h_init(0);
+	ck_assert_int_eq(h_sock_path(0, path, sizeof(path)), 0);
+	ck_assert_int_eq(stat(path, &sb), 0);
+	ck_assert(S_ISSOCK(sb.st_mode));
+	ck_assert_int_eq(sb.st_mode & 0777, 0600);
+	d = opendir("/proc/self/task");
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(p, sizeof(p), "/proc/self/task/%s/comm", de->d_name);
+		FILE *f = fopen(p, "r");
+		if (f && fgets(comm, sizeof(comm), f)) {
+			ctl += !strcmp(comm, "cuip-ctl\n");
+			op += !strcmp(comm, "cuip-op\n");
+		}
+		if (f)
+			fclose(f);
+	}
+	closedir(d);
+	ck_assert_int_eq(ctl, 1);
+	ck_assert_int_eq(op, 1);
+	/* Every descriptor the interposer opened is close-on-exec. */
+	d = opendir("/proc/self/fd");
+	while ((de = readdir(d))) {
+		int fd = atoi(de->d_name);
+		if (de->d_name[0] == '.' || fd == dirfd(d) || (fd < 1024 && before[fd]))
+			continue;
+		ck_assert_msg(fcntl(fd, F_GETFD) & FD_CLOEXEC, "fd %d is not close-on-exec", fd);
+	}
+	closedir(d);
+}
+END_TEST
+
+START_TEST(fetched_descriptors_are_close_on_exec_and_need_the_token)
+{
+	CUmemGenericAllocationHandle h;
+	uint8_t buf[4096];
+	Cuip__Ticket *t;
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Fetch f = CUIP__FETCH__INIT;
+	Cuip__Response *resp;
+	char err[128];
+	int tk, s, fd = -1;
+
+	h_init(0);
+	h_create_map(h_gran(), &h);
+	tk = h_export(h);
+	ssize_t n = pread(tk, buf, sizeof(buf), 0);
+	ck_assert_int_eq(cuip_decode(buf, (size_t)n, CUIP_KIND_TICKET, &cuip__ticket__descriptor, NULL,
+				     (ProtobufCMessage **)&t, err, sizeof(err)),
+			 0);
+	s = h_connect(0);
+	f.alloc = t->alloc;
+	f.token = t->token;
+	req.body_case = CUIP__REQUEST__BODY_FETCH;
+	req.fetch = &f;
+	ck_assert_int_eq(h_request(s, &req, -1, &resp, &fd), 0);
+	ck_assert_int_eq(resp->status, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+	close(fd);
+	cuip__response__free_unpacked(resp, NULL);
+	/* A wrong token is refused, without a descriptor. */
+	t->token.data[0] ^= 1;
+	fd = -1;
+	ck_assert_int_eq(h_request(s, &req, -1, &resp, &fd), 0);
+	ck_assert_int_eq(resp->status, -EACCES);
+	ck_assert_int_eq(fd, -1);
+	cuip__response__free_unpacked(resp, NULL);
+	close(s);
+	cuip__ticket__free_unpacked(t, NULL);
+	close(tk);
+}
+END_TEST
+
+/* The server closed its copy of a pipe's read end iff writing fails. */
+static bool reader_closed(int wfd)
+{
+	return write(wfd, "x", 1) < 0 && errno == EPIPE;
+}
+
+START_TEST(malformed_messages_close_the_connection_and_leak_nothing)
+{
+	char path[256], junk[64];
+	int fds, s, pp[2];
+
+	signal(SIGPIPE, SIG_IGN);
+	h_init(0);
+	ck_assert_int_eq(h_sock_path(0, path, sizeof(path)), 0);
+	usleep(10000);
+	fds = h_nfds();
+	for (int kind = 0; kind < 4; kind++) {
+		ck_assert_int_eq(pipe2(pp, O_CLOEXEC), 0);
+		s = cuip_client_connect(path);
+		ck_assert_int_ge(s, 0);
+		memset(junk, 0xa5, sizeof(junk));
+		if (kind == 1) {
+			struct cuip_frame fr = {CUIP_MAGIC, CUIP_FORMAT_VERSION, CUIP_KIND_REQUEST, 1u << 30, 0};
+			memcpy(junk, &fr, sizeof(fr)); /* too long */
+		} else if (kind == 2) {
+			struct cuip_frame fr = {CUIP_MAGIC, 99, CUIP_KIND_REQUEST, 4, 0};
+			memcpy(junk, &fr, sizeof(fr)); /* wrong version */
+		} else if (kind == 3) {
+			struct cuip_frame fr = {CUIP_MAGIC, CUIP_FORMAT_VERSION, CUIP_KIND_REQUEST, 8, 0};
+			memcpy(junk, &fr, sizeof(fr)); /* bad checksum */
+		}
+		ck_assert_int_eq(h_send_fd(s, pp[0], junk, kind == 1 || kind == 2 ? 16 : sizeof(junk)), 0);
+		close(pp[0]);
+		/* the server hangs up */
+		char c;
+		ck_assert_int_le(read(s, &c, 1), 0);
+		close(s);
+		ck_assert(reader_closed(pp[1]));
+		close(pp[1]);
+	}
+	/* A request before the handshake. */
+	s = cuip_client_connect(path);
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Response *resp;
+	req.body_case = CUIP__REQUEST__BODY_INSPECT;
+	req.inspect = 1;
+	ck_assert_int_eq(h_request(s, &req, -1, &resp, NULL), 0);
+	ck_assert_int_eq(resp->status, -EPROTO);
+	cuip__response__free_unpacked(resp, NULL);
+	close(s);
+	/* A handshake with the wrong protocol version. */
+	s = cuip_client_connect(path);
+	Cuip__Handshake hs = CUIP__HANDSHAKE__INIT;
+	hs.protocol = CUIP_FORMAT_VERSION + 1;
+	req.body_case = CUIP__REQUEST__BODY_HANDSHAKE;
+	req.handshake = &hs;
+	ck_assert_int_eq(h_request(s, &req, -1, &resp, NULL), 0);
+	ck_assert_int_eq(resp->status, -EPROTONOSUPPORT);
+	cuip__response__free_unpacked(resp, NULL);
+	close(s);
+	usleep(20000);
+	ck_assert_int_eq(h_nfds(), fds);
+	/* Still serving. */
+	Cuip__ProcessState *st = h_state(0);
+	h_state_free(st);
+}
+END_TEST
+
+START_TEST(a_peer_that_hangs_up_raises_no_sigpipe)
+{
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	int s;
+
+	signal(SIGPIPE, SIG_DFL);
+	h_init(0);
+	for (int i = 0; i < 20; i++) {
+		s = h_connect(0);
+		req.body_case = CUIP__REQUEST__BODY_INSPECT;
+		req.inspect = 1;
+		ck_assert_int_eq(cuip_msg_send(s, CUIP_KIND_REQUEST, &req.base, -1), 0);
+		close(s); /* before the answer */
+	}
+	usleep(50000);
+	Cuip__ProcessState *st = h_state(0); /* alive and serving */
+	h_state_free(st);
+}
+END_TEST
+
+Suite *share_suite(void);
+Suite *share_suite(void)
+{
+	Suite *s = suite_create("share");
+	TCase *tc = tcase_create("tickets");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, export_mints_sealed_tickets_from_one_export);
+	tcase_add_test(tc, same_process_import_aliases);
+	tcase_add_test(tc, malformed_tickets_unsealed_memfds_and_devices_are_not_tickets);
+	tcase_add_test(tc, raw_imports_pass_through_and_are_counted_until_released);
+	tcase_add_test(tc, forked_child_imports_from_its_parent);
+	tcase_add_test(tc, import_after_the_creator_released_fails_cleanly);
+	tcase_add_test(tc, eight_threads_exporting_at_once_call_the_driver_once);
+	tcase_add_test(tc, a_failed_driver_export_leaves_the_allocation_native);
+	tcase_add_test(tc, the_listener_keeps_serving_while_allocations_churn);
+	tcase_add_test(tc, descriptor_exhaustion_fails_cleanly);
+	tcase_add_test(tc, a_forked_child_starts_with_fresh_state);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("protocol");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, socket_threads_and_descriptors);
+	tcase_add_test(tc, fetched_descriptors_are_close_on_exec_and_need_the_token);
+	tcase_add_test(tc, malformed_messages_close_the_connection_and_leak_nothing);
+	tcase_add_test(tc, a_peer_that_hangs_up_raises_no_sigpipe);
+	suite_add_tcase(s, tc);
+	return s;
+}
