@@ -11,7 +11,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
@@ -66,6 +65,26 @@ static CUresult target_open(int pid, struct target *t)
 	return CUDA_SUCCESS;
 }
 
+/* Alive and not a zombie: a dead target's restore thread will never answer. */
+static int target_alive(int pid)
+{
+	char path[64], buf[256], *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X';
+}
+
 static void target_close(struct target *t)
 {
 	munmap(t->mb, FK_MB_SIZE);
@@ -101,7 +120,7 @@ static CUresult request(int pid, uint32_t action, uint32_t timeout_ms, const CUc
 			break;
 		}
 		syscall(SYS_futex, &mb->done_seq, FUTEX_WAIT, d, &ts, NULL, 0);
-		if (kill(pid, 0) < 0 && errno == ESRCH) {
+		if (!target_alive(pid)) {
 			r = CUDA_ERROR_INVALID_VALUE;
 			break;
 		}

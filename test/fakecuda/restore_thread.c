@@ -44,12 +44,13 @@ static CUresult rt_lock(void)
 	return CUDA_SUCCESS;
 }
 
-static CUresult rt_unlock(void)
+/* The gate opens only after the answer is posted: an application may exit at once. */
+static CUresult rt_unlock(int *open_gate)
 {
 	if (mb->state != CU_PROCESS_STATE_LOCKED)
 		return CUDA_ERROR_ILLEGAL_STATE;
 	__atomic_store_n(&mb->state, CU_PROCESS_STATE_RUNNING, __ATOMIC_RELEASE);
-	gate_open();
+	*open_gate = 1;
 	return CUDA_SUCCESS;
 }
 
@@ -240,6 +241,7 @@ static void *restore_thread(void *arg)
 	__atomic_store_n(&mb->restore_tid, (int32_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
 	for (;;) {
 		uint32_t s = __atomic_load_n(&mb->req_seq, __ATOMIC_ACQUIRE);
+		int open_gate = 0;
 		CUresult r;
 
 		if (s == seen) {
@@ -258,7 +260,7 @@ static void *restore_thread(void *arg)
 			r = rt_restore();
 			break;
 		case FK_MB_UNLOCK:
-			r = rt_unlock();
+			r = rt_unlock(&open_gate);
 			break;
 		default:
 			r = CUDA_ERROR_INVALID_VALUE;
@@ -267,6 +269,8 @@ static void *restore_thread(void *arg)
 		mb->result = r;
 		__atomic_store_n(&mb->done_seq, s, __ATOMIC_RELEASE);
 		futex(&mb->done_seq, FUTEX_WAKE, INT_MAX);
+		if (open_gate)
+			gate_open();
 	}
 	return NULL;
 }

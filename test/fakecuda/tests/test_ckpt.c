@@ -1,0 +1,460 @@
+/*
+ * The native checkpoint API on the fake driver, driven from this process
+ * against forked targets: the state machine, bytes and addresses across
+ * checkpoint/restore, GPU remap by UUID, the lock's blocking and timeout, and
+ * each refusal measured on the real driver (FACTS.md).  Needs root (the
+ * mailbox is reached through /proc/PID/map_files); skipped otherwise.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define NW (64 * 1024) /* 256 KiB of uint32 */
+static uint32_t buf[NW];
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void fill(uint32_t *p, size_t n, uint32_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = seed ^ (uint32_t)(i * 2654435761u);
+}
+
+static int check(const uint32_t *p, size_t n, uint32_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != (seed ^ (uint32_t)(i * 2654435761u)))
+			return 0;
+	return 1;
+}
+
+static CUprocessState state_of(pid_t pid)
+{
+	CUprocessState st = CU_PROCESS_STATE_FAILED;
+
+	CK(cuCheckpointProcessGetState(pid, &st));
+	return st;
+}
+
+#define SKIP_UNLESS_ROOT()                                                                                 \
+	do {                                                                                               \
+		if (!fkt_is_root()) {                                                                      \
+			fprintf(stderr, "skipped: the checkpoint API needs root (/proc/PID/map_files)\n"); \
+			return;                                                                            \
+		}                                                                                          \
+	} while (0)
+
+/* How many device-memory windows (devd memfds) and sockets the process holds. */
+static void device_footprint(pid_t pid, int *windows, int *sockets)
+{
+	char path[64], line[512], link[128];
+	struct dirent *d;
+	FILE *f;
+	DIR *dir;
+
+	*windows = *sockets = 0;
+	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+	f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, "memfd:fakecuda-dev"))
+			(*windows)++;
+	fclose(f);
+	snprintf(path, sizeof(path), "/proc/%d/fd", pid);
+	dir = opendir(path);
+	ck_assert_ptr_nonnull(dir);
+	while ((d = readdir(dir))) {
+		char p2[600];
+		ssize_t n;
+
+		snprintf(p2, sizeof(p2), "%s/%s", path, d->d_name);
+		n = readlink(p2, link, sizeof(link) - 1);
+		if (n > 0) {
+			link[n] = 0;
+			if (!strncmp(link, "socket:", 7))
+				(*sockets)++;
+		}
+	}
+	closedir(dir);
+}
+
+struct addrs {
+	CUdeviceptr lin, vmm;
+	CUuuid uuid0;
+};
+
+/* Target with private memory only: cuMemAlloc + a never-exported POSIX-capable VMM allocation. */
+static int private_target(int s, void *arg)
+{
+	int dev = arg ? *(int *)arg : 0;
+	struct addrs a;
+	CUmemGenericAllocationHandle h;
+	size_t n = NW;
+	uint32_t one = 1;
+	void *args[] = {&a.lin, &n, &one};
+	char m;
+	int ok;
+
+	fkt_init_ctx(dev);
+	CK(cuMemAlloc(&a.lin, sizeof(buf)));
+	h = fkt_vmm_create(2 * MiB, dev, 1);
+	a.vmm = fkt_vmm_map(h, 2 * MiB, dev);
+	fill(buf, NW, 0x1234);
+	CK(cuMemcpyHtoD(a.lin, buf, sizeof(buf)));
+	fill(buf, NW, 0x5678);
+	CK(cuMemcpyHtoD(a.vmm + MiB, buf, sizeof(buf)));
+	CK(cuDeviceGetUuid(&a.uuid0, 0));
+	fkt_send(s, &a, sizeof(a));
+	if (fkt_recv(s, &m, 1)) /* 'v': verify */
+		return 2;
+	CK(cuMemcpyDtoH(buf, a.lin, sizeof(buf)));
+	ok = check(buf, NW, 0x1234);
+	CK(cuMemcpyDtoH(buf, a.vmm + MiB, sizeof(buf)));
+	ok = ok && check(buf, NW, 0x5678);
+	CK(cuLaunchKernel(fkt_kernel("fake_add_u32"), 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+	CK(cuMemcpyDtoH(buf, a.lin, sizeof(buf)));
+	for (int i = 0; i < NW; i++)
+		buf[i] -= 1;
+	ok = ok && check(buf, NW, 0x1234);
+	CK(cuDeviceGetUuid(&a.uuid0, 0));
+	fkt_send(s, &ok, sizeof(ok));
+	fkt_send(s, &a.uuid0, sizeof(a.uuid0));
+	return ok ? 0 : 3;
+}
+
+START_TEST(private_bytes_survive_checkpoint_at_same_addresses)
+{
+	struct addrs a;
+	char path[64], comm[32] = "";
+	size_t before, during;
+	int s, tid = 0, ok = 0, w, k;
+	FILE *f;
+	pid_t pid;
+	CUuuid u;
+
+	SKIP_UNLESS_ROOT();
+	pid = fkt_spawn(private_target, NULL, &s);
+	fkt_init_ctx(0);
+	ck_assert_int_eq(fkt_recv(s, &a, sizeof(a)), 0);
+	before = fkt_free_mem();
+
+	CK(cuCheckpointProcessGetRestoreThreadId(pid, &tid));
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", pid, tid);
+	f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_ptr_nonnull(fgets(comm, sizeof(comm), f));
+	fclose(f);
+	ck_assert_str_eq(comm, "fakecuda-rstr\n");
+	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_RUNNING);
+	CK_ERR(cuCheckpointProcessUnlock(pid, NULL), CUDA_ERROR_ILLEGAL_STATE);
+	CK_ERR(cuCheckpointProcessCheckpoint(pid, NULL), CUDA_ERROR_ILLEGAL_STATE);
+	CK_ERR(cuCheckpointProcessRestore(pid, NULL), CUDA_ERROR_ILLEGAL_STATE);
+	CK(cuCheckpointProcessLock(pid, NULL));
+	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_LOCKED);
+	CK_ERR(cuCheckpointProcessLock(pid, NULL), CUDA_ERROR_ILLEGAL_STATE);
+	device_footprint(pid, &w, &k);
+	ck_assert_int_eq(w, 2);
+	ck_assert_int_ge(k, 2); /* the device connection (+ the test socketpair) */
+	CK(cuCheckpointProcessCheckpoint(pid, NULL));
+	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_CHECKPOINTED);
+	/* everything device-side is released, the device connection is closed */
+	during = fkt_free_mem();
+	ck_assert_uint_ge(during, before + sizeof(buf) + 2 * MiB);
+	device_footprint(pid, &w, &k);
+	ck_assert_int_eq(w, 0);
+	ck_assert_int_eq(k, 1);
+	CK(cuCheckpointProcessGetRestoreThreadId(pid, &k));
+	ck_assert_int_eq(k, tid);
+	CK_ERR(cuCheckpointProcessUnlock(pid, NULL), CUDA_ERROR_ILLEGAL_STATE);
+	CK(cuCheckpointProcessRestore(pid, NULL));
+	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_LOCKED);
+	ck_assert_uint_eq(fkt_free_mem(), before);
+	CK(cuCheckpointProcessUnlock(pid, NULL));
+	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_RUNNING);
+	fkt_send(s, "v", 1);
+	ck_assert_int_eq(fkt_recv(s, &ok, sizeof(ok)), 0);
+	ck_assert_int_eq(fkt_recv(s, &u, sizeof(u)), 0);
+	ck_assert_int_eq(ok, 1);
+	ck_assert_int_eq(fkt_wait(pid), 0);
+}
+END_TEST
+
+START_TEST(checkpoint_api_errors_for_other_processes)
+{
+	CUprocessState st;
+	int tid;
+	pid_t pid;
+
+	SKIP_UNLESS_ROOT();
+	pid = fork();
+	if (pid == 0) {
+		pause();
+		_exit(0);
+	}
+	fkt_init_ctx(0);
+	CK_ERR(cuCheckpointProcessGetState(pid, &st), CUDA_ERROR_NOT_INITIALIZED);
+	CK_ERR(cuCheckpointProcessGetRestoreThreadId(pid, &tid), CUDA_ERROR_NOT_INITIALIZED);
+	CK_ERR(cuCheckpointProcessLock(pid, NULL), CUDA_ERROR_NOT_INITIALIZED);
+	kill(pid, SIGKILL);
+	fkt_wait(pid);
+	CK_ERR(cuCheckpointProcessGetState(pid, &st), CUDA_ERROR_INVALID_VALUE);
+	CK_ERR(cuCheckpointProcessGetState(getpid(), NULL), CUDA_ERROR_INVALID_VALUE);
+}
+END_TEST
+
+/* Targets that hold shared memory: 0 = VMM importer, 1 = IPC importer, 2 = exporter, 3 = multicast holder. */
+static int sharing_target(int s, void *arg)
+{
+	int kind = *(int *)arg, fd;
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr p;
+	char m;
+
+	if (kind == 0) {
+		if (fkt_recv_fd(s, &fd, &m, 1))
+			return 2;
+		fkt_init_ctx(0);
+		CK(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+		close(fd); /* "FD closed after import" */
+		p = fkt_vmm_map(h, 2 * MiB, 0);
+	} else if (kind == 1) {
+		CUipcMemHandle ih;
+
+		if (fkt_recv(s, &ih, sizeof(ih)))
+			return 2;
+		fkt_init_ctx(0);
+		CK(cuIpcOpenMemHandle(&p, ih, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+	} else if (kind == 2) {
+		fkt_init_ctx(0);
+		h = fkt_vmm_create(2 * MiB, 0, 1);
+		p = fkt_vmm_map(h, 2 * MiB, 0);
+		fill(buf, NW, 0x77);
+		CK(cuMemcpyHtoD(p, buf, sizeof(buf)));
+		CK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+		fkt_send_fd(s, fd, "f", 1); /* and keep our FD open */
+	} else {
+		CUmulticastObjectProp mp;
+
+		fkt_init_ctx(0);
+		memset(&mp, 0, sizeof(mp));
+		mp.numDevices = 1;
+		mp.size = 2 * MiB;
+		CK(cuMulticastCreate(&h, &mp));
+		CK(cuMulticastAddDevice(h, 0));
+		p = 0;
+	}
+	fkt_send(s, "r", 1);
+	if (fkt_recv(s, &m, 1))
+		return 0; /* killed by the test: stuck CHECKPOINTED */
+	if (kind == 2) {
+		CK(cuMemcpyDtoH(buf, p, sizeof(buf)));
+		if (!check(buf, NW, 0x77))
+			return 3;
+	}
+	CK(cuCtxSynchronize());
+	return 0;
+}
+
+START_TEST(sharing_processes_fail_native_checkpoint_as_measured)
+{
+	int kind = _i, s, fd;
+	CUmemGenericAllocationHandle h = 0, imp = 0;
+	CUdeviceptr lin = 0;
+	char m;
+	pid_t pid;
+
+	SKIP_UNLESS_ROOT();
+	pid = fkt_spawn(sharing_target, &kind, &s);
+	fkt_init_ctx(0);
+	if (kind == 0) {
+		h = fkt_vmm_create(2 * MiB, 0, 1);
+		CK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+		fkt_send_fd(s, fd, "f", 1);
+		close(fd);
+	} else if (kind == 1) {
+		CUipcMemHandle ih;
+
+		CK(cuMemAlloc(&lin, MiB));
+		CK(cuIpcGetMemHandle(&ih, lin));
+		fkt_send(s, &ih, sizeof(ih));
+	} else if (kind == 2) {
+		ck_assert_int_eq(fkt_recv_fd(s, &fd, &m, 1), 0);
+		CK(cuMemImportFromShareableHandle(&imp, (void *)(intptr_t)fd,
+						  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+		close(fd);
+	}
+	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
+	CK(cuCheckpointProcessLock(pid, NULL));
+	if (kind == 3) {
+		/* multicast: refused cleanly, nothing changed */
+		CK_ERR(cuCheckpointProcessCheckpoint(pid, NULL), CUDA_ERROR_NOT_SUPPORTED);
+		ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_LOCKED);
+		CK(cuCheckpointProcessUnlock(pid, NULL));
+		fkt_send(s, "c", 1);
+		ck_assert_int_eq(fkt_wait(pid), 0);
+		return;
+	}
+	CK(cuCheckpointProcessCheckpoint(pid, NULL)); /* "succeeds" in every case */
+	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_CHECKPOINTED);
+	if (kind == 2) {
+		CK(cuCheckpointProcessRestore(pid, NULL));
+		CK(cuCheckpointProcessUnlock(pid, NULL));
+		fkt_send(s, "c", 1);
+		ck_assert_int_eq(fkt_wait(pid), 0);
+		return;
+	}
+	CK_ERR(cuCheckpointProcessRestore(pid, NULL), kind == 0 ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE);
+	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_CHECKPOINTED);
+	CK_ERR(cuCheckpointProcessUnlock(pid, NULL), CUDA_ERROR_ILLEGAL_STATE);
+	CK_ERR(cuCheckpointProcessRestore(pid, NULL), kind == 0 ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE);
+	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_CHECKPOINTED);
+	kill(pid, SIGKILL);
+	fkt_wait(pid);
+}
+END_TEST
+
+START_TEST(restore_remaps_gpus_by_uuid)
+{
+	CUcheckpointRestoreArgs ra;
+	CUcheckpointGpuPair pairs[2];
+	CUuuid u0, u1, after;
+	struct addrs a;
+	size_t f0, t;
+	int s, ok = 0, dev = 0;
+	pid_t pid;
+
+	SKIP_UNLESS_ROOT();
+	pid = fkt_spawn(private_target, &dev, &s);
+	fkt_init_ctx(1);
+	CK(cuDeviceGetUuid(&u0, 0));
+	CK(cuDeviceGetUuid(&u1, 1));
+	ck_assert_int_eq(fkt_recv(s, &a, sizeof(a)), 0);
+	CK(cuCheckpointProcessLock(pid, NULL));
+	CK(cuCheckpointProcessCheckpoint(pid, NULL));
+	CK(cuMemGetInfo(&f0, &t));
+	ck_assert_uint_eq(f0, t); /* device 1 is empty */
+	memset(&ra, 0, sizeof(ra));
+	memset(pairs, 0, sizeof(pairs));
+	pairs[0].oldUuid = u1; /* does not name the checkpointed GPU 0 */
+	pairs[0].newUuid = u0;
+	ra.gpuPairs = pairs;
+	ra.gpuPairsCount = 1;
+	CK_ERR(cuCheckpointProcessRestore(pid, &ra), CUDA_ERROR_INVALID_VALUE);
+	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_CHECKPOINTED);
+	pairs[0].oldUuid = u0;
+	pairs[0].newUuid = u1;
+	pairs[1].oldUuid = u1;
+	pairs[1].newUuid = u0;
+	ra.gpuPairsCount = 2;
+	CK(cuCheckpointProcessRestore(pid, &ra));
+	CK(cuMemGetInfo(&f0, &t));
+	ck_assert_uint_le(f0, t - 2 * MiB - sizeof(buf)); /* the target's memory now lives on device 1 */
+	CK(cuCheckpointProcessUnlock(pid, NULL));
+	fkt_send(s, "v", 1);
+	ck_assert_int_eq(fkt_recv(s, &ok, sizeof(ok)), 0);
+	ck_assert_int_eq(fkt_recv(s, &after, sizeof(after)), 0);
+	ck_assert_int_eq(ok, 1);
+	ck_assert(memcmp(&after, &u1, sizeof(u1)) == 0); /* its device 0 is now the old device 1 */
+	ck_assert_int_eq(fkt_wait(pid), 0);
+}
+END_TEST
+
+/* Target for the lock: a slow kernel in flight, then a thread that calls the API while locked. */
+static int slow_target(int s, void *arg)
+{
+	CUdeviceptr p;
+	size_t n = 16;
+	uint32_t v = 1;
+	void *args[] = {&p, &n, &v};
+	int64_t t0, dt;
+	char m;
+
+	setenv("FAKECUDA_KERNEL_DELAY_US", "600000", 1);
+	fkt_init_ctx(0);
+	CK(cuMemAlloc(&p, 64));
+	CK(cuLaunchKernel(fkt_kernel("fake_fill_u32"), 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+	fkt_send(s, "k", 1);
+	if (fkt_recv(s, &m, 1)) /* the parent holds the lock now */
+		return 2;
+	t0 = now_ms();
+	CK(cuCtxSynchronize()); /* blocks until unlock */
+	dt = now_ms() - t0;
+	fkt_send(s, &dt, sizeof(dt));
+	return 0;
+}
+
+START_TEST(lock_waits_for_device_work_times_out_and_blocks_api_calls)
+{
+	CUcheckpointLockArgs la;
+	int64_t t0, dt;
+	int s;
+	char m;
+	pid_t pid;
+
+	SKIP_UNLESS_ROOT();
+	pid = fkt_spawn(slow_target, NULL, &s);
+	fkt_init_ctx(0);
+	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
+	memset(&la, 0, sizeof(la));
+	la.timeoutMs = 100;
+	t0 = now_ms();
+	CK_ERR(cuCheckpointProcessLock(pid, &la), CUDA_ERROR_NOT_READY); /* kernel still running */
+	ck_assert_int_ge(now_ms() - t0, 90);
+	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_RUNNING);
+	la.reserved0 = 1;
+	CK_ERR(cuCheckpointProcessLock(pid, &la), CUDA_ERROR_INVALID_VALUE);
+	la.reserved0 = 0;
+	la.timeoutMs = 0; /* no timeout: waits for the kernel */
+	CK(cuCheckpointProcessLock(pid, &la));
+	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_LOCKED);
+	fkt_send(s, "l", 1);
+	usleep(300000);
+	CK(cuCheckpointProcessUnlock(pid, NULL));
+	ck_assert_int_eq(fkt_recv(s, &dt, sizeof(dt)), 0);
+	ck_assert_int_ge(dt, 250);
+	ck_assert_int_eq(fkt_wait(pid), 0);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("fakecuda-checkpoint");
+	TCase *t1 = tcase_create("one-device"), *t2 = tcase_create("two-devices");
+
+	tcase_add_unchecked_fixture(t1, fkt_devd1, fkt_devd_stop);
+	tcase_add_unchecked_fixture(t2, fkt_devd2, fkt_devd_stop);
+	tcase_set_timeout(t1, 30);
+	tcase_set_timeout(t2, 30);
+	tcase_add_test(t1, private_bytes_survive_checkpoint_at_same_addresses);
+	tcase_add_test(t1, checkpoint_api_errors_for_other_processes);
+	tcase_add_loop_test(t1, sharing_processes_fail_native_checkpoint_as_measured, 0, 4);
+	tcase_add_test(t1, lock_waits_for_device_work_times_out_and_blocks_api_calls);
+	tcase_add_test(t2, restore_remaps_gpus_by_uuid);
+	suite_add_tcase(s, t1);
+	suite_add_tcase(s, t2);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
