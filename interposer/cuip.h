@@ -38,6 +38,9 @@
 #undef cuGetProcAddress
 
 #define CUIP_API __attribute__((visibility("default")))
+/* Code that sanitizer runtimes reach before they are initialized (their
+ * interceptors resolve libc through our dlsym) must not be instrumented. */
+#define CUIP_NOSAN __attribute__((no_sanitize_address, no_sanitize("undefined")))
 
 /* CUDA 13.1 device-explicit multicast binds; the 13.0 cuda.h lacks them. */
 CUresult CUDAAPI cuMulticastBindMem_v2(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset,
@@ -82,6 +85,8 @@ void cuip_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 
 	X(cuMemExportToShareableHandle)           \
 	X(cuMemImportFromShareableHandle)         \
 	X(cuMemGetAllocationPropertiesFromHandle) \
+	X(cuMemAddressReserve)                    \
+	X(cuMemAddressFree)                       \
 	X(cuMemcpyDtoH_v2)                        \
 	X(cuMemcpyHtoD_v2)                        \
 	X(cuMemcpyDtoHAsync_v2)                   \
@@ -109,7 +114,7 @@ struct cuip_real {
 extern struct cuip_real real;
 /* Resolve the real driver once; 0 or -ENOENT (no libcuda.so.1). */
 int cuip_driver_init(void);
-void *cuip_real_dlsym(void *handle, const char *name);
+CUIP_NOSAN void *cuip_real_dlsym(void *handle, const char *name);
 void *cuip_driver_handle(void);
 const char *cuip_cuerr(CUresult r);
 
@@ -140,6 +145,8 @@ bool cuip_started(void);
 /* Device ordinal -> UUID (NULL when unknown); UUID -> ordinal or -1. */
 const uint8_t *cuip_dev_uuid(int ordinal);
 int cuip_dev_by_uuid(const uint8_t *uuid);
+/* Re-read the device list (after a restore, devices may have been remapped). */
+void cuip_devices_rescan(void);
 void cuip_random(void *buf, size_t len);
 
 /* ---- gate and lifecycle (gate.c) ---------------------------------------- */
@@ -177,6 +184,7 @@ struct cuip_mapping {
 	uint64_t va, size, offset;
 	struct cuip_alloc *a;
 	unsigned long long map_flags;
+	bool detached;		 /* unmapped by PREPARE_UNICAST, VA kept for the rebuild */
 	struct cuip_access *acc; /* sorted by (location, va), non-overlapping, coalesced */
 	size_t nacc, capacc;
 };

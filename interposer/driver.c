@@ -19,7 +19,7 @@ static void *cuda_handle;
 static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
 static void *(*libc_dlsym)(void *, const char *);
 
-static void dlsym_init(void)
+CUIP_NOSAN static void dlsym_init(void)
 {
 	static const char *const vers[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", NULL};
 
@@ -27,7 +27,7 @@ static void dlsym_init(void)
 		libc_dlsym = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", vers[i]);
 }
 
-void *cuip_real_dlsym(void *handle, const char *name)
+CUIP_NOSAN void *cuip_real_dlsym(void *handle, const char *name)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
 

@@ -1,17 +1,32 @@
 /*
  * ops.c - plugin operations, run one at a time by the "cuip-op" thread.
  *
- * INSPECT answers the tracked state. The checkpoint operations (QUIESCE,
- * PREPARE_*, SAVE, LOAD, REBUILD, VERIFY, RESUME) drive the lifecycle
- * ACTIVE -> QUIESCED -> PREPARED -> RESTORING -> ACTIVE (or FAILED).
+ * Lifecycle: ACTIVE -QUIESCE-> QUIESCED -PREPARE_UNICAST-> PREPARED
+ * -LOAD/REBUILD-> RESTORING -RESUME-> ACTIVE. A failed step replies a
+ * negative errno naming the allocation and leaves the gate closed, so the
+ * plugin can roll back (LOAD + REBUILD + RESUME on the running job) or kill
+ * a half-restored tree; RESUME refuses while shared memory is detached. A
+ * topology that comes back different (VERIFY) makes the process FAILED.
+ *
+ * The op thread holds cuip_state_lock for each operation: application
+ * threads cannot want it meanwhile (they wait at the closed gate), and the
+ * control thread never takes it. The op thread runs the driver in each
+ * device's primary context, retained for the operation and released after;
+ * application threads' current contexts are theirs and untouched.
  * Replies come from the reply arena (inspect.c).
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "carrier.h"
 #include "cuip.h"
+
+#define ID_FMT	    "%016llx:%llu"
+#define ID(a)	    (unsigned long long)(a)->creator, (unsigned long long)(a)->serial
+#define MAX_DEVICES 64
 
 static Cuip__Response *reply(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -36,15 +51,683 @@ static Cuip__Response *reply(int status, const char *fmt, ...)
 	return r;
 }
 
+static const char *phase_name(Cuip__Phase p)
+{
+	static const char *const n[] = {"?", "ACTIVE", "QUIESCED", "PREPARED", "RESTORING", "FAILED"};
+	return (unsigned)p < 6 ? n[p] : "?";
+}
+
+/* ---- primary contexts of the op thread ----------------------------------- */
+
+static CUcontext prim[MAX_DEVICES];
+
+/* Make ordinal's primary context current on this thread (retained once per operation). */
+static CUresult use_device(int ord, CUcontext *out)
+{
+	CUdevice dev;
+	CUresult r;
+
+	if (ord < 0 || ord >= MAX_DEVICES)
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (!prim[ord]) {
+		r = real.cuDeviceGet(&dev, ord);
+		if (r == CUDA_SUCCESS)
+			r = real.cuDevicePrimaryCtxRetain(&prim[ord], dev);
+		if (r != CUDA_SUCCESS) {
+			prim[ord] = NULL;
+			return r;
+		}
+	}
+	if (out)
+		*out = prim[ord];
+	return real.cuCtxSetCurrent(prim[ord]);
+}
+
+static void release_devices(void)
+{
+	real.cuCtxSetCurrent(NULL);
+	for (int i = 0; i < MAX_DEVICES; i++) {
+		if (prim[i]) {
+			CUdevice dev;
+			if (real.cuDeviceGet(&dev, i) == CUDA_SUCCESS)
+				real.cuDevicePrimaryCtxRelease_v2(dev);
+			prim[i] = NULL;
+		}
+	}
+}
+
+/* The ordinal that holds an allocation now: the recorded device's UUID
+ * looked up in the current device list (a restore may remap GPUs), else
+ * the recorded ordinal. */
+static int device_of(const struct cuip_alloc *a, const uint8_t *old_uuid)
+{
+	int ord = old_uuid ? cuip_dev_by_uuid(old_uuid) : -1;
+
+	return ord >= 0 ? ord : a->prop.location.id;
+}
+
+/* ---- temporary full mapping of an allocation ----------------------------- */
+
+struct tmpmap {
+	CUdeviceptr va;
+	size_t size;
+	bool mapped;
+};
+
+static CUresult tmp_map(struct cuip_alloc *a, int ord, struct tmpmap *t)
+{
+	CUmemAccessDesc d = {{CU_MEM_LOCATION_TYPE_DEVICE, ord}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	CUresult r;
+
+	t->size = a->size;
+	t->mapped = false;
+	r = real.cuMemAddressReserve(&t->va, t->size, 0, 0, 0);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = real.cuMemMap(t->va, t->size, 0, a->drv, 0);
+	if (r == CUDA_SUCCESS) {
+		t->mapped = true;
+		r = real.cuMemSetAccess(t->va, t->size, &d, 1);
+	}
+	return r;
+}
+
+static void tmp_unmap(struct tmpmap *t)
+{
+	if (t->mapped)
+		real.cuMemUnmap(t->va, t->size);
+	if (t->va)
+		real.cuMemAddressFree(t->va, t->size);
+	t->va = 0;
+	t->mapped = false;
+}
+
+/* ---- carriers ------------------------------------------------------------- */
+
+static void *carrier_lookup(void *arg, const char *name)
+{
+	(void)arg;
+	return cuip_real_dlsym(cuip_driver_handle(), name);
+}
+
+static int carrier_setup(struct carrier_ops *ops, struct carrier_config *cfg, char *err, size_t errlen)
+{
+	int ret = carrier_ops_resolve(ops, carrier_lookup, NULL, err, errlen);
+
+	if (!ret)
+		ret = carrier_config_init(cfg, err, errlen);
+	return ret;
+}
+
+/* ---- QUIESCE --------------------------------------------------------------- */
+
+static Cuip__Response *op_quiesce(const Cuip__Quiesce *q)
+{
+	Cuip__Phase ph = cuip_phase();
+	int ret;
+
+	if (ph == CUIP__PHASE__PHASE_QUIESCED)
+		return reply(0, NULL);
+	if (ph != CUIP__PHASE__PHASE_ACTIVE)
+		return reply(-EBUSY, "pid %d: QUIESCE in phase %s", self.pid, phase_name(ph));
+	ret = cuip_gate_close(q->timeout_ms);
+	if (ret)
+		return reply(ret, "pid %d: CUDA calls still in flight after %u ms; gate reopened", self.pid,
+			     q->timeout_ms);
+	/* Everything queued on the devices completes before anything is torn down. */
+	for (int i = 0; i < self.ndev; i++) {
+		unsigned flags;
+		int active = 0;
+		CUdevice dev;
+		CUresult r;
+		if (real.cuDeviceGet(&dev, self.dev[i].ordinal) != CUDA_SUCCESS ||
+		    real.cuDevicePrimaryCtxGetState(dev, &flags, &active) != CUDA_SUCCESS || !active)
+			continue;
+		r = use_device(self.dev[i].ordinal, NULL);
+		if (r == CUDA_SUCCESS)
+			r = real.cuCtxSynchronize();
+		if (r != CUDA_SUCCESS) {
+			release_devices();
+			cuip_gate_open();
+			return reply(-EIO, "pid %d: synchronizing device %d failed: %s; gate reopened", self.pid,
+				     self.dev[i].ordinal, cuip_cuerr(r));
+		}
+	}
+	release_devices();
+	cuip_set_phase(CUIP__PHASE__PHASE_QUIESCED);
+	return reply(0, NULL);
+}
+
+/* ---- SAVE ------------------------------------------------------------------ */
+
+static Cuip__Response *op_save(const Cuip__Save *s, int fd)
+{
+	struct carrier_item *items = NULL;
+	struct tmpmap *maps = NULL;
+	struct cuip_alloc **as = NULL;
+	struct carrier_ops ops;
+	struct carrier_config cfg;
+	struct carrier_stats stats;
+	Cuip__SaveReply *sr;
+	Cuip__Response *resp = NULL;
+	char err[512] = "", name[64];
+	size_t n = s->n_allocs;
+	uint64_t total = 0;
+	int ret;
+
+	if (cuip_phase() != CUIP__PHASE__PHASE_QUIESCED)
+		return reply(-EBUSY, "pid %d: SAVE in phase %s (QUIESCE first)", self.pid, phase_name(cuip_phase()));
+	if (fd < 0)
+		return reply(-EBADF, "pid %d: SAVE came without a carrier file", self.pid);
+	if (s->chunk_size == 0 || s->chunk_size > CARRIER_CHUNK_MAX)
+		return reply(-EINVAL, "pid %d: SAVE chunk size %u is out of range", self.pid, s->chunk_size);
+	ret = carrier_setup(&ops, &cfg, err, sizeof(err));
+	if (ret)
+		return reply(ret, "pid %d: carrier: %s", self.pid, err);
+	items = calloc(n ? n : 1, sizeof(*items));
+	maps = calloc(n ? n : 1, sizeof(*maps));
+	as = calloc(n ? n : 1, sizeof(*as));
+	if (!items || !maps || !as) {
+		resp = reply(-ENOMEM, "pid %d: out of memory", self.pid);
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const Cuip__AllocId *id = s->allocs[i];
+		struct cuip_alloc *a = id ? cuip_alloc_by_id(id->creator, id->serial) : NULL;
+		CUcontext ctx;
+		CUresult r;
+		int ord;
+
+		if (!a || a->creator != self.id || a->owner != CUIP__OWNER__OWNER_SHARED || !a->drv) {
+			resp = reply(-ENOENT,
+				     "pid %d: allocation " ID_FMT " is not a live shared allocation created here",
+				     self.pid, id ? (unsigned long long)id->creator : 0ull,
+				     id ? (unsigned long long)id->serial : 0ull);
+			goto out;
+		}
+		ord = a->prop.location.id;
+		r = use_device(ord, &ctx);
+		if (r == CUDA_SUCCESS)
+			r = tmp_map(a, ord, &maps[i]);
+		if (r != CUDA_SUCCESS) {
+			resp = reply(-EIO, "pid %d: allocation " ID_FMT ": cannot map it for saving: %s", self.pid,
+				     ID(a), cuip_cuerr(r));
+			goto out;
+		}
+		as[i] = a;
+		items[i].va = maps[i].va;
+		items[i].size = a->size;
+		items[i].ctx = ctx;
+		snprintf(name, sizeof(name), "allocation " ID_FMT, ID(a));
+		items[i].name = cuip_strdup(name);
+		items[i].chunk_size = s->chunk_size;
+		items[i].ncrc = carrier_nchunks(a->size, s->chunk_size);
+		items[i].crc = cuip_zalloc(sizeof(uint32_t) * (items[i].ncrc ? items[i].ncrc : 1));
+		if (!items[i].crc || !items[i].name) {
+			resp = reply(-ENOMEM, "pid %d: out of memory", self.pid);
+			goto out;
+		}
+		total += a->size;
+	}
+	ret = carrier_save(&ops, &cfg, fd, s->offset, items, n, &stats, err, sizeof(err));
+	if (ret) {
+		resp = reply(ret, "pid %d: saving shared memory: %s", self.pid, err);
+		goto out;
+	}
+	resp = reply(0, NULL);
+	sr = cuip_zalloc(sizeof(*sr));
+	if (!resp || !sr)
+		goto nomem;
+	cuip__save_reply__init(sr);
+	sr->entries = cuip_zalloc(sizeof(*sr->entries) * (n ? n : 1));
+	if (!sr->entries)
+		goto nomem;
+	for (size_t i = 0; i < n; i++) {
+		Cuip__CarrierEntry *e = cuip_zalloc(sizeof(*e));
+		Cuip__AllocId *id = cuip_zalloc(sizeof(*id));
+		if (!e || !id)
+			goto nomem;
+		cuip__carrier_entry__init(e);
+		cuip__alloc_id__init(id);
+		id->creator = as[i]->creator;
+		id->serial = as[i]->serial;
+		e->alloc = id;
+		e->file = cuip_strdup(s->file);
+		e->offset = items[i].offset;
+		e->size = items[i].size;
+		e->chunk_size = items[i].chunk_size;
+		e->crc32c = items[i].crc;
+		e->n_crc32c = items[i].ncrc;
+		sr->entries[sr->n_entries++] = e;
+	}
+	sr->bytes = total;
+	resp->body_case = CUIP__RESPONSE__BODY_SAVE;
+	resp->save = sr;
+	pr_info("saved %zu shared allocations, %llu bytes, %.3f s", n, (unsigned long long)total, stats.seconds);
+	goto out;
+nomem:
+	resp = reply(-ENOMEM, "pid %d: out of memory", self.pid);
+out:
+	for (size_t i = 0; maps && i < n; i++)
+		tmp_unmap(&maps[i]);
+	release_devices();
+	free(items);
+	free(maps);
+	free(as);
+	return resp;
+}
+
+/* ---- PREPARE_UNICAST -------------------------------------------------------- */
+
+static bool is_shared(const struct cuip_alloc *a)
+{
+	return a->owner == CUIP__OWNER__OWNER_SHARED;
+}
+
+static Cuip__Response *op_prepare_unicast(void)
+{
+	Cuip__Phase ph = cuip_phase();
+
+	if (ph == CUIP__PHASE__PHASE_PREPARED)
+		return reply(0, NULL);
+	if (ph != CUIP__PHASE__PHASE_QUIESCED)
+		return reply(-EBUSY, "pid %d: PREPARE_UNICAST in phase %s", self.pid, phase_name(ph));
+	/* Mappings first (the VA reservations are the application's and stay),
+	 * then cached exports, then the driver handles. */
+	for (size_t i = 0; i < vmm.nmaps; i++) {
+		struct cuip_mapping *m = vmm.maps[i];
+		CUresult r;
+		if (!is_shared(m->a) || m->detached)
+			continue;
+		r = real.cuMemUnmap(m->va, m->size);
+		if (r != CUDA_SUCCESS)
+			return reply(-EIO, "pid %d: allocation " ID_FMT ": unmapping %#llx failed: %s", self.pid,
+				     ID(m->a), (unsigned long long)m->va, cuip_cuerr(r));
+		m->detached = true;
+	}
+	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
+		CUresult r;
+		if (!is_shared(a) || !a->drv)
+			continue;
+		if (a->creator == self.id)
+			cuip_xc_drop(a->serial);
+		r = real.cuMemRelease(a->drv);
+		if (r != CUDA_SUCCESS)
+			return reply(-EIO, "pid %d: allocation " ID_FMT ": releasing the driver handle failed: %s",
+				     self.pid, ID(a), cuip_cuerr(r));
+		a->drv = 0;
+	}
+	cuip_set_phase(CUIP__PHASE__PHASE_PREPARED);
+	return reply(0, NULL);
+}
+
+/* ---- LOAD ------------------------------------------------------------------ */
+
+static Cuip__Response *op_load(const Cuip__Load *l, int fd)
+{
+	struct carrier_item *items = NULL;
+	struct tmpmap *maps = NULL;
+	struct carrier_ops ops;
+	struct carrier_config cfg;
+	struct carrier_stats stats;
+	uint8_t old_uuid[MAX_DEVICES][16];
+	bool has_uuid[MAX_DEVICES] = {false};
+	Cuip__Response *resp = NULL;
+	char err[512] = "", name[64];
+	size_t n = l->n_entries;
+	uint64_t total = 0;
+	int ret;
+
+	if (fd < 0)
+		return reply(-EBADF, "pid %d: LOAD came without a carrier file", self.pid);
+	if (cuip_phase() == CUIP__PHASE__PHASE_ACTIVE || cuip_phase() == CUIP__PHASE__PHASE_QUIESCED)
+		return reply(-EBUSY, "pid %d: LOAD in phase %s (shared memory is attached)", self.pid,
+			     phase_name(cuip_phase()));
+	ret = carrier_setup(&ops, &cfg, err, sizeof(err));
+	if (ret)
+		return reply(ret, "pid %d: carrier: %s", self.pid, err);
+	/* Devices by UUID: remember the old ordinals' UUIDs, then look again. */
+	for (int i = 0; i < self.ndev; i++) {
+		if (self.dev[i].ordinal >= 0 && self.dev[i].ordinal < MAX_DEVICES) {
+			memcpy(old_uuid[self.dev[i].ordinal], self.dev[i].uuid, 16);
+			has_uuid[self.dev[i].ordinal] = true;
+		}
+	}
+	cuip_devices_rescan();
+	cuip_set_phase(CUIP__PHASE__PHASE_RESTORING);
+	items = calloc(n ? n : 1, sizeof(*items));
+	maps = calloc(n ? n : 1, sizeof(*maps));
+	if (!items || !maps) {
+		resp = reply(-ENOMEM, "pid %d: out of memory", self.pid);
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const Cuip__CarrierEntry *e = l->entries[i];
+		struct cuip_alloc *a = e->alloc ? cuip_alloc_by_id(e->alloc->creator, e->alloc->serial) : NULL;
+		CUmemAllocationProp prop;
+		CUcontext ctx;
+		CUresult r;
+		int old, ord;
+
+		if (!a || a->creator != self.id || !is_shared(a)) {
+			resp = reply(-ENOENT,
+				     "pid %d: carrier entry %zu names allocation " ID_FMT
+				     ", which this process did not create and share",
+				     self.pid, i, e->alloc ? (unsigned long long)e->alloc->creator : 0ull,
+				     e->alloc ? (unsigned long long)e->alloc->serial : 0ull);
+			goto out;
+		}
+		if (e->size != a->size) {
+			resp = reply(-EINVAL,
+				     "pid %d: allocation " ID_FMT ": carrier holds %llu bytes, the allocation %llu",
+				     self.pid, ID(a), (unsigned long long)e->size, (unsigned long long)a->size);
+			goto out;
+		}
+		if (a->drv) {
+			resp = reply(-EBUSY,
+				     "pid %d: allocation " ID_FMT " is attached; LOAD only refills detached ones",
+				     self.pid, ID(a));
+			goto out;
+		}
+		old = a->prop.location.id;
+		ord = a->prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE
+			      ? device_of(a, old >= 0 && old < MAX_DEVICES && has_uuid[old] ? old_uuid[old] : NULL)
+			      : old;
+		prop = a->prop;
+		if (prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+			prop.location.id = ord;
+		r = use_device(ord, &ctx);
+		if (r == CUDA_SUCCESS)
+			r = real.cuMemCreate(&a->drv, a->size, &prop, 0);
+		if (r != CUDA_SUCCESS) {
+			a->drv = 0;
+			resp = reply(-ENOMEM,
+				     "pid %d: allocation " ID_FMT ": recreating %llu bytes on device %d failed: %s",
+				     self.pid, ID(a), (unsigned long long)a->size, ord, cuip_cuerr(r));
+			goto out;
+		}
+		a->prop.location.id = prop.location.id;
+		r = tmp_map(a, ord, &maps[i]);
+		if (r != CUDA_SUCCESS) {
+			resp = reply(-EIO, "pid %d: allocation " ID_FMT ": cannot map it for loading: %s", self.pid,
+				     ID(a), cuip_cuerr(r));
+			goto out;
+		}
+		items[i].va = maps[i].va;
+		items[i].size = a->size;
+		items[i].ctx = ctx;
+		snprintf(name, sizeof(name), "allocation " ID_FMT, ID(a));
+		items[i].name = cuip_strdup(name);
+		items[i].chunk_size = e->chunk_size;
+		items[i].offset = e->offset;
+		items[i].crc = e->crc32c;
+		items[i].ncrc = e->n_crc32c;
+		total += a->size;
+	}
+	ret = carrier_load(&ops, &cfg, fd, items, n, &stats, err, sizeof(err));
+	if (ret) {
+		resp = reply(ret, "pid %d: loading shared memory: %s", self.pid, err);
+		goto out;
+	}
+	resp = reply(0, NULL);
+	if (!resp)
+		goto out;
+	resp->load = cuip_zalloc(sizeof(*resp->load));
+	if (!resp->load) {
+		resp = reply(-ENOMEM, "pid %d: out of memory", self.pid);
+		goto out;
+	}
+	cuip__load_reply__init(resp->load);
+	resp->load->bytes = total;
+	resp->body_case = CUIP__RESPONSE__BODY_LOAD;
+	pr_info("loaded %zu shared allocations, %llu bytes, %.3f s", n, (unsigned long long)total, stats.seconds);
+out:
+	for (size_t i = 0; maps && i < n; i++)
+		tmp_unmap(&maps[i]);
+	release_devices();
+	free(items);
+	free(maps);
+	return resp;
+}
+
+/* ---- REBUILD --------------------------------------------------------------- */
+
+/* Map every detached mapping of a at its original address and replay its access. */
+static Cuip__Response *remap(struct cuip_alloc *a)
+{
+	for (size_t i = 0; i < vmm.nmaps; i++) {
+		struct cuip_mapping *m = vmm.maps[i];
+		CUresult r;
+		if (m->a != a || !m->detached)
+			continue;
+		r = real.cuMemMap(m->va, m->size, m->offset, a->drv, m->map_flags);
+		if (r != CUDA_SUCCESS)
+			return reply(-EIO,
+				     "pid %d: allocation " ID_FMT ": mapping at the original address %#llx failed: %s",
+				     self.pid, ID(a), (unsigned long long)m->va, cuip_cuerr(r));
+		m->detached = false;
+		for (size_t k = 0; k < m->nacc; k++) {
+			CUmemAccessDesc d = {m->acc[k].loc, (CUmemAccess_flags)m->acc[k].flags};
+			r = real.cuMemSetAccess(m->acc[k].va, m->acc[k].size, &d, 1);
+			if (r != CUDA_SUCCESS)
+				return reply(-EIO, "pid %d: allocation " ID_FMT ": access of %#llx for location %d: %s",
+					     self.pid, ID(a), (unsigned long long)m->acc[k].va, m->acc[k].loc.id,
+					     cuip_cuerr(r));
+		}
+	}
+	return NULL;
+}
+
+static const char *peer_socket(const Cuip__Rebuild *rb, const struct cuip_alloc *a)
+{
+	for (size_t i = 0; i < rb->n_peers; i++)
+		if (rb->peers[i]->proc && rb->peers[i]->proc->id == a->creator && rb->peers[i]->socket)
+			return rb->peers[i]->socket;
+	return a->creator_sock[0] ? a->creator_sock : NULL;
+}
+
+static Cuip__Response *rebuild_creators(void)
+{
+	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
+		Cuip__Response *err;
+		CUresult r;
+
+		if (!is_shared(a) || a->creator != self.id)
+			continue;
+		if (!a->drv)
+			return reply(-ENODATA, "pid %d: allocation " ID_FMT " was not loaded (no carrier entry)",
+				     self.pid, ID(a));
+		err = remap(a);
+		if (err)
+			return err;
+		/* Publish before importers ask: same identity, same token. */
+		if (a->has_token && cuip_xc_export(a->serial, a->drv, a->token, &r))
+			return reply(-EIO, "pid %d: allocation " ID_FMT ": export failed: %s", self.pid, ID(a),
+				     cuip_cuerr(r));
+	}
+	return NULL;
+}
+
+static Cuip__Response *rebuild_importers(const Cuip__Rebuild *rb)
+{
+	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
+		Cuip__Response *err;
+		const char *sock;
+		char why[384] = "";
+		CUresult r;
+		int fd;
+
+		if (!is_shared(a) || a->creator == self.id)
+			continue;
+		if (!a->drv) {
+			sock = peer_socket(rb, a);
+			if (!sock)
+				return reply(-ESRCH,
+					     "pid %d: allocation " ID_FMT ": no socket for its creator (pid %d)",
+					     self.pid, ID(a), a->creator_pid);
+			fd = cuip_fetch(sock, a->creator, a->serial, a->token, sizeof(a->token), why, sizeof(why));
+			if (fd < 0)
+				return reply(fd, "pid %d: allocation " ID_FMT " from pid %d: %s", self.pid, ID(a),
+					     a->creator_pid, why);
+			r = real.cuMemImportFromShareableHandle(&a->drv, (void *)(uintptr_t)fd,
+								CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+			close(fd);
+			if (r != CUDA_SUCCESS) {
+				a->drv = 0;
+				return reply(-EIO, "pid %d: allocation " ID_FMT ": import failed: %s", self.pid, ID(a),
+					     cuip_cuerr(r));
+			}
+		}
+		err = remap(a);
+		if (err)
+			return err;
+	}
+	return NULL;
+}
+
+static Cuip__Response *op_rebuild(const Cuip__Rebuild *rb)
+{
+	Cuip__Phase ph = cuip_phase();
+	Cuip__Response *err = NULL;
+
+	if (ph == CUIP__PHASE__PHASE_ACTIVE || ph == CUIP__PHASE__PHASE_QUIESCED)
+		return reply(-EBUSY, "pid %d: REBUILD in phase %s (shared memory is attached)", self.pid,
+			     phase_name(ph));
+	cuip_set_phase(CUIP__PHASE__PHASE_RESTORING);
+	switch (rb->stage) {
+	case CUIP__STAGE__STAGE_CREATORS:
+		err = rebuild_creators();
+		break;
+	case CUIP__STAGE__STAGE_IMPORTERS:
+		err = rebuild_importers(rb);
+		break;
+	default:
+		break; /* multicast: nothing tracked yet */
+	}
+	return err ? err : reply(0, NULL);
+}
+
+/* ---- VERIFY ---------------------------------------------------------------- */
+
+static int acc_cmp(const void *x, const void *y)
+{
+	const Cuip__Access *a = *(Cuip__Access *const *)x, *b = *(Cuip__Access *const *)y;
+
+	if (a->location_type != b->location_type)
+		return a->location_type < b->location_type ? -1 : 1;
+	if (a->location_id != b->location_id)
+		return a->location_id < b->location_id ? -1 : 1;
+	return a->va < b->va ? -1 : a->va > b->va;
+}
+
+static bool same_access(Cuip__Access **x, size_t nx, Cuip__Access **y, size_t ny)
+{
+	if (nx != ny)
+		return false;
+	qsort(x, nx, sizeof(*x), acc_cmp);
+	qsort(y, ny, sizeof(*y), acc_cmp);
+	for (size_t i = 0; i < nx; i++)
+		if (x[i]->va != y[i]->va || x[i]->size != y[i]->size || x[i]->location_type != y[i]->location_type ||
+		    x[i]->location_id != y[i]->location_id || x[i]->flags != y[i]->flags)
+			return false;
+	return true;
+}
+
+static Cuip__Response *op_verify(Cuip__Verify *v)
+{
+	Cuip__ProcessState *exp = v->expected, *now;
+	size_t shared = 0;
+
+	if (!exp)
+		return reply(-EINVAL, "pid %d: VERIFY without an expected state", self.pid);
+	if (exp->self && exp->self->id != self.id)
+		return reply(-ESRCH, "pid %d: VERIFY names process %016llx, this is %016llx", self.pid,
+			     (unsigned long long)exp->self->id, (unsigned long long)self.id);
+	now = cuip_state_build();
+	if (!now)
+		return reply(-ENOMEM, "pid %d: out of memory", self.pid);
+	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
+		if (is_shared(a) && !a->drv)
+			goto detached;
+		for (size_t i = 0; i < vmm.nmaps; i++)
+			if (vmm.maps[i]->a == a && vmm.maps[i]->detached)
+				goto detached;
+		continue;
+detached:
+		cuip_fail("allocation " ID_FMT " is still detached after the rebuild", ID(a));
+		return reply(-EIO, "pid %d: allocation " ID_FMT " is still detached after the rebuild", self.pid,
+			     ID(a));
+	}
+	if (now->n_allocations != exp->n_allocations || now->n_mappings != exp->n_mappings) {
+		cuip_fail("%zu allocations and %zu mappings, the checkpoint had %zu and %zu", now->n_allocations,
+			  now->n_mappings, exp->n_allocations, exp->n_mappings);
+		return reply(-EIO, "pid %d: %s", self.pid, cuip_failure());
+	}
+	for (size_t i = 0; i < exp->n_allocations; i++) {
+		const Cuip__Allocation *e = exp->allocations[i];
+		const Cuip__Allocation *f = NULL;
+		for (size_t k = 0; k < now->n_allocations && !f; k++)
+			if (now->allocations[k]->id->creator == e->id->creator &&
+			    now->allocations[k]->id->serial == e->id->serial)
+				f = now->allocations[k];
+		if (!f || f->owner != e->owner || f->origin != e->origin || !f->props != !e->props ||
+		    (f->props && f->props->size != e->props->size)) {
+			cuip_fail("allocation " ID_FMT " %s after the rebuild", ID(e->id),
+				  f ? "differs from the checkpoint" : "is missing");
+			return reply(-EIO, "pid %d: %s", self.pid, cuip_failure());
+		}
+		shared += e->owner == CUIP__OWNER__OWNER_SHARED;
+	}
+	for (size_t i = 0; i < exp->n_mappings; i++) {
+		Cuip__Mapping *e = exp->mappings[i], *f = NULL;
+		for (size_t k = 0; k < now->n_mappings && !f; k++)
+			if (now->mappings[k]->va == e->va)
+				f = now->mappings[k];
+		if (!f || f->size != e->size || f->offset != e->offset || f->alloc->creator != e->alloc->creator ||
+		    f->alloc->serial != e->alloc->serial ||
+		    !same_access(f->access, f->n_access, e->access, e->n_access)) {
+			cuip_fail("mapping at %#llx of allocation " ID_FMT " %s after the rebuild",
+				  (unsigned long long)e->va, ID(e->alloc),
+				  f ? "differs from the checkpoint" : "is missing");
+			return reply(-EIO, "pid %d: %s", self.pid, cuip_failure());
+		}
+	}
+	pr_info("verified %zu allocations (%zu shared) and %zu mappings", exp->n_allocations, shared, exp->n_mappings);
+	return reply(0, NULL);
+}
+
+/* ---- RESUME ---------------------------------------------------------------- */
+
+static Cuip__Response *op_resume(void)
+{
+	Cuip__Phase ph = cuip_phase();
+
+	if (ph == CUIP__PHASE__PHASE_ACTIVE)
+		return reply(0, NULL);
+	if (ph == CUIP__PHASE__PHASE_FAILED)
+		return reply(-EIO, "pid %d: FAILED (%s); the gate stays closed", self.pid, cuip_failure());
+	for (struct cuip_alloc *a = vmm.head; a; a = a->next)
+		if (is_shared(a) && !a->drv)
+			return reply(-EBUSY, "pid %d: allocation " ID_FMT " is detached; LOAD and REBUILD first",
+				     self.pid, ID(a));
+	for (size_t i = 0; i < vmm.nmaps; i++)
+		if (vmm.maps[i]->detached)
+			return reply(-EBUSY, "pid %d: mapping %#llx is detached; REBUILD first", self.pid,
+				     (unsigned long long)vmm.maps[i]->va);
+	cuip_set_phase(CUIP__PHASE__PHASE_ACTIVE);
+	cuip_gate_open();
+	return reply(0, NULL);
+}
+
+/* ---- INSPECT and dispatch ------------------------------------------------- */
+
 static Cuip__Response *op_inspect(void)
 {
 	Cuip__Response *r = reply(0, NULL);
 
 	if (!r)
 		return NULL;
-	pthread_mutex_lock(&cuip_state_lock);
 	r->state = cuip_state_build();
-	pthread_mutex_unlock(&cuip_state_lock);
 	if (!r->state)
 		return reply(-ENOMEM, "out of memory building the state");
 	r->body_case = CUIP__RESPONSE__BODY_STATE;
@@ -55,14 +738,44 @@ Cuip__Response *cuip_op_run(const Cuip__Request *req, int fd)
 {
 	Cuip__Response *r;
 
+	if (cuip_driver_init())
+		return reply(-ENOENT, "no CUDA driver");
+	pthread_mutex_lock(&cuip_state_lock);
 	switch (req->body_case) {
 	case CUIP__REQUEST__BODY_INSPECT:
 		r = op_inspect();
+		break;
+	case CUIP__REQUEST__BODY_QUIESCE:
+		r = op_quiesce(req->quiesce);
+		break;
+	case CUIP__REQUEST__BODY_PREPARE_MULTICAST:
+		r = cuip_phase() == CUIP__PHASE__PHASE_QUIESCED ? reply(0, NULL)
+								: reply(-EBUSY, "pid %d: PREPARE_MULTICAST in phase %s",
+									self.pid, phase_name(cuip_phase()));
+		break;
+	case CUIP__REQUEST__BODY_SAVE:
+		r = op_save(req->save, fd);
+		break;
+	case CUIP__REQUEST__BODY_PREPARE_UNICAST:
+		r = op_prepare_unicast();
+		break;
+	case CUIP__REQUEST__BODY_LOAD:
+		r = op_load(req->load, fd);
+		break;
+	case CUIP__REQUEST__BODY_REBUILD:
+		r = op_rebuild(req->rebuild);
+		break;
+	case CUIP__REQUEST__BODY_VERIFY:
+		r = op_verify(req->verify);
+		break;
+	case CUIP__REQUEST__BODY_RESUME:
+		r = op_resume();
 		break;
 	default:
 		r = reply(-ENOSYS, "request %d is not implemented by this interposer", (int)req->body_case);
 		break;
 	}
+	pthread_mutex_unlock(&cuip_state_lock);
 	if (fd >= 0)
 		close(fd);
 	return r;

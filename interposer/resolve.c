@@ -62,7 +62,7 @@ static struct entry table[] = {
 
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
-static struct entry *by_name(const char *name)
+CUIP_NOSAN static struct entry *by_name(const char *name)
 {
 	for (size_t i = 0; i < NTABLE; i++)
 		if (!strcmp(table[i].name, name))
@@ -281,7 +281,7 @@ CUIP_API int cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **fu
 
 /* ---- dlsym --------------------------------------------------------------- */
 
-CUIP_API void *dlsym(void *handle, const char *name)
+CUIP_API CUIP_NOSAN void *dlsym(void *handle, const char *name)
 {
 	void *p = cuip_real_dlsym(handle, name);
 

@@ -103,6 +103,11 @@ static void devices_scan(void)
 	}
 }
 
+void cuip_devices_rescan(void)
+{
+	devices_scan();
+}
+
 bool cuip_started(void)
 {
 	return atomic_load(&started);

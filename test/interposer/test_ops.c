@@ -1,10 +1,407 @@
 /*
- * test_ops.c - checkpoint operations over the control socket (issue 5).
+ * test_ops.c - the checkpoint operations driven directly over the control
+ * sockets, as the plugin drives them (no CRIU): QUIESCE, PREPARE_MULTICAST,
+ * SAVE, PREPARE_UNICAST, then LOAD, REBUILD (creators, importers), VERIFY,
+ * RESUME on the running job (the rollback / --leave-running path), across
+ * two processes that each create one shared allocation and import the
+ * other's. Bytes, addresses and sharing are checked afterwards.
  */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
 #include "harness.h"
+
+struct info {
+	uint64_t size;
+	uint32_t seed;
+};
+
+/* The peer: imports the parent's A, creates and exports D, then serves
+ * commands: 'c' check both, 'w' write A with seed+1, 'i' import the kept
+ * ticket of A again (must alias), 'q' quit. */
+static int peer(void *arg, int sock)
+{
+	struct info ia, id = {0, 77};
+	CUmemGenericAllocationHandle ha, hd, h2;
+	CUmemAccessDesc d = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	CUdeviceptr va, vd;
+	int t, td;
+	char c, ok;
+
+	(void)arg;
+	h_init(0);
+	t = h_recv_fd(sock, &ia, sizeof(ia));
+	if (t < 0 ||
+	    cuMemImportFromShareableHandle(&ha, (void *)(uintptr_t)t, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+		return 10;
+	if (cuMemAddressReserve(&va, ia.size, 0, 0, 0) || cuMemMap(va, ia.size, 0, ha, 0) ||
+	    cuMemSetAccess(va, ia.size, &d, 1) || !h_check(va, ia.size, ia.seed))
+		return 11;
+	id.size = 2 * h_gran();
+	vd = h_create_map(id.size, &hd);
+	h_fill(vd, id.size, id.seed);
+	td = h_export(hd);
+	if (h_send_fd(sock, td, &id, sizeof(id)))
+		return 12;
+	close(td);
+	for (;;) {
+		if (read(sock, &c, 1) != 1)
+			return 13;
+		switch (c) {
+		case 'c':
+			ok = h_check(va, ia.size, ia.seed) && h_check(vd, id.size, id.seed);
+			break;
+		case 'w':
+			ia.seed++;
+			h_fill(va, ia.size, ia.seed);
+			ok = 1;
+			break;
+		case 'i':
+			ok = cuMemImportFromShareableHandle(&h2, (void *)(uintptr_t)t,
+							    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == CUDA_SUCCESS &&
+			     h2 == ha && cuMemRelease(h2) == CUDA_SUCCESS;
+			break;
+		case 'q':
+			return 0;
+		default:
+			return 14;
+		}
+		if (write(sock, &ok, 1) != 1)
+			return 15;
+	}
+}
+
+static char ask(int sock, char c)
+{
+	char ok = 0;
+
+	ck_assert_int_eq(write(sock, &c, 1), 1);
+	ck_assert_int_eq(read(sock, &ok, 1), 1);
+	return ok;
+}
+
+/* One request on a connection; returns the response (status checked by the caller). */
+static Cuip__Response *call(int s, Cuip__Request *req, int fd)
+{
+	Cuip__Response *resp = NULL;
+
+	ck_assert_int_eq(h_request(s, req, fd, &resp, NULL), 0);
+	return resp;
+}
+
+static void ok_call(int s, Cuip__Request *req, int fd, const char *what)
+{
+	Cuip__Response *r = call(s, req, fd);
+
+	ck_assert_msg(r->status == 0, "%s: %d %s", what, r->status, r->error ? r->error : "");
+	cuip__response__free_unpacked(r, NULL);
+}
+
+static void flag(int s, Cuip__Request__BodyCase bc, const char *what)
+{
+	Cuip__Request req = CUIP__REQUEST__INIT;
+
+	req.body_case = bc;
+	req.resume = 1; /* every flag body is a protobuf bool in the same union */
+	ok_call(s, &req, -1, what);
+}
+
+static Cuip__Response *inspect(int s)
+{
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Response *r;
+
+	req.body_case = CUIP__REQUEST__BODY_INSPECT;
+	req.inspect = 1;
+	r = call(s, &req, -1);
+	ck_assert_int_eq(r->status, 0);
+	return r;
+}
+
+static Cuip__Response *save(int s, const Cuip__ProcessState *st, const char *file, int fd)
+{
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Save sv = CUIP__SAVE__INIT;
+	Cuip__AllocId *ids[8];
+	Cuip__Response *r;
+
+	for (size_t i = 0; i < st->n_allocations; i++)
+		if (st->allocations[i]->owner == CUIP__OWNER__OWNER_SHARED &&
+		    st->allocations[i]->id->creator == st->self->id)
+			ids[sv.n_allocs++] = st->allocations[i]->id;
+	sv.allocs = ids;
+	sv.file = (char *)file;
+	sv.chunk_size = 1 << 20;
+	req.body_case = CUIP__REQUEST__BODY_SAVE;
+	req.save = &sv;
+	r = call(s, &req, fd);
+	ck_assert_msg(r->status == 0, "SAVE: %s", r->error ? r->error : "");
+	ck_assert_int_eq(r->body_case, CUIP__RESPONSE__BODY_SAVE);
+	return r;
+}
+
+static void load(int s, Cuip__SaveReply *sr, int fd)
+{
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Load l = CUIP__LOAD__INIT;
+	Cuip__Response *r;
+
+	l.entries = sr->entries;
+	l.n_entries = sr->n_entries;
+	req.body_case = CUIP__REQUEST__BODY_LOAD;
+	req.load = &l;
+	r = call(s, &req, fd);
+	ck_assert_msg(r->status == 0, "LOAD: %s", r->error ? r->error : "");
+	ck_assert_uint_eq(r->load->bytes, sr->bytes);
+	cuip__response__free_unpacked(r, NULL);
+}
+
+static void rebuild(int s, Cuip__Stage stage, Cuip__ProcessState *exp, Cuip__PeerSocket **peers, size_t np)
+{
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Rebuild rb = CUIP__REBUILD__INIT;
+
+	rb.stage = stage;
+	rb.expected = exp;
+	rb.peers = peers;
+	rb.n_peers = np;
+	req.body_case = CUIP__REQUEST__BODY_REBUILD;
+	req.rebuild = &rb;
+	ok_call(s, &req, -1, stage == CUIP__STAGE__STAGE_CREATORS ? "REBUILD creators" : "REBUILD importers");
+}
+
+static void verify(int s, Cuip__ProcessState *exp)
+{
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Verify v = CUIP__VERIFY__INIT;
+
+	v.expected = exp;
+	req.body_case = CUIP__REQUEST__BODY_VERIFY;
+	req.verify = &v;
+	ok_call(s, &req, -1, "VERIFY");
+}
+
+struct blocked {
+	CUresult r;
+	volatile int done;
+};
+
+static void *gated_call(void *arg)
+{
+	struct blocked *b = arg;
+	CUmemGenericAllocationHandle h;
+	CUmemAllocationProp p = h_prop(0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+
+	b->r = cuMemCreate(&h, h_gran(), &p, 0);
+	if (b->r == CUDA_SUCCESS)
+		cuMemRelease(h);
+	b->done = 1;
+	return NULL;
+}
+
+START_TEST(save_prepare_load_rebuild_verify_resume_across_two_processes)
+{
+	CUmemGenericAllocationHandle ha, hd, hb;
+	CUmemAccessDesc d0 = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	CUmemAccessDesc d1 = {{CU_MEM_LOCATION_TYPE_DEVICE, 1}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	CUmemAllocationProp p;
+	struct info ia, id;
+	CUdeviceptr va, vd, vb;
+	Cuip__Response *st[2], *sv[2];
+	Cuip__ProcessId pid_of[2];
+	Cuip__PeerSocket ps[2], *pps[2];
+	char path[2][256], file[2][300];
+	int sock, t, td, conn[2], cfd[2];
+	size_t g;
+	pid_t child;
+
+	child = h_fork(peer, NULL, &sock);
+	h_init(0);
+	g = h_gran();
+	/* A: 3 granules, two mappings (the second with access for both devices). */
+	p = h_prop(0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	CK(cuMemCreate(&ha, 3 * g, &p, 0));
+	CK(cuMemAddressReserve(&va, 3 * g, 0, 0, 0));
+	CK(cuMemMap(va, 2 * g, 0, ha, 0));
+	CK(cuMemMap(va + 2 * g, g, 2 * g, ha, 0));
+	CK(cuMemSetAccess(va, 2 * g, &d0, 1));
+	CK(cuMemSetAccess(va + 2 * g, g, &d0, 1));
+	CK(cuMemSetAccess(va + 2 * g, g, &d1, 1));
+	ia = (struct info){3 * g, 5};
+	h_fill(va, 3 * g, ia.seed);
+	/* B: POSIX-capable, never shared: native owns it and it stays mapped. */
+	vb = h_create_map(g, &hb);
+	h_fill(vb, g, 9);
+	t = h_export(ha);
+	ck_assert_int_eq(h_send_fd(sock, t, &ia, sizeof(ia)), 0);
+	td = h_recv_fd(sock, &id, sizeof(id));
+	ck_assert_int_ge(td, 0);
+	CK(cuMemImportFromShareableHandle(&hd, (void *)(uintptr_t)td, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+	close(td);
+	CK(cuMemAddressReserve(&vd, id.size, 0, 0, 0));
+	CK(cuMemMap(vd, id.size, 0, hd, 0));
+	CK(cuMemSetAccess(vd, id.size, &d0, 1));
+	ck_assert(h_check(vd, id.size, id.seed));
+
+	/* ---- dump side ---- */
+	for (int i = 0; i < 2; i++) {
+		conn[i] = h_connect(i ? child : 0);
+		ck_assert_int_eq(h_sock_path(i ? child : 0, path[i], sizeof(path[i])), 0);
+		st[i] = inspect(conn[i]);
+	}
+	for (int i = 0; i < 2; i++) {
+		Cuip__Request req = CUIP__REQUEST__INIT;
+		Cuip__Quiesce q = CUIP__QUIESCE__INIT;
+		q.timeout_ms = 5000;
+		req.body_case = CUIP__REQUEST__BODY_QUIESCE;
+		req.quiesce = &q;
+		ok_call(conn[i], &req, -1, "QUIESCE");
+	}
+	/* The gate is closed: a tracked call of ours waits. */
+	struct blocked b = {0};
+	pthread_t th;
+	ck_assert_int_eq(pthread_create(&th, NULL, gated_call, &b), 0);
+	usleep(100000);
+	ck_assert(!b.done);
+	for (int i = 0; i < 2; i++)
+		flag(conn[i], CUIP__REQUEST__BODY_PREPARE_MULTICAST, "PREPARE_MULTICAST");
+	for (int i = 0; i < 2; i++) {
+		snprintf(file[i], sizeof(file[i]), "%s/carrier-%d.img", getenv("CUIP_TMP"), i);
+		cfd[i] = open(file[i], O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		ck_assert_int_ge(cfd[i], 0);
+		sv[i] = save(conn[i], st[i]->state, "carrier.img", cfd[i]);
+		ck_assert_uint_eq(sv[i]->save->n_entries, 1);
+		ck_assert_uint_eq(sv[i]->save->bytes, i ? id.size : ia.size);
+	}
+	for (int i = 0; i < 2; i++)
+		flag(conn[i], CUIP__REQUEST__BODY_PREPARE_UNICAST, "PREPARE_UNICAST");
+	/* Nothing of shared memory remains in the driver; native memory does. */
+	CUresult (*retain)(CUmemGenericAllocationHandle *, void *) = h_real("cuMemRetainAllocationHandle");
+	CUresult (*release)(CUmemGenericAllocationHandle) = h_real("cuMemRelease");
+	CUmemGenericAllocationHandle raw;
+	ck_assert_int_ne(retain(&raw, (void *)va), CUDA_SUCCESS);
+	ck_assert_int_ne(retain(&raw, (void *)vd), CUDA_SUCCESS);
+	ck_assert_int_eq(retain(&raw, (void *)vb), CUDA_SUCCESS);
+	release(raw);
+	Cuip__Response *mid = inspect(conn[0]);
+	ck_assert_int_eq(mid->state->phase, CUIP__PHASE__PHASE_PREPARED);
+	cuip__response__free_unpacked(mid, NULL);
+	/* RESUME now would expose unmapped memory: refused. */
+	{
+		Cuip__Request req = CUIP__REQUEST__INIT;
+		req.body_case = CUIP__REQUEST__BODY_RESUME;
+		req.resume = 1;
+		Cuip__Response *r = call(conn[0], &req, -1);
+		ck_assert_int_eq(r->status, -EBUSY);
+		cuip__response__free_unpacked(r, NULL);
+	}
+
+	/* ---- restore side (on the running job: the rollback path) ---- */
+	for (int i = 0; i < 2; i++) {
+		cuip__process_id__init(&pid_of[i]);
+		pid_of[i] = *st[i]->state->self;
+		cuip__peer_socket__init(&ps[i]);
+		ps[i].proc = &pid_of[i];
+		ps[i].socket = path[i];
+		pps[i] = &ps[i];
+	}
+	for (int i = 0; i < 2; i++) {
+		lseek(cfd[i], 0, SEEK_SET);
+		load(conn[i], sv[i]->save, cfd[i]);
+	}
+	for (int i = 0; i < 2; i++)
+		rebuild(conn[i], CUIP__STAGE__STAGE_CREATORS, st[i]->state, pps, 2);
+	for (int i = 0; i < 2; i++)
+		rebuild(conn[i], CUIP__STAGE__STAGE_IMPORTERS, st[i]->state, pps, 2);
+	for (int i = 0; i < 2; i++)
+		verify(conn[i], st[i]->state);
+	ck_assert(!b.done);
+	for (int i = 0; i < 2; i++)
+		flag(conn[i], CUIP__REQUEST__BODY_RESUME, "RESUME");
+	pthread_join(th, NULL);
+	ck_assert_int_eq(b.r, CUDA_SUCCESS);
+
+	/* Same addresses, same bytes, still shared. */
+	ck_assert(h_check(va, 3 * g, ia.seed));
+	ck_assert(h_check(vd, id.size, id.seed));
+	ck_assert(h_check(vb, g, 9));
+	ck_assert(ask(sock, 'c'));
+	ck_assert(ask(sock, 'w'));
+	ck_assert(h_check(va, 3 * g, ia.seed + 1));
+	ck_assert(ask(sock, 'i')); /* the old ticket still names the same allocation */
+	Cuip__Response *after = inspect(conn[0]);
+	ck_assert_int_eq(after->state->phase, CUIP__PHASE__PHASE_ACTIVE);
+	for (size_t i = 0; i < after->state->n_allocations; i++)
+		if (after->state->allocations[i]->id->creator == after->state->self->id &&
+		    after->state->allocations[i]->owner == CUIP__OWNER__OWNER_SHARED)
+			ck_assert(after->state->allocations[i]->exported);
+	cuip__response__free_unpacked(after, NULL);
+	/* A new ticket from the rebuilt export imports in a fresh process view. */
+	int t2 = h_export(ha);
+	close(t2);
+
+	for (int i = 0; i < 2; i++) {
+		Cuip__Request req = CUIP__REQUEST__INIT;
+		req.body_case = CUIP__REQUEST__BODY_BYE;
+		req.bye = 1;
+		ok_call(conn[i], &req, -1, "BYE");
+		char c;
+		ck_assert_int_eq(read(conn[i], &c, 1), 0); /* EOF after BYE */
+		close(conn[i]);
+		close(cfd[i]);
+		cuip__response__free_unpacked(st[i], NULL);
+		cuip__response__free_unpacked(sv[i], NULL);
+	}
+	close(t);
+	ck_assert_int_eq(write(sock, "q", 1), 1);
+	ck_assert_int_eq(h_wait(child), 0);
+}
+END_TEST
+
+START_TEST(quiesce_then_resume_without_teardown)
+{
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va;
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Quiesce q = CUIP__QUIESCE__INIT;
+	Cuip__Response *r;
+	int s;
+
+	h_init(0);
+	va = h_create_map(h_gran(), &h);
+	h_fill(va, h_gran(), 3);
+	s = h_connect(0);
+	/* Out of order: SAVE and PREPARE_UNICAST before QUIESCE are refused. */
+	req.body_case = CUIP__REQUEST__BODY_PREPARE_UNICAST;
+	req.prepare_unicast = 1;
+	r = call(s, &req, -1);
+	ck_assert_int_eq(r->status, -EBUSY);
+	cuip__response__free_unpacked(r, NULL);
+	q.timeout_ms = 1000;
+	req.body_case = CUIP__REQUEST__BODY_QUIESCE;
+	req.quiesce = &q;
+	ok_call(s, &req, -1, "QUIESCE");
+	flag(s, CUIP__REQUEST__BODY_RESUME, "RESUME");
+	close(s);
+	ck_assert(h_check(va, h_gran(), 3));
+	h_unmap_release(va, h_gran(), h);
+}
+END_TEST
 
 Suite *ops_suite(void);
 Suite *ops_suite(void)
 {
-	return suite_create("ops");
+	Suite *s = suite_create("ops");
+	TCase *tc = tcase_create("checkpoint");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, save_prepare_load_rebuild_verify_resume_across_two_processes);
+	tcase_add_test(tc, quiesce_then_resume_without_teardown);
+	suite_add_tcase(s, tc);
+	return s;
 }

@@ -29,6 +29,9 @@ START_TEST(create_map_unmap_release_leaves_nothing)
 
 	h_init(0);
 	g = h_gran();
+	/* Warm up: the first round may open lazily what stays open anyway. */
+	va = h_create_map(2 * g, &h);
+	h_unmap_release(va, 2 * g, h);
 	fds = h_nfds();
 	va = h_create_map(2 * g, &h);
 	ck_assert(logical(h));
