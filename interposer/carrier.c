@@ -36,15 +36,21 @@
 #include "carrier.h"
 #include "wire.h"
 
-#define MIB		 (1024ull * 1024)
-#define PAGE		 4096ull
-#define DEFAULT_STAGING	 (256 * MIB)
-#define DEFAULT_CHUNK	 (4u << 20)
-#define DEFAULT_THREADS	 4
-#define MAX_THREADS	 64
-#define SLOTS_PER_THREAD 2
-#define THREAD_STACK	 (1u << 20)
-#define ERRMSG		 512
+#define MIB		(1024ull * 1024)
+#define PAGE		4096ull
+#define DEFAULT_STAGING (256 * MIB)
+#define DEFAULT_CHUNK	(4u << 20)
+/* Measured on an H200 host (test/bench/RESULTS.md): buffered writes to one
+ * file serialize on its inode lock, so save peaks at two threads per file
+ * (one writes while the other copies and checksums); reads scale with
+ * threads up to about 12. */
+#define DEFAULT_SAVE_THREADS 2 /* per file */
+#define DEFAULT_LOAD_THREADS 12
+#define DEFAULT_MAX_THREADS  16
+#define MAX_THREADS	     64
+#define SLOTS_PER_THREAD     2
+#define THREAD_STACK	     (1u << 20)
+#define ERRMSG		     512
 
 enum pass { PASS_SAVE, PASS_VERIFY, PASS_LOAD };
 
@@ -79,7 +85,8 @@ struct xfer {
 	const struct carrier_ops *ops;
 	const struct carrier_config *cfg;
 	enum pass pass;
-	int fd;
+	const int *fds; /* [nfds]; items[i].file indexes it */
+	size_t nfds;
 	struct carrier_item *items; /* const for load: never written there */
 	size_t n;
 	uint64_t total;
@@ -95,9 +102,12 @@ struct xfer {
 
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
+	/* Cursors, one per file, so that threads spread over the files
+	 * (writes to one file serialize in the kernel). [nfds] each. */
+	size_t *cur_item;
+	uint64_t *cur_off;
 	/* under lock */
-	size_t cur_item;
-	uint64_t cur_off;
+	size_t next_file; /* round robin over files in claim() */
 	uint64_t done;
 	unsigned running; /* threads other than the caller still working */
 	int rc;		  /* first error */
@@ -194,27 +204,39 @@ static uint64_t count_slices(const struct xfer *x)
 	return k;
 }
 
-/* Take the next slice in file order; false when none is left or on error. */
+/* Next slice of file f in file order; false when the file is done. Under lock. */
+static bool claim_file(struct xfer *x, size_t f, struct slice *s)
+{
+	while (x->cur_item[f] < x->n) {
+		const struct carrier_item *it = &x->items[x->cur_item[f]];
+		uint64_t left = it->size - x->cur_off[f];
+
+		if (it->file != f || !left) {
+			x->cur_item[f]++;
+			x->cur_off[f] = 0;
+			continue;
+		}
+		s->item = x->cur_item[f];
+		s->off = x->cur_off[f];
+		s->len = left < slice_max(x, it) ? left : slice_max(x, it);
+		x->cur_off[f] += s->len;
+		return true;
+	}
+	return false;
+}
+
+/* Take the next slice, files in turn; false when none is left or on error. */
 static bool claim(struct xfer *x, struct slice *s)
 {
 	bool got = false;
 
 	pthread_mutex_lock(&x->lock);
-	while (!x->rc && x->cur_item < x->n) {
-		const struct carrier_item *it = &x->items[x->cur_item];
-		uint64_t left = it->size - x->cur_off;
+	for (size_t k = 0; !x->rc && !got && k < x->nfds; k++) {
+		size_t f = (x->next_file + k) % x->nfds;
 
-		if (!left) {
-			x->cur_item++;
-			x->cur_off = 0;
-			continue;
-		}
-		s->item = x->cur_item;
-		s->off = x->cur_off;
-		s->len = left < slice_max(x, it) ? left : slice_max(x, it);
-		x->cur_off += s->len;
-		got = true;
-		break;
+		got = claim_file(x, f, s);
+		if (got)
+			x->next_file = f + 1;
 	}
 	pthread_mutex_unlock(&x->lock);
 	return got;
@@ -356,7 +378,7 @@ static int save_finish(struct worker *w, struct slot *sl)
 	}
 	w->crc_s += now() - t;
 	t = now();
-	rc = pwrite_all(x->fd, p, sl->s.len, foff);
+	rc = pwrite_all(x->fds[it->file], p, sl->s.len, foff);
 	w->io_s += now() - t;
 	if (rc) {
 		char nb[32];
@@ -421,7 +443,7 @@ static int load_read(struct worker *w, struct slot *sl)
 	uint64_t got;
 	char nb[32];
 	double t = now();
-	int rc = pread_all(x->fd, sl->buf, sl->s.len, foff, &got);
+	int rc = pread_all(x->fds[it->file], sl->buf, sl->s.len, foff, &got);
 
 	w->io_s += now() - t;
 	if (rc == -ENODATA) {
@@ -582,8 +604,11 @@ static int run_pass(struct xfer *x, enum pass pass)
 	int rc;
 
 	x->pass = pass;
-	x->cur_item = 0;
-	x->cur_off = 0;
+	x->next_file = 0;
+	for (size_t f = 0; f < x->nfds; f++) {
+		x->cur_item[f] = 0;
+		x->cur_off[f] = 0;
+	}
 	x->done = 0;
 	for (unsigned i = 0; i < x->nslots; i++)
 		x->slots[i].busy = false;
@@ -660,6 +685,18 @@ static void plan(struct xfer *x)
 	unsigned threads = c->threads;
 	uint64_t slices;
 
+	if (!threads) {
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+		threads = x->pass == PASS_SAVE ? DEFAULT_SAVE_THREADS * (unsigned)x->nfds : DEFAULT_LOAD_THREADS;
+		if (threads > DEFAULT_MAX_THREADS)
+			threads = DEFAULT_MAX_THREADS;
+		if (cpus > 0 && threads > (unsigned)cpus)
+			threads = cpus < DEFAULT_SAVE_THREADS ? DEFAULT_SAVE_THREADS : (unsigned)cpus;
+	}
+	if (threads > MAX_THREADS)
+		threads = MAX_THREADS;
+
 	for (size_t i = 0; i < x->n; i++) {
 		const struct carrier_item *it = &x->items[i];
 		uint64_t m = it->size < it->chunk_size ? it->size : it->chunk_size;
@@ -697,11 +734,11 @@ static int find_ctx(const struct xfer *x, CUcontext c)
 }
 
 /* Items without a context use `cur`, the caller's current one. */
-static struct xfer *xfer_new(const struct carrier_ops *ops, const struct carrier_config *cfg, int fd,
-			     struct carrier_item *items, size_t n, CUcontext cur)
+static struct xfer *xfer_new(const struct carrier_ops *ops, const struct carrier_config *cfg, const int *fds,
+			     size_t nfds, struct carrier_item *items, size_t n, CUcontext cur)
 {
 	size_t len = sizeof(struct xfer);
-	size_t o_ctxs, o_ictx, o_slots, o_workers, o_streams;
+	size_t o_ctxs, o_ictx, o_slots, o_workers, o_streams, o_curi, o_curo;
 	struct xfer *x;
 	uint8_t *base;
 
@@ -715,6 +752,10 @@ static struct xfer *xfer_new(const struct carrier_ops *ops, const struct carrier
 	len += MAX_THREADS * SLOTS_PER_THREAD * sizeof(struct slot);
 	o_workers = len = ALIGN8(len);
 	len += MAX_THREADS * sizeof(struct worker);
+	o_curi = len = ALIGN8(len);
+	len += nfds * sizeof(size_t);
+	o_curo = len = ALIGN8(len);
+	len += nfds * sizeof(uint64_t);
 	o_streams = len = ALIGN8(len);
 	len += MAX_THREADS * SLOTS_PER_THREAD * (n ? n : 1) * sizeof(CUstream);
 #undef ALIGN8
@@ -725,7 +766,10 @@ static struct xfer *xfer_new(const struct carrier_ops *ops, const struct carrier
 	x->map_len = len;
 	x->ops = ops;
 	x->cfg = cfg;
-	x->fd = fd;
+	x->fds = fds;
+	x->nfds = nfds;
+	x->cur_item = (size_t *)(base + o_curi);
+	x->cur_off = (uint64_t *)(base + o_curo);
 	x->items = items;
 	x->n = n;
 	x->ctxs = (CUcontext *)(base + o_ctxs);
@@ -917,9 +961,43 @@ static int check_fd(const char *what, int fd, bool load, char *err, size_t errle
 	return 0;
 }
 
+/* Arguments common to both directions; resolves cfg (NULL: environment). */
+static int check_args(const char *what, const struct carrier_ops *ops, const struct carrier_config **cfg,
+		      struct carrier_config *envcfg, const int *fds, size_t nfds, const struct carrier_item *items,
+		      size_t n, bool load, char *err, size_t errlen)
+{
+	int rc;
+
+	if (!ops_ok(ops) || (n && !items) || !fds || !nfds || nfds > CARRIER_FILES_MAX) {
+		errfmt(err, errlen, "carrier %s: incomplete driver entry points, no items or %zu files (1..%u)", what,
+		       nfds, CARRIER_FILES_MAX);
+		return -EINVAL;
+	}
+	if (!*cfg) {
+		rc = carrier_config_init(envcfg, err, errlen);
+		if (rc)
+			return rc;
+		*cfg = envcfg;
+	}
+	for (size_t f = 0; f < nfds; f++) {
+		rc = check_fd(what, fds[f], load, err, errlen);
+		if (rc)
+			return rc;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (items[i].file >= nfds) {
+			char nb[32];
+			errfmt(err, errlen, "carrier %s: %s: file %u, but only %zu files", what,
+			       item_name(&items[i], i, nb, sizeof(nb)), items[i].file, nfds);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
 /* Shared driver of both directions once arguments are checked. */
-static int transfer(const struct carrier_ops *ops, const struct carrier_config *cfg, int fd, struct carrier_item *items,
-		    size_t n, bool load, struct carrier_stats *st, char *err, size_t errlen)
+static int transfer(const struct carrier_ops *ops, const struct carrier_config *cfg, const int *fds, size_t nfds,
+		    struct carrier_item *items, size_t n, bool load, struct carrier_stats *st, char *err, size_t errlen)
 {
 	double t0 = now(), setup_s;
 	CUcontext saved = NULL;
@@ -928,7 +1006,7 @@ static int transfer(const struct carrier_ops *ops, const struct carrier_config *
 	int rc;
 
 	have_saved = ops->ctx_get_current(&saved) == CUDA_SUCCESS;
-	x = xfer_new(ops, cfg, fd, items, n, saved);
+	x = xfer_new(ops, cfg, fds, nfds, items, n, saved);
 	if (!x) {
 		errfmt(err, errlen, "carrier %s: cannot map transfer state: %s", load ? "load" : "save",
 		       strerror(errno));
@@ -977,89 +1055,85 @@ static int transfer(const struct carrier_ops *ops, const struct carrier_config *
 
 /* ---- public API --------------------------------------------------------- */
 
-int carrier_save(const struct carrier_ops *ops, const struct carrier_config *cfg, int fd, uint64_t offset,
-		 struct carrier_item *items, size_t n, struct carrier_stats *stats, char *err, size_t errlen)
+int carrier_save_files(const struct carrier_ops *ops, const struct carrier_config *cfg, const int *fds, size_t nfds,
+		       uint64_t offset, struct carrier_item *items, size_t n, struct carrier_stats *stats, char *err,
+		       size_t errlen)
 {
 	struct carrier_config envcfg;
-	uint64_t off = offset;
+	uint64_t off[CARRIER_FILES_MAX];
 	int rc;
 
 	if (stats)
 		memset(stats, 0, sizeof(*stats));
-	if (!ops_ok(ops) || (n && !items)) {
-		errfmt(err, errlen, "carrier save: incomplete driver entry points or no items");
-		return -EINVAL;
-	}
-	if (!cfg) {
-		rc = carrier_config_init(&envcfg, err, errlen);
-		if (rc)
-			return rc;
-		cfg = &envcfg;
-	}
-	rc = check_fd("save", fd, false, err, errlen);
+	rc = check_args("save", ops, &cfg, &envcfg, fds, nfds, items, n, false, err, errlen);
 	if (rc)
 		return rc;
+	for (size_t f = 0; f < nfds; f++)
+		off[f] = offset;
 	for (size_t i = 0; i < n; i++) {
+		uint64_t *o = &off[items[i].file];
+
 		if (!items[i].chunk_size)
 			items[i].chunk_size = cfg->chunk_size;
-		items[i].offset = off;
-		if (items[i].size > UINT64_MAX - off) {
+		if (items[i].size > UINT64_MAX - *o) {
 			errfmt(err, errlen, "carrier save: file offsets overflow at item %zu", i);
 			return -EINVAL;
 		}
-		off += items[i].size;
+		items[i].offset = *o;
+		*o += items[i].size;
 	}
 	rc = check_items("save", items, n, false, err, errlen);
 	if (rc)
 		return rc;
 	for (size_t i = 0; i < n; i++)
 		items[i].ncrc = carrier_nchunks(items[i].size, items[i].chunk_size);
-	return transfer(ops, cfg, fd, items, n, false, stats, err, errlen);
+	return transfer(ops, cfg, fds, nfds, items, n, false, stats, err, errlen);
+}
+
+int carrier_save(const struct carrier_ops *ops, const struct carrier_config *cfg, int fd, uint64_t offset,
+		 struct carrier_item *items, size_t n, struct carrier_stats *stats, char *err, size_t errlen)
+{
+	return carrier_save_files(ops, cfg, &fd, 1, offset, items, n, stats, err, errlen);
+}
+
+int carrier_load_files(const struct carrier_ops *ops, const struct carrier_config *cfg, const int *fds, size_t nfds,
+		       const struct carrier_item *items, size_t n, struct carrier_stats *stats, char *err,
+		       size_t errlen)
+{
+	struct carrier_config envcfg;
+	int rc;
+
+	if (stats)
+		memset(stats, 0, sizeof(*stats));
+	rc = check_args("load", ops, &cfg, &envcfg, fds, nfds, items, n, true, err, errlen);
+	if (!rc)
+		rc = check_items("load", items, n, true, err, errlen);
+	if (rc)
+		return rc;
+	/* A truncated regular file is refused before the device is touched. */
+	for (size_t i = 0; i < n; i++) {
+		uint64_t end = items[i].offset + items[i].size;
+		struct stat sb;
+		char nb[32];
+
+		if (!items[i].size || fstat(fds[items[i].file], &sb) || !S_ISREG(sb.st_mode))
+			continue;
+		if (end > (uint64_t)sb.st_size) {
+			errfmt(err, errlen,
+			       "carrier load: %s: needs file bytes %" PRIu64 "-%" PRIu64 ", the file has %" PRIu64
+			       " (truncated carrier image)",
+			       item_name(&items[i], i, nb, sizeof(nb)), items[i].offset, end - 1, (uint64_t)sb.st_size);
+			return -ENODATA;
+		}
+	}
+	/* Items are only read on this path (the cast lets both share xfer). */
+	return transfer(ops, cfg, fds, nfds, (struct carrier_item *)items, n, true, stats, err, errlen);
 }
 
 int carrier_load(const struct carrier_ops *ops, const struct carrier_config *cfg, int fd,
 		 const struct carrier_item *items, size_t n, struct carrier_stats *stats, char *err, size_t errlen)
 {
-	struct carrier_config envcfg;
-	struct stat sb;
-	int rc;
-
-	if (stats)
-		memset(stats, 0, sizeof(*stats));
-	if (!ops_ok(ops) || (n && !items)) {
-		errfmt(err, errlen, "carrier load: incomplete driver entry points or no items");
-		return -EINVAL;
-	}
-	if (!cfg) {
-		rc = carrier_config_init(&envcfg, err, errlen);
-		if (rc)
-			return rc;
-		cfg = &envcfg;
-	}
-	rc = check_fd("load", fd, true, err, errlen);
-	if (rc)
-		return rc;
-	rc = check_items("load", items, n, true, err, errlen);
-	if (rc)
-		return rc;
-	/* A truncated regular file is refused before the device is touched. */
-	if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) {
-		for (size_t i = 0; i < n; i++) {
-			uint64_t end = items[i].offset + items[i].size;
-			char nb[32];
-
-			if (items[i].size && end > (uint64_t)sb.st_size) {
-				errfmt(err, errlen,
-				       "carrier load: %s: needs file bytes %" PRIu64 "-%" PRIu64
-				       ", the file has %" PRIu64 " (truncated carrier image)",
-				       item_name(&items[i], i, nb, sizeof(nb)), items[i].offset, end - 1,
-				       (uint64_t)sb.st_size);
-				return -ENODATA;
-			}
-		}
-	}
-	/* Items are only read on this path (the cast lets both share xfer). */
-	return transfer(ops, cfg, fd, (struct carrier_item *)items, n, true, stats, err, errlen);
+	return carrier_load_files(ops, cfg, &fd, 1, items, n, stats, err, errlen);
 }
 
 /* ---- configuration ------------------------------------------------------ */
@@ -1084,19 +1158,19 @@ static int env_num(const char *name, uint64_t lo, uint64_t hi, uint64_t *out, ch
 
 int carrier_config_init(struct carrier_config *cfg, char *err, size_t errlen)
 {
-	uint64_t staging = DEFAULT_STAGING / MIB, chunk = DEFAULT_CHUNK / MIB, threads = DEFAULT_THREADS;
+	uint64_t staging = DEFAULT_STAGING / MIB, chunk = DEFAULT_CHUNK / MIB, threads = 0;
 	const char *v;
 	int rc;
 
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->staging_bytes = DEFAULT_STAGING;
 	cfg->chunk_size = DEFAULT_CHUNK;
-	cfg->threads = DEFAULT_THREADS;
+	cfg->threads = 0;
 	rc = env_num("CUINTERPOSE_STAGING_MB", 1, 1 << 20, &staging, err, errlen);
 	if (!rc)
 		rc = env_num("CUINTERPOSE_CHUNK_MB", 1, CARRIER_CHUNK_MAX / MIB, &chunk, err, errlen);
 	if (!rc)
-		rc = env_num("CUINTERPOSE_CARRIER_THREADS", 1, MAX_THREADS, &threads, err, errlen);
+		rc = env_num("CUINTERPOSE_CARRIER_THREADS", 0, MAX_THREADS, &threads, err, errlen);
 	if (rc)
 		return rc;
 	v = getenv("CUINTERPOSE_CARRIER_VERIFY");

@@ -71,8 +71,8 @@ static struct {
 	.lib = "libcuda.so.1",
 	.staging_mb = 256,
 	.chunk_mb = 4,
-	.threads = {1, 2, 4, 8},
-	.nthreads = 4,
+	.threads = {0, 1, 2, 4, 8},
+	.nthreads = 5,
 	.writers = 8,
 	.runs = 3,
 	.verify = 1,
@@ -255,26 +255,39 @@ static void *io_thread(void *arg)
 
 static char plain_path[4096];
 
-/* n threads on disjoint ranges; write into a fresh file, or read it back. */
-static double file_gbs(unsigned n, int write)
+/*
+ * n threads on disjoint ranges: write into a fresh file, or read it back.
+ * With `separate`, thread i uses its own file (write only): buffered writes
+ * to one file serialize on its inode lock, to different files they need not.
+ */
+static double file_gbs(unsigned n, int write, int separate)
 {
 	struct io_job jobs[64];
 	pthread_t tid[64];
+	int fds[64];
 	uint64_t per = (opt.size / n + 4095) / 4096 * 4096;
 	double t;
-	int fd;
 
-	if (write)
-		unlink(plain_path);
-	fd = open(plain_path, write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY, 0600);
-	if (fd < 0)
-		die("open %s: %s", plain_path, strerror(errno));
+	for (unsigned i = 0; i < n; i++) {
+		char path[4200];
+
+		if (i && !separate) {
+			fds[i] = fds[0];
+			continue;
+		}
+		snprintf(path, sizeof(path), "%s.%u", plain_path, i);
+		if (write)
+			unlink(path);
+		fds[i] = open(path, write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY, 0600);
+		if (fds[i] < 0)
+			die("open %s: %s", path, strerror(errno));
+	}
 	t = now();
 	for (unsigned i = 0; i < n; i++) {
 		uint64_t off = i * per;
 
-		jobs[i] = (struct io_job){fd, off, off >= opt.size ? 0 : (opt.size - off < per ? opt.size - off : per),
-					  write, 0};
+		jobs[i] = (struct io_job){
+			fds[i], off, off >= opt.size ? 0 : (opt.size - off < per ? opt.size - off : per), write, 0};
 		pthread_create(&tid[i], NULL, io_thread, &jobs[i]);
 	}
 	for (unsigned i = 0; i < n; i++) {
@@ -283,9 +296,18 @@ static double file_gbs(unsigned n, int write)
 			die("%s %s: %s", write ? "write" : "read", plain_path, strerror(jobs[i].rc));
 	}
 	if (write && opt.fsync_plain)
-		fdatasync(fd);
+		for (unsigned i = 0; i < (separate ? n : 1); i++)
+			fdatasync(fds[i]);
 	t = now() - t;
-	close(fd);
+	/* The single file stays for the read that follows; separate go. */
+	for (unsigned i = 0; i < (separate ? n : 1); i++) {
+		char path[4200];
+
+		close(fds[i]);
+		snprintf(path, sizeof(path), "%s.%u", plain_path, i);
+		if (separate)
+			unlink(path);
+	}
 	return opt.size / t / GB;
 }
 
@@ -416,7 +438,8 @@ static void usage(void)
 	fprintf(stderr, "usage: carrier-bench [-s SIZE] [-d DIR] [-S STAGING_MB] [-c CHUNK_MB] [-t T1,T2,...]\n"
 			"                     [-w MAX_WRITERS] [-r RUNS] [-D DEVICE] [-l LIBCUDA] [-f] [-n]\n"
 			"  -s  device bytes (default 1G; suffixes K M G)   -d  directory for the files (/tmp)\n"
-			"  -S  carrier staging MiB (256)  -c  chunk MiB (4)  -t  carrier thread counts (1,2,4,8)\n"
+			"  -S  carrier staging MiB (256)  -c  chunk MiB (4)  -t  carrier thread counts (0,1,2,4,8; 0: "
+			"default)\n"
 			"  -w  plain I/O: best of 2..W parallel threads (8)  -r  runs, median reported (3)\n"
 			"  -f  fdatasync the plain writes  -n  skip verifying device bytes after load\n");
 	exit(2);
@@ -501,8 +524,8 @@ int main(int argc, char **argv)
 	fill_device(); /* the H2D baseline overwrote the pattern */
 	/* Plain file I/O: one thread, then the best parallel count. */
 	for (int r = 0; r < opt.runs; r++) {
-		w1[r] = file_gbs(1, 1);
-		r1[r] = file_gbs(1, 0);
+		w1[r] = file_gbs(1, 1, 0);
+		r1[r] = file_gbs(1, 0, 0);
 	}
 	double m_d2h = median(d2h, opt.runs), m_h2d = median(h2d, opt.runs);
 	double m_w1 = median(w1, opt.runs), m_r1 = median(r1, opt.runs), m_wn = m_w1, m_rn = m_r1;
@@ -512,15 +535,18 @@ int main(int argc, char **argv)
 	printf("%-34s %8.2f GB/s\n", "(b) write, 1 thread", m_w1);
 	printf("%-34s %8.2f GB/s\n", "(b) read back, 1 thread", m_r1);
 	for (unsigned n = 2; n <= opt.writers; n *= 2) {
-		double mw, mr;
+		double mw, mr, ms, sep[MAX_RUNS];
 
 		for (int r = 0; r < opt.runs; r++) {
-			wn[r] = file_gbs(n, 1);
-			rn[r] = file_gbs(n, 0);
+			wn[r] = file_gbs(n, 1, 0);
+			rn[r] = file_gbs(n, 0, 0);
+			sep[r] = file_gbs(n, 1, 1);
 		}
 		mw = median(wn, opt.runs);
 		mr = median(rn, opt.runs);
-		printf("(b) write / read, %2u threads        %8.2f / %.2f GB/s\n", n, mw, mr);
+		ms = median(sep, opt.runs);
+		printf("(b) write / read, %2u threads        %8.2f / %.2f GB/s  (write to %u separate files: %.2f)\n",
+		       n, mw, mr, n, ms);
 		if (mw > m_wn) {
 			m_wn = mw;
 			wbest = n;
@@ -530,11 +556,16 @@ int main(int argc, char **argv)
 			rbest = n;
 		}
 	}
-	unlink(plain_path);
+	{
+		char path[4200];
+
+		snprintf(path, sizeof(path), "%s.0", plain_path);
+		unlink(path);
+	}
 	printf("%-34s %8.2f GB/s (%u threads)\n", "(b) best write", m_wn, wbest);
 	printf("%-34s %8.2f GB/s (%u threads)\n\n", "(b) best read", m_rn, rbest);
 
-	printf("(c) carrier    save GB/s  /D2H  /write1 /writeN   load GB/s  /H2D  /read1 /readN"
+	printf("(c) carrier threads   save GB/s  /D2H  /write1 /writeN   load GB/s  /H2D  /read1 /readN"
 	       "  staging MiB  extra RSS MiB save/load (HWM; anon)\n");
 	for (unsigned ti = 0; ti < opt.nthreads; ti++) {
 		double sv[MAX_RUNS], ld[MAX_RUNS];
@@ -554,12 +585,14 @@ int main(int argc, char **argv)
 		if (opt.verify)
 			verify_device();
 		double ms = median(sv, opt.runs), ml = median(ld, opt.runs);
-		printf("    %2u threads %9.2f %6.3f %7.2f %7.2f %11.2f %5.3f %7.2f %6.2f %10.0f"
+		printf("    %-7s %2u/%-2u %9.2f %6.3f %7.2f %7.2f %11.2f %5.3f %7.2f %6.2f %10.0f"
 		       "     %.0f/%.0f; %.0f/%.0f\n",
-		       last.save_st.threads, ms, ms / m_d2h, ms / m_w1, ms / m_wn, ml, ml / m_h2d, ml / m_r1, ml / m_rn,
+		       opt.threads[ti] ? "" : "default", last.save_st.threads, last.load_st.threads, ms, ms / m_d2h,
+		       ms / m_w1, ms / m_wn, ml, ml / m_h2d, ml / m_r1, ml / m_rn,
 		       last.save_st.staging_bytes / (double)MIB, hwm / (double)MIB, lhwm / (double)MIB,
 		       an / (double)MIB, lan / (double)MIB);
-		printf("               save: setup %.3fs, per-thread sums: copy wait %.2fs, write %.2fs, crc %.2fs;"
+		printf("                      save: setup %.3fs, per-thread sums: copy wait %.2fs, write %.2fs, crc "
+		       "%.2fs;"
 		       " load: setup %.3fs, copy wait %.2fs, read %.2fs, crc %.2fs\n",
 		       last.save_st.setup_seconds, last.save_st.copy_wait_seconds, last.save_st.io_seconds,
 		       last.save_st.crc_seconds, last.load_st.setup_seconds, last.load_st.copy_wait_seconds,

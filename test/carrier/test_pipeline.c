@@ -605,7 +605,7 @@ START_TEST(config_from_environment)
 	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), 0);
 	ck_assert_uint_eq(c.staging_bytes, 256 * MIB);
 	ck_assert_uint_eq(c.chunk_size, 4 * MIB);
-	ck_assert_uint_eq(c.threads, 4);
+	ck_assert_uint_eq(c.threads, 0);
 	ck_assert_int_eq(c.verify_first, 0);
 	setenv("CUINTERPOSE_STAGING_MB", "64", 1);
 	setenv("CUINTERPOSE_CHUNK_MB", "2", 1);
@@ -622,7 +622,7 @@ START_TEST(config_from_environment)
 	setenv("CUINTERPOSE_CHUNK_MB", "1024", 1);
 	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), -EINVAL);
 	setenv("CUINTERPOSE_CHUNK_MB", "1", 1);
-	setenv("CUINTERPOSE_CARRIER_THREADS", "0", 1);
+	setenv("CUINTERPOSE_CARRIER_THREADS", "65", 1);
 	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), -EINVAL);
 	setenv("CUINTERPOSE_CARRIER_THREADS", "1", 1);
 	setenv("CUINTERPOSE_CARRIER_VERIFY", "sometimes", 1);
