@@ -218,6 +218,73 @@ START_TEST(roundtrip_staging_smaller_than_chunk)
 }
 END_TEST
 
+START_TEST(several_files_roundtrip_and_refusals)
+{
+	struct carrier_config c = cfg_make(1 * MIB, 64 * KIB, 0);
+	struct dev src, dst;
+	struct carrier_stats st;
+	char err[512];
+	int fds[3] = {scratch_fd(), scratch_fd(), scratch_fd()};
+	uint64_t end[3] = {100, 100, 100};
+	uint8_t b;
+
+	dev_init(&src, mixed, NMIXED, 0);
+	for (size_t i = 0; i < src.n; i++)
+		src.items[i].file = (unsigned)(i % 3);
+	ck_assert_msg(carrier_save_files(&stub_ops, &c, fds, 3, 100, src.items, src.n, &st, err, sizeof(err)) == 0,
+		      "%s", err);
+	/* Two threads per file by default, at most one per CPU (and 2). */
+	ck_assert_uint_eq(st.threads, sysconf(_SC_NPROCESSORS_ONLN) >= 6  ? 6
+				      : sysconf(_SC_NPROCESSORS_ONLN) < 2 ? 2
+									  : sysconf(_SC_NPROCESSORS_ONLN));
+	/* Each file holds its items back to back from the offset. */
+	for (size_t i = 0; i < src.n; i++) {
+		const struct carrier_item *it = &src.items[i];
+		uint8_t *p = malloc(it->size);
+
+		ck_assert_uint_eq(it->offset, end[it->file]);
+		end[it->file] += it->size;
+		ck_assert_int_eq(pread(fds[it->file], p, it->size, it->offset), (ssize_t)it->size);
+		ck_assert_int_eq(pattern_check(p, it->size, (uint32_t)i + 1), -1);
+		free(p);
+	}
+	for (int f = 0; f < 3; f++) {
+		struct stat sb;
+
+		ck_assert_int_eq(fstat(fds[f], &sb), 0);
+		ck_assert_int_eq(sb.st_size, (off_t)end[f]);
+	}
+	dev_like(&dst, &src, 0);
+	for (size_t i = 0; i < dst.n; i++)
+		dst.items[i].file = src.items[i].file;
+	ck_assert_msg(carrier_load_files(&stub_ops, &c, fds, 3, dst.items, dst.n, &st, err, sizeof(err)) == 0, "%s",
+		      err);
+	for (size_t i = 0; i < dst.n; i++)
+		ck_assert_int_eq(pattern_check(dst.mem[i], mixed[i], (uint32_t)i + 1), -1);
+
+	/* A file index beyond the array is refused. */
+	dst.items[2].file = 3;
+	ck_assert_int_eq(carrier_load_files(&stub_ops, &c, fds, 3, dst.items, dst.n, NULL, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "alloc 2: file 3"), "%s", err);
+	dst.items[2].file = 2;
+	/* Corruption in the third file names the allocation it carries. */
+	ck_assert_int_eq(pread(fds[1], &b, 1, src.items[4].offset + 3), 1);
+	b ^= 1;
+	ck_assert_int_eq(pwrite(fds[1], &b, 1, src.items[4].offset + 3), 1);
+	ck_assert_int_eq(carrier_load_files(&stub_ops, &c, fds, 3, dst.items, dst.n, NULL, err, sizeof(err)), -EBADMSG);
+	ck_assert_msg(strstr(err, "alloc 4: chunk 0 "), "%s", err);
+	/* A truncated second file too. */
+	ck_assert_int_eq(ftruncate(fds[2], end[2] - 1), 0);
+	ck_assert_int_eq(carrier_load_files(&stub_ops, &c, fds, 3, dst.items, dst.n, NULL, err, sizeof(err)), -ENODATA);
+	ck_assert_msg(strstr(err, "alloc 5") || strstr(err, "alloc 2"), "%s", err);
+	assert_no_leak();
+	dev_free(&src);
+	dev_free(&dst);
+	for (int f = 0; f < 3; f++)
+		close(fds[f]);
+}
+END_TEST
+
 START_TEST(empty_and_zero_size_items)
 {
 	struct carrier_config c = cfg_make(1 * MIB, 64 * KIB, 2);
@@ -659,6 +726,7 @@ static Suite *suite(void)
 	tcase_add_test(t, roundtrip_mixed_sizes_every_byte_and_crc);
 	tcase_add_test(t, roundtrip_chunk_not_dividing_buffer);
 	tcase_add_test(t, roundtrip_staging_smaller_than_chunk);
+	tcase_add_test(t, several_files_roundtrip_and_refusals);
 	tcase_add_test(t, empty_and_zero_size_items);
 	tcase_add_test(t, corrupt_byte_refused_naming_chunk);
 	tcase_add_test(t, corrupt_byte_with_verify_first_leaves_device_untouched);
