@@ -5,8 +5,9 @@
  *
  * A transfer cuts the items into slices (whole chunks of one item, at most
  * one staging buffer). Each I/O thread owns two staging buffers ("slots"),
- * each with its own stream per context, and claims slices from a shared
- * cursor in file order:
+ * each with its own stream per context, and claims slices in file order
+ * from one cursor per file, taking the files in turn (buffered writes to
+ * one file serialize in the kernel; to several files they run in parallel):
  *
  *   save: copy slice k+1 device->host on slot B while slot A's slice k is
  *         checksummed and pwrite()n at its file offset, then swap.
@@ -15,8 +16,8 @@
  *
  * The calling thread is thread 0 and also runs the progress callback. All of
  * a transfer's state lives in one mmap'd block (struct xfer); its mutex
- * guards the cursor, the first error, the byte count and the timing sums.
- * Slots belong to one thread and need no lock.
+ * guards the cursors, the first error and the byte count. Slots and the
+ * per-thread timings belong to one thread and need no lock.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -102,17 +103,15 @@ struct xfer {
 
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	/* Cursors, one per file, so that threads spread over the files
-	 * (writes to one file serialize in the kernel). [nfds] each. */
-	size_t *cur_item;
-	uint64_t *cur_off;
 	/* under lock */
+	size_t *cur_item; /* [nfds]: per-file cursors */
+	uint64_t *cur_off;
 	size_t next_file; /* round robin over files in claim() */
 	uint64_t done;
 	unsigned running; /* threads other than the caller still working */
 	int rc;		  /* first error */
 	char msg[ERRMSG];
-	double copy_s, io_s, crc_s;
+	double copy_s, io_s, crc_s; /* summed after the threads are joined */
 
 	/* progress, touched by thread 0 only */
 	uint64_t p_base, p_grand, p_next;
