@@ -1,13 +1,17 @@
 /*
  * Streams, events and the work queue that stands for device execution.
  *
- * One worker thread per process executes queued work in FIFO order, which is
+ * One executor at a time runs queued work in FIFO order, which is
  * a legal (stricter) schedule for any set of streams: per-stream order holds,
  * legacy default-stream barriers hold, and cuStreamWaitEvent is satisfied by
  * construction.  Device work is "in flight" until the worker has run it; the
  * checkpoint lock waits for the queue to drain (stream_idle).
  *
- * q_lock protects the ring; enq_seq/done_seq are atomics readable without it.
+ * The executor is the worker thread, or a thread waiting for the work (see
+ * stream_sync_seq).
+ *
+ * q_lock protects the ring and exec_busy; enq_seq/done_seq are atomics
+ * readable without it.
  * Execution takes G.lock per work item (never across a kernel's delay).
  */
 #include <stdlib.h>
@@ -25,6 +29,42 @@ static struct fk_op ring[QCAP];
 static uint64_t ring_head; /* next to run */
 static atomic_uint_fast64_t enq_seq, done_seq;
 static uint64_t default_last;
+static int exec_busy; /* an item is being executed (q_lock) */
+
+/*
+ * Take the next queued item if nobody is executing one (q_lock held). One
+ * executor at a time keeps the FIFO order and done_seq monotonic.
+ */
+static int take(struct fk_op *op, uint64_t *seq)
+{
+	if (exec_busy || ring_head == atomic_load(&enq_seq))
+		return 0;
+	*op = ring[ring_head % QCAP];
+	*seq = ++ring_head;
+	exec_busy = 1;
+	return 1;
+}
+
+/* Execute a taken item (q_lock not held) and publish its completion. */
+static void run(struct fk_op *op, uint64_t seq)
+{
+	CUresult r;
+
+	if (op->delay_us)
+		usleep(op->delay_us);
+	LOCK();
+	r = op_execute(op);
+	if (r != CUDA_SUCCESS && G.sticky == CUDA_SUCCESS)
+		G.sticky = r;
+	UNLOCK();
+
+	pthread_mutex_lock(&q_lock);
+	exec_busy = 0;
+	atomic_store(&done_seq, seq);
+	pthread_cond_broadcast(&q_done);
+	pthread_cond_broadcast(&q_work); /* space for blocked producers, next item */
+	pthread_mutex_unlock(&q_lock);
+}
 
 static void *worker(void *arg)
 {
@@ -32,28 +72,12 @@ static void *worker(void *arg)
 	for (;;) {
 		struct fk_op op;
 		uint64_t seq;
-		CUresult r;
 
 		pthread_mutex_lock(&q_lock);
-		while (ring_head == atomic_load(&enq_seq))
+		while (!take(&op, &seq))
 			pthread_cond_wait(&q_work, &q_lock);
-		op = ring[ring_head % QCAP];
-		seq = ++ring_head;
 		pthread_mutex_unlock(&q_lock);
-
-		if (op.delay_us)
-			usleep(op.delay_us);
-		LOCK();
-		r = op_execute(&op);
-		if (r != CUDA_SUCCESS && G.sticky == CUDA_SUCCESS)
-			G.sticky = r;
-		UNLOCK();
-
-		pthread_mutex_lock(&q_lock);
-		atomic_store(&done_seq, seq);
-		pthread_cond_broadcast(&q_done);
-		pthread_cond_broadcast(&q_work); /* space for blocked producers */
-		pthread_mutex_unlock(&q_lock);
+		run(&op, seq);
 	}
 	return NULL;
 }
@@ -140,9 +164,26 @@ CUresult stream_sync_seq(uint64_t seq)
 {
 	CUresult r;
 
+	/*
+	 * A waiter runs queued work itself when the worker has not taken it:
+	 * a device makes progress whatever the process's threads do, and while
+	 * CRIU keeps every thread but a few stopped (the restore thread, the
+	 * interposer's), the stopped worker must not stall them. The worker is
+	 * never stopped mid-item: checkpoint locks only an idle device.
+	 */
 	pthread_mutex_lock(&q_lock);
-	while (atomic_load(&done_seq) < seq)
-		pthread_cond_wait(&q_done, &q_lock);
+	while (atomic_load(&done_seq) < seq) {
+		struct fk_op op;
+		uint64_t taken;
+
+		if (take(&op, &taken)) {
+			pthread_mutex_unlock(&q_lock);
+			run(&op, taken);
+			pthread_mutex_lock(&q_lock);
+		} else {
+			pthread_cond_wait(&q_done, &q_lock);
+		}
+	}
 	pthread_mutex_unlock(&q_lock);
 	LOCK();
 	r = G.sticky;
