@@ -69,7 +69,8 @@ int carrier_ops_resolve(struct carrier_ops *ops, void *(*lookup)(void *arg, cons
 struct carrier_item {
 	CUdeviceptr va;	     /* device address, mapped read/write for ctx's device */
 	uint64_t size;	     /* bytes carried (0 is allowed: no chunks) */
-	CUcontext ctx;	     /* context the copies run in (the device holding va) */
+	CUcontext ctx;	     /* context the copies run in (the device holding va); NULL: the
+				caller's current context */
 	const char *name;    /* identity for messages ("alloc 1234:7"); NULL: "item N" */
 	uint32_t chunk_size; /* bytes per CRC. save: 0 = config default, set to the value used;
 				load: from the entry (required) */
@@ -132,6 +133,9 @@ struct carrier_stats {
 };
 
 /*
+ * cfg NULL means carrier_config_init() (environment). The caller's current
+ * context is current again when these return.
+ *
  * Save items[0..n) to fd (opened for writing, not O_APPEND, seekable),
  * back to back from `offset`: fills each item's offset, chunk_size, crc and
  * ncrc. Device memory is only read. Returns 0, or a negative errno with the
