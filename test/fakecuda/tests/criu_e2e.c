@@ -125,6 +125,11 @@ int main(void)
 	snprintf(dir, sizeof(dir), "/tmp/fakecuda-criu-XXXXXX");
 	if (!mkdtemp(dir))
 		return 1;
+	/* An empty plugin directory: whatever is installed in CRIU's default
+	 * one (cuinterpose's own plugin, say) must not drive this test. */
+	snprintf(path, sizeof(path), "%s/noplugins", dir);
+	if (mkdir(path, 0700))
+		FAIL("mkdir %s", path);
 	snprintf(sock, sizeof(sock), "%s/devd.sock", dir);
 	setenv("FAKECUDA_SOCKET", sock, 1);
 	if (run("%s --socket %s --daemon", devd, sock))
@@ -154,7 +159,8 @@ int main(void)
 	CU(cuCheckpointProcessGetRestoreThreadId(pid, &tid));
 
 	/* 1. the open device connection makes the process undumpable; it keeps running */
-	if (run("%s dump -t %d -D %s -o dump-refused.log -v4 --leave-running >/dev/null 2>&1", criu, pid, dir) == 0)
+	if (run("%s dump -t %d -D %s -L %s/noplugins -o dump-refused.log -v4 --leave-running >/dev/null 2>&1", criu,
+		pid, dir, dir) == 0)
 		FAIL("criu dump succeeded with the device connection open");
 	run("grep -m2 'Error' %s/dump-refused.log", dir);
 	if (waitpid(pid, &status, WNOHANG) != 0)
@@ -166,7 +172,7 @@ int main(void)
 	/* 2. native lock + checkpoint releases the device: now CRIU can dump it */
 	CU(cuCheckpointProcessLock(pid, NULL));
 	CU(cuCheckpointProcessCheckpoint(pid, NULL));
-	if (run("%s dump -t %d -D %s -o dump.log -v4", criu, pid, dir)) {
+	if (run("%s dump -t %d -D %s -L %s/noplugins -o dump.log -v4", criu, pid, dir, dir)) {
 		show("dump.log");
 		FAIL("criu dump of the checkpointed process failed");
 	}
@@ -174,7 +180,8 @@ int main(void)
 		FAIL("the dumped workload did not exit");
 
 	/* 3. criu restore, then native restore + unlock */
-	if (run("%s restore -D %s -o restore.log -v4 --restore-detached --pidfile %s/restored.pid", criu, dir, dir)) {
+	if (run("%s restore -D %s -L %s/noplugins -o restore.log -v4 --restore-detached --pidfile %s/restored.pid",
+		criu, dir, dir, dir)) {
 		show("restore.log");
 		FAIL("criu restore failed");
 	}
