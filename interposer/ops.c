@@ -150,6 +150,19 @@ static void *carrier_lookup(void *arg, const char *name)
 	return cuip_real_dlsym(cuip_driver_handle(), name);
 }
 
+/*
+ * LOAD runs during restore while every thread of the process but ours and
+ * the driver's restore thread is frozen, driver-internal threads included:
+ * a copy must complete on the calling thread. Synchronous host-to-device
+ * copies do (the stream argument is unused; the carrier's streams stay
+ * empty, so its synchronizations return at once).
+ */
+static CUresult htod_on_this_thread(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+	(void)s;
+	return real.cuMemcpyHtoD_v2(dst, src, n);
+}
+
 static int carrier_setup(struct carrier_ops *ops, struct carrier_config *cfg, char *err, size_t errlen)
 {
 	int ret = carrier_ops_resolve(ops, carrier_lookup, NULL, err, errlen);
@@ -386,6 +399,7 @@ static Cuip__Response *op_load(const Cuip__Load *l, int fd)
 	ret = carrier_setup(&ops, &cfg, err, sizeof(err));
 	if (ret)
 		return reply(ret, "pid %d: carrier: %s", self.pid, err);
+	ops.memcpy_htod_async = htod_on_this_thread;
 	/* Devices by UUID: remember the old ordinals' UUIDs, then look again. */
 	for (int i = 0; i < self.ndev; i++) {
 		if (self.dev[i].ordinal >= 0 && self.dev[i].ordinal < MAX_DEVICES) {
