@@ -22,6 +22,10 @@
  * "round R FAIL: why" to RESULT_FILE (default stdout). SIGTERM/SIGINT: tear
  * everything down and exit 0 if every round passed, 1 otherwise. --once
  * runs one round right after setup and exits.
+ *
+ * Built as test/interposer/vmm_share in the build tree (plain ELF, no
+ * libtool wrapper or rpath: it loads whichever libcuda.so.1 is found).
+ * vmm_share-criu.sh beside this file drives it through criu dump/restore.
  */
 #include <cuda.h>
 #include <errno.h>
