@@ -9,6 +9,7 @@
  *   runtime.c  process identity, start after cuInit, fork, logging
  *   gate.c     the API gate and the lifecycle phase
  *   vmm.c      tracked VMM allocations, logical handles, mappings, access
+ *   ctx.c      contexts the application creates (synchronized at QUIESCE)
  *   ticket.c   ticket memfds (mint, recognise)
  *   xcache.c   export cache and the peer FD service (own lock, no driver)
  *   control.c  control socket, the "cuip-ctl" and "cuip-op" threads
@@ -251,6 +252,12 @@ uint64_t cuip_xc_served_count(void);
 bool cuip_xc_has(uint64_t serial);
 int cuip_xc_fd_cloexec(uint64_t serial); /* the cached FD's FD_CLOEXEC, or -1 */
 void cuip_xc_reset(void);		 /* fork child */
+
+/* ---- application-created contexts (ctx.c) ------------------------------- */
+
+/* Snapshot of the live contexts created with cuCtxCreate*; returns the count. */
+size_t cuip_contexts(CUcontext *out, size_t max);
+void cuip_ctx_reset(void); /* fork child */
 
 /* ---- control (control.c, client.c) -------------------------------------- */
 

@@ -207,6 +207,21 @@ static Cuip__Response *op_quiesce(const Cuip__Quiesce *q)
 		}
 	}
 	release_devices();
+	/* ... and the contexts the application created itself. */
+	CUcontext cs[256];
+	size_t nc = cuip_contexts(cs, 256);
+	for (size_t i = 0; i < nc; i++) {
+		CUresult r = real.cuCtxSetCurrent(cs[i]);
+		if (r == CUDA_SUCCESS)
+			r = real.cuCtxSynchronize();
+		if (r != CUDA_SUCCESS) {
+			real.cuCtxSetCurrent(NULL);
+			cuip_gate_open();
+			return reply(-EIO, "pid %d: synchronizing context %p failed: %s; gate reopened", self.pid,
+				     (void *)cs[i], cuip_cuerr(r));
+		}
+	}
+	real.cuCtxSetCurrent(NULL);
 	cuip_set_phase(CUIP__PHASE__PHASE_QUIESCED);
 	return reply(0, NULL);
 }

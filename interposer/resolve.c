@@ -23,6 +23,10 @@
 #include "cuip.h"
 #include "launch.h"
 
+CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags,
+				CUdevice dev);
+
 struct entry {
 	const char *name; /* ELF symbol */
 	const char *base; /* name as passed to cuGetProcAddress */
@@ -53,6 +57,10 @@ static struct entry table[] = {
 	E(cuMulticastBindMem_v2, "cuMulticastBindMem", 13010, false),
 	E(cuMulticastBindAddr, "cuMulticastBindAddr", 12010, false),
 	E(cuMulticastBindAddr_v2, "cuMulticastBindAddr", 13010, false),
+	E(cuCtxCreate_v2, "cuCtxCreate", 3020, false),
+	E(cuCtxCreate_v3, "cuCtxCreate", 11040, false),
+	E(cuCtxCreate_v4, "cuCtxCreate", 12050, false),
+	E(cuCtxDestroy_v2, "cuCtxDestroy", 4000, false),
 	E(cuGetProcAddress, "cuGetProcAddress", 11030, false),
 	E(cuGetProcAddress_v2, "cuGetProcAddress", 12000, false),
 	E(cuGetProcAddress_v2_ptsz, "cuGetProcAddress", 12000, true),

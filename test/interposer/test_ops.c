@@ -372,9 +372,16 @@ START_TEST(quiesce_then_resume_without_teardown)
 	Cuip__Response *r;
 	int s;
 
+	CUcontext own, prev;
+	CUstream st;
 	h_init(0);
 	va = h_create_map(h_gran(), &h);
 	h_fill(va, h_gran(), 3);
+	/* A context of the application's own, with work queued in it. */
+	CK(cuCtxGetCurrent(&prev));
+	CK(cuCtxCreate(&own, NULL, 0, 0));
+	CK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+	CK(cuMemsetD32Async(va, 7, h_gran() / 4, st));
 	s = h_connect(0);
 	/* Out of order: SAVE and PREPARE_UNICAST before QUIESCE are refused. */
 	req.body_case = CUIP__REQUEST__BODY_PREPARE_UNICAST;
@@ -386,8 +393,13 @@ START_TEST(quiesce_then_resume_without_teardown)
 	req.body_case = CUIP__REQUEST__BODY_QUIESCE;
 	req.quiesce = &q;
 	ok_call(s, &req, -1, "QUIESCE");
+	CK(cuStreamQuery(st)); /* QUIESCE synchronized every context */
 	flag(s, CUIP__REQUEST__BODY_RESUME, "RESUME");
 	close(s);
+	CK(cuStreamDestroy(st));
+	CK(cuCtxDestroy(own));
+	CK(cuCtxSetCurrent(prev));
+	h_fill(va, h_gran(), 3);
 	ck_assert(h_check(va, h_gran(), 3));
 	h_unmap_release(va, h_gran(), h);
 }

@@ -76,6 +76,10 @@ static const struct vcase vcases[] = {
 	{"cuMulticastBindAddr", 13000, "cuMulticastBindAddr"},
 	{"cuMulticastBindAddr", 13010, "cuMulticastBindAddr_v2"},
 	{"cuMemImportFromShareableHandle", 12000, "cuMemImportFromShareableHandle"},
+	{"cuCtxCreate", 3020, "cuCtxCreate_v2"},
+	{"cuCtxCreate", 11040, "cuCtxCreate_v3"},
+	{"cuCtxCreate", 12050, "cuCtxCreate_v4"},
+	{"cuCtxCreate", 13000, "cuCtxCreate_v4"},
 	{"cuDeviceGet", 13000, NULL},
 	{NULL, 0, NULL},
 };
