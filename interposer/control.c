@@ -93,9 +93,29 @@ static int sock_dir(char *dir, size_t len)
 	return 0;
 }
 
+/* Nobody listens on path (a connect is refused). */
+static bool sock_dead(int dfd, const char *name)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	char path[128];
+	int s, ret;
+
+	if (snprintf(path, sizeof(path), "/proc/self/fd/%d/%s", dfd, name) >= (int)sizeof(sa.sun_path))
+		return false;
+	strcpy(sa.sun_path, path);
+	s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (s < 0)
+		return false;
+	ret = connect(s, (struct sockaddr *)&sa, sizeof(sa));
+	ret = ret && errno == ECONNREFUSED;
+	close(s);
+	return ret;
+}
+
 /*
  * Remove sockets of processes that no longer exist (killed, or left with
- * _exit): best effort, only ours, only when the pid in the name is gone.
+ * _exit): best effort, only ours, only when the pid in the name is gone and
+ * nobody listens (the pid may be another namespace's).
  */
 static void sock_gc(const char *dir)
 {
@@ -112,7 +132,7 @@ static void sock_gc(const char *dir)
 		if (kill(pid, 0) == 0 || errno != ESRCH)
 			continue;
 		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISSOCK(st.st_mode) &&
-		    st.st_uid == geteuid())
+		    st.st_uid == geteuid() && sock_dead(dirfd(d), de->d_name))
 			unlinkat(dirfd(d), de->d_name, 0);
 	}
 	if (d)

@@ -14,6 +14,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -524,6 +525,43 @@ END_TEST
 
 /* ---- the control socket -------------------------------------------------- */
 
+static int bind_at(const char *path, bool listening)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	ck_assert_int_eq(bind(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	if (listening)
+		ck_assert_int_eq(listen(s, 1), 0);
+	else {
+		close(s);
+		s = -1;
+	}
+	return s;
+}
+
+START_TEST(stale_sockets_of_dead_processes_are_removed)
+{
+	const char *dir = getenv("CUINTERPOSE_SOCKET_DIR");
+	char stale[256], live[256];
+	int l;
+
+	mkdir(dir, 01777);
+	/* pids that do not exist here; one socket still has a listener (a
+	 * process of another pid namespace, say) and must stay. */
+	snprintf(stale, sizeof(stale), "%s/999999-0000000000000001.sock", dir);
+	snprintf(live, sizeof(live), "%s/999998-0000000000000002.sock", dir);
+	bind_at(stale, false);
+	l = bind_at(live, true);
+	h_init(0);
+	ck_assert_int_ne(access(stale, F_OK), 0);
+	ck_assert_int_eq(access(live, F_OK), 0);
+	close(l);
+	unlink(live);
+}
+END_TEST
+
 START_TEST(socket_threads_and_descriptors)
 {
 	char path[256], comm[64], p[300];
@@ -723,6 +761,7 @@ Suite *share_suite(void)
 	tc = tcase_create("protocol");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, socket_threads_and_descriptors);
+	tcase_add_test(tc, stale_sockets_of_dead_processes_are_removed);
 	tcase_add_test(tc, fetched_descriptors_are_close_on_exec_and_need_the_token);
 	tcase_add_test(tc, malformed_messages_close_the_connection_and_leak_nothing);
 	tcase_add_test(tc, a_peer_that_hangs_up_raises_no_sigpipe);
