@@ -443,10 +443,16 @@ static void save_fails(int fd, int expect, const char *needle, void (*arm)(void)
 	struct carrier_stats st;
 
 	dev_init(&src, mixed, NMIXED, 0);
-	/* Warm up (lazy allocations in libc and sanitizers), then count. */
+	/* Warm up on the same failing path (lazy allocations in libc and the
+	 * sanitizers' allocators map new regions on first use), then count. */
 	fds = scratch_fd();
 	carrier_save(&stub_ops, &c, fds, 0, src.items, src.n, NULL, NULL, 0);
 	close(fds);
+	stub_reset();
+	if (arm)
+		arm();
+	carrier_save(&stub_ops, &c, fd, 0, src.items, src.n, NULL, err, sizeof(err));
+	lseek(fd, 0, SEEK_SET);
 	fds = count_fds();
 	maps = count_maps();
 	stub_reset();
