@@ -16,6 +16,8 @@
  *   client.c   connecting to a control socket (importers, CLI)
  *   inspect.c  ProcessState of this process
  *   ops.c      checkpoint operations run by the op thread
+ *   ipc.c      cuMemAlloc converted to POSIX-capable VMM; cuIpc* emulated
+ *   peer.c     cuCtxEnable/DisablePeerAccess mirrored into VMM access
  *
  * Locks, outermost first: state_lock (vmm.c: records, mappings, handles),
  * xc_lock (xcache.c), gate lock (gate.c). The control thread takes only
@@ -51,6 +53,9 @@ CUresult CUDAAPI cuMulticastBindAddr_v2(CUmemGenericAllocationHandle mcHandle, C
 					CUdeviceptr memptr, size_t size, unsigned long long flags);
 /* The pre-12.0 four-argument form, still exported by the driver. */
 CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+/* cuda.h maps cuIpcOpenMemHandle to _v2; the old ELF symbol is ours too. */
+#undef cuIpcOpenMemHandle
+CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
 CUresult CUDAAPI cuGetProcAddress_v2_ptsz(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
 					  CUdriverProcAddressQueryResult *symbolStatus);
 
@@ -186,6 +191,7 @@ struct cuip_mapping {
 	struct cuip_alloc *a;
 	unsigned long long map_flags;
 	bool detached;		 /* unmapped by PREPARE_UNICAST, VA kept for the rebuild */
+	bool legacy;		 /* made by cuMemAlloc/cuIpcOpenMemHandle (ipc.c): the VA reservation is ours */
 	struct cuip_access *acc; /* sorted by (location, va), non-overlapping, coalesced */
 	size_t nacc, capacc;
 };
@@ -206,6 +212,9 @@ struct cuip_alloc {
 	uint8_t token[16];
 	char creator_sock[108];
 	const char *unsupported; /* OWNER_UNSUPPORTED: why */
+	uint64_t requested;	 /* ORIGIN_MALLOC/IPC_OPEN: the size the application asked for */
+	uint64_t ipc_va;	 /* IPC-opened here: the mapping's address ... */
+	uint32_t ipc_opens;	 /* ... and how many opens it has not closed */
 	struct cuip_alloc *id_next, *log_next;
 	struct cuip_alloc *prev, *next; /* all records, creation order */
 };
@@ -220,6 +229,7 @@ struct cuip_vmm {
 	uint64_t next_logical;
 	uint32_t raw_imports;
 	uint32_t unsupported;
+	uint64_t peer[64]; /* peer.c: bit `to` of peer[from]: from's contexts may access to's memory */
 };
 extern struct cuip_vmm vmm;
 
@@ -230,6 +240,20 @@ void cuip_vmm_reset(void); /* fork child: forget everything */
 int cuip_map_insert(struct cuip_mapping *m);
 int cuip_access_set(struct cuip_mapping *m, uint64_t va, uint64_t size, const CUmemLocation *loc, unsigned flags);
 void cuip_logical_assign(struct cuip_alloc *a);
+/* For ipc.c (caller holds the lock unless said otherwise): a new record; take
+ * the mapping at va out of the table (nmaps of its record drops); unlink a
+ * record nothing names any more (true: call cuip_alloc_release after
+ * unlocking, which releases its driver handle and frees it). */
+struct cuip_alloc *cuip_alloc_create(uint64_t creator, uint64_t serial);
+struct cuip_mapping *cuip_map_take(uint64_t va);
+void cuip_map_free(struct cuip_mapping *m);
+bool cuip_alloc_unlink_if_dead(struct cuip_alloc *a);
+void cuip_alloc_release(struct cuip_alloc *a);
+
+/* ---- peer access mirror (peer.c) ----------------------------------------- */
+
+/* Grant m the access that enabled peer access implies (caller holds the lock). */
+void cuip_peer_grant(struct cuip_mapping *m);
 
 /* ---- tickets (ticket.c) ------------------------------------------------- */
 

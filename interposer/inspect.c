@@ -133,6 +133,14 @@ static Cuip__Allocation *allocation_of(const struct cuip_alloc *a)
 	m->creator_pid = a->creator_pid;
 	m->has_exported = 1;
 	m->exported = a->creator == self.id && a->has_token && cuip_xc_has(a->serial);
+	if (a->requested) {
+		m->has_requested_size = 1;
+		m->requested_size = a->requested;
+	}
+	if (a->ipc_opens) {
+		m->has_ipc_opens = 1;
+		m->ipc_opens = a->ipc_opens;
+	}
 	return m;
 }
 
@@ -244,6 +252,23 @@ Cuip__ProcessState *cuip_state_build(void)
 		if (!m)
 			return NULL;
 		st->mappings[st->n_mappings++] = m;
+	}
+
+	st->peer_access = cuip_zalloc(sizeof(*st->peer_access) * 64 * 64);
+	if (!st->peer_access)
+		return NULL;
+	for (int f = 0; f < 64; f++) {
+		for (int t = 0; t < 64; t++) {
+			Cuip__PeerAccess *pa;
+			if (!(vmm.peer[f] >> t & 1))
+				continue;
+			pa = NEW(Cuip__PeerAccess, CUIP__PEER_ACCESS__INIT);
+			if (!pa)
+				return NULL;
+			pa->from_device = f;
+			pa->to_device = t;
+			st->peer_access[st->n_peer_access++] = pa;
+		}
 	}
 
 	cn->has_raw_imports = 1;

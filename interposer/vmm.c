@@ -990,3 +990,41 @@ void cuip_vmm_reset(void)
 	memset(&vmm, 0, sizeof(vmm));
 	pthread_mutex_init(&cuip_state_lock, NULL);
 }
+
+/* ---- for ipc.c ----------------------------------------------------------- */
+
+struct cuip_alloc *cuip_alloc_create(uint64_t creator, uint64_t serial)
+{
+	return alloc_new(creator, serial);
+}
+
+struct cuip_mapping *cuip_map_take(uint64_t va)
+{
+	size_t i = map_lower(va);
+	struct cuip_mapping *m;
+
+	if (i >= vmm.nmaps || vmm.maps[i]->va != va)
+		return NULL;
+	m = vmm.maps[i];
+	map_remove_at(i);
+	m->a->nmaps--;
+	return m;
+}
+
+void cuip_map_free(struct cuip_mapping *m)
+{
+	map_free(m);
+}
+
+bool cuip_alloc_unlink_if_dead(struct cuip_alloc *a)
+{
+	if (!alloc_dead(a))
+		return false;
+	alloc_unlink(a);
+	return true;
+}
+
+void cuip_alloc_release(struct cuip_alloc *a)
+{
+	alloc_destroy(a);
+}

@@ -9,6 +9,7 @@ Suite *resolve_suite(void);
 Suite *track_suite(void);
 Suite *share_suite(void);
 Suite *ops_suite(void);
+Suite *ipc_suite(void);
 
 int main(void)
 {
@@ -18,6 +19,7 @@ int main(void)
 	srunner_add_suite(sr, track_suite());
 	srunner_add_suite(sr, share_suite());
 	srunner_add_suite(sr, ops_suite());
+	srunner_add_suite(sr, ipc_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

@@ -1,0 +1,139 @@
+/*
+ * peer.c - peer access mirrored into VMM access. Memory from cuMemAlloc and
+ * cuIpcOpenMemHandle is VMM here (ipc.c), and VMM access is per mapping, not
+ * per context: cuCtxEnablePeerAccess(peer) from a context on device F must
+ * give F read-write access to every such mapping of memory on the peer's
+ * device T, existing ones now and future ones when they are made
+ * (cuip_peer_grant); cuCtxDisablePeerAccess takes it back. The matrix
+ * (vmm.peer[F] bit T) is reported as ProcessState.peer_access; the access it
+ * implies is recorded per mapping like any other, so a rebuild replays it
+ * for both devices and VERIFY checks it.
+ *
+ * Callers: the application (resolve.c routes every path here); ipc.c calls
+ * cuip_peer_grant. Locking: cuip_state_lock protects vmm.peer and the
+ * mappings; held across the cuMemSetAccess calls it mirrors.
+ */
+#include "cuip.h"
+
+static pthread_once_t peer_once = PTHREAD_ONCE_INIT;
+static struct {
+	__typeof__(&cuCtxEnablePeerAccess) enable;
+	__typeof__(&cuCtxDisablePeerAccess) disable;
+	__typeof__(&cuCtxGetDevice) getdev;
+	__typeof__(&cuCtxPushCurrent_v2) push;
+	__typeof__(&cuCtxPopCurrent_v2) pop;
+} rp;
+
+static void peer_init(void)
+{
+	void *h;
+
+	if (cuip_driver_init())
+		return;
+	h = cuip_driver_handle();
+	rp.enable = (__typeof__(rp.enable))cuip_real_dlsym(h, "cuCtxEnablePeerAccess");
+	rp.disable = (__typeof__(rp.disable))cuip_real_dlsym(h, "cuCtxDisablePeerAccess");
+	rp.getdev = (__typeof__(rp.getdev))cuip_real_dlsym(h, "cuCtxGetDevice");
+	rp.push = (__typeof__(rp.push))cuip_real_dlsym(h, "cuCtxPushCurrent_v2");
+	rp.pop = (__typeof__(rp.pop))cuip_real_dlsym(h, "cuCtxPopCurrent_v2");
+}
+
+/* Set flags for device `from` on mapping m and record it (lock held). */
+static void mirror(struct cuip_mapping *m, int from, unsigned flags)
+{
+	CUmemAccessDesc d = {{CU_MEM_LOCATION_TYPE_DEVICE, from}, (CUmemAccess_flags)flags};
+	CUresult r;
+
+	if (m->detached)
+		return;
+	r = real.cuMemSetAccess(m->va, m->size, &d, 1);
+	if (r != CUDA_SUCCESS) {
+		pr_err("peer access: setting access of device %d to %#llx: %s", from, (unsigned long long)m->va,
+		       cuip_cuerr(r));
+		return;
+	}
+	if (cuip_access_set(m, m->va, m->size, &d.location, flags))
+		pr_err("out of memory recording access of mapping %#llx", (unsigned long long)m->va);
+}
+
+static bool mirrored(const struct cuip_mapping *m)
+{
+	return m->legacy && m->a->prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE;
+}
+
+void cuip_peer_grant(struct cuip_mapping *m)
+{
+	int to = m->a->prop.location.id;
+
+	if (!mirrored(m) || to < 0 || to >= 64)
+		return;
+	for (int from = 0; from < 64; from++)
+		if (from != to && (vmm.peer[from] >> to & 1))
+			mirror(m, from, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+}
+
+/* Devices of the current context and of peer. */
+static CUresult devices(CUcontext peer, int *from, int *to)
+{
+	CUcontext popped;
+	CUdevice d;
+	CUresult r = rp.getdev(&d);
+
+	if (r != CUDA_SUCCESS)
+		return r;
+	*from = d;
+	r = rp.push(peer);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = rp.getdev(&d);
+	rp.pop(&popped);
+	*to = d;
+	return r;
+}
+
+static CUresult peer_change(CUcontext peer, unsigned int flags, bool on)
+{
+	int from, to;
+	CUresult r;
+
+	if (cuip_driver_init())
+		return CUDA_ERROR_NOT_FOUND;
+	pthread_once(&peer_once, peer_init);
+	if (!(on ? (void *)rp.enable : (void *)rp.disable) || !rp.getdev || !rp.push || !rp.pop)
+		return CUDA_ERROR_NOT_FOUND;
+	r = cuip_gate_enter();
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = on ? rp.enable(peer, flags) : rp.disable(peer);
+	if (r != CUDA_SUCCESS)
+		goto out;
+	if (devices(peer, &from, &to) != CUDA_SUCCESS || from < 0 || from >= 64 || to < 0 || to >= 64) {
+		pr_err("peer access: cannot tell the devices of the contexts; not mirrored");
+		goto out;
+	}
+	pthread_mutex_lock(&cuip_state_lock);
+	if (on)
+		vmm.peer[from] |= 1ull << to;
+	else
+		vmm.peer[from] &= ~(1ull << to);
+	for (size_t i = 0; i < vmm.nmaps; i++) {
+		struct cuip_mapping *m = vmm.maps[i];
+		if (mirrored(m) && m->a->prop.location.id == to)
+			mirror(m, from, on ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE);
+	}
+	pthread_mutex_unlock(&cuip_state_lock);
+	pr_info("peer access %s: device %d -> memory of device %d", on ? "enabled" : "disabled", from, to);
+out:
+	cuip_gate_exit();
+	return r;
+}
+
+CUIP_API CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
+{
+	return peer_change(peerContext, Flags, true);
+}
+
+CUIP_API CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peerContext)
+{
+	return peer_change(peerContext, 0, false);
+}
