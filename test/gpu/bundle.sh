@@ -1,60 +1,84 @@
 #!/usr/bin/env bash
 # Builds cuinterpose and collects what a GPU machine without a package
-# registry needs to run the GPU validation: criu with its non-libc shared
-# libraries, CRIU's cuda_plugin (baseline), our interposer, plugin, CLI and
-# test workloads, all into one directory that travels with the run.
+# registry needs to run the GPU suite (run.sh), into one directory that
+# travels with the run:
 #
 #   test/gpu/bundle.sh [OUTDIR]        (default: .device/bundle)
+#   BUILD=DIR to use (or create) a configured build tree (default: build-gpu)
 #
-# Run it here (Debian 12); on the GPU machine run test/gpu/run.sh, which
-# sets LD_LIBRARY_PATH to OUTDIR/lib. Nothing of the fake driver travels.
+#   bin/        criu (with its non-libc shared libraries in lib/), the
+#               cuinterpose CLI
+#   lib/        libcuinterpose.so and every non-libc library of the above
+#   plugins/    cuinterpose_plugin.so (alone: CRIU's -L directory)
+#   baseline/   CRIU's upstream cuda_plugin.so (never beside ours)
+#   workloads/  gpu_job, gpu_microbench, facts-workload, fakecuda-ckpt,
+#               cuda-checkpoint-shim, e2e_reaper (test/gpu/build.sh)
+#   scripts/    test/gpu/*.sh and the sources they were built from
+#   BUILDINFO   commit, build tree (run.sh finds the fake driver there with FAKE=1)
+#
+# On the GPU machine: bash OUTDIR/scripts/run.sh --out DIR. Nothing of the
+# fake driver travels; libcuda.so.1 comes from the machine.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$top/.device/bundle}
-build=$top/build-gpu
+build=${BUILD:-$top/build-gpu}
 
 [ -x "$top/configure" ] || (cd "$top" && ./autogen.sh >/dev/null)
 mkdir -p "$build"
+build=$(cd "$build" && pwd)
 cd "$build"
 [ -f Makefile ] || "$top/configure" --quiet
 make -j"$(nproc)" >/dev/null
-make -j"$(nproc)" -C test check TESTS= >/dev/null # builds the workloads without running tests
+make -j"$(nproc)" -C test/fakecuda >/dev/null
+make -j"$(nproc)" -C test/e2e e2e_reaper >/dev/null
 
 rm -rf "$out"
-mkdir -p "$out"/{bin,lib,plugins,baseline,workloads}
+mkdir -p "$out"/{bin,lib,plugins,baseline,workloads,scripts}
+out=$(cd "$out" && pwd)
 
 copy_libs() {
 	# Every non-libc library the given binaries need (libc, libm, libdl,
-	# libpthread, ld.so come from the GPU machine's newer glibc).
+	# libpthread, librt and ld.so come from the GPU machine's newer glibc;
+	# libcuda from its driver).
 	ldd "$@" 2>/dev/null | awk '/=> \//{print $3}' | sort -u | while read -r l; do
 		case "$(basename "$l")" in
-		libc.so* | libm.so* | libdl.so* | libpthread.so* | librt.so* | ld-linux*) ;;
-		libcuda.so*) ;;
-		*) cp -L "$l" "$out/lib/" ;;
+		libc.so* | libm.so* | libdl.so* | libpthread.so* | librt.so* | ld-linux* | libcuda.so*) ;;
+		*) [ -e "$out/lib/$(basename "$l")" ] || cp -L "$l" "$out/lib/" ;;
 		esac
 	done
 }
 
-crt=$(command -v criu || echo /usr/local/sbin/criu)
+crt=${CRIU:-$(command -v criu || echo /usr/local/sbin/criu)}
 cp "$crt" "$out/bin/criu"
 copy_libs "$crt"
-if [ -f /usr/local/lib/cuinterpose/baseline/cuda_plugin.so ]; then
-	cp /usr/local/lib/cuinterpose/baseline/cuda_plugin.so "$out/baseline/"
+base=/usr/local/lib/cuinterpose/baseline/cuda_plugin.so
+if [ -f "$base" ]; then
+	cp "$base" "$out/baseline/"
+	copy_libs "$base"
+else
+	echo "bundle.sh: WARNING: no $base: the suite will skip the upstream baseline" >&2
 fi
-for f in interposer/.libs/libcuinterpose.so plugin/.libs/cuinterpose_plugin.so plugin/cuinterpose; do
-	[ -e "$f" ] || continue
-	case "$f" in
-	*plugin.so) cp -L "$f" "$out/plugins/" ;;
-	*.so) cp -L "$f" "$out/lib/" ;;
-	*) cp -L "$(dirname "$f")/.libs/$(basename "$f")" "$out/bin/" 2>/dev/null || cp -L "$f" "$out/bin/" ;;
-	esac
-	copy_libs "$f"
-done
-find test -maxdepth 3 -type f -perm -u+x -path '*workloads*' ! -name '*.sh' | while read -r w; do
-	real=$(dirname "$w")/.libs/$(basename "$w")
-	[ -f "$real" ] && w=$real
-	cp -L "$w" "$out/workloads/"
-	copy_libs "$w"
-done
-cp -r "$top/test/gpu" "$out/scripts"
-du -sh "$out"
+cp -L interposer/.libs/libcuinterpose.so "$out/lib/"
+cp -L plugin/.libs/cuinterpose_plugin.so "$out/plugins/"
+cp -L plugin/cuinterpose "$out/bin/"
+copy_libs interposer/.libs/libcuinterpose.so plugin/.libs/cuinterpose_plugin.so plugin/cuinterpose
+
+bash "$top/test/gpu/build.sh" "$build" "$out/workloads"
+copy_libs "$out"/workloads/*
+cp "$top"/test/gpu/*.sh "$top"/test/gpu/*.c "$top"/test/gpu/*.cu "$out/scripts/"
+strip --strip-debug "$out"/bin/* "$out"/lib/* "$out"/plugins/* "$out"/workloads/* 2>/dev/null || true
+{
+	echo "commit=$(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$top" diff --quiet HEAD 2>/dev/null || echo -dirty)"
+	echo "build=$build"
+	echo "made=$(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n)"
+} >"$out/BUILDINFO"
+
+# Nothing may be left unresolved on the GPU machine but libcuda.
+missing=$(LD_LIBRARY_PATH=$out/lib ldd "$out"/bin/* "$out"/lib/*.so* "$out"/plugins/* "$out"/baseline/* \
+	"$out"/workloads/* 2>/dev/null | grep "not found" | grep -v "libcuda.so" | sort -u || true)
+if [ -n "$missing" ]; then
+	echo "bundle.sh: unresolved libraries:" >&2
+	echo "$missing" >&2
+	exit 1
+fi
+echo "bundle: $out ($(du -sh "$out" | cut -f1)), $(find "$out" -type f | wc -l) files, $(cat "$out/BUILDINFO" | head -n 1)"

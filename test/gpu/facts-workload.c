@@ -37,11 +37,11 @@ static void die(const char *what, CUresult r)
 	exit(2);
 }
 
-#define CK(call)                                                                                                       \
-	do {                                                                                                           \
-		CUresult r_ = (call);                                                                                  \
-		if (r_ != CUDA_SUCCESS)                                                                                \
-			die(#call, r_);                                                                                \
+#define CK(call)                        \
+	do {                            \
+		CUresult r_ = (call);   \
+		if (r_ != CUDA_SUCCESS) \
+			die(#call, r_); \
 	} while (0)
 
 struct buf {
@@ -111,8 +111,8 @@ static CUmemGenericAllocationHandle vmm_create(size_t size, CUdevice dev, int po
 {
 	CUmemAllocationProp p = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
 				 .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev},
-				 .requestedHandleTypes = posix ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
-							       : CU_MEM_HANDLE_TYPE_NONE};
+				 .requestedHandleTypes =
+					 posix ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE};
 	CUmemGenericAllocationHandle h;
 
 	CK(cuMemCreate(&h, size, &p, 0));

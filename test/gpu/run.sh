@@ -1,0 +1,514 @@
+#!/usr/bin/env bash
+# run.sh - the real-GPU validation and benchmark suite, in one command.
+#
+#   bundle/scripts/run.sh [--sizes GiB,GiB,...] [--reps N] [--out DIR] [--budget SECONDS]
+#                         [--only facts,val,ipc,gpu2,base,bench,micro] [--micro-iters N]
+#                         [--native-baseline]
+#
+# Runs from a bundle made by test/gpu/bundle.sh (bin/criu, lib/, plugins/,
+# baseline/cuda_plugin.so, workloads/, scripts/). On a machine with an
+# NVIDIA GPU it uses NVIDIA's driver; with FAKE=1 (or no NVIDIA driver) the
+# fake one, found through FAKECUDA_RUN or the build tree recorded in
+# bundle/BUILDINFO (FAKECUDA_DEVICES=2 simulates two GPUs).
+#
+#  facts   test/gpu/facts.sh: NVIDIA's native checkpoint of sharing processes
+#  val     gpu_job, 2 processes, two cycles and 4 processes, one cycle: bytes,
+#          addresses, a kernel through an importer's original pointer, a
+#          graph captured before the checkpoint replayed after it, sharing,
+#          a fresh export/import after restore
+#  gpu2    (2+ GPUs) the same with ranks on different GPUs, peer access
+#  ipc     legacy cuIpc* memory (expected to fail until IPC support lands)
+#  base    CRIU's upstream cuda_plugin: a private-only job (works) and the
+#          sharing job (how it fails)
+#  bench   dump+restore of a 2-process job sharing S GiB vs the same bytes
+#          held privately through cuda_plugin; the creator's extra RSS
+#  micro   interposition cost, with and without LD_PRELOAD
+#
+# Prints a summary table at the end; with --out DIR writes summary.txt,
+# results.tsv, run.log and logs.tar.gz there. Every wait is bounded, and
+# everything started runs below a subreaper that kills what is left.
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+S=$(cd "$(dirname "$0")" && pwd)
+BUNDLE=${BUNDLE:-$(cd "$S/.." && pwd)}
+WL=$BUNDLE/workloads
+
+SIZES=1,4
+REPS=3
+OUTDIR=
+BUDGET=500
+ONLY=facts,val,gpu2,ipc,base,bench,micro
+MICRO_ITERS=200000
+NATIVE_BASE=0
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--sizes) SIZES=$2; shift ;;
+	--reps) REPS=$2; shift ;;
+	--out) OUTDIR=$2; shift ;;
+	--budget) BUDGET=$2; shift ;;
+	--only) ONLY=$2; shift ;;
+	--micro-iters) MICRO_ITERS=$2; shift ;;
+	--native-baseline) NATIVE_BASE=1 ;;
+	*) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
+	esac
+	shift
+done
+
+# Below a subreaper: PID 1 may not reap, and restored trees land here.
+if [ -z "${CUIP_GPU_REAPED:-}" ]; then
+	export CUIP_GPU_REAPED=1
+	exec "$WL/e2e_reaper" bash "$0" --sizes "$SIZES" --reps "$REPS" ${OUTDIR:+--out "$OUTDIR"} \
+		--budget "$BUDGET" --only "$ONLY" --micro-iters "$MICRO_ITERS" \
+		$([ "$NATIVE_BASE" = 1 ] && echo --native-baseline)
+fi
+
+if [ -n "$OUTDIR" ]; then
+	mkdir -p "$OUTDIR"
+	exec > >(tee "$OUTDIR/run.log") 2>&1
+fi
+T=$(mktemp -d /tmp/cuip-gpu.XXXXXX)
+mkdir -p "$T/logs" "$T/plugins" "$T/base-plugins" "$T/sock" "$T/shimbin"
+RESULTS=$T/results.tsv
+: >"$RESULTS"
+START=$(date +%s.%N)
+elapsed() { echo "$(date +%s.%N) $START" | awk '{printf "%.0f", $1 - $2}'; }
+say() { echo "[$(elapsed)s] $*"; }
+want() { case ",$ONLY," in *,"$1",*) return 0 ;; esac; return 1; }
+# result NAME STATUS DETAIL: one row of the summary
+result() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$RESULTS"; say "RESULT $1: $2 $3"; }
+
+# ---- driver: NVIDIA's or the fake one -------------------------------------
+MODE=${FAKE:-auto}
+if [ "$MODE" = auto ]; then
+	if ls /proc/driver/nvidia/gpus/* >/dev/null 2>&1; then MODE=0; else MODE=1; fi
+fi
+R=() # prefix that runs a command on the chosen driver
+if [ "$MODE" = 1 ]; then
+	if [ -z "${FAKECUDA_RUN:-}" ] && [ -f "$BUNDLE/BUILDINFO" ]; then
+		FAKECUDA_RUN=$(sed -n 's/^build=//p' "$BUNDLE/BUILDINFO")/test/fakecuda/fakecuda-run
+	fi
+	[ -x "${FAKECUDA_RUN:-}" ] || { echo "run.sh: FAKE=1 needs FAKECUDA_RUN=.../fakecuda-run" >&2; exit 2; }
+	R=("$FAKECUDA_RUN")
+	export FAKECUDA_SOCKET=$T/devd.sock
+	export FAKECUDA_MEM_MB=${FAKECUDA_MEM_MB:-20480}
+	export CRIU_FAULT=138 # FI_PLUGIN_CUDA_FORCE_ENABLE: cuda_plugin looks for /proc/driver/nvidia
+	NDEV=${FAKECUDA_DEVICES:-1}
+	DRIVER="fake driver (test/fakecuda), $NDEV device(s)"
+else
+	NDEV=$(ls -d /proc/driver/nvidia/gpus/* 2>/dev/null | wc -l)
+	DRIVER="NVIDIA $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1), $NDEV GPU(s)"
+fi
+export LD_LIBRARY_PATH=$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export CUINTERPOSE_SOCKET_DIR=$T/sock
+CRIU=$BUNDLE/bin/criu
+INTERPOSER=$BUNDLE/lib/libcuinterpose.so
+ln -s "$BUNDLE/plugins/cuinterpose_plugin.so" "$T/plugins/"
+BASE_PLUGIN=$BUNDLE/baseline/cuda_plugin.so
+[ -f "$BASE_PLUGIN" ] && ln -s "$BASE_PLUGIN" "$T/base-plugins/"
+if command -v cuda-checkpoint >/dev/null 2>&1; then
+	CKPT_TOOL="NVIDIA cuda-checkpoint ($(command -v cuda-checkpoint))"
+else
+	ln -s "$WL/cuda-checkpoint-shim" "$T/shimbin/cuda-checkpoint"
+	CKPT_TOOL="no NVIDIA cuda-checkpoint here: test/gpu/ckpt-shim.c (same cuCheckpointProcess* calls) stands in"
+fi
+
+JOBDIR=
+cleanup() {
+	kill_job
+	[ "$MODE" = 1 ] && "${R[0]}" --stop >/dev/null 2>&1
+	[ "${KEEP:-0}" = 1 ] && echo "kept $T" || rm -rf "$T"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---- the job ---------------------------------------------------------------
+job_pids() { cat "$JOBDIR"/r*.ready 2>/dev/null | awk '{print $2}'; }
+kill_job() {
+	[ -n "$JOBDIR" ] || return 0
+	kill -9 $(job_pids) ${JOBSH:-} 2>/dev/null
+	JOBDIR=
+}
+SEQ=0
+# start_job NAME NPROCS PRELOAD(0|1) ARGS...: gpu_job in $T/NAME/w, waits until ready
+start_job() {
+	local name=$1 n=$2 pre=$3 i
+	shift 3
+	NP=$n
+	JOBDIR=$T/$name/w
+	mkdir -p "$JOBDIR"
+	SEQ=0
+	if [ "$pre" = 1 ]; then
+		setsid env LD_PRELOAD="$INTERPOSER" "${R[@]}" "$WL/gpu_job" "$JOBDIR" "$n" "$@" \
+			</dev/null >"$T/$name/job.log" 2>&1 &
+	else
+		setsid "${R[@]}" "$WL/gpu_job" "$JOBDIR" "$n" "$@" </dev/null >"$T/$name/job.log" 2>&1 &
+	fi
+	JOBSH=$!
+	for ((i = 0; i < ${READY_TIMEOUT:-120} * 20; i++)); do
+		[ "$(ls "$JOBDIR"/r*.ready 2>/dev/null | wc -l)" -ge "$n" ] && break
+		if ls "$JOBDIR"/*.failed >/dev/null 2>&1; then
+			echo "job failed to start: $(cat "$JOBDIR"/*.failed)"
+			return 1
+		fi
+		sleep 0.05
+	done
+	[ "$(ls "$JOBDIR"/r*.ready 2>/dev/null | wc -l)" -ge "$n" ] || { echo "job not ready"; return 1; }
+	JOBPID=$(awk '{print $2}' "$JOBDIR/r0.ready")
+	echo "job $name ready: $(cat "$JOBDIR"/r*.ready | tr '\n' ';')"
+}
+
+# cmd TIMEOUT VERB [ARGS]: every rank runs it; 0 if all answered ok.
+# CMDERR holds the first failure or a description of who did not answer.
+cmd() {
+	local to=$1 i r ans
+	shift
+	SEQ=$((SEQ + 1))
+	echo "$SEQ $*" >"$JOBDIR/cmd.tmp" && mv "$JOBDIR/cmd.tmp" "$JOBDIR/cmd"
+	for ((i = 0; i < to * 20; i++)); do
+		[ "$(ls "$JOBDIR"/r*."$SEQ" 2>/dev/null | wc -l)" -ge "$NP" ] && break
+		sleep 0.05
+	done
+	CMDERR=
+	for ((r = 0; r < NP; r++)); do
+		if [ ! -f "$JOBDIR/r$r.$SEQ" ]; then
+			CMDERR="${CMDERR}rank $r: no answer to '$*' in ${to}s; "
+			continue
+		fi
+		read -r ans <"$JOBDIR/r$r.$SEQ"
+		case "$ans" in
+		ok*) ;;
+		*) CMDERR="${CMDERR}rank $r: $ans; " ;;
+		esac
+	done
+	echo "cmd '$*': ${CMDERR:-ok}"
+	[ -z "$CMDERR" ]
+}
+answers() { for ((r = 0; r < NP; r++)); do cat "$JOBDIR/r$r.$SEQ"; done; }
+
+wait_gone() { # PIDS...: 0 once none is alive (zombies count as gone)
+	local p i
+	for p in "$@"; do
+		for ((i = 0; i < 200; i++)); do
+			[ -d /proc/$p ] && [ "$(awk '{print $3}' /proc/$p/stat 2>/dev/null)" != Z ] || break
+			sleep 0.05
+		done
+		[ -d /proc/$p ] && [ "$(awk '{print $3}' /proc/$p/stat 2>/dev/null)" != Z ] && return 1
+	done
+	return 0
+}
+
+# criu_do dump|restore DIR PLUGINDIR [extra]: bounded criu; sets SECS
+criu_do() {
+	local what=$1 d=$2 pl=$3 t0 rc
+	shift 3
+	mkdir -p "$d"
+	t0=$(date +%s.%N)
+	if [ "$what" = dump ]; then
+		PATH=$T/shimbin:$PATH timeout -k 5 "${CRIU_TIMEOUT:-300}" "${R[@]}" "$CRIU" dump -t "$JOBPID" -D "$d" \
+			-L "$pl" --shell-job -v4 -o dump.log "$@"
+	else
+		PATH=$T/shimbin:$PATH timeout -k 5 "${CRIU_TIMEOUT:-300}" "${R[@]}" "$CRIU" restore -D "$d" -L "$pl" \
+			--shell-job --restore-detached -v4 -o restore.log "$@"
+	fi
+	rc=$?
+	SECS=$(echo "$(date +%s.%N) $t0" | awk '{printf "%.3f", $1 - $2}')
+	echo "criu $what: rc=$rc in ${SECS}s"
+	return $rc
+}
+
+# Keep the logs, drop the image data (it can be GiBs).
+drop_images() { find "$1" -type f ! -name '*.log' -delete 2>/dev/null; }
+
+# ---- scenarios (each runs in a subshell; exit 1 = failure, reason in $T/why)
+# val NAME NPROCS CYCLES ARGS...: the full validation on our plugin
+sc_val() {
+	local name=$1 n=$2 cycles=$3 c before pids last
+	shift 3
+	fail() { echo "$*" >"$T/why"; echo "FAIL: $*"; exit 1; }
+	start_job "$name" "$n" 1 "$@" || fail "start: $(tail -n 1 "$T/$name/job.log")"
+	grep -q "graph real" "$JOBDIR/r0.ready" && echo "graph: real CUDA graph" || echo "graph: emulated (driver has no graphs)"
+	cmd 60 verify || fail "verify before: $CMDERR"
+	before=$(answers)
+	cmd 60 add 0 3 && cmd 60 graph && cmd 60 verify || fail "before the checkpoint: $CMDERR"
+	last=$((n - 1))
+	for ((c = 1; c <= cycles; c++)); do
+		pids=$(job_pids)
+		criu_do dump "$T/$name/d$c" "$T/plugins" || fail "criu dump (cycle $c) failed: $(grep -E 'Error|cuinterpose:.*(refus|fail)' "$T/$name/d$c/dump.log" | tail -n 2 | tr '\n' ' ')"
+		grep -q "cuinterpose: SAVE:" "$T/$name/d$c/dump.log" || fail "no SAVE line in dump.log (cycle $c)"
+		wait_gone $pids || fail "dumped processes still alive (cycle $c)"
+		criu_do restore "$T/$name/d$c" "$T/plugins" || fail "criu restore (cycle $c) failed: $(grep -E 'Error|cuinterpose:.*(refus|fail)' "$T/$name/d$c/restore.log" | tail -n 2 | tr '\n' ' ')"
+		drop_images "$T/$name/d$c"
+		cmd 120 verify || fail "bytes after restore (cycle $c): $CMDERR"
+		[ "$(answers)" = "$before" ] || fail "addresses changed (cycle $c): $(answers | tr '\n' ' ') vs $(echo $before)"
+		cmd 60 add "$last" $((10 + c)) || fail "kernel through rank $last's original pointer after restore (cycle $c): $CMDERR"
+		cmd 120 verify || fail "kernel write by rank $last not seen by every rank (cycle $c): $CMDERR"
+		cmd 60 graph || fail "graph replay after restore (cycle $c): $CMDERR"
+		cmd 120 verify || fail "bytes after graph replay (cycle $c): $CMDERR"
+		cmd 60 fresh || fail "fresh export/import after restore (cycle $c): $CMDERR"
+		cmd 120 verify || fail "verify after fresh (cycle $c): $CMDERR"
+	done
+	cmd 30 exit
+	echo "ok: $n processes, $cycles cycle(s), graph $(grep -o 'graph [a-z]*' "$JOBDIR/r0.ready" | cut -d' ' -f2)" >"$T/why"
+	kill_job
+}
+
+# base NAME SHARE(0|1): the job without interposer through CRIU's cuda_plugin
+sc_base() {
+	local name=$1 share=$2 c pids rcd rcr
+	fail() { echo "$*" >"$T/why"; echo "FAIL: $*"; exit 1; }
+	if [ "$share" = 0 ]; then
+		start_job "$name" 2 0 --private-only --shared-mib 64 || fail "start: $(tail -n 1 "$T/$name/job.log")"
+		cmd 60 graph && cmd 60 verify || fail "before: $CMDERR"
+		for c in 1 2; do
+			pids=$(job_pids)
+			criu_do dump "$T/$name/d$c" "$T/base-plugins" || fail "criu dump (cycle $c)"
+			grep -q "cuda_plugin: initialized" "$T/$name/d$c/dump.log" || fail "cuda_plugin did not initialize: $(grep -i cuda "$T/$name/d$c/dump.log" | head -n 2 | tr '\n' ' ')"
+			wait_gone $pids || fail "dumped processes still alive"
+			criu_do restore "$T/$name/d$c" "$T/base-plugins" || fail "criu restore (cycle $c)"
+			drop_images "$T/$name/d$c"
+			cmd 60 verify && cmd 60 graph && cmd 60 verify || fail "after restore (cycle $c): $CMDERR"
+		done
+		cmd 30 exit
+		echo "ok: private-only job, 2 processes, 2 cycles, bytes and addresses verified" >"$T/why"
+		kill_job
+		return 0
+	fi
+	start_job "$name" 2 0 --shared-mib 64 || fail "start: $(tail -n 1 "$T/$name/job.log")"
+	cmd 60 verify || fail "before: $CMDERR"
+	pids=$(job_pids)
+	criu_do dump "$T/$name/d" "$T/base-plugins"
+	rcd=$?
+	wait_gone $pids
+	rcr=skipped
+	[ $rcd = 0 ] && { criu_do restore "$T/$name/d" "$T/base-plugins"; rcr=$?; }
+	local errs
+	errs=$(grep -hE "cuda_plugin|cuda-checkpoint" "$T/$name"/d/*.log 2>/dev/null | grep -iE "fail|error|not supported|INVALID" | head -n 2 | sed 's/^.*: //' | tr '\n' ' ')
+	if [ $rcd = 0 ] && [ "$rcr" = 0 ] && cmd 20 verify; then
+		echo "UNEXPECTED: the sharing job survived cuda_plugin (dump rc 0, restore rc 0, bytes ok)" >"$T/why"
+		exit 3
+	fi
+	echo "criu dump rc=$rcd, criu restore rc=$rcr; after restore: ${CMDERR:-n/a}; plugin log: ${errs:-none}" >"$T/why"
+	kill_job
+	exit 2
+}
+
+# scenario NAME FUNC ARGS...: run one scenario; PASS/FAIL/XFAIL row
+scenario() {
+	local name=$1 rc
+	shift
+	say "=== $name"
+	rm -f "$T/why"
+	mkdir -p "$T/$name"
+	(sc_"$@") >"$T/logs/$name.log" 2>&1
+	rc=$?
+	kill -9 $(cat "$T/$name"/w/r*.ready 2>/dev/null | awk '{print $2}') 2>/dev/null
+	SC_RC=$rc
+	SC_WHY=$(cat "$T/why" 2>/dev/null || tail -n 1 "$T/logs/$name.log")
+}
+
+# ---- facts -----------------------------------------------------------------
+run_facts() {
+	say "=== facts (NVIDIA native checkpoint of sharing processes)"
+	FAKECUDA_RUN=${R[0]:-} timeout -k 5 240 bash "$S/facts.sh" "$WL" >"$T/logs/facts.log" 2>&1
+	local rc=$? verdicts
+	verdicts=$(grep afterwards "$T/logs/facts.log" | awk '{ $3 = ""; print }' | tr -s ' ' | tr '\n' ';')
+	[ $rc = 0 ] && result facts DONE "$verdicts" || result facts FAIL "rc=$rc: $(tail -n 2 "$T/logs/facts.log" | tr '\n' ' ')"
+}
+
+# ---- validation ------------------------------------------------------------
+run_val() {
+	scenario val-2proc-2cycles val val-2proc-2cycles 2 2
+	[ $SC_RC = 0 ] && result val-2proc-2cycles PASS "$SC_WHY" || result val-2proc-2cycles FAIL "$SC_WHY"
+	scenario val-4proc val val-4proc 4 1
+	[ $SC_RC = 0 ] && result val-4proc PASS "$SC_WHY" || result val-4proc FAIL "$SC_WHY"
+}
+
+run_gpu2() {
+	if [ "$NDEV" -lt 2 ]; then
+		result gpu2 SKIP "1 GPU visible: the two-GPU (peer access) scenario needs 2"
+		return
+	fi
+	scenario gpu2-2proc-2cycles val gpu2-2proc-2cycles 2 2 --devices 2
+	[ $SC_RC = 0 ] && result gpu2-2proc-2cycles PASS "ranks on GPU 0 and 1, peer access; $SC_WHY" ||
+		result gpu2-2proc-2cycles FAIL "$SC_WHY"
+	scenario gpu2-4proc val gpu2-4proc 4 1 --devices 2
+	[ $SC_RC = 0 ] && result gpu2-4proc PASS "$SC_WHY" || result gpu2-4proc FAIL "$SC_WHY"
+}
+
+run_ipc() {
+	scenario ipc-2proc val ipc-2proc 2 1 --ipc
+	if [ $SC_RC = 0 ]; then
+		result ipc-2proc XPASS "legacy IPC survived: $SC_WHY"
+	else
+		result ipc-2proc XFAIL "expected to fail until IPC support lands: $SC_WHY"
+	fi
+}
+
+run_base() {
+	if [ ! -f "$BASE_PLUGIN" ]; then
+		result base SKIP "no baseline/cuda_plugin.so in the bundle"
+		return
+	fi
+	say "baseline checkpoint tool: $CKPT_TOOL"
+	scenario base-private base base-private 0
+	[ $SC_RC = 0 ] && result base-private PASS "$SC_WHY" || result base-private FAIL "$SC_WHY"
+	scenario base-share base base-share 1
+	case $SC_RC in
+	2) result base-share "EXPECTED-FAIL" "$SC_WHY" ;;
+	3) result base-share "UNEXPECTED-PASS" "$SC_WHY" ;;
+	*) result base-share FAIL "harness: $SC_WHY" ;;
+	esac
+}
+
+# ---- benchmarks ------------------------------------------------------------
+median() { sort -g | awk '{a[NR] = $1} END {if (NR == 0) print "nan"; else if (NR % 2) print a[(NR + 1) / 2]; else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+
+# rss_watch PID FILE: until FILE.stop exists, the peak of VmHWM (reset first)
+# and VmRSS over RSS-before, in KiB, into FILE
+rss_watch() {
+	local p=$1 f=$2 k v _ before=0 peak=0
+	while read -r k v _; do [ "$k" = VmRSS: ] && before=$v; done </proc/$p/status
+	echo 5 >/proc/$p/clear_refs 2>/dev/null
+	while [ ! -e "$f.stop" ] && [ -d /proc/$p ]; do
+		while read -r k v _; do
+			case "$k" in VmRSS: | VmHWM:) [ "$v" -gt "$peak" ] && peak=$v ;; esac
+		done </proc/$p/status 2>/dev/null
+		sleep 0.01
+	done
+	echo "$before $peak $((peak > before ? peak - before : 0))" >"$f"
+}
+
+# bench_job NAME KIND(ours|base|native) MIB: REPS dump+restore cycles of one job
+sc_bench() {
+	local name=$1 kind=$2 mib=$3 c pids pl pre args w
+	fail() { echo "$*" >"$T/why"; echo "FAIL: $*"; exit 1; }
+	case $kind in
+	ours) pl=$T/plugins pre=1 args=(--shared-mib "$mib" --private-mib 16 --no-graph) ;;
+	base) pl=$T/base-plugins pre=0 args=(--private-only --shared-mib "$mib" --private-mib 16 --no-graph) ;;
+	native) pl=$T/plugins pre=0 args=(--private-only --shared-mib "$mib" --private-mib 16 --no-graph) ;;
+	esac
+	READY_TIMEOUT=600 start_job "$name" 2 $pre "${args[@]}" || fail "start: $(tail -n 1 "$T/$name/job.log")"
+	: >"$T/$name/times"
+	for ((c = 1; c <= REPS; c++)); do
+		pids=$(job_pids)
+		rm -f "$T/$name/rss" "$T/$name/rss.stop"
+		rss_watch "$JOBPID" "$T/$name/rss" &
+		w=$!
+		criu_do dump "$T/$name/d$c" "$pl" || fail "criu dump (rep $c)"
+		local ds=$SECS img
+		touch "$T/$name/rss.stop"
+		wait $w
+		img=$(du -sm "$T/$name/d$c" | cut -f1)
+		wait_gone $pids || fail "dumped processes alive"
+		criu_do restore "$T/$name/d$c" "$pl" || fail "criu restore (rep $c)"
+		echo "$ds $SECS $(cat "$T/$name/rss") $img" >>"$T/$name/times"
+		[ "${BENCH_PAUSE:-0}" != 0 ] && sleep "$BENCH_PAUSE"
+		drop_images "$T/$name/d$c"
+		[ "$kind" = ours ] && grep -h "cuinterpose: \(SAVE\|LOAD\)" "$T/$name/d$c"/*.log | sed 's/^.*cuinterpose: /  /'
+	done
+	cmd 600 verify || fail "bytes after the last restore: $CMDERR"
+	cmd 30 exit
+	echo ok >"$T/why"
+	kill_job
+}
+
+run_bench() {
+	local s mib kinds k est
+	kinds="ours"
+	[ -f "$BASE_PLUGIN" ] && kinds="$kinds base"
+	[ "$NATIVE_BASE" = 1 ] && kinds="$kinds native"
+	for s in ${SIZES//,/ }; do
+		mib=$(awk -v s="$s" 'BEGIN {printf "%d", s * 1024}')
+		est=$(awk -v s="$s" -v r="$REPS" 'BEGIN {printf "%d", 20 + s * r * 6}')
+		if [ $(($(elapsed) + est)) -gt "$BUDGET" ]; then
+			result "bench-${s}G" SKIP "not started: ~${est}s left to do, budget ${BUDGET}s, at $(elapsed)s"
+			continue
+		fi
+		for k in $kinds; do
+			scenario "bench-${s}G-$k" bench "bench-${s}G-$k" "$k" "$mib"
+			if [ $SC_RC != 0 ]; then
+				result "bench-${s}G-$k" FAIL "$SC_WHY"
+				continue
+			fi
+			local f=$T/bench-${s}G-$k/times d r t x
+			d=$(awk '{print $1}' "$f" | median)
+			r=$(awk '{print $2}' "$f" | median)
+			t=$(awk '{print $1 + $2}' "$f" | median)
+			x=$(awk '{print $5 / 1024}' "$f" | median)
+			eval "T_${k}=$t"
+			result "bench-${s}G-$k" DONE "$(printf 'dump %ss restore %ss total %ss (median of %s); creator extra RSS during dump %s MiB; images %s MiB' \
+				"$d" "$r" "$t" "$(wc -l <"$f")" "$x" "$(awk '{print $6}' "$f" | median)")"
+			[ "$k" = ours ] && X_ours=$x
+		done
+		if [ -n "${T_ours:-}" ] && [ -n "${T_base:-}" ]; then
+			result "bench-${s}G-ratio" "$(awk -v a="$T_ours" -v b="$T_base" 'BEGIN {print (a / b <= 0.5) ? "MET" : "MISSED"}')" \
+				"$(awk -v a="$T_ours" -v b="$T_base" 'BEGIN {printf "shared via cuinterpose / private via cuda_plugin = %.2f (target <= 0.5)", a / b}')"
+		fi
+		if [ -n "${X_ours:-}" ]; then
+			result "bench-${s}G-rss" "$(awk -v x="$X_ours" 'BEGIN {print (x <= 256) ? "MET" : "MISSED"}')" \
+				"creator's extra RSS during dump ${X_ours} MiB (target <= 256 MiB)"
+		fi
+		unset T_ours T_base T_native X_ours
+	done
+}
+
+run_micro() {
+	say "=== micro (interposition cost)"
+	local i m
+	: >"$T/logs/micro.log"
+	for i in 1 2 3; do
+		for m in plain preload; do
+			if [ $m = preload ]; then
+				timeout 120 env LD_PRELOAD="$INTERPOSER" "${R[@]}" "$WL/gpu_microbench" "$MICRO_ITERS" 5
+			else
+				timeout 120 "${R[@]}" "$WL/gpu_microbench" "$MICRO_ITERS" 5
+			fi | sed "s/^/$m /" >>"$T/logs/micro.log" 2>&1
+		done
+	done
+	for op in props copy+launch launch; do
+		local a b
+		a=$(awk -v o="$op" '$1 == "plain" && $2 == o {print $3}' "$T/logs/micro.log" | median)
+		b=$(awk -v o="$op" '$1 == "preload" && $2 == o {print $3}' "$T/logs/micro.log" | median)
+		if [ "$a" = nan ] || [ "$b" = nan ]; then
+			result "micro-$op" FAIL "no numbers (see micro.log)"
+			continue
+		fi
+		result "micro-$op" "$(awk -v a="$a" -v b="$b" 'BEGIN {print (b / a <= 1.05) ? "MET" : "MISSED"}')" \
+			"$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.1f ns plain, %.1f ns preloaded: ratio %.3f (target <= 1.05)", a, b, b / a}')"
+	done
+}
+
+# ---- main ------------------------------------------------------------------
+{
+	echo "cuinterpose GPU suite, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(uname -r), $(nproc) cores"
+	echo "driver: $DRIVER"
+	echo "criu: $("${R[@]}" "$CRIU" --version 2>&1 | head -n 1)"
+	echo "sizes: $SIZES GiB, reps $REPS, budget ${BUDGET}s, parts: $ONLY"
+} | tee "$T/header.txt"
+[ "$MODE" = 0 ] && nvidia-smi >"$T/logs/nvidia-smi.txt" 2>&1
+want facts && run_facts
+want val && run_val
+want gpu2 && run_gpu2
+want ipc && run_ipc
+want base && run_base
+want micro && run_micro
+want bench && run_bench
+
+{
+	cat "$T/header.txt"
+	echo "baseline tool: $CKPT_TOOL"
+	echo "total: $(elapsed)s"
+	echo
+	awk -F '\t' '{printf "%-22s %-15s %s\n", $1, $2, $3}' "$RESULTS"
+} >"$T/summary.txt"
+echo
+echo "================ summary ================"
+cat "$T/summary.txt"
+if [ -n "$OUTDIR" ]; then
+	mkdir -p "$OUTDIR"
+	cp "$T/summary.txt" "$RESULTS" "$OUTDIR/"
+	(cd "$T" && find . -name '*.log' -o -name times -o -name '*.txt' | tar czf "$OUTDIR/logs.tar.gz" -T - 2>/dev/null)
+	echo "written: $(cd "$OUTDIR" && ls | tr '\n' ' ')"
+fi
+! grep -qP '\t(FAIL|UNEXPECTED-PASS)\t' "$RESULTS"
