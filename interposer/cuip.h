@@ -18,6 +18,7 @@
  *   ops.c      checkpoint operations run by the op thread
  *   ipc.c      cuMemAlloc converted to POSIX-capable VMM; cuIpc* emulated
  *   peer.c     cuCtxEnable/DisablePeerAccess mirrored into VMM access
+ *   multicast.c multicast objects: devices, bindings, teardown and rebuild
  *
  * Locks, outermost first: state_lock (vmm.c: records, mappings, handles),
  * xc_lock (xcache.c), gate lock (gate.c). The control thread takes only
@@ -103,6 +104,9 @@ void cuip_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 
 	X(cuStreamDestroy_v2)                     \
 	X(cuStreamSynchronize)                    \
 	X(cuGetErrorString)                       \
+	X(cuMulticastCreate)                      \
+	X(cuMulticastAddDevice)                   \
+	X(cuMulticastUnbind)                      \
 	X(cuMulticastBindMem)                     \
 	X(cuMulticastBindAddr)                    \
 	X(cuMulticastBindMem_v2)                  \
@@ -215,6 +219,8 @@ struct cuip_alloc {
 	uint64_t requested;	 /* ORIGIN_MALLOC/IPC_OPEN: the size the application asked for */
 	uint64_t ipc_va;	 /* IPC-opened here: the mapping's address ... */
 	uint32_t ipc_opens;	 /* ... and how many opens it has not closed */
+	struct cuip_mc *mc;	 /* multicast object (multicast.c); NULL: unicast */
+	uint32_t mc_binds;	 /* live multicast bindings of this member */
 	struct cuip_alloc *id_next, *log_next;
 	struct cuip_alloc *prev, *next; /* all records, creation order */
 };
@@ -254,6 +260,55 @@ void cuip_alloc_release(struct cuip_alloc *a);
 
 /* Grant m the access that enabled peer access implies (caller holds the lock). */
 void cuip_peer_grant(struct cuip_mapping *m);
+/* For multicast.c (caller holds state_lock unless noted). */
+struct cuip_alloc *cuip_alloc_new(uint64_t creator, uint64_t serial);
+struct cuip_alloc *cuip_by_logical(uint64_t h);
+/* Drop one member reference; true when the record died and was unlinked
+ * (destroy it with cuip_alloc_destroy after unlocking). */
+bool cuip_alloc_unbound(struct cuip_alloc *a);
+void cuip_alloc_destroy(struct cuip_alloc *a); /* without state_lock */
+
+/* ---- multicast objects (multicast.c) ------------------------------------ */
+
+struct cuip_mc_dev {
+	int ordinal;
+	uint8_t uuid[16];
+	bool has_uuid;
+};
+
+struct cuip_mc_bind {
+	int dev;
+	uint64_t mc_offset, size, member_offset, member_va, flags;
+	struct cuip_alloc *member; /* holds one mc_binds reference */
+	bool by_addr;
+	unsigned abi; /* 1, or 2 for the device-explicit _v2 forms */
+};
+
+struct cuip_mc {
+	uint32_t num_devices;
+	uint64_t requested, effective; /* effective: the extent the driver accepted */
+	uint64_t handle_types, flags;
+	struct cuip_mc_dev *devs;
+	size_t ndevs, capdevs;
+	struct cuip_mc_bind *binds;
+	size_t nbinds, capbinds;
+	bool detached; /* torn down by PREPARE_MULTICAST, not yet rebuilt */
+};
+
+/* Fill a McProps (arena or caller memory) from a multicast record. */
+void cuip_mc_props(const struct cuip_alloc *a, Cuip__McProps *p);
+struct cuip_mc *cuip_mc_from_props(const Cuip__McProps *p);
+void cuip_mc_note_extent(struct cuip_alloc *a, uint64_t end);
+/* Record death (after the driver handle was released, without state_lock). */
+void cuip_mc_forget(struct cuip_alloc *a);
+void cuip_mc_free(struct cuip_mc *m); /* fork child: data only */
+/* INSPECT: add this process's devices and bindings (arena memory). */
+int cuip_mc_state(Cuip__ProcessState *st);
+/* Op thread, state_lock held: 0 or a negative errno with err filled. */
+int cuip_mc_prepare(char *err, size_t errlen);
+bool cuip_mc_any_detached(void);
+int cuip_mc_rebuild(const Cuip__Rebuild *rb, char *err, size_t errlen);
+int cuip_mc_verify(const Cuip__ProcessState *exp, char *err, size_t errlen);
 
 /* ---- tickets (ticket.c) ------------------------------------------------- */
 

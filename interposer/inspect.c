@@ -117,10 +117,17 @@ static Cuip__Allocation *allocation_of(const struct cuip_alloc *a)
 	if (!m)
 		return NULL;
 	m->id = alloc_id(a->creator, a->serial);
-	m->kind = CUIP__ALLOC_KIND__KIND_UNICAST;
+	m->kind = a->mc ? CUIP__ALLOC_KIND__KIND_MULTICAST : CUIP__ALLOC_KIND__KIND_UNICAST;
 	m->owner = a->owner;
 	m->origin = a->origin;
-	m->props = props_of(a);
+	if (a->mc) {
+		m->mc = NEW(Cuip__McProps, CUIP__MC_PROPS__INIT);
+		if (!m->mc)
+			return NULL;
+		cuip_mc_props(a, m->mc);
+	} else {
+		m->props = props_of(a);
+	}
 	m->has_app_handles = 1;
 	m->app_handles = a->app_handles;
 	if (a->logical) {
@@ -192,7 +199,15 @@ static Cuip__Ticket *ticket_of(const struct cuip_alloc *a)
 	c->pid = a->creator_pid;
 	t->creator = c;
 	t->creator_socket = cuip_strdup(a->creator_sock);
-	t->props = props_of(a);
+	if (a->mc) {
+		t->kind = CUIP__ALLOC_KIND__KIND_MULTICAST;
+		t->mc = NEW(Cuip__McProps, CUIP__MC_PROPS__INIT);
+		if (!t->mc)
+			return NULL;
+		cuip_mc_props(a, t->mc);
+	} else {
+		t->props = props_of(a);
+	}
 	return t;
 }
 
@@ -254,6 +269,8 @@ Cuip__ProcessState *cuip_state_build(void)
 		st->mappings[st->n_mappings++] = m;
 	}
 
+	if (cuip_mc_state(st))
+		return NULL;
 	st->peer_access = cuip_zalloc(sizeof(*st->peer_access) * 64 * 64);
 	if (!st->peer_access)
 		return NULL;

@@ -345,6 +345,19 @@ out:
 	return resp;
 }
 
+/* ---- PREPARE_MULTICAST ------------------------------------------------------ */
+
+static Cuip__Response *op_prepare_multicast(void)
+{
+	char why[512] = "";
+	int ret;
+
+	if (cuip_phase() != CUIP__PHASE__PHASE_QUIESCED)
+		return reply(-EBUSY, "pid %d: PREPARE_MULTICAST in phase %s", self.pid, phase_name(cuip_phase()));
+	ret = cuip_mc_prepare(why, sizeof(why));
+	return ret ? reply(ret, "pid %d: %s", self.pid, why) : reply(0, NULL);
+}
+
 /* ---- PREPARE_UNICAST -------------------------------------------------------- */
 
 static bool is_shared(const struct cuip_alloc *a)
@@ -365,7 +378,7 @@ static Cuip__Response *op_prepare_unicast(void)
 	for (size_t i = 0; i < vmm.nmaps; i++) {
 		struct cuip_mapping *m = vmm.maps[i];
 		CUresult r;
-		if (!is_shared(m->a) || m->detached)
+		if (!is_shared(m->a) || m->detached || m->a->mc)
 			continue;
 		r = real.cuMemUnmap(m->va, m->size);
 		if (r != CUDA_SUCCESS)
@@ -375,7 +388,7 @@ static Cuip__Response *op_prepare_unicast(void)
 	}
 	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
 		CUresult r;
-		if (!is_shared(a) || !a->drv)
+		if (!is_shared(a) || !a->drv || a->mc)
 			continue;
 		if (a->creator == self.id)
 			cuip_xc_drop(a->serial);
@@ -561,7 +574,7 @@ static Cuip__Response *rebuild_creators(void)
 		Cuip__Response *err;
 		CUresult r;
 
-		if (!is_shared(a) || a->creator != self.id)
+		if (!is_shared(a) || a->creator != self.id || a->mc)
 			continue;
 		if (!a->drv)
 			return reply(-ENODATA, "pid %d: allocation " ID_FMT " was not loaded (no carrier entry)",
@@ -586,7 +599,7 @@ static Cuip__Response *rebuild_importers(const Cuip__Rebuild *rb)
 		CUresult r;
 		int fd;
 
-		if (!is_shared(a) || a->creator == self.id)
+		if (!is_shared(a) || a->creator == self.id || a->mc)
 			continue;
 		if (!a->drv) {
 			sock = peer_socket(rb, a);
@@ -619,7 +632,8 @@ static Cuip__Response *op_rebuild(const Cuip__Rebuild *rb)
 	Cuip__Phase ph = cuip_phase();
 	Cuip__Response *err = NULL;
 
-	if (ph == CUIP__PHASE__PHASE_ACTIVE || ph == CUIP__PHASE__PHASE_QUIESCED)
+	/* QUIESCED with multicast detached: a rollback after PREPARE_MULTICAST. */
+	if (ph == CUIP__PHASE__PHASE_ACTIVE || (ph == CUIP__PHASE__PHASE_QUIESCED && !cuip_mc_any_detached()))
 		return reply(-EBUSY, "pid %d: REBUILD in phase %s (shared memory is attached)", self.pid,
 			     phase_name(ph));
 	cuip_set_phase(CUIP__PHASE__PHASE_RESTORING);
@@ -630,8 +644,13 @@ static Cuip__Response *op_rebuild(const Cuip__Rebuild *rb)
 	case CUIP__STAGE__STAGE_IMPORTERS:
 		err = rebuild_importers(rb);
 		break;
-	default:
-		break; /* multicast: nothing tracked yet */
+	default: {
+		char why[512] = "";
+		int ret = cuip_mc_rebuild(rb, why, sizeof(why));
+		if (ret)
+			err = reply(ret, "pid %d: %s", self.pid, why);
+		break;
+	}
 	}
 	return err ? err : reply(0, NULL);
 }
@@ -721,6 +740,13 @@ detached:
 			return reply(-EIO, "pid %d: %s", self.pid, cuip_failure());
 		}
 	}
+	{
+		char why[512] = "";
+		if (cuip_mc_verify(exp, why, sizeof(why))) {
+			cuip_fail("%s", why);
+			return reply(-EIO, "pid %d: %s", self.pid, why);
+		}
+	}
 	pr_info("verified %zu allocations (%zu shared) and %zu mappings", exp->n_allocations, shared, exp->n_mappings);
 	return reply(0, NULL);
 }
@@ -778,9 +804,7 @@ Cuip__Response *cuip_op_run(const Cuip__Request *req, int fd)
 		r = op_quiesce(req->quiesce);
 		break;
 	case CUIP__REQUEST__BODY_PREPARE_MULTICAST:
-		r = cuip_phase() == CUIP__PHASE__PHASE_QUIESCED ? reply(0, NULL)
-								: reply(-EBUSY, "pid %d: PREPARE_MULTICAST in phase %s",
-									self.pid, phase_name(cuip_phase()));
+		r = op_prepare_multicast();
 		break;
 	case CUIP__REQUEST__BODY_SAVE:
 		r = op_save(req->save, fd);

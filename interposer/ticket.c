@@ -32,6 +32,7 @@ int cuip_ticket_mint(const struct cuip_alloc *a, bool cloexec)
 	Cuip__AllocId id = CUIP__ALLOC_ID__INIT;
 	Cuip__ProcessId creator = CUIP__PROCESS_ID__INIT;
 	Cuip__AllocProps props = CUIP__ALLOC_PROPS__INIT;
+	Cuip__McProps mc = CUIP__MC_PROPS__INIT;
 	const uint8_t *uuid = cuip_dev_uuid(a->prop.location.id);
 	uint8_t *buf;
 	ssize_t len;
@@ -58,6 +59,12 @@ int cuip_ticket_mint(const struct cuip_alloc *a, bool cloexec)
 	t.creator = &creator;
 	t.creator_socket = (char *)a->creator_sock;
 	t.props = &props;
+	if (a->mc) { /* multicast: the object's properties instead */
+		t.kind = CUIP__ALLOC_KIND__KIND_MULTICAST;
+		cuip_mc_props(a, &mc);
+		t.mc = &mc;
+		t.props = NULL;
+	}
 
 	len = cuip_encode(CUIP_KIND_TICKET, &t.base, &buf);
 	if (len < 0)
@@ -110,7 +117,8 @@ int cuip_ticket_read(int fd, Cuip__Ticket **out)
 		return ret;
 	}
 	if ((*out)->token.len != 16 || (*out)->alloc->creator != (*out)->creator->id ||
-	    (*out)->kind != CUIP__ALLOC_KIND__KIND_UNICAST) {
+	    ((*out)->kind != CUIP__ALLOC_KIND__KIND_UNICAST &&
+	     ((*out)->kind != CUIP__ALLOC_KIND__KIND_MULTICAST || !(*out)->mc))) {
 		pr_err("descriptor %d: ticket is inconsistent (token %zu bytes, kind %d)", fd, (*out)->token.len,
 		       (*out)->kind);
 		cuip__ticket__free_unpacked(*out, NULL);

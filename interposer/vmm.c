@@ -18,6 +18,7 @@
  * so that the records always equal the driver's state, never across exports,
  * imports or peer traffic. Application threads only take it inside the gate.
  */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -153,7 +154,7 @@ static void alloc_unlink(struct cuip_alloc *a)
 
 static bool alloc_dead(const struct cuip_alloc *a)
 {
-	return a->app_handles == 0 && a->nmaps == 0;
+	return a->app_handles == 0 && a->nmaps == 0 && a->mc_binds == 0;
 }
 
 /* After unlocking: release what a dead record held. */
@@ -167,6 +168,8 @@ static void alloc_destroy(struct cuip_alloc *a)
 			pr_err("releasing the driver handle of allocation %016llx:%llu: %s",
 			       (unsigned long long)a->creator, (unsigned long long)a->serial, cuip_cuerr(r));
 	}
+	if (a->mc)
+		cuip_mc_forget(a);
 	free(a);
 }
 
@@ -602,6 +605,8 @@ CUIP_API CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, 
 		goto unlock;
 	}
 	a->nmaps++;
+	if (a->mc)
+		cuip_mc_note_extent(a, offset + size);
 unlock:
 	unlock();
 out:
@@ -830,14 +835,20 @@ static CUresult import_ticket(CUmemGenericAllocationHandle *handle, const Cuip__
 	a->drv = h;
 	a->origin = CUIP__ORIGIN__ORIGIN_VMM_IMPORT;
 	a->owner = CUIP__OWNER__OWNER_SHARED;
-	if (real.cuMemGetAllocationPropertiesFromHandle(&a->prop, h) != CUDA_SUCCESS && t->props) {
+	if (t->kind == CUIP__ALLOC_KIND__KIND_MULTICAST) {
+		a->origin = CUIP__ORIGIN__ORIGIN_MC_IMPORT;
+		a->mc = cuip_mc_from_props(t->mc);
+		a->prop.requestedHandleTypes = (CUmemAllocationHandleType)t->mc->handle_types;
+		a->size = t->mc->requested_size;
+	} else if (real.cuMemGetAllocationPropertiesFromHandle(&a->prop, h) != CUDA_SUCCESS && t->props) {
 		a->prop.type = t->props->type;
 		a->prop.requestedHandleTypes = t->props->handle_types;
 		a->prop.location.type = t->props->location_type;
 		a->prop.location.id = t->props->location_id;
 	}
 	a->prop.win32HandleMetaData = NULL;
-	a->size = t->props ? t->props->size : 0;
+	if (!a->mc)
+		a->size = t->props ? t->props->size : 0;
 	memcpy(a->token, t->token.data, sizeof(a->token));
 	a->has_token = true;
 	a->creator_pid = t->creator->pid;
@@ -890,78 +901,31 @@ out:
 	return r;
 }
 
-/* ---- multicast binds: translate tracked member handles ------------------- */
+/* ---- for multicast.c ------------------------------------------------------ */
 
-static CUresult member_drv(CUmemGenericAllocationHandle h, CUmemGenericAllocationHandle *drv)
+struct cuip_alloc *cuip_alloc_new(uint64_t creator, uint64_t serial)
 {
-	struct cuip_alloc *a;
-
-	if (!cuip_is_logical(h)) {
-		*drv = h;
-		return CUDA_SUCCESS;
-	}
-	lock();
-	a = by_logical(h);
-	if (a)
-		*drv = a->drv;
-	unlock();
-	return a ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	return alloc_new(creator, serial);
 }
 
-CUIP_API CUresult CUDAAPI cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle, size_t mcOffset,
-					     CUmemGenericAllocationHandle memHandle, size_t memOffset, size_t size,
-					     unsigned long long flags)
+struct cuip_alloc *cuip_by_logical(uint64_t h)
 {
-	CUmemGenericAllocationHandle drv;
-	CUresult r = enter(real.cuMulticastBindMem);
-
-	if (r != CUDA_SUCCESS)
-		return r;
-	r = member_drv(memHandle, &drv);
-	if (r == CUDA_SUCCESS)
-		r = real.cuMulticastBindMem(mcHandle, mcOffset, drv, memOffset, size, flags);
-	cuip_gate_exit();
-	return r;
+	return by_logical(h);
 }
 
-CUIP_API CUresult CUDAAPI cuMulticastBindMem_v2(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset,
-						CUmemGenericAllocationHandle memHandle, size_t memOffset, size_t size,
-						unsigned long long flags)
+bool cuip_alloc_unbound(struct cuip_alloc *a)
 {
-	CUmemGenericAllocationHandle drv;
-	CUresult r = enter(real.cuMulticastBindMem_v2);
-
-	if (r != CUDA_SUCCESS)
-		return r;
-	r = member_drv(memHandle, &drv);
-	if (r == CUDA_SUCCESS)
-		r = real.cuMulticastBindMem_v2(mcHandle, dev, mcOffset, drv, memOffset, size, flags);
-	cuip_gate_exit();
-	return r;
+	assert(a->mc_binds > 0);
+	a->mc_binds--;
+	if (!alloc_dead(a))
+		return false;
+	alloc_unlink(a);
+	return true;
 }
 
-CUIP_API CUresult CUDAAPI cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle, size_t mcOffset,
-					      CUdeviceptr memptr, size_t size, unsigned long long flags)
+void cuip_alloc_destroy(struct cuip_alloc *a)
 {
-	CUresult r = enter(real.cuMulticastBindAddr);
-
-	if (r != CUDA_SUCCESS)
-		return r;
-	r = real.cuMulticastBindAddr(mcHandle, mcOffset, memptr, size, flags);
-	cuip_gate_exit();
-	return r;
-}
-
-CUIP_API CUresult CUDAAPI cuMulticastBindAddr_v2(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset,
-						 CUdeviceptr memptr, size_t size, unsigned long long flags)
-{
-	CUresult r = enter(real.cuMulticastBindAddr_v2);
-
-	if (r != CUDA_SUCCESS)
-		return r;
-	r = real.cuMulticastBindAddr_v2(mcHandle, dev, mcOffset, memptr, size, flags);
-	cuip_gate_exit();
-	return r;
+	alloc_destroy(a);
 }
 
 /* ---- fork ---------------------------------------------------------------- */
@@ -975,6 +939,7 @@ void cuip_vmm_reset(void)
 	free(vmm.maps);
 	for (; a; a = n) {
 		n = a->next;
+		cuip_mc_free(a->mc);
 		free(a);
 	}
 	for (int i = 0; i < 256; i++) {

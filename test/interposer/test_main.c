@@ -10,6 +10,7 @@ Suite *track_suite(void);
 Suite *share_suite(void);
 Suite *ops_suite(void);
 Suite *ipc_suite(void);
+Suite *mc_suite(void);
 
 int main(void)
 {
@@ -20,6 +21,7 @@ int main(void)
 	srunner_add_suite(sr, share_suite());
 	srunner_add_suite(sr, ops_suite());
 	srunner_add_suite(sr, ipc_suite());
+	srunner_add_suite(sr, mc_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
