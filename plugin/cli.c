@@ -5,7 +5,8 @@
  * (after whatever is already there, so an ASan runtime stays first) and
  * execs CMD in place: same PID, same environment otherwise. The library is
  * $CUINTERPOSE_LIB if set, else the build tree's copy when this binary runs
- * from the build tree, else the installed one.
+ * from the build tree, else the installed one. The other subcommands live
+ * in cli_<name>.c (see cli.h).
  */
 #include <errno.h>
 #include <limits.h>
@@ -25,10 +26,16 @@ static void usage(FILE *f)
 		   "        run CMD with the interposer preloaded (LD_PRELOAD); CMD keeps this PID\n"
 		   "  inspect PID [--json]\n"
 		   "        print every record the interposer in process PID tracks\n"
+		   "  show DIR [--json] [--no-verify]\n"
+		   "        decode and verify the cuinterpose images of a checkpoint in DIR\n"
+		   "  check [--json] [--libdir DIR] [--criu PATH] [--criu-check]\n"
+		   "        diagnose CRIU, the plugin, the driver, socket directory and running jobs\n"
 		   "  help  this text\n"
 		   "\n"
 		   "environment: CUINTERPOSE_LIB (library for run), CUINTERPOSE_SOCKET_DIR (control sockets,\n"
-		   "default /run/cuinterpose), CUINTERPOSE_LOG (0 quiet, 1 errors, 2 info, 3 debug)\n");
+		   "default /run/cuinterpose), CUINTERPOSE_LOG (0 quiet, 1 errors, 2 info, 3 debug)\n"
+		   "\n"
+		   "exit status: 0 ok, 1 a problem was found, 2 usage error; see cuinterpose(1)\n");
 }
 
 static int exists(const char *p)
@@ -37,7 +44,7 @@ static int exists(const char *p)
 }
 
 /* The library to preload, in buf; 0 or -ENOENT. */
-static int find_lib(char *buf, size_t len)
+int cli_find_lib(char *buf, size_t len)
 {
 	const char *env = getenv("CUINTERPOSE_LIB");
 	char exe[PATH_MAX], *slash;
@@ -92,7 +99,7 @@ int cli_run(int argc, char **argv)
 #ifdef CUIP_ASAN_RUNTIME
 	asan = CUIP_ASAN_RUNTIME;
 #endif
-	if (find_lib(lib, sizeof(lib))) {
+	if (cli_find_lib(lib, sizeof(lib))) {
 		fprintf(stderr, "cuinterpose run: libcuinterpose.so not found (%s); set CUINTERPOSE_LIB\n", lib);
 		return 1;
 	}
@@ -141,6 +148,10 @@ int main(int argc, char **argv)
 		return cli_run(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "inspect"))
 		return cli_inspect(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "show"))
+		return cli_show(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "check"))
+		return cli_check(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		usage(stdout);
 		return 0;

@@ -67,7 +67,7 @@ static int inode_of_fds(pid_t pid, unsigned long **out, size_t *nout)
 }
 
 /* The socket path as the process sees it. */
-static int find_socket(pid_t pid, char *path, size_t len)
+int cli_find_socket(pid_t pid, char *path, size_t len)
 {
 	unsigned long *inos;
 	size_t nino;
@@ -120,7 +120,7 @@ static int find_socket(pid_t pid, char *path, size_t len)
 	return found ? 0 : -ENOENT;
 }
 
-static int connect_proc(pid_t pid, const char *path)
+int cli_connect_proc(pid_t pid, const char *path)
 {
 	char via[600];
 	int s = -ENOENT;
@@ -133,7 +133,7 @@ static int connect_proc(pid_t pid, const char *path)
 	return s;
 }
 
-static const char *phase_name(int p)
+const char *cli_phase_name(int p)
 {
 	static const char *const n[] = {"?", "ACTIVE", "QUIESCED", "PREPARED", "RESTORING", "FAILED"};
 	return p >= 1 && p <= 5 ? n[p] : "?";
@@ -180,12 +180,12 @@ static unsigned mappings_of(const Cuip__ProcessState *st, const Cuip__AllocId *i
 	return n;
 }
 
-static void print_text(const Cuip__ProcessState *st)
+void cli_print_state(const Cuip__ProcessState *st)
 {
 	char b[64];
 
 	printf("process %d  identity %016" PRIx64 "  phase %s  version %s\n", st->self->pid, st->self->id,
-	       phase_name(st->phase), st->version ? st->version : "?");
+	       cli_phase_name(st->phase), st->version ? st->version : "?");
 	printf("socket %s\n", st->socket ? st->socket : "-");
 	if (st->failure)
 		printf("failure: %s\n", st->failure);
@@ -237,7 +237,7 @@ static void print_text(const Cuip__ProcessState *st)
 		       st->counters->gate_waits);
 }
 
-static void jstr(const char *s)
+void cli_jstr(const char *s)
 {
 	putchar('"');
 	for (; s && *s; s++) {
@@ -252,18 +252,18 @@ static void jstr(const char *s)
 	putchar('"');
 }
 
-static void print_json(const Cuip__ProcessState *st)
+void cli_print_state_json(const Cuip__ProcessState *st)
 {
 	char b[64];
 
 	printf("{\"pid\":%d,\"identity\":\"%016" PRIx64 "\",\"phase\":\"%s\",\"version\":", st->self->pid, st->self->id,
-	       phase_name(st->phase));
-	jstr(st->version);
+	       cli_phase_name(st->phase));
+	cli_jstr(st->version);
 	printf(",\"socket\":");
-	jstr(st->socket);
+	cli_jstr(st->socket);
 	if (st->failure) {
 		printf(",\"failure\":");
-		jstr(st->failure);
+		cli_jstr(st->failure);
 	}
 	printf(",\"devices\":[");
 	for (size_t i = 0; i < st->n_devices; i++) {
@@ -282,7 +282,7 @@ static void print_json(const Cuip__ProcessState *st)
 		       a->app_handles, mappings_of(st, a->id), a->exported ? "true" : "false");
 		if (a->unsupported_reason) {
 			printf(",\"unsupported_reason\":");
-			jstr(a->unsupported_reason);
+			cli_jstr(a->unsupported_reason);
 		}
 		printf("}");
 	}
@@ -306,7 +306,7 @@ static void print_json(const Cuip__ProcessState *st)
 		const Cuip__Ticket *t = st->tickets[i];
 		printf("%s{\"alloc\":\"%016" PRIx64 ":%" PRIu64 "\",\"creator_pid\":%d,\"creator_socket\":",
 		       i ? "," : "", t->alloc->creator, t->alloc->serial, t->creator->pid);
-		jstr(t->creator_socket);
+		cli_jstr(t->creator_socket);
 		printf("}");
 	}
 	printf("]");
@@ -343,14 +343,14 @@ int cli_inspect(int argc, char **argv)
 		fprintf(stderr, "usage: cuinterpose inspect PID [--json]\n");
 		return 2;
 	}
-	if (find_socket(pid, path, sizeof(path))) {
+	if (cli_find_socket(pid, path, sizeof(path))) {
 		fprintf(stderr,
 			"cuinterpose inspect: process %d has no cuinterpose control socket (not running under "
 			"`cuinterpose run`, no CUDA initialized yet, or no permission to read /proc/%d)\n",
 			(int)pid, (int)pid);
 		return 1;
 	}
-	s = connect_proc(pid, path);
+	s = cli_connect_proc(pid, path);
 	if (s < 0) {
 		fprintf(stderr, "cuinterpose inspect: cannot connect to %s: %s\n", path, strerror(-s));
 		return 1;
@@ -369,9 +369,9 @@ int cli_inspect(int argc, char **argv)
 		fprintf(stderr, "cuinterpose inspect: process %d: %s\n", (int)pid, err);
 	} else {
 		if (json)
-			print_json(resp->state);
+			cli_print_state_json(resp->state);
 		else
-			print_text(resp->state);
+			cli_print_state(resp->state);
 		req.body_case = CUIP__REQUEST__BODY_BYE;
 		req.bye = 1;
 		Cuip__Response *bye = NULL;

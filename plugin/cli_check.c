@@ -1,0 +1,539 @@
+/*
+ * cli_check.c - `cuinterpose check [--json] [--libdir DIR] [--criu PATH]
+ * [--criu-check]`: diagnose the environment a checkpoint needs.
+ *
+ * One line per diagnosis, OK / WARN / FAIL, each FAIL or WARN saying what
+ * to do:
+ *   criu       found, `criu --version` >= 4.0 (the device hooks);
+ *              with --criu-check also `criu check`
+ *   plugin     cuinterpose_plugin.so in CRIU's plugin dir (/usr/lib/criu,
+ *              or --libdir, as criu's -L), and no cuda_plugin.so beside it
+ *   driver     libcuda.so.1 (or $CUINTERPOSE_LIBCUDA) loads, its version,
+ *              the checkpoint API (cuCheckpointProcessLock) is exported
+ *   interposer the library `cuinterpose run` would preload
+ *   sockets    $CUINTERPOSE_SOCKET_DIR (default /run/cuinterpose): a
+ *              directory, sticky when world-writable
+ *   pid N      every process with libcuinterpose.so mapped (or each
+ *              --pid): its control socket answers a handshake and INSPECT,
+ *              and its phase is ACTIVE
+ * Exit status: 0 when nothing FAILs (warnings allowed), 1 otherwise,
+ * 2 usage. Called from cli.c's main; single-threaded, no locks.
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../interposer/cuip.h"
+#include "cli.h"
+
+enum verdict { CK_OK, CK_WARN, CK_FAIL };
+
+struct check {
+	int json;
+	int n; /* lines printed (JSON commas) */
+	int fails, warns;
+};
+
+static void report(struct check *c, enum verdict v, const char *name, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static void report(struct check *c, enum verdict v, const char *name, const char *fmt, ...)
+{
+	static const char *const tag[] = {"OK", "WARN", "FAIL"};
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	c->fails += v == CK_FAIL;
+	c->warns += v == CK_WARN;
+	if (c->json) {
+		printf("%s{\"check\":", c->n ? "," : "");
+		cli_jstr(name);
+		printf(",\"status\":\"%s\",\"message\":", tag[v]);
+		cli_jstr(msg);
+		printf("}");
+	} else {
+		printf("%-4s %-10s %s\n", tag[v], name, msg);
+	}
+	c->n++;
+}
+
+/* Run argv, capture up to len-1 bytes of stdout+stderr; exit status or -1. */
+static int capture(char *const argv[], char *out, size_t len)
+{
+	int pfd[2], st;
+	size_t got = 0;
+	ssize_t r;
+	pid_t pid;
+
+	out[0] = 0;
+	if (pipe2(pfd, O_CLOEXEC))
+		return -1;
+	pid = fork();
+	if (pid < 0) {
+		close(pfd[0]);
+		close(pfd[1]);
+		return -1;
+	}
+	if (pid == 0) {
+		int null = open("/dev/null", O_RDONLY);
+		if (null >= 0)
+			dup2(null, 0);
+		dup2(pfd[1], 1);
+		dup2(pfd[1], 2);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(pfd[1]);
+	while (got + 1 < len && (r = read(pfd[0], out + got, len - 1 - got)) > 0)
+		got += (size_t)r;
+	out[got] = 0;
+	/* Drain the rest so the child never blocks on a full pipe. */
+	while ((r = read(pfd[0], &st, sizeof(st))) > 0)
+		;
+	close(pfd[0]);
+	if (waitpid(pid, &st, 0) < 0)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static int find_criu(const char *want, char *buf, size_t len)
+{
+	const char *path = getenv("PATH");
+	char dirs[4096];
+
+	if (want) {
+		snprintf(buf, len, "%s", want);
+		return access(buf, X_OK);
+	}
+	snprintf(dirs, sizeof(dirs), "%s:/usr/local/sbin:/usr/sbin:/sbin", path ? path : "");
+	for (char *save = NULL, *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+		if (snprintf(buf, len, "%s/criu", *d ? d : ".") < (int)len && access(buf, X_OK) == 0)
+			return 0;
+	}
+	return -1;
+}
+
+static void check_criu(struct check *c, const char *want, int run_check)
+{
+	char criu[1024], out[4096];
+	int maj = 0, min = 0, rc;
+	const char *v;
+
+	if (find_criu(want, criu, sizeof(criu))) {
+		if (want)
+			report(c, CK_FAIL, "criu", "%s is not an executable; pass the criu binary with --criu PATH",
+			       want);
+		else
+			report(c, CK_FAIL, "criu",
+			       "criu not found in PATH, /usr/local/sbin, /usr/sbin or /sbin; install CRIU >= 4.0 "
+			       "(contrib/install-deps.sh builds 4.1.1)");
+		return;
+	}
+	rc = capture((char *const[]){criu, "--version", NULL}, out, sizeof(out));
+	v = strstr(out, "Version:");
+	if (rc || !v || sscanf(v, "Version: %d.%d", &maj, &min) < 1) {
+		report(c, CK_FAIL, "criu", "%s --version did not report a version (exit %d); reinstall CRIU >= 4.0",
+		       criu, rc);
+		return;
+	}
+	if (maj < 4) {
+		report(c, CK_FAIL, "criu",
+		       "%s is CRIU %d.%d, which lacks the device hooks (PAUSE_DEVICES, CHECKPOINT_DEVICES) added "
+		       "in 4.0; install CRIU >= 4.0 (contrib/install-deps.sh builds 4.1.1)",
+		       criu, maj, min);
+		return;
+	}
+	report(c, CK_OK, "criu", "%s is CRIU %d.%d (device hooks present)", criu, maj, min);
+	if (!run_check)
+		return;
+	rc = capture((char *const[]){criu, "check", NULL}, out, sizeof(out));
+	if (rc) {
+		char *nl = strrchr(out, '\n');
+		while (nl && nl > out && nl[1] == 0) {
+			*nl = 0;
+			nl = strrchr(out, '\n');
+		}
+		report(c, CK_FAIL, "criu-check",
+		       "`%s check` failed (exit %d): %s; see CRIU's documentation for the "
+		       "kernel feature it names",
+		       criu, rc, nl ? nl + 1 : out);
+	} else {
+		report(c, CK_OK, "criu-check", "`%s check` passes", criu);
+	}
+}
+
+static void check_plugin(struct check *c, const char *libdir)
+{
+	char p[4096];
+	struct stat st;
+
+	snprintf(p, sizeof(p), "%s/cuda_plugin.so", libdir);
+	if (access(p, F_OK) == 0)
+		report(c, CK_FAIL, "plugin",
+		       "%s is installed beside cuinterpose: CRIU runs only the first plugin that handles a device "
+		       "hook and cuinterpose refuses to load with it; move it out of %s (cuinterpose replaces it)",
+		       p, libdir);
+	snprintf(p, sizeof(p), "%s/cuinterpose_plugin.so", libdir);
+	if (stat(p, &st)) {
+		report(c, CK_FAIL, "plugin",
+		       "%s: %s; run `make install` (plugin directory set by configure --with-criu-plugindir) or "
+		       "pass criu the directory holding it with -L/--libdir and this command --libdir",
+		       p, strerror(errno));
+		return;
+	}
+	if (!S_ISREG(st.st_mode) || access(p, R_OK)) {
+		report(c, CK_FAIL, "plugin", "%s is not a readable file; reinstall it with `make install`", p);
+		return;
+	}
+	report(c, CK_OK, "plugin", "%s (%lld bytes)", p, (long long)st.st_size);
+}
+
+typedef int (*drv_version_fn)(int *);
+
+static void check_driver(struct check *c)
+{
+	const char *lib = getenv("CUINTERPOSE_LIBCUDA");
+	drv_version_fn ver;
+	void *h;
+	int v = 0;
+
+	if (!lib || !*lib)
+		lib = "libcuda.so.1";
+	h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		report(c, CK_FAIL, "driver",
+		       "cannot load %s (%s): install the NVIDIA driver, or point CUINTERPOSE_LIBCUDA at the "
+		       "driver library (criu loads the same one)",
+		       lib, dlerror());
+		return;
+	}
+	ver = (drv_version_fn)dlsym(h, "cuDriverGetVersion");
+	if (!ver || ver(&v) || v <= 0) {
+		report(c, CK_FAIL, "driver", "%s does not answer cuDriverGetVersion; is it a CUDA driver library?",
+		       lib);
+		goto out;
+	}
+	if (!dlsym(h, "cuCheckpointProcessLock")) {
+		report(c, CK_FAIL, "driver",
+		       "%s (CUDA %d.%d) lacks the checkpoint API (cuCheckpointProcessLock): upgrade the NVIDIA "
+		       "driver to r570 or newer",
+		       lib, v / 1000, v % 1000 / 10);
+		goto out;
+	}
+	report(c, CK_OK, "driver", "%s: CUDA %d.%d, checkpoint API present%s", lib, v / 1000, v % 1000 / 10,
+	       v >= 12080 ? "" : " (GPU remap needs r580 / CUDA 12.8)");
+out:
+	dlclose(h);
+}
+
+static void check_interposer(struct check *c)
+{
+	char lib[4096];
+
+	if (cli_find_lib(lib, sizeof(lib)))
+		report(c, CK_WARN, "interposer",
+		       "libcuinterpose.so not found (%s): `cuinterpose run` cannot start jobs; run `make install` "
+		       "or set CUINTERPOSE_LIB",
+		       lib);
+	else
+		report(c, CK_OK, "interposer", "`cuinterpose run` preloads %s", lib);
+}
+
+static void check_sockdir(struct check *c)
+{
+	const char *env = getenv("CUINTERPOSE_SOCKET_DIR");
+	const char *d = env && *env ? env : "/run/cuinterpose";
+	char parent[4096], *slash;
+	struct stat st;
+
+	if (lstat(d, &st)) {
+		if (errno != ENOENT) {
+			report(c, CK_FAIL, "sockets", "%s: %s", d, strerror(errno));
+			return;
+		}
+		snprintf(parent, sizeof(parent), "%s", d);
+		slash = strrchr(parent, '/');
+		if (slash)
+			*(slash == parent ? slash + 1 : slash) = 0;
+		if (slash && access(parent, W_OK | X_OK))
+			report(c, CK_WARN, "sockets",
+			       "%s does not exist and %s is not writable: jobs fall back to /tmp/cuinterpose-<uid>; "
+			       "create it with `install -d -m 1777 %s`",
+			       d, parent, d);
+		else
+			report(c, CK_OK, "sockets",
+			       "%s does not exist yet; the first CUDA process creates it (mode 1777)", d);
+		return;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		report(c, CK_FAIL, "sockets",
+		       "%s is not a directory: no job can create its control socket there; remove it or set "
+		       "CUINTERPOSE_SOCKET_DIR",
+		       d);
+		return;
+	}
+	if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
+		report(c, CK_FAIL, "sockets",
+		       "%s is world-writable without the sticky bit (mode %04o): any user can remove other jobs' "
+		       "control sockets; `chmod 1777 %s`",
+		       d, (unsigned)(st.st_mode & 07777), d);
+		return;
+	}
+	if (access(d, W_OK | X_OK)) {
+		report(c, CK_WARN, "sockets",
+		       "%s (mode %04o, uid %u) is not writable by uid %u: its jobs fall back to "
+		       "/tmp/cuinterpose-%u; `chmod 1777 %s` to share it",
+		       d, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid, (unsigned)getuid(), (unsigned)getuid(),
+		       d);
+		return;
+	}
+	report(c, CK_OK, "sockets", "%s (mode %04o)", d, (unsigned)(st.st_mode & 07777));
+}
+
+/* What a process has mapped: 1 the interposer, 2 a CUDA driver library. */
+static int maps_of(const char *pid)
+{
+	char p[300], line[1024];
+	int found = 0;
+	FILE *f;
+
+	snprintf(p, sizeof(p), "/proc/%s/maps", pid);
+	f = fopen(p, "re");
+	while (f && fgets(line, sizeof(line), f)) {
+		if (strstr(line, "/libcuinterpose.so"))
+			found |= 1;
+		if (strstr(line, "/libcuda.so"))
+			found |= 2;
+	}
+	if (f)
+		fclose(f);
+	return found;
+}
+
+/* The state letter of /proc/PID/stat ('T' stopped, 't' traced...). */
+static char state_of(const char *pid)
+{
+	char p[300], line[512], *rp, st = '?';
+	FILE *f;
+
+	snprintf(p, sizeof(p), "/proc/%s/stat", pid);
+	f = fopen(p, "re");
+	if (f) {
+		if (fgets(line, sizeof(line), f) && (rp = strrchr(line, ')')) && rp[1] == ' ')
+			st = rp[2];
+		fclose(f);
+	}
+	return st;
+}
+
+static void comm_of(const char *pid, char *buf, size_t len)
+{
+	char p[300];
+	FILE *f;
+
+	snprintf(p, sizeof(p), "/proc/%s/comm", pid);
+	buf[0] = 0;
+	f = fopen(p, "re");
+	if (f) {
+		if (fgets(buf, (int)len, f))
+			buf[strcspn(buf, "\n")] = 0;
+		fclose(f);
+	}
+}
+
+/* Handshake + INSPECT one process; its phase in *phase. */
+static int ask(pid_t pid, const char *path, int *phase, char *failure, size_t flen, char *err, size_t errlen)
+{
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Response *resp = NULL;
+	int s, ret;
+
+	s = cli_connect_proc(pid, path);
+	if (s < 0) {
+		snprintf(err, errlen, "cannot connect: %s", strerror(-s));
+		return s;
+	}
+	/* A stopped or hung process must not hang the diagnosis. */
+	struct timeval tv = {.tv_sec = 5};
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	ret = cuip_client_handshake(s, "cli-check", NULL, err, errlen);
+	if (!ret) {
+		req.body_case = CUIP__REQUEST__BODY_INSPECT;
+		req.inspect = 1;
+		ret = cuip_client_call(s, &req, -1, &resp, NULL, err, errlen);
+	}
+	if (!ret && (resp->status || resp->body_case != CUIP__RESPONSE__BODY_STATE)) {
+		ret = resp->status ? resp->status : -EPROTO;
+		snprintf(err, errlen, "%s", resp->error ? resp->error : strerror(-ret));
+	}
+	if (!ret) {
+		*phase = resp->state->phase;
+		snprintf(failure, flen, "%s", resp->state->failure ? resp->state->failure : "");
+		req.body_case = CUIP__REQUEST__BODY_BYE;
+		req.bye = 1;
+		Cuip__Response *bye = NULL;
+		char e2[64];
+		if (!cuip_client_call(s, &req, -1, &bye, NULL, e2, sizeof(e2)))
+			cuip__response__free_unpacked(bye, NULL);
+	}
+	if (resp)
+		cuip__response__free_unpacked(resp, NULL);
+	close(s);
+	return ret;
+}
+
+static void check_one(struct check *c, const char *spid, int asked)
+{
+	char name[64], comm[32], path[512], err[256] = "", failure[512] = "", st;
+	pid_t pid = atoi(spid);
+	int phase = 0, maps = maps_of(spid);
+
+	snprintf(name, sizeof(name), "pid %d", (int)pid);
+	if (!(maps & 1)) {
+		if (asked)
+			report(c, CK_FAIL, name,
+			       kill(pid, 0) && errno == ESRCH
+				       ? "no such process"
+				       : "does not run the interposer: start the job with `cuinterpose run -- CMD` "
+					 "(every "
+					 "CUDA process that shares memory needs it from its first CUDA call)");
+		return;
+	}
+	comm_of(spid, comm, sizeof(comm));
+	if (cli_find_socket(pid, path, sizeof(path))) {
+		if (maps & 2)
+			report(c, CK_WARN, name,
+			       "%s uses CUDA and runs the interposer but has no control socket (cuInit failed, or "
+			       "no usable socket directory: see the sockets line); a dump of its tree is refused",
+			       comm);
+		else
+			report(c, CK_OK, name, "%s runs the interposer and has not used CUDA yet (no participant)",
+			       comm);
+		return;
+	}
+	if (ask(pid, path, &phase, failure, sizeof(failure), err, sizeof(err))) {
+		st = state_of(spid);
+		report(c, CK_FAIL, name,
+		       "%s: control socket %s does not answer (%s)%s: a dump of its tree would fail; %s", comm, path,
+		       err, st == 'T' || st == 't' ? ", the process is stopped" : "",
+		       st == 'T' || st == 't' ? "resume it (SIGCONT, detach the debugger or the dead criu)"
+					      : "the interposer's control thread is stuck: restart the job");
+		return;
+	}
+	if (phase == CUIP__PHASE__PHASE_FAILED)
+		report(c, CK_FAIL, name, "%s: interposer FAILED: %s; restart the job", comm,
+		       failure[0] ? failure : "no reason recorded");
+	else if (phase != CUIP__PHASE__PHASE_ACTIVE)
+		report(c, CK_WARN, name,
+		       "%s: phase %s (a checkpoint is in progress, or one stopped half-way: its CUDA calls wait "
+		       "at the gate)",
+		       comm, cli_phase_name(phase));
+	else
+		report(c, CK_OK, name, "%s: socket %s answers, phase ACTIVE", comm, path);
+}
+
+static void check_processes(struct check *c, char **pids, int npids)
+{
+	struct dirent *de;
+	int found = 0;
+	DIR *d;
+
+	for (int i = 0; i < npids; i++)
+		check_one(c, pids[i], 1);
+	if (npids)
+		return;
+	d = opendir("/proc");
+	while (d && (de = readdir(d))) {
+		if (!isdigit((unsigned char)de->d_name[0]) || atoi(de->d_name) == getpid() ||
+		    !(maps_of(de->d_name) & 1))
+			continue;
+		found++;
+		check_one(c, de->d_name, 0);
+	}
+	if (d)
+		closedir(d);
+	if (!found)
+		report(c, CK_OK, "processes", "no running process has the interposer loaded");
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: cuinterpose check [--json] [--libdir DIR] [--criu PATH] [--criu-check]\n"
+		   "                         [--pid PID]... [--no-processes]\n"
+		   "  --libdir DIR   CRIU plugin directory to check (criu -L; default /usr/lib/criu)\n"
+		   "  --criu PATH    criu binary (default: PATH, then /usr/local/sbin, /usr/sbin, /sbin)\n"
+		   "  --criu-check   also run `criu check`\n"
+		   "  --pid PID      diagnose this process only (repeatable; default: every process\n"
+		   "                 with the interposer loaded)\n"
+		   "  --no-processes skip the running processes\n"
+		   "  exit 0 when nothing FAILs, 1 otherwise, 2 usage\n");
+}
+
+int cli_check(int argc, char **argv)
+{
+	const char *libdir = "/usr/lib/criu", *criu = NULL;
+	struct check c = {0};
+	int run_check = 0, procs = 1, npids = 0;
+	char **pids = calloc((size_t)argc, sizeof(*pids));
+
+	if (!pids)
+		return 1;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--json")) {
+			c.json = 1;
+		} else if (!strcmp(argv[i], "--libdir") && i + 1 < argc) {
+			libdir = argv[++i];
+		} else if (!strcmp(argv[i], "--criu") && i + 1 < argc) {
+			criu = argv[++i];
+		} else if (!strcmp(argv[i], "--criu-check")) {
+			run_check = 1;
+		} else if (!strcmp(argv[i], "--pid") && i + 1 < argc && atoi(argv[i + 1]) > 0) {
+			pids[npids++] = argv[++i];
+		} else if (!strcmp(argv[i], "--no-processes")) {
+			procs = 0;
+		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			usage(stdout);
+			free(pids);
+			return 0;
+		} else {
+			fprintf(stderr, "cuinterpose check: unexpected argument '%s'\n", argv[i]);
+			usage(stderr);
+			free(pids);
+			return 2;
+		}
+	}
+	if (c.json)
+		printf("{\"checks\":[");
+	check_criu(&c, criu, run_check);
+	check_plugin(&c, libdir);
+	check_driver(&c);
+	check_interposer(&c);
+	check_sockdir(&c);
+	if (procs || npids) /* an explicit --pid wins over --no-processes */
+		check_processes(&c, pids, npids);
+	free(pids);
+	if (c.json)
+		printf("],\"fails\":%d,\"warnings\":%d,\"ok\":%s}\n", c.fails, c.warns, c.fails ? "false" : "true");
+	else
+		printf("%s: %d failure(s), %d warning(s)\n", c.fails ? "FAIL" : "OK", c.fails, c.warns);
+	return c.fails ? 1 : 0;
+}

@@ -1,0 +1,453 @@
+/*
+ * cli_show.c - `cuinterpose show DIR [--json] [--no-verify]`: decode the
+ * cuinterpose images of a checkpoint the way `crit` decodes CRIU's, and
+ * verify them.
+ *
+ * Prints the inventory, every participant's topology image (the records
+ * `inspect` shows for a live process) and its carrier index (file, offset,
+ * size, chunk size and count), then re-reads every carrier chunk and
+ * recomputes its CRC32C. Every problem is reported with the file, the
+ * allocation and the chunk, and makes the exit status 1; the plugin's own
+ * restore-time validation (plugin/images.c) runs as well, so `show` refuses
+ * exactly what `criu restore` would. A damaged inventory does not stop the
+ * decoding: the topology images found in DIR are shown anyway.
+ *
+ * Called from cli.c's main; single-threaded, no locks.
+ */
+#include "config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "images.h"
+
+/* Corrupt chunks listed per carrier entry before "... and N more". */
+#define SHOW_MAX_BAD 8
+
+struct show {
+	int json;
+	int verify;
+	int dirfd;
+	char **problems;
+	size_t n_problems;
+	uint64_t chunks_checked;
+	uint64_t bytes_checked;
+	size_t shown; /* topology images printed (JSON commas) */
+};
+
+static void problem(struct show *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void problem(struct show *s, const char *fmt, ...)
+{
+	char **nv, *msg = NULL;
+	va_list ap;
+
+	va_start(ap, fmt);
+	if (vasprintf(&msg, fmt, ap) < 0)
+		msg = NULL;
+	va_end(ap);
+	nv = realloc(s->problems, (s->n_problems + 1) * sizeof(*nv));
+	if (!nv || !msg) {
+		free(msg);
+		return;
+	}
+	s->problems = nv;
+	s->problems[s->n_problems++] = msg;
+	if (!s->json)
+		printf("  PROBLEM: %s\n", msg);
+}
+
+static void hex(const uint8_t *b, size_t n, char *out, size_t outlen)
+{
+	size_t o = 0;
+
+	out[0] = 0;
+	for (size_t i = 0; i < n && o + 3 <= outlen; i++)
+		o += (size_t)snprintf(out + o, outlen - o, "%02x", b[i]);
+}
+
+static void when(uint64_t ns, char *out, size_t len)
+{
+	time_t t = (time_t)(ns / 1000000000ull);
+	struct tm tm;
+
+	if (!ns || !gmtime_r(&t, &tm) || !strftime(out, len, "%Y-%m-%d %H:%M:%S UTC", &tm))
+		snprintf(out, len, "unknown");
+}
+
+/*
+ * Verify one carrier entry chunk by chunk. Returns the number of corrupt
+ * chunks (-1 when the file cannot be read); fills bad[] with up to
+ * SHOW_MAX_BAD chunk numbers. Truncation is reported as a problem here.
+ */
+static long verify_entry(struct show *s, const Cuip__CarrierEntry *e, uint64_t *bad)
+{
+	uint8_t *buf;
+	long nbad = 0;
+	int fd;
+
+	if (!e->chunk_size || !e->file || strchr(e->file, '/'))
+		return -1; /* already reported by the index checks */
+	fd = openat(s->dirfd, e->file, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		problem(s, "%s: %s (allocation %016" PRIx64 ":%" PRIu64 ")", e->file,
+			errno == ENOENT ? "missing" : strerror(errno), e->alloc ? e->alloc->creator : 0,
+			e->alloc ? e->alloc->serial : 0);
+		return -1;
+	}
+	buf = malloc(e->chunk_size);
+	if (!buf) {
+		close(fd);
+		return -1;
+	}
+	for (size_t ch = 0; ch < e->n_crc32c; ch++) {
+		uint64_t off = (uint64_t)ch * e->chunk_size;
+		size_t len;
+		ssize_t got;
+		uint32_t crc;
+
+		if (off >= e->size)
+			break;
+		len = (size_t)(e->size - off < e->chunk_size ? e->size - off : e->chunk_size);
+		got = pread(fd, buf, len, (off_t)(e->offset + off));
+		if (got != (ssize_t)len) {
+			problem(s,
+				"%s: truncated: allocation %016" PRIx64 ":%" PRIu64 " chunk %zu (bytes %" PRIu64
+				"..%" PRIu64 ") is not there; the dump did not complete or the file was cut",
+				e->file, e->alloc->creator, e->alloc->serial, ch, e->offset + off,
+				e->offset + off + len);
+			nbad = nbad ? nbad : 1;
+			break;
+		}
+		crc = cuip_crc32c(0, buf, len);
+		s->chunks_checked++;
+		s->bytes_checked += len;
+		if (crc != e->crc32c[ch]) {
+			if (nbad < SHOW_MAX_BAD) {
+				bad[nbad] = ch;
+				problem(s,
+					"%s: corrupt: allocation %016" PRIx64 ":%" PRIu64 " chunk %zu (bytes %" PRIu64
+					"..%" PRIu64 "): crc32c %08x, index says %08x",
+					e->file, e->alloc->creator, e->alloc->serial, ch, e->offset + off,
+					e->offset + off + len, crc, e->crc32c[ch]);
+			}
+			nbad++;
+		}
+	}
+	if (nbad > SHOW_MAX_BAD)
+		problem(s, "%s: allocation %016" PRIx64 ":%" PRIu64 ": %ld more corrupt chunks", e->file,
+			e->alloc->creator, e->alloc->serial, nbad - SHOW_MAX_BAD);
+	free(buf);
+	close(fd);
+	return nbad;
+}
+
+static void show_carriers(struct show *s, const Cuip__Topology *t)
+{
+	if (!s->json)
+		printf("carriers (%zu):\n", t->n_carriers);
+	for (size_t i = 0; i < t->n_carriers; i++) {
+		const Cuip__CarrierEntry *e = t->carriers[i];
+		uint64_t chunks = e->chunk_size ? (e->size + e->chunk_size - 1) / e->chunk_size : 0;
+		uint64_t bad[SHOW_MAX_BAD];
+		long nbad = 0;
+		const char *verdict = "not verified";
+
+		if (!e->alloc) {
+			problem(s, "carrier entry %zu names no allocation", i);
+			continue;
+		}
+		if (s->verify) {
+			nbad = verify_entry(s, e, bad);
+			verdict = nbad == 0 ? "OK" : nbad < 0 ? "UNREADABLE" : "CORRUPT";
+		}
+		if (s->json) {
+			printf("%s{\"alloc\":\"%016" PRIx64 ":%" PRIu64 "\",\"file\":", i ? "," : "", e->alloc->creator,
+			       e->alloc->serial);
+			cli_jstr(e->file);
+			printf(",\"offset\":%" PRIu64 ",\"size\":%" PRIu64 ",\"chunk_size\":%u,\"chunks\":%" PRIu64
+			       ",\"checksums\":%zu,\"verified\":%s,\"status\":\"%s\",\"corrupt_chunks\":[",
+			       e->offset, e->size, e->chunk_size, chunks, e->n_crc32c, s->verify ? "true" : "false",
+			       verdict);
+			for (long k = 0; k < nbad && k < SHOW_MAX_BAD; k++)
+				printf("%s%" PRIu64, k ? "," : "", bad[k]);
+			printf("]}");
+		} else {
+			printf("  %016" PRIx64 ":%" PRIu64 "  %s  offset %" PRIu64 "  size %" PRIu64 "  chunks %" PRIu64
+			       " x %u  checksums %zu  %s\n",
+			       e->alloc->creator, e->alloc->serial, e->file, e->offset, e->size, chunks, e->chunk_size,
+			       e->n_crc32c, verdict);
+		}
+	}
+}
+
+/* One topology image: its records and carrier index. */
+static void show_topology(struct show *s, const char *name, const Cuip__Topology *t)
+{
+	const Cuip__ProcessState *st = t->state;
+	uint64_t bytes = 0;
+
+	for (size_t i = 0; i < t->n_carriers; i++)
+		bytes += t->carriers[i]->size;
+	if (s->json) {
+		printf("%s{\"image\":", s->shown++ ? "," : "");
+		cli_jstr(name);
+		printf(",\"carried_bytes\":%" PRIu64 ",\"state\":", bytes);
+		cli_print_state_json(st);
+		printf(",\"multicast_devices\":%zu,\"multicast_bindings\":%zu,\"carriers\":[", st->n_mc_devices,
+		       st->n_mc_bindings);
+		show_carriers(s, t);
+		printf("]}");
+		return;
+	}
+	printf("\n== %s: participant pid %d, %" PRIu64 " carried bytes\n", name, st->self->pid, bytes);
+	cli_print_state(st);
+	printf("multicast devices %zu  multicast bindings %zu  reservations %zu\n", st->n_mc_devices, st->n_mc_bindings,
+	       st->n_reservations);
+	show_carriers(s, t);
+}
+
+static Cuip__Topology *read_topology(struct show *s, const char *name)
+{
+	ProtobufCMessage *m = NULL;
+	char err[512] = "";
+	int ret;
+
+	ret = cuip_image_read(s->dirfd, name, CUIP_KIND_TOPOLOGY, &cuip__topology__descriptor, NULL, &m, err,
+			      sizeof(err));
+	if (ret) {
+		problem(s, "%s", err[0] ? err : strerror(-ret));
+		return NULL;
+	}
+	if (!((Cuip__Topology *)m)->state || !((Cuip__Topology *)m)->state->self) {
+		problem(s, "%s: no process state", name);
+		protobuf_c_message_free_unpacked(m, NULL);
+		return NULL;
+	}
+	return (Cuip__Topology *)m;
+}
+
+static int topo_name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Inventory unreadable: decode whatever topology images are there. */
+static size_t show_orphans(struct show *s)
+{
+	char **names = NULL;
+	size_t n = 0, shown = 0;
+	struct dirent *de;
+	DIR *d;
+	int fd = dup(s->dirfd);
+
+	d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return 0;
+	}
+	rewinddir(d); /* the dup shares its offset with s->dirfd */
+	while ((de = readdir(d))) {
+		int pid, end = 0;
+		char **nv;
+
+		if (sscanf(de->d_name, "cuinterpose-%d.img%n", &pid, &end) != 1 || de->d_name[end])
+			continue;
+		nv = realloc(names, (n + 1) * sizeof(*nv));
+		if (!nv)
+			break;
+		names = nv;
+		names[n] = strdup(de->d_name);
+		if (names[n])
+			n++;
+	}
+	closedir(d);
+	qsort(names, n, sizeof(*names), topo_name_cmp);
+	for (size_t i = 0; i < n; i++) {
+		Cuip__Topology *t = read_topology(s, names[i]);
+		if (t) {
+			show_topology(s, names[i], t);
+			shown++;
+			protobuf_c_message_free_unpacked(&t->base, NULL);
+		}
+		free(names[i]);
+	}
+	free(names);
+	return shown;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: cuinterpose show DIR [--json] [--no-verify]\n"
+		   "  decode the cuinterpose images in a CRIU image directory and verify every carrier\n"
+		   "  chunk checksum; exit 0 all good, 1 a problem (each one named), 2 usage,\n"
+		   "  3 no cuinterpose images in DIR\n");
+}
+
+int cli_show(int argc, char **argv)
+{
+	struct show s = {.verify = 1, .dirfd = -1};
+	ProtobufCMessage *m = NULL;
+	Cuip__Inventory *inv = NULL;
+	const char *dir = NULL;
+	char err[512] = "", idhex[40];
+	struct cuip_ckpt ck;
+	int ret, status;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--json")) {
+			s.json = 1;
+		} else if (!strcmp(argv[i], "--no-verify")) {
+			s.verify = 0;
+		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			usage(stdout);
+			return 0;
+		} else if (!dir && argv[i][0] != '-') {
+			dir = argv[i];
+		} else {
+			fprintf(stderr, "cuinterpose show: unexpected argument '%s'\n", argv[i]);
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (!dir) {
+		usage(stderr);
+		return 2;
+	}
+	s.dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (s.dirfd < 0) {
+		fprintf(stderr, "cuinterpose show: cannot open %s: %s\n", dir, strerror(errno));
+		return 2;
+	}
+	if (faccessat(s.dirfd, CUIP_INVENTORY_IMG, F_OK, 0) && errno == ENOENT) {
+		/* Topology or carrier images without an inventory are a
+		 * damaged checkpoint, not a foreign one. */
+		int n = 0, fd = dup(s.dirfd);
+		DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+		struct dirent *de;
+
+		if (d)
+			rewinddir(d);
+		while (d && (de = readdir(d))) {
+			int pid, end = 0;
+			if ((sscanf(de->d_name, "cuinterpose-%d.img%n", &pid, &end) == 1 ||
+			     sscanf(de->d_name, "cuinterpose-carrier-%d.img%n", &pid, &end) == 1) &&
+			    !de->d_name[end])
+				n++;
+		}
+		if (d)
+			closedir(d);
+		else if (fd >= 0)
+			close(fd);
+		if (!n) {
+			fprintf(stderr,
+				"cuinterpose show: %s holds no cuinterpose images (%s missing): not a checkpoint of a "
+				"job running under cuinterpose, or not a CRIU image directory\n",
+				dir, CUIP_INVENTORY_IMG);
+			close(s.dirfd);
+			return 3;
+		}
+	}
+
+	if (s.json) {
+		printf("{\"dir\":");
+		cli_jstr(dir);
+	} else {
+		printf("checkpoint %s\n", dir);
+	}
+	ret = cuip_image_read(s.dirfd, CUIP_INVENTORY_IMG, CUIP_KIND_INVENTORY, &cuip__inventory__descriptor, NULL, &m,
+			      err, sizeof(err));
+	if (ret) {
+		if (!s.json)
+			printf("inventory: unreadable\n");
+		problem(&s, "%s", err[0] ? err : strerror(-ret));
+		if (s.json)
+			printf(",\"inventory\":null,\"participants\":[");
+		show_orphans(&s);
+		if (s.json)
+			printf("]");
+	} else {
+		inv = (Cuip__Inventory *)m;
+		hex(inv->checkpoint_id.data, inv->checkpoint_id.len, idhex, sizeof(idhex));
+		when(inv->has_created_unix_ns ? inv->created_unix_ns : 0, err, sizeof(err));
+		if (s.json) {
+			printf(",\"inventory\":{\"checkpoint_id\":\"%s\",\"created_unix_ns\":%" PRIu64
+			       ",\"created\":\"%s\",\"version\":",
+			       idhex, inv->created_unix_ns, err);
+			cli_jstr(inv->version ? inv->version : "");
+			printf(",\"carried_bytes\":%" PRIu64 ",\"participants\":[", inv->carried_bytes);
+			for (size_t i = 0; i < inv->n_participants; i++)
+				printf("%s{\"pid\":%d,\"identity\":\"%016" PRIx64 "\"}", i ? "," : "",
+				       inv->participants[i]->pid, inv->participants[i]->id);
+			printf("]},\"participants\":[");
+		} else {
+			printf("inventory: id %s  created %s  by cuinterpose %s\n", idhex, err,
+			       inv->version ? inv->version : "?");
+			printf("           %zu participants, %" PRIu64 " carried bytes\n", inv->n_participants,
+			       inv->carried_bytes);
+			for (size_t i = 0; i < inv->n_participants; i++)
+				printf("  pid %d  identity %016" PRIx64 "\n", inv->participants[i]->pid,
+				       inv->participants[i]->id);
+		}
+		for (size_t i = 0; i < inv->n_participants; i++) {
+			char name[64];
+			Cuip__Topology *t;
+
+			snprintf(name, sizeof(name), CUIP_TOPOLOGY_FMT, inv->participants[i]->pid);
+			t = read_topology(&s, name);
+			if (!t)
+				continue;
+			show_topology(&s, name, t);
+			protobuf_c_message_free_unpacked(&t->base, NULL);
+		}
+		if (s.json)
+			printf("]");
+		/* The plugin's own cross-checks (identities, checkpoint ids,
+		 * index against state, sizes): what `criu restore` refuses. */
+		err[0] = 0;
+		ret = cuip_images_read(s.dirfd, &ck, err, sizeof(err));
+		if (ret)
+			problem(&s, "restore would refuse: %s", err[0] ? err : strerror(-ret));
+		else
+			cuip_images_free(&ck);
+		protobuf_c_message_free_unpacked(m, NULL);
+	}
+
+	status = s.n_problems ? 1 : 0;
+	if (s.json) {
+		printf(",\"verified\":%s,\"chunks_checked\":%" PRIu64 ",\"bytes_checked\":%" PRIu64
+		       ",\"ok\":%s,\"problems\":[",
+		       s.verify ? "true" : "false", s.chunks_checked, s.bytes_checked, status ? "false" : "true");
+		for (size_t i = 0; i < s.n_problems; i++) {
+			printf("%s", i ? "," : "");
+			cli_jstr(s.problems[i]);
+		}
+		printf("]}\n");
+	} else if (status) {
+		printf("\nFAIL: %zu problem(s); `criu restore` of this directory would be refused:\n", s.n_problems);
+		for (size_t i = 0; i < s.n_problems; i++)
+			printf("  %s\n", s.problems[i]);
+	} else if (s.verify) {
+		printf("\nOK: every image decodes and is consistent; %" PRIu64 " carrier bytes in %" PRIu64
+		       " chunks match their checksums\n",
+		       s.bytes_checked, s.chunks_checked);
+	} else {
+		printf("\nOK: every image decodes and is consistent (carrier checksums not verified)\n");
+	}
+	for (size_t i = 0; i < s.n_problems; i++)
+		free(s.problems[i]);
+	free(s.problems);
+	close(s.dirfd);
+	return status;
+}
