@@ -1,0 +1,69 @@
+# The container case without a container runtime: the job runs in its own
+# pid, mount and net namespaces (unshare), with its control sockets in a
+# tmpfs mounted only inside (the host sees an empty directory), and CRIU on
+# the host dumps the namespace's init by its host pid and restores it
+# (--root / for the mount namespace, --network-lock skip: no iptables
+# here). The plugin must find the sockets through sock_diag and
+# /proc/PID/root; `cuinterpose inspect` and `cuinterpose show` work from the
+# host; bytes and addresses are verified after the restore.
+. "$srcdir/lib.sh"
+command -v unshare >/dev/null || skip "unshare not found"
+CLI=$B/plugin/cuinterpose
+NSINIT=
+cleanup() {
+	[ -n "$NSINIT" ] && kill -9 "$NSINIT" 2>/dev/null
+	"$FAKERUN" --stop >/dev/null 2>&1
+	if [ "${KEEP:-0}" = 1 ]; then echo "kept $T"; else rm -rf "$T"; fi
+}
+mkdir -p "$T/nssock"
+export CUINTERPOSE_SOCKET_DIR=$T/nssock
+"$FAKERUN" --start || fail "fake driver"
+# Inside: no descriptor from the host's mount namespace may stay open
+# (CRIU cannot name its mount), a private tmpfs for the sockets, then the
+# job as the namespace's init and session leader.
+cat >"$T/init.sh" <<IN
+exec </dev/null >"$T/job.log" 2>&1
+for f in /proc/\$\$/fd/*; do n=\${f##*/}; [ "\$n" -gt 2 ] && eval "exec \$n>&-"; done
+mount -t tmpfs -o mode=1777 cuip-sock "$T/nssock" || exit 1
+exec env LD_PRELOAD="$INTERPOSER" "$FAKERUN" "$WORKLOAD" "$T/w" 2
+IN
+host_init() { # the host pid of the namespace's init: unshare's child
+	i=0
+	while [ -z "$(cat /proc/$1/task/$1/children 2>/dev/null)" ] && [ $i -lt 100 ]; do
+		sleep 0.05
+		i=$((i + 1))
+	done
+	echo $(cat /proc/$1/task/$1/children)
+}
+setsid unshare --pid --mount --net --fork setsid bash "$T/init.sh" </dev/null >/dev/null 2>&1 &
+NSINIT=$(host_init $!)
+[ -n "$NSINIT" ] || fail "no namespace init"
+wait_ready 2
+[ "$JOBPID" = 1 ] || fail "the job's root sees itself as pid $JOBPID, not 1: no pid namespace"
+[ -z "$(ls "$T/nssock")" ] || fail "the sockets are visible on the host: $(ls "$T/nssock")"
+[ "$(readlink /proc/$NSINIT/ns/net)" != "$(readlink /proc/self/ns/net)" ] || fail "same net namespace"
+"$CLI" inspect "$NSINIT" >"$T/inspect.txt" || fail "inspect from the host: $(cat "$T/inspect.txt")"
+grep -q "^process 1 .*phase ACTIVE" "$T/inspect.txt" || fail "inspect: $(head -3 "$T/inspect.txt")"
+cmd 2 verify 0
+before=$(answers 2)
+
+note dump
+JOBPID=$NSINIT
+criu_dump "$T/d1" --network-lock skip || fail "criu dump of the namespaces"
+grep -q "cuinterpose: SAVE: 1 participants" "$T/d1/dump.log" || fail "no SAVE line in dump.log"
+wait_gone "$NSINIT" || fail "the dumped namespace is still alive"
+NSINIT=
+"$CLI" show "$T/d1" >"$T/show.txt" || fail "cuinterpose show: $(tail -5 "$T/show.txt")"
+grep -q "2 participants" "$T/show.txt" || fail "show: participants"
+grep -q "^OK: every image decodes" "$T/show.txt" || fail "show: verdict"
+
+note restore
+criu_restore "$T/d1" --root / --network-lock skip --pidfile "$T/init.pid" || fail "criu restore of the namespaces"
+NSINIT=$(cat "$T/init.pid")
+grep -q "RESUME_DEVICES_LATE done: 2 participants rebuilt" "$T/d1/restore.log" || fail "no completion line"
+cmd 2 verify 0
+[ "$(answers 2)" = "$before" ] || fail "addresses changed: $(answers 2) vs $before"
+cmd 2 write 1 1
+cmd 2 verify 1
+cmd 2 exit
+note done
