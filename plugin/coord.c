@@ -254,6 +254,7 @@ static int step_flag(struct cuip_group *g, struct cuip_part *p, const void *arg)
 		p->torn_down = true;
 	} else {
 		req.prepare_multicast = 1;
+		p->torn_down = true; /* multicast detached: a rollback must rebuild it */
 	}
 	return call(g, p, &req, -1, op_timeout(g), NULL);
 }

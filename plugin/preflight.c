@@ -210,6 +210,50 @@ static void check_process(struct pf *pf, const struct cuip_pf_proc *pp)
 	}
 }
 
+/* One object across the group: every device of the team added (once, by
+ * UUID) and the importers' properties equal to the creator's. */
+static void check_mc_team(struct pf *pf, const Cuip__Allocation *a)
+{
+	const Cuip__McDevice *seen[64];
+	size_t ndev = 0;
+
+	if (!a->mc)
+		return;
+	for (size_t j = 0; j < pf->n; j++) {
+		const Cuip__ProcessState *st = pf->p[j].st;
+		const Cuip__Allocation *o = find_alloc(st, a->id);
+
+		if (o && o->mc &&
+		    (o->mc->num_devices != a->mc->num_devices || o->mc->requested_size != a->mc->requested_size ||
+		     o->mc->handle_types != a->mc->handle_types))
+			refuse(pf,
+			       "pid %d: multicast object %llx:%llu has properties (%u devices, %llu bytes) that "
+			       "differ from its creator's (%u devices, %llu bytes)",
+			       pf->p[j].pid, AID(a->id), o->mc->num_devices, (unsigned long long)o->mc->requested_size,
+			       a->mc->num_devices, (unsigned long long)a->mc->requested_size);
+		for (size_t k = 0; k < st->n_mc_devices; k++) {
+			const Cuip__McDevice *d = st->mc_devices[k];
+
+			if (!same_id(d->mc, a->id))
+				continue;
+			for (size_t i = 0; i < ndev; i++)
+				if (d->has_device_uuid && seen[i]->has_device_uuid &&
+				    d->device_uuid.len == seen[i]->device_uuid.len &&
+				    !memcmp(d->device_uuid.data, seen[i]->device_uuid.data, d->device_uuid.len))
+					refuse(pf, "pid %d: a GPU is added twice to multicast object %llx:%llu",
+					       pf->p[j].pid, AID(a->id));
+			if (ndev < sizeof(seen) / sizeof(seen[0]))
+				seen[ndev] = d;
+			ndev++;
+		}
+	}
+	if (ndev != a->mc->num_devices)
+		refuse(pf,
+		       "multicast object %llx:%llu has %zu of its %u devices among the participants; a partial "
+		       "multicast group cannot be rebuilt: dump a tree that contains every rank of the team",
+		       AID(a->id), ndev, a->mc->num_devices);
+}
+
 /* Multicast groups: one creator, every device added once and bound. */
 static void check_multicast(struct pf *pf)
 {
@@ -230,6 +274,7 @@ static void check_multicast(struct pf *pf)
 			if (creators != 1)
 				refuse(pf, "multicast object %llx:%llu has %u creators among the participants",
 				       AID(a->id), creators);
+			check_mc_team(pf, a);
 		}
 		for (size_t k = 0; k < st->n_mc_devices; k++) {
 			const Cuip__McDevice *d = st->mc_devices[k];

@@ -1,0 +1,33 @@
+# Multicast across two ranks on two fake devices: rank 0 creates the object
+# (capacity rounded up to 8 MiB, 4 MiB requested) and binds with BindMem v1,
+# rank 1 imports it, binds with BindAddr_v2 after unbinding a slice and
+# binding it again by address; a unicast allocation is shared beside it.
+# After restore: every byte of every member, of the multicast mappings and of
+# the unicast allocation, the same addresses, and a write through each
+# rank's multicast mapping reaches both members.
+. "$srcdir/lib.sh"
+N=${MC_RANKS:-2}
+export FAKECUDA_DEVICES=$N FAKECUDA_MC_ROUND_MB=8
+WORKLOAD=$B/test/e2e/e2e_mc
+[ -x "$WORKLOAD" ] || skip "workload not built"
+
+start_job "$N" "$N" 8
+cmd "$N" write 0 0
+cmd "$N" verify 0
+before=$(answers "$N")
+pids=$(job_pids)
+note dump
+criu_dump "$T/d" || fail "criu dump"
+grep -q "cuinterpose: PREPARE_MULTICAST: $N participants" "$T/d/dump.log" || fail "no PREPARE_MULTICAST line"
+wait_gone $pids || fail "dumped processes still alive"
+note restore
+criu_restore "$T/d" || fail "criu restore"
+grep -q "REBUILD_MC_BINDINGS: $N participants" "$T/d/restore.log" || fail "no multicast rebuild in restore.log"
+cmd "$N" verify 0
+[ "$(answers "$N")" = "$before" ] || fail "addresses changed: $(answers "$N") vs $before"
+for r in $(seq 0 $((N - 1))); do
+	cmd "$N" write "$r" $((r + 1))
+	cmd "$N" verify $((r + 1))
+done
+cmd "$N" exit
+note done
