@@ -60,6 +60,9 @@ for p in $parent $children; do
 done
 echo "the job is gone; its GPU memory was released"
 
+say "the checkpoint's cuinterpose images (cuinterpose show $D/img)"
+cuinterpose show "$D/img" | grep -E "^inventory|participants|^== |^  [0-9a-f]+:[0-9]+  cuinterpose-carrier|^OK|^FAIL"
+
 say "criu restore -D $D/img"
 "${RUN[@]}" criu restore -D "$D/img" --restore-detached -v4 -o restore.log
 grep "cuinterpose:" "$D/img/restore.log" | grep -E "participants|LOAD|REBUILD|VERIFY|done" | sed 's/^/  /' | head -n 12
