@@ -405,6 +405,71 @@ START_TEST(quiesce_then_resume_without_teardown)
 }
 END_TEST
 
+struct slow {
+	CUcontext ctx;
+	CUdeviceptr va;
+	size_t size;
+	CUresult r;
+};
+
+/* A synchronous copy that waits behind a slow kernel: in flight for a while. */
+static void *slow_copy(void *arg)
+{
+	struct slow *s = arg;
+	void *buf = malloc(s->size);
+
+	cuCtxSetCurrent(s->ctx); /* contexts are per thread */
+	s->r = cuMemcpyDtoH(buf, s->va, s->size);
+	free(buf);
+	return NULL;
+}
+
+START_TEST(quiesce_times_out_on_a_call_in_flight_and_reopens_the_gate)
+{
+	CUmemGenericAllocationHandle h;
+	CUmodule mod;
+	CUfunction fill;
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Quiesce q = CUIP__QUIESCE__INIT;
+	Cuip__Response *r;
+	struct slow sl;
+	pthread_t th;
+	int s;
+
+	setenv("FAKECUDA_KERNEL_DELAY_US", "700000", 1);
+	h_init(0);
+	sl.size = h_gran();
+	sl.va = h_create_map(sl.size, &h);
+	CK(cuCtxGetCurrent(&sl.ctx));
+	CK(cuModuleLoadData(&mod, "any image"));
+	CK(cuModuleGetFunction(&fill, mod, "fake_fill_u32"));
+	size_t n = sl.size / 4;
+	unsigned v = 1;
+	void *args[] = {&sl.va, &n, &v};
+	CK(cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+	ck_assert_int_eq(pthread_create(&th, NULL, slow_copy, &sl), 0);
+	usleep(100000);
+	s = h_connect(0);
+	q.timeout_ms = 50;
+	req.body_case = CUIP__REQUEST__BODY_QUIESCE;
+	req.quiesce = &q;
+	r = call(s, &req, -1);
+	ck_assert_int_eq(r->status, -ETIMEDOUT);
+	cuip__response__free_unpacked(r, NULL);
+	/* The gate is open again: the application goes on. */
+	pthread_join(th, NULL);
+	CK(sl.r);
+	CK(cuCtxSynchronize());
+	Cuip__Response *st = inspect(s);
+	ck_assert_int_eq(st->state->phase, CUIP__PHASE__PHASE_ACTIVE);
+	cuip__response__free_unpacked(st, NULL);
+	q.timeout_ms = 5000;
+	ok_call(s, &req, -1, "QUIESCE");
+	flag(s, CUIP__REQUEST__BODY_RESUME, "RESUME");
+	close(s);
+}
+END_TEST
+
 Suite *ops_suite(void);
 Suite *ops_suite(void)
 {
@@ -414,6 +479,7 @@ Suite *ops_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, save_prepare_load_rebuild_verify_resume_across_two_processes);
 	tcase_add_test(tc, quiesce_then_resume_without_teardown);
+	tcase_add_test(tc, quiesce_times_out_on_a_call_in_flight_and_reopens_the_gate);
 	suite_add_tcase(s, tc);
 	return s;
 }
