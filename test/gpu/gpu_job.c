@@ -35,8 +35,9 @@
  *   add R D    rank R launches fake_add_u32(A0, D) through its own pointer
  *   graph      every rank launches its graph once
  *   fresh      rank 0 creates, fills, exports and sends a new 2 MiB
- *              allocation; the others import and map it and check it; the
- *              last rank adds 1 to it with a kernel; it is kept and verified
+ *              allocation; the others import and map it and check it; it is
+ *              kept and verified from then on
+ *   addfresh   the last rank adds 1 to the newest fresh allocation (kernel)
  *   exit       leave
  */
 #include <cuda.h>
@@ -85,6 +86,7 @@ struct region {
 	CUmemGenericAllocationHandle h; /* 0: cuMemAlloc memory */
 };
 static struct region a0, a1, pm, vm, ipcm, fresh[MAXFRESH];
+static uint32_t fresh_delta[MAXFRESH];
 static int nfresh;
 
 /* The model every rank keeps of the expected bytes. */
@@ -498,7 +500,7 @@ static int do_verify(char *out, size_t len)
 	if (with_ipc && check(ipcm.va, 0, ipcm.size / 4, 300, 0, "I (legacy IPC)"))
 		return -1;
 	for (int f = 0; f < nfresh; f++)
-		if (check(fresh[f].va, 0, fresh[f].size / 4, 50 + (uint32_t)f, nprocs > 1, "fresh"))
+		if (check(fresh[f].va, 0, fresh[f].size / 4, 50 + (uint32_t)f, fresh_delta[f], "fresh"))
 			return -1;
 	if (has_a0()) {
 		CUmemAllocationProp p;
@@ -535,12 +537,21 @@ static int do_fresh(void)
 		return -1;
 	if (rank && check(r->va, 0, r->size / 4, 50 + (uint32_t)nfresh, 0, "fresh import"))
 		return -1;
-	if (rank && rank == nprocs - 1) {
-		if (launch_add(stream, r->va, r->size / 4, 1))
+	nfresh++;
+	return 0;
+}
+
+/* The last rank adds 1 to the newest fresh allocation with a kernel. */
+static int do_addfresh(void)
+{
+	if (!nfresh)
+		return failf("no fresh allocation");
+	if (rank == nprocs - 1) {
+		if (launch_add(stream, fresh[nfresh - 1].va, fresh[nfresh - 1].size / 4, 1))
 			return -1;
 		CK(cuStreamSynchronize(stream));
 	}
-	nfresh++;
+	fresh_delta[nfresh - 1]++;
 	return 0;
 }
 
@@ -594,6 +605,8 @@ static void serve(void)
 			}
 		} else if (!strcmp(verb, "fresh")) {
 			ret = do_fresh();
+		} else if (!strcmp(verb, "addfresh")) {
+			ret = do_addfresh();
 		} else if (!strcmp(verb, "exit")) {
 			answer(seq, 1, "ok");
 			while (rank == 0 && wait(NULL) > 0)
