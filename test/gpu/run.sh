@@ -30,7 +30,8 @@
 # CRIU_TIMEOUT=120 s, job commands 20-600 s); no scenario starts after
 # --budget seconds (default 420), and benchmark sizes whose estimate does not
 # fit are skipped. Everything started runs below a subreaper that kills
-# what is left.
+# what is left. Debugging: KEEP=1 keeps the work directory, BENCH_PAUSE=S
+# sleeps S seconds between a restore and the next dump.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
@@ -525,6 +526,15 @@ finish() {
 	echo "================ summary ================"
 	cat "$T/summary.txt"
 	if [ -n "$OUTDIR" ]; then
+		# criu -v4 logs are MBs each: whole ones only for failed rows
+		local n f
+		for n in $(awk -F '\t' '$2 != "FAIL" && $2 != "UNEXPECTED-PASS" {print $1}' "$RESULTS"); do
+			for f in "$T/$n"/d*/*.log; do
+				[ -f "$f" ] || continue
+				grep -E "cuinterpose|cuda_plugin|cuda-checkpoint|Error|Warn|FAIL" "$f" >"$f.tmp"
+				mv "$f.tmp" "$f"
+			done
+		done
 		cp "$T/summary.txt" "$RESULTS" "$OUTDIR/"
 		(cd "$T" && find . -name '*.log' -o -name times -o -name '*.txt' | tar czf "$OUTDIR/logs.tar.gz" -T - 2>/dev/null)
 		echo "written: $(cd "$OUTDIR" && ls | tr '\n' ' ')"
@@ -549,3 +559,8 @@ want bench && run_bench
 
 finish
 ! grep -qP '\t(FAIL|UNEXPECTED-PASS)\t' "$RESULTS"
+rc=$?
+# let tee write run.log out before the subreaper kills what is left
+exec 1>&- 2>&-
+sleep 0.3
+exit $rc
