@@ -44,7 +44,12 @@ static CUresult rt_lock(void)
 	return CUDA_SUCCESS;
 }
 
-/* The gate opens only after the answer is posted: an application may exit at once. */
+/*
+ * The gate opens before the answer is posted: a caller that stops this
+ * thread as soon as Unlock returns (CRIU's plugins do) must find the API
+ * open, as on the real driver. A target that exits right after is noticed by
+ * the caller's liveness check.
+ */
 static CUresult rt_unlock(int *open_gate)
 {
 	if (mb->state != CU_PROCESS_STATE_LOCKED)
@@ -266,11 +271,11 @@ static void *restore_thread(void *arg)
 			r = CUDA_ERROR_INVALID_VALUE;
 			break;
 		}
+		if (open_gate)
+			gate_open();
 		mb->result = r;
 		__atomic_store_n(&mb->done_seq, s, __ATOMIC_RELEASE);
 		futex(&mb->done_seq, FUTEX_WAKE, INT_MAX);
-		if (open_gate)
-			gate_open();
 	}
 	return NULL;
 }
