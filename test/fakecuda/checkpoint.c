@@ -6,8 +6,14 @@
  * GetState and GetRestoreThreadId read the mailbox directly, so they answer
  * even while the target is frozen.  Concurrent callers serialize with flock()
  * on the mailbox; no state of this process is touched.
+ *
+ * Pids are the caller's, as with the real driver: a target in a child pid
+ * namespace stored the pid and restore tid it sees itself in its mailbox, so
+ * both are translated through NSpid in /proc (the caller's procfs).
  */
+#include <dirent.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
@@ -26,6 +32,34 @@ struct target {
 	int fd;
 	struct fk_mailbox *mb;
 };
+
+/* The pid `id` (a process or a thread under /proc) has in its own, innermost
+ * pid namespace: the last NSpid field; `id` itself without NSpid. */
+static int inner_pid(const char *status_path, int id)
+{
+	char line[256];
+	int inner = id;
+	FILE *f = fopen(status_path, "re");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		char *p = line + 6, *end;
+
+		if (strncmp(line, "NSpid:", 6))
+			continue;
+		for (;;) {
+			long v = strtol(p, &end, 10);
+			if (end == p)
+				break;
+			inner = (int)v;
+			p = end;
+		}
+		break;
+	}
+	fclose(f);
+	return inner;
+}
 
 static CUresult target_open(int pid, struct target *t)
 {
@@ -57,7 +91,8 @@ static CUresult target_open(int pid, struct target *t)
 		close(t->fd);
 		return CUDA_ERROR_OPERATING_SYSTEM;
 	}
-	if (t->mb->magic != FK_MB_MAGIC || t->mb->version != FK_MB_VERSION || t->mb->pid != pid) {
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	if (t->mb->magic != FK_MB_MAGIC || t->mb->version != FK_MB_VERSION || t->mb->pid != inner_pid(path, pid)) {
 		munmap(t->mb, FK_MB_SIZE);
 		close(t->fd);
 		return CUDA_ERROR_NOT_INITIALIZED;
@@ -140,18 +175,50 @@ static int all_zero(const void *p, size_t n)
 	return 1;
 }
 
+/* The caller's tid of the target's thread that calls itself `own` in its pid
+ * namespace (the task directory names are the caller's tids). */
+static int caller_tid(int pid, int own)
+{
+	char path[96];
+	struct dirent *de;
+	int found = -1;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	if (inner_pid(path, pid) == pid)
+		return own; /* same pid namespace */
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	d = opendir(path);
+	if (!d)
+		return -1;
+	while (found < 0 && (de = readdir(d))) {
+		int tid = atoi(de->d_name);
+
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/status", pid, tid);
+		if (tid > 0 && inner_pid(path, tid) == own)
+			found = tid;
+	}
+	closedir(d);
+	return found;
+}
+
 static CUresult get_restore_tid(int pid, int *tid)
 {
 	struct target t;
 	CUresult r;
+	int own;
 
 	if (!tid)
 		return CUDA_ERROR_INVALID_VALUE;
 	r = target_open(pid, &t);
 	if (r)
 		return r;
-	*tid = __atomic_load_n(&t.mb->restore_tid, __ATOMIC_ACQUIRE);
+	own = __atomic_load_n(&t.mb->restore_tid, __ATOMIC_ACQUIRE);
 	target_close(&t);
+	own = caller_tid(pid, own);
+	if (own <= 0)
+		return CUDA_ERROR_INVALID_VALUE; /* the restore thread is gone */
+	*tid = own;
 	return CUDA_SUCCESS;
 }
 

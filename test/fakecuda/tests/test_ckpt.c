@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <sched.h>
+#include <sys/wait.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -189,6 +191,79 @@ START_TEST(private_bytes_survive_checkpoint_at_same_addresses)
 	ck_assert_int_eq(fkt_recv(s, &u, sizeof(u)), 0);
 	ck_assert_int_eq(ok, 1);
 	ck_assert_int_eq(fkt_wait(pid), 0);
+}
+END_TEST
+
+/* private_target as pid 1 of a fresh pid namespace (unshare --pid --fork):
+ * the intermediate child stays in ours and passes the exit status on. */
+static int ns_target(int s, void *arg)
+{
+	int st, inner;
+	pid_t pid;
+
+	if (unshare(CLONE_NEWPID))
+		return 10;
+	pid = fork();
+	if (pid < 0)
+		return 11;
+	if (pid == 0) {
+		inner = getpid();
+		fkt_send(s, &inner, sizeof(inner));
+		_exit(private_target(s, arg));
+	}
+	close(s);
+	if (waitpid(pid, &st, 0) != pid)
+		return 12;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+START_TEST(caller_drives_a_process_in_a_child_pid_namespace_by_its_own_pid)
+{
+	char path[96], comm[32] = "", line[64] = "";
+	struct addrs a;
+	pid_t mid, pid;
+	int s, inner = 0, tid = 0, ok = 0;
+	CUuuid u;
+	FILE *f;
+
+	SKIP_UNLESS_ROOT();
+	mid = fkt_spawn(ns_target, NULL, &s);
+	fkt_init_ctx(0);
+	ck_assert_int_eq(fkt_recv(s, &inner, sizeof(inner)), 0);
+	ck_assert_int_eq(inner, 1); /* it sees itself as pid 1 */
+	ck_assert_int_eq(fkt_recv(s, &a, sizeof(a)), 0);
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", mid, mid);
+	f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
+	fclose(f);
+	pid = atoi(line);
+	ck_assert_int_gt(pid, 1);
+
+	/* Our pid for it and our tid for its restore thread, as the real driver's API takes. */
+	CK(cuCheckpointProcessGetRestoreThreadId(pid, &tid));
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", pid, tid);
+	f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "restore tid %d is not a thread of pid %d in our namespace", tid, pid);
+	ck_assert_ptr_nonnull(fgets(comm, sizeof(comm), f));
+	fclose(f);
+	ck_assert_str_eq(comm, "fakecuda-rstr\n");
+	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_RUNNING);
+	/* Its own pid names another process here (not a CUDA one). */
+	ck_assert_int_ne(cuCheckpointProcessLock(1, NULL), CUDA_SUCCESS);
+	CK(cuCheckpointProcessLock(pid, NULL));
+	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_LOCKED);
+	CK(cuCheckpointProcessCheckpoint(pid, NULL));
+	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_CHECKPOINTED);
+	CK(cuCheckpointProcessRestore(pid, NULL));
+	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_LOCKED);
+	CK(cuCheckpointProcessUnlock(pid, NULL));
+	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_RUNNING);
+	fkt_send(s, "v", 1);
+	ck_assert_int_eq(fkt_recv(s, &ok, sizeof(ok)), 0);
+	ck_assert_int_eq(fkt_recv(s, &u, sizeof(u)), 0);
+	ck_assert_int_eq(ok, 1); /* bytes back at the same addresses */
+	ck_assert_int_eq(fkt_wait(mid), 0);
 }
 END_TEST
 
@@ -440,6 +515,7 @@ static Suite *suite(void)
 	tcase_set_timeout(t2, 30);
 	tcase_add_test(t1, private_bytes_survive_checkpoint_at_same_addresses);
 	tcase_add_test(t1, checkpoint_api_errors_for_other_processes);
+	tcase_add_test(t1, caller_drives_a_process_in_a_child_pid_namespace_by_its_own_pid);
 	tcase_add_loop_test(t1, sharing_processes_fail_native_checkpoint_as_measured, 0, 4);
 	tcase_add_test(t1, lock_waits_for_device_work_times_out_and_blocks_api_calls);
 	tcase_add_test(t2, restore_remaps_gpus_by_uuid);
