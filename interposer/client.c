@@ -73,16 +73,11 @@ int cuip_client_handshake(int sock, const char *client, Cuip__ProcessId *self_ou
 	return ret;
 }
 
-int cuip_fetch(const char *path, uint64_t creator, uint64_t serial, const uint8_t *token, size_t toklen, char *err,
-	       size_t errlen)
+int cuip_fetch_open(const char *path, uint64_t creator, char *err, size_t errlen)
 {
-	Cuip__Request req = CUIP__REQUEST__INIT;
-	Cuip__Fetch f = CUIP__FETCH__INIT;
-	Cuip__AllocId id = CUIP__ALLOC_ID__INIT;
 	Cuip__ProcessId peer = CUIP__PROCESS_ID__INIT;
-	Cuip__Response *resp = NULL;
 	struct timeval tv = {.tv_sec = 30};
-	int s, fd = -1, ret;
+	int s, ret;
 
 	s = cuip_client_connect(path);
 	if (s < 0) {
@@ -93,14 +88,39 @@ int cuip_fetch(const char *path, uint64_t creator, uint64_t serial, const uint8_
 	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	ret = cuip_client_handshake(s, "peer", &peer, err, errlen);
-	if (ret)
-		goto out;
-	if (peer.id != creator) {
+	if (!ret && peer.id != creator) {
 		snprintf(err, errlen, "socket %s belongs to process %016llx (pid %d), not the creator %016llx", path,
 			 (unsigned long long)peer.id, peer.pid, (unsigned long long)creator);
 		ret = -ESRCH;
-		goto out;
 	}
+	if (ret) {
+		close(s);
+		return ret;
+	}
+	return s;
+}
+
+int cuip_fetch(const char *path, uint64_t creator, uint64_t serial, const uint8_t *token, size_t toklen, char *err,
+	       size_t errlen)
+{
+	int s = cuip_fetch_open(path, creator, err, errlen), fd;
+
+	if (s < 0)
+		return s;
+	fd = cuip_fetch_on(s, creator, serial, token, toklen, err, errlen);
+	close(s);
+	return fd;
+}
+
+int cuip_fetch_on(int s, uint64_t creator, uint64_t serial, const uint8_t *token, size_t toklen, char *err,
+		  size_t errlen)
+{
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Fetch f = CUIP__FETCH__INIT;
+	Cuip__AllocId id = CUIP__ALLOC_ID__INIT;
+	Cuip__Response *resp = NULL;
+	int fd = -1, ret;
+
 	id.creator = creator;
 	id.serial = serial;
 	f.alloc = &id;
@@ -121,7 +141,6 @@ int cuip_fetch(const char *path, uint64_t creator, uint64_t serial, const uint8_
 out:
 	if (resp)
 		cuip__response__free_unpacked(resp, NULL);
-	close(s);
 	if (ret) {
 		if (fd >= 0)
 			close(fd);

@@ -351,6 +351,12 @@ int cuip_client_handshake(int sock, const char *client, Cuip__ProcessId *self_ou
 /* Fetch a fresh FD of (creator, serial) from the creator's socket. */
 int cuip_fetch(const char *sock, uint64_t creator, uint64_t serial, const uint8_t *token, size_t toklen, char *err,
 	       size_t errlen);
+/* The same over one kept connection (a rebuild fetches thousands): open
+ * (connect + handshake, checks the creator) returns the socket, then any
+ * number of FETCHes on it; close it when done. */
+int cuip_fetch_open(const char *sock, uint64_t creator, char *err, size_t errlen);
+int cuip_fetch_on(int s, uint64_t creator, uint64_t serial, const uint8_t *token, size_t toklen, char *err,
+		  size_t errlen);
 
 /* ---- inspection and operations (inspect.c, ops.c) ----------------------- */
 

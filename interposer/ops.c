@@ -534,13 +534,18 @@ out:
 
 /* ---- REBUILD --------------------------------------------------------------- */
 
-/* Map every detached mapping of a at its original address and replay its access. */
-static Cuip__Response *remap(struct cuip_alloc *a)
+/*
+ * Map every detached mapping whose allocation `want` selects at its original
+ * address and replay its access: one pass over the mappings per stage (a
+ * pass per allocation would be quadratic in a job with thousands of them).
+ */
+static Cuip__Response *remap(bool (*want)(const struct cuip_alloc *a))
 {
 	for (size_t i = 0; i < vmm.nmaps; i++) {
 		struct cuip_mapping *m = vmm.maps[i];
+		struct cuip_alloc *a = m->a;
 		CUresult r;
-		if (m->a != a || !m->detached)
+		if (!m->detached || !want(a))
 			continue;
 		r = real.cuMemMap(m->va, m->size, m->offset, a->drv, m->map_flags);
 		if (r != CUDA_SUCCESS)
@@ -568,20 +573,32 @@ static const char *peer_socket(const Cuip__Rebuild *rb, const struct cuip_alloc 
 	return a->creator_sock[0] ? a->creator_sock : NULL;
 }
 
+static bool created_here(const struct cuip_alloc *a)
+{
+	return is_shared(a) && a->creator == self.id && !a->mc;
+}
+
+static bool imported_here(const struct cuip_alloc *a)
+{
+	return is_shared(a) && a->creator != self.id && !a->mc;
+}
+
 static Cuip__Response *rebuild_creators(void)
 {
-	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
-		Cuip__Response *err;
-		CUresult r;
+	Cuip__Response *err;
 
-		if (!is_shared(a) || a->creator != self.id || a->mc)
-			continue;
-		if (!a->drv)
+	for (struct cuip_alloc *a = vmm.head; a; a = a->next)
+		if (created_here(a) && !a->drv)
 			return reply(-ENODATA, "pid %d: allocation " ID_FMT " was not loaded (no carrier entry)",
 				     self.pid, ID(a));
-		err = remap(a);
-		if (err)
-			return err;
+	err = remap(created_here);
+	if (err)
+		return err;
+	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
+		CUresult r;
+
+		if (!created_here(a))
+			continue;
 		/* Publish before importers ask: same identity, same token. */
 		if (a->has_token && cuip_xc_export(a->serial, a->drv, a->token, &r))
 			return reply(-EIO, "pid %d: allocation " ID_FMT ": export failed: %s", self.pid, ID(a),
@@ -590,41 +607,74 @@ static Cuip__Response *rebuild_creators(void)
 	return NULL;
 }
 
+/* One kept connection per creator for the FETCHes of a rebuild. */
+struct peer_conn {
+	uint64_t creator;
+	int sock;
+};
+
+static int peer_conn_get(struct peer_conn *pc, size_t *npc, size_t cap, const char *path, uint64_t creator,
+			 char *why, size_t whylen)
+{
+	size_t i;
+
+	for (i = 0; i < *npc; i++)
+		if (pc[i].creator == creator)
+			return pc[i].sock;
+	if (*npc == cap) /* more creators than we keep: a connection of its own */
+		return cuip_fetch_open(path, creator, why, whylen);
+	pc[*npc].creator = creator;
+	pc[*npc].sock = cuip_fetch_open(path, creator, why, whylen);
+	return pc[(*npc)++].sock;
+}
+
 static Cuip__Response *rebuild_importers(const Cuip__Rebuild *rb)
 {
-	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
-		Cuip__Response *err;
+	struct peer_conn pc[64];
+	size_t npc = 0;
+	Cuip__Response *err = NULL;
+
+	for (struct cuip_alloc *a = vmm.head; a && !err; a = a->next) {
 		const char *sock;
 		char why[384] = "";
 		CUresult r;
-		int fd;
+		int fd, s;
 
-		if (!is_shared(a) || a->creator == self.id || a->mc)
+		if (!imported_here(a) || a->drv)
 			continue;
-		if (!a->drv) {
-			sock = peer_socket(rb, a);
-			if (!sock)
-				return reply(-ESRCH,
-					     "pid %d: allocation " ID_FMT ": no socket for its creator (pid %d)",
-					     self.pid, ID(a), a->creator_pid);
-			fd = cuip_fetch(sock, a->creator, a->serial, a->token, sizeof(a->token), why, sizeof(why));
-			if (fd < 0)
-				return reply(fd, "pid %d: allocation " ID_FMT " from pid %d: %s", self.pid, ID(a),
-					     a->creator_pid, why);
-			r = real.cuMemImportFromShareableHandle(&a->drv, (void *)(uintptr_t)fd,
-								CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-			close(fd);
-			if (r != CUDA_SUCCESS) {
-				a->drv = 0;
-				return reply(-EIO, "pid %d: allocation " ID_FMT ": import failed: %s", self.pid, ID(a),
-					     cuip_cuerr(r));
-			}
+		sock = peer_socket(rb, a);
+		if (!sock) {
+			err = reply(-ESRCH, "pid %d: allocation " ID_FMT ": no socket for its creator (pid %d)", self.pid,
+				    ID(a), a->creator_pid);
+			break;
 		}
-		err = remap(a);
-		if (err)
-			return err;
+		s = peer_conn_get(pc, &npc, sizeof(pc) / sizeof(pc[0]), sock, a->creator, why, sizeof(why));
+		fd = s < 0 ? s : cuip_fetch_on(s, a->creator, a->serial, a->token, sizeof(a->token), why, sizeof(why));
+		if (s >= 0) {
+			bool kept = false;
+			for (size_t i = 0; i < npc; i++)
+				kept |= pc[i].sock == s;
+			if (!kept)
+				close(s);
+		}
+		if (fd < 0) {
+			err = reply(fd, "pid %d: allocation " ID_FMT " from pid %d: %s", self.pid, ID(a), a->creator_pid,
+				    why);
+			break;
+		}
+		r = real.cuMemImportFromShareableHandle(&a->drv, (void *)(uintptr_t)fd,
+							CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+		close(fd);
+		if (r != CUDA_SUCCESS) {
+			a->drv = 0;
+			err = reply(-EIO, "pid %d: allocation " ID_FMT ": import failed: %s", self.pid, ID(a),
+				    cuip_cuerr(r));
+		}
 	}
-	return NULL;
+	for (size_t i = 0; i < npc; i++)
+		if (pc[i].sock >= 0)
+			close(pc[i].sock);
+	return err ? err : remap(imported_here);
 }
 
 static Cuip__Response *op_rebuild(const Cuip__Rebuild *rb)
@@ -681,6 +731,24 @@ static bool same_access(Cuip__Access **x, size_t nx, Cuip__Access **y, size_t ny
 	return true;
 }
 
+static int alloc_id_cmp(const void *x, const void *y)
+{
+	const Cuip__AllocId *a = (*(Cuip__Allocation *const *)x)->id, *b = (*(Cuip__Allocation *const *)y)->id;
+
+	if (!a || !b)
+		return !a - !b;
+	if (a->creator != b->creator)
+		return a->creator < b->creator ? -1 : 1;
+	return a->serial < b->serial ? -1 : a->serial > b->serial;
+}
+
+static int map_va_cmp(const void *x, const void *y)
+{
+	const Cuip__Mapping *a = *(Cuip__Mapping *const *)x, *b = *(Cuip__Mapping *const *)y;
+
+	return a->va < b->va ? -1 : a->va > b->va;
+}
+
 static Cuip__Response *op_verify(Cuip__Verify *v)
 {
 	Cuip__ProcessState *exp = v->expected, *now;
@@ -695,29 +763,34 @@ static Cuip__Response *op_verify(Cuip__Verify *v)
 	if (!now)
 		return reply(-ENOMEM, "pid %d: out of memory", self.pid);
 	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
-		if (is_shared(a) && !a->drv)
-			goto detached;
-		for (size_t i = 0; i < vmm.nmaps; i++)
-			if (vmm.maps[i]->a == a && vmm.maps[i]->detached)
-				goto detached;
-		continue;
-detached:
-		cuip_fail("allocation " ID_FMT " is still detached after the rebuild", ID(a));
-		return reply(-EIO, "pid %d: allocation " ID_FMT " is still detached after the rebuild", self.pid,
-			     ID(a));
+		if (is_shared(a) && !a->drv) {
+			cuip_fail("allocation " ID_FMT " is still detached after the rebuild", ID(a));
+			return reply(-EIO, "pid %d: %s", self.pid, cuip_failure());
+		}
+	}
+	for (size_t i = 0; i < vmm.nmaps; i++) {
+		if (vmm.maps[i]->detached) {
+			cuip_fail("allocation " ID_FMT " is still detached after the rebuild", ID(vmm.maps[i]->a));
+			return reply(-EIO, "pid %d: %s", self.pid, cuip_failure());
+		}
 	}
 	if (now->n_allocations != exp->n_allocations || now->n_mappings != exp->n_mappings) {
 		cuip_fail("%zu allocations and %zu mappings, the checkpoint had %zu and %zu", now->n_allocations,
 			  now->n_mappings, exp->n_allocations, exp->n_mappings);
 		return reply(-EIO, "pid %d: %s", self.pid, cuip_failure());
 	}
+	/* Matched by sorting both sides (identity, address): linear after the
+	 * sort, where a search per record was quadratic in the record count. */
+	qsort(now->allocations, now->n_allocations, sizeof(*now->allocations), alloc_id_cmp);
+	qsort(exp->allocations, exp->n_allocations, sizeof(*exp->allocations), alloc_id_cmp);
+	qsort(now->mappings, now->n_mappings, sizeof(*now->mappings), map_va_cmp);
+	qsort(exp->mappings, exp->n_mappings, sizeof(*exp->mappings), map_va_cmp);
 	for (size_t i = 0; i < exp->n_allocations; i++) {
 		const Cuip__Allocation *e = exp->allocations[i];
-		const Cuip__Allocation *f = NULL;
-		for (size_t k = 0; k < now->n_allocations && !f; k++)
-			if (now->allocations[k]->id->creator == e->id->creator &&
-			    now->allocations[k]->id->serial == e->id->serial)
-				f = now->allocations[k];
+		const Cuip__Allocation *f = now->allocations[i];
+
+		if (!e->id || !f->id || f->id->creator != e->id->creator || f->id->serial != e->id->serial)
+			f = NULL;
 		if (!f || f->owner != e->owner || f->origin != e->origin || !f->props != !e->props ||
 		    (f->props && f->props->size != e->props->size)) {
 			cuip_fail("allocation " ID_FMT " %s after the rebuild", ID(e->id),

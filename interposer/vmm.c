@@ -31,7 +31,7 @@
 pthread_mutex_t cuip_state_lock = PTHREAD_MUTEX_INITIALIZER;
 struct cuip_vmm vmm;
 
-#define NBUCKET 4096
+#define NBUCKET 65536 /* tens of thousands of records in large jobs: short chains */
 static struct cuip_alloc *by_id[NBUCKET];
 static struct cuip_alloc *by_log[NBUCKET];
 

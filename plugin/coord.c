@@ -322,14 +322,9 @@ static int step_save(struct cuip_group *g, struct cuip_part *p, const void *arg)
 	uint64_t indexed = 0;
 	for (size_t i = 0; i < resp->save->n_entries; i++) {
 		const Cuip__CarrierEntry *e = resp->save->entries[i];
-		int known = 0;
+		const Cuip__Allocation *a = i < n ? cuip_find_alloc(st, e->alloc) : NULL;
+		int known = a && cuip_alloc_carried_by(a, st->self->id) && cuip_alloc_size(a) == e->size;
 
-		for (size_t k = 0; k < st->n_allocations; k++) {
-			const Cuip__Allocation *a = st->allocations[k];
-			if (cuip_alloc_carried_by(a, st->self->id) && e->alloc && a->id->serial == e->alloc->serial &&
-			    a->id->creator == e->alloc->creator && cuip_alloc_size(a) == e->size)
-				known = 1;
-		}
 		if (!known || !e->file || strcmp(e->file, file)) {
 			part_fail(p, "SAVE returned carrier entry %zu that matches no saved allocation", i);
 			ret = -EPROTO;

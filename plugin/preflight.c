@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
@@ -62,13 +63,50 @@ static int same_id(const Cuip__AllocId *a, const Cuip__AllocId *b)
 	return a && b && a->creator == b->creator && a->serial == b->serial;
 }
 
-static const Cuip__Allocation *find_alloc(const Cuip__ProcessState *st, const Cuip__AllocId *id)
+static int id_cmp(const Cuip__AllocId *a, const Cuip__AllocId *b)
 {
-	for (size_t i = 0; i < st->n_allocations; i++)
-		if (same_id(st->allocations[i]->id, id))
-			return st->allocations[i];
+	if (!a || !b)
+		return !a - !b;
+	if (a->creator != b->creator)
+		return a->creator < b->creator ? -1 : 1;
+	return a->serial < b->serial ? -1 : a->serial > b->serial;
+}
+
+static int alloc_cmp(const void *x, const void *y)
+{
+	return id_cmp((*(Cuip__Allocation *const *)x)->id, (*(Cuip__Allocation *const *)y)->id);
+}
+
+void cuip_sort_allocs(Cuip__ProcessState *st)
+{
+	qsort(st->allocations, st->n_allocations, sizeof(*st->allocations), alloc_cmp);
+}
+
+/*
+ * Allocations by identity in O(log n): a job holds thousands per process and
+ * every import and mapping looks one up. Needs cuip_sort_allocs first.
+ */
+const Cuip__Allocation *cuip_find_alloc(const Cuip__ProcessState *st, const Cuip__AllocId *id)
+{
+	size_t lo = 0, hi = st->n_allocations;
+
+	if (!id)
+		return NULL;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		int c = id_cmp(st->allocations[mid]->id, id);
+
+		if (!c)
+			return st->allocations[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
 	return NULL;
 }
+
+#define find_alloc cuip_find_alloc
 
 static const struct cuip_pf_proc *find_proc(const struct pf *pf, uint64_t id)
 {
@@ -312,6 +350,9 @@ int cuip_preflight(const struct cuip_pf_proc *p, size_t n, cuip_pf_resolve_fn re
 {
 	struct pf pf = {.p = p, .n = n, .resolve = resolve, .arg = arg, .err = err, .errlen = errlen};
 
+	for (size_t i = 0; i < n; i++)
+		if (p[i].st)
+			cuip_sort_allocs((Cuip__ProcessState *)p[i].st);
 	for (size_t i = 0; i < n; i++) {
 		if (!p[i].st || !p[i].st->self) {
 			refuse(&pf, "pid %d did not report its identity", p[i].pid);

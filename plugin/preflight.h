@@ -33,5 +33,9 @@ uint64_t cuip_alloc_size(const Cuip__Allocation *a);
 
 /* A shared unicast allocation this process created: its bytes are carried. */
 int cuip_alloc_carried_by(const Cuip__Allocation *a, uint64_t self);
+/* Sort a state's allocations by identity (their order means nothing), then
+ * find one by identity in O(log n); NULL when absent. */
+void cuip_sort_allocs(Cuip__ProcessState *st);
+const Cuip__Allocation *cuip_find_alloc(const Cuip__ProcessState *st, const Cuip__AllocId *id);
 
 #endif /* CUIP_PLUGIN_PREFLIGHT_H */

@@ -26,6 +26,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -90,12 +91,24 @@ struct ref {
 	uint64_t id;
 };
 
+/* Hash tables: jobs hold tens of thousands of allocations (issue 11), so
+ * every lookup by id, by export inode or by reference is a bucket walk. */
+#define NBUCKET	 (1u << 16)
+#define NREFBUCK 1024u
+static unsigned bucket(uint64_t v, unsigned n)
+{
+	v ^= v >> 33;
+	v *= 0xff51afd7ed558ccdull;
+	v ^= v >> 33;
+	return (unsigned)(v & (n - 1));
+}
+
 struct conn {
 	struct ev ev;
 	struct conn *next;
 	int fd;
 	pid_t pid;
-	struct ref *refs;
+	struct ref *refs[NREFBUCK]; /* by (kind, id) */
 };
 
 static struct {
@@ -104,9 +117,9 @@ static struct {
 	uint64_t used[FKW_MAX_DEV];
 	struct fkw_dev_info info[FKW_MAX_DEV];
 	uint64_t mc_gran, mc_rec_gran, mc_round;
-	struct alloc *allocs;
+	struct alloc *allocs[NBUCKET]; /* by id */
 	struct mcobj *mcs;
-	struct export *exports;
+	struct export *exports[NBUCKET]; /* by peer_ino */
 	struct conn *conns;
 	uint64_t next_id;
 	int epfd;
@@ -173,7 +186,7 @@ static struct alloc *find_alloc(uint64_t id)
 {
 	struct alloc *a;
 
-	for (a = D.allocs; a; a = a->next)
+	for (a = D.allocs[bucket(id, NBUCKET)]; a; a = a->next)
 		if (a->id == id)
 			return a;
 	return NULL;
@@ -195,7 +208,7 @@ static void alloc_unref(struct alloc *a)
 
 	if (--a->refs > 0)
 		return;
-	for (pp = &D.allocs; *pp != a; pp = &(*pp)->next)
+	for (pp = &D.allocs[bucket(a->id, NBUCKET)]; *pp != a; pp = &(*pp)->next)
 		;
 	*pp = a->next;
 	D.used[a->dev] -= a->size;
@@ -272,8 +285,8 @@ static int conn_ref(struct conn *c, int kind, uint64_t id)
 	}
 	r->kind = kind;
 	r->id = id;
-	r->next = c->refs;
-	c->refs = r;
+	r->next = c->refs[bucket((uint64_t)kind << 56 ^ id, NREFBUCK)];
+	c->refs[bucket((uint64_t)kind << 56 ^ id, NREFBUCK)] = r;
 	return 0;
 }
 
@@ -281,7 +294,7 @@ static int conn_unref(struct conn *c, int kind, uint64_t id)
 {
 	struct ref **pp;
 
-	for (pp = &c->refs; *pp; pp = &(*pp)->next) {
+	for (pp = &c->refs[bucket((uint64_t)kind << 56 ^ id, NREFBUCK)]; *pp; pp = &(*pp)->next) {
 		struct ref *r = *pp;
 
 		if (r->kind == kind && r->id == id) {
@@ -298,7 +311,7 @@ static int conn_holds(struct conn *c, int kind, uint64_t id)
 {
 	struct ref *r;
 
-	for (r = c->refs; r; r = r->next)
+	for (r = c->refs[bucket((uint64_t)kind << 56 ^ id, NREFBUCK)]; r; r = r->next)
 		if (r->kind == kind && r->id == id)
 			return 1;
 	return 0;
@@ -313,12 +326,14 @@ static void conn_close(struct conn *c)
 	*pp = c->next;
 	epoll_ctl(D.epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
-	while (c->refs) {
-		struct ref *r = c->refs;
+	for (unsigned b = 0; b < NREFBUCK; b++) {
+		while (c->refs[b]) {
+			struct ref *r = c->refs[b];
 
-		c->refs = r->next;
-		obj_unref(r->kind, r->id);
-		free(r);
+			c->refs[b] = r->next;
+			obj_unref(r->kind, r->id);
+			free(r);
+		}
 	}
 	logf_("pid %d disconnected\n", (int)c->pid);
 	free(c);
@@ -328,7 +343,7 @@ static void export_close(struct export *e)
 {
 	struct export **pp;
 
-	for (pp = &D.exports; *pp != e; pp = &(*pp)->next)
+	for (pp = &D.exports[bucket(e->peer_ino, NBUCKET)]; *pp != e; pp = &(*pp)->next)
 		;
 	*pp = e->next;
 	epoll_ctl(D.epfd, EPOLL_CTL_DEL, e->fd, NULL);
@@ -364,8 +379,8 @@ static int do_alloc(struct conn *c, const struct fkw_req *q, struct fkw_resp *r,
 	a->size = q->size;
 	a->flags = q->flags;
 	a->creator_pid = c->pid;
-	a->next = D.allocs;
-	D.allocs = a;
+	a->next = D.allocs[bucket(a->id, NBUCKET)];
+	D.allocs[bucket(a->id, NBUCKET)] = a;
 	D.used[a->dev] += a->size;
 	if (conn_ref(c, FKW_KIND_ALLOC, a->id)) {
 		a->refs = 1;
@@ -403,8 +418,8 @@ static int do_export(struct conn *c, const struct fkw_req *q, struct fkw_resp *r
 	obj_ref(e->kind, e->id);
 	ee.data.ptr = e;
 	epoll_ctl(D.epfd, EPOLL_CTL_ADD, e->fd, &ee);
-	e->next = D.exports;
-	D.exports = e;
+	e->next = D.exports[bucket(e->peer_ino, NBUCKET)];
+	D.exports[bucket(e->peer_ino, NBUCKET)] = e;
 	fds[r->nfds++] = sv[1];
 	*closefd = sv[1]; /* only the application's copies keep the export alive */
 	return CUDA_SUCCESS;
@@ -417,7 +432,7 @@ static int do_import(struct conn *c, const struct fkw_req *q, struct fkw_resp *r
 
 	if (infd < 0 || fstat(infd, &st) < 0 || !S_ISSOCK(st.st_mode))
 		return CUDA_ERROR_INVALID_VALUE;
-	for (e = D.exports; e; e = e->next)
+	for (e = D.exports[bucket(st.st_ino, NBUCKET)]; e; e = e->next)
 		if (e->peer_ino == st.st_ino)
 			break;
 	if (!e)
@@ -685,12 +700,14 @@ static void handle_request(struct conn *c)
 		struct mcobj *m;
 		struct export *e;
 
-		for (a = D.allocs; a; a = a->next)
-			r.n++;
+		for (unsigned b = 0; b < NBUCKET; b++) {
+			for (a = D.allocs[b]; a; a = a->next)
+				r.n++;
+			for (e = D.exports[b]; e; e = e->next)
+				r.size++;
+		}
 		for (m = D.mcs; m; m = m->next)
 			r.n2++;
-		for (e = D.exports; e; e = e->next)
-			r.size++;
 		if (q.dev < (uint32_t)D.ndev)
 			r.size2 = D.used[q.dev];
 		res = CUDA_SUCCESS;
@@ -781,6 +798,14 @@ int main(int argc, char **argv)
 	struct sigaction sact = {.sa_handler = on_term};
 	struct ev listen_ev = {.type = EV_LISTEN};
 	int daemonize = 0, lockfd, lfd, o, pipefd[2] = {-1, -1};
+	struct rlimit rl;
+
+	/* One memfd per allocation and a socket per export: as many as the
+	 * hard limit allows (a real GPU holds far more allocations than 1024). */
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
 	char *slash;
 
 	fkw_socket_path(path, sizeof(path));

@@ -60,23 +60,54 @@ unsigned char *win_map(int memfd, size_t size)
 	return p == MAP_FAILED ? NULL : p;
 }
 
+int map_lower(uint64_t va)
+{
+	int lo = 0, hi = G.nmap;
+
+	while (lo < hi) {
+		int mid = (lo + hi) / 2;
+		const struct fk_map *m = &G.map[G.map_by_va[mid]];
+
+		if (m->va + m->size <= va)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 struct fk_map *map_find(uint64_t va)
 {
-	for (int i = 0; i < FK_MAX_MAP; i++) {
-		struct fk_map *m = &G.map[i];
+	int i = map_lower(va);
+	struct fk_map *m = i < G.nmap ? &G.map[G.map_by_va[i]] : NULL;
 
-		if (m->used && va >= m->va && va - m->va < m->size)
-			return m;
+	return m && va >= m->va ? m : NULL;
+}
+
+void map_del(struct fk_map *m)
+{
+	int i = map_lower(m->va);
+
+	m->used = 0;
+	if (i < G.nmap && &G.map[G.map_by_va[i]] == m) {
+		memmove(&G.map_by_va[i], &G.map_by_va[i + 1], sizeof(int) * (size_t)(G.nmap - i - 1));
+		G.nmap--;
 	}
-	return NULL;
 }
 
 int map_add(uint64_t va, size_t size, int is_mc, int slot, size_t off, uint32_t access)
 {
-	for (int i = 0; i < FK_MAX_MAP; i++) {
+	/* The free slot nearest the end of the index is as good as any. */
+	for (int k = 0; k < FK_MAX_MAP; k++) {
+		int i = (G.nmap + k) % FK_MAX_MAP;
 		struct fk_map *m = &G.map[i];
 
 		if (!m->used) {
+			int at = map_lower(va);
+
+			memmove(&G.map_by_va[at + 1], &G.map_by_va[at], sizeof(int) * (size_t)(G.nmap - at));
+			G.map_by_va[at] = i;
+			G.nmap++;
 			m->used = 1;
 			m->va = va;
 			m->size = size;
@@ -106,10 +137,12 @@ int devmem_is_device(uint64_t va)
 
 int alloc_slot_new(void)
 {
-	for (int i = 0; i < FK_MAX_ALLOC; i++) {
+	for (int k = 0; k < FK_MAX_ALLOC; k++) {
+		int i = (G.alloc_hint + k) % FK_MAX_ALLOC;
 		struct fk_alloc *a = &G.alloc[i];
 
 		if (!a->used) {
+			G.alloc_hint = (i + 1) % FK_MAX_ALLOC;
 			uint32_t gen = a->gen + 1;
 
 			memset(a, 0, sizeof(*a));

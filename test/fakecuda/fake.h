@@ -47,8 +47,10 @@ CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v1(CUdevice dev, unsigned int flags)
 CUresult CUDAAPI cuEventElapsedTime_v1(float *pMilliseconds, CUevent hStart,
 				       CUevent hEnd) __asm__("cuEventElapsedTime");
 
-#define FK_MAX_ALLOC 4096
-#define FK_MAX_MAP   4096
+/* Large jobs hold tens of thousands of allocations (issue 11); untouched
+ * slots cost no memory (BSS), and lookups never scan whole tables. */
+#define FK_MAX_ALLOC 65536
+#define FK_MAX_MAP   65536
 #define FK_MAX_RESV  4096
 #define FK_MAX_MC    64
 #define FK_MAX_CTX   64
@@ -207,6 +209,9 @@ struct fk_global {
 	struct fk_alloc alloc[FK_MAX_ALLOC];
 	struct fk_mc mc[FK_MAX_MC];
 	struct fk_map map[FK_MAX_MAP];
+	int map_by_va[FK_MAX_MAP]; /* slots of used mappings, sorted by va */
+	int nmap;
+	int alloc_hint; /* where alloc_slot_new looks first */
 	struct fk_resv resv[FK_MAX_RESV];
 	struct fk_ctx ctx[FK_MAX_CTX];
 	struct fk_primary prim[FKW_MAX_DEV];
@@ -273,6 +278,14 @@ uint64_t va_reserve(size_t size, size_t align, uint64_t hint);
 void va_release(uint64_t va, size_t size);
 struct fk_map *map_find(uint64_t va);
 int map_add(uint64_t va, size_t size, int is_mc, int slot, size_t off, uint32_t access);
+/* Mark a mapping unused and drop it from the va index.  G.lock held. */
+void map_del(struct fk_map *m);
+/* Index in G.map_by_va of the first mapping that ends above va.  G.lock held. */
+int map_lower(uint64_t va);
+/* FAKECUDA_VMM_GRANULARITY_KB (default 2 MiB, as the real driver). */
+size_t fk_granularity(void);
+/* FAKECUDA_CKPT_US_PER_MB: native checkpoint/restore pace (0: memcpy speed). */
+extern unsigned fk_ckpt_us_per_mb;
 /* Copy between device VAs and host memory; G.lock held.  ord < 0: any accessor. */
 CUresult devmem_read(void *dst, uint64_t va, size_t n, int ord);
 CUresult devmem_write(uint64_t va, const void *src, size_t n, int ord);

@@ -101,9 +101,31 @@ FK_API CUresult CUDAAPI cuInit(unsigned int flags)
 		pthread_atfork(NULL, NULL, atfork_child);
 		atfork_done = 1;
 	}
+	{
+		const char *v = getenv("FAKECUDA_CKPT_US_PER_MB");
+
+		fk_ckpt_us_per_mb = v && *v ? (unsigned)strtoul(v, NULL, 10) : 0;
+		fk_granularity();
+	}
 	atomic_store(&G.initialized, 1);
 	UNLOCK();
 	return CUDA_SUCCESS;
+}
+
+unsigned fk_ckpt_us_per_mb;
+
+size_t fk_granularity(void)
+{
+	static size_t g;
+
+	if (!g) {
+		const char *v = getenv("FAKECUDA_VMM_GRANULARITY_KB");
+		size_t kb = v && *v ? strtoul(v, NULL, 10) : 2048;
+
+		/* a power of two, at least a page */
+		g = kb >= 4 && !(kb & (kb - 1)) ? kb << 10 : FKW_GRANULARITY;
+	}
+	return g;
 }
 
 FK_API CUresult CUDAAPI cuDriverGetVersion(int *driverVersion)

@@ -158,7 +158,7 @@ static CUresult ipc_close(CUdeviceptr dptr)
 	a = &G.alloc[m->slot];
 	if (--a->ipc_open_refs == 0) {
 		va_release(m->va, m->size);
-		m->used = 0;
+		map_del(m);
 		a->map_refs--;
 		alloc_slot_put(m->slot);
 	}

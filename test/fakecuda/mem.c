@@ -89,7 +89,7 @@ static void linear_free(struct fk_map *m)
 	struct fk_alloc *a = &G.alloc[m->slot];
 
 	va_release(m->va, m->size);
-	m->used = 0;
+	map_del(m);
 	a->map_refs--;
 	a->handle_refs = 0;
 	alloc_slot_put(m->slot);

@@ -64,8 +64,21 @@ static int saved(const struct fk_alloc *a)
 	return a->used && a->kind != FK_A_IPC && !a->imported;
 }
 
+/* FAKECUDA_CKPT_US_PER_MB: a real driver moves device memory at 2-4 GB/s;
+ * take as long for `bytes` (no lock, no malloc: restore-thread safe). */
+static void pace(uint64_t bytes)
+{
+	uint64_t us = (bytes >> 20) * fk_ckpt_us_per_mb;
+	struct timespec ts = {.tv_sec = (time_t)(us / 1000000), .tv_nsec = (long)(us % 1000000) * 1000};
+
+	if (us)
+		while (nanosleep(&ts, &ts) && errno == EINTR)
+			;
+}
+
 static CUresult rt_checkpoint(void)
 {
+	uint64_t bytes = 0;
 	CUresult refusal = CUDA_SUCCESS;
 	int i;
 
@@ -101,14 +114,17 @@ static CUresult rt_checkpoint(void)
 			refusal = CUDA_ERROR_INVALID_VALUE;
 		if (a->imported)
 			refusal = CUDA_ERROR_NOT_SUPPORTED;
-		if (a->save)
+		if (a->save) {
 			memcpy(a->save, a->win, a->size);
+			bytes += a->size;
+		}
 		munmap(a->win, a->size);
 		a->win = NULL;
 	}
 	/* Releasing the device connection drops every device-side reference at once. */
 	close(G.conn);
 	G.conn = -1;
+	pace(bytes);
 	rt_refusal = refusal;
 	__atomic_store_n(&mb->state, CU_PROCESS_STATE_CHECKPOINTED, __ATOMIC_RELEASE);
 	return CUDA_SUCCESS;
@@ -167,6 +183,7 @@ static CUresult rt_restore(void)
 {
 	struct fk_devices nd;
 	int ord2phys[FKW_MAX_DEV];
+	uint64_t bytes = 0;
 	CUresult res;
 	int fd, i;
 
@@ -202,7 +219,9 @@ static CUresult rt_restore(void)
 		}
 		a->devd_id = r.id;
 		memcpy(a->win, a->save, a->size);
+		bytes += a->size;
 	}
+	pace(bytes);
 	/* Commit: nothing can fail from here on. */
 	for (i = 0; i < FK_MAX_ALLOC; i++) {
 		struct fk_alloc *a = &G.alloc[i];

@@ -71,7 +71,7 @@ static CUresult mem_create(CUmemGenericAllocationHandle *handle, size_t size, co
 	res = check_prop(prop);
 	if (res)
 		return res;
-	if (size == 0 || size % FKW_GRANULARITY)
+	if (size == 0 || size % fk_granularity())
 		return CUDA_ERROR_INVALID_VALUE;
 	LOCK();
 	slot = alloc_slot_new();
@@ -175,11 +175,11 @@ static CUresult addr_reserve(CUdeviceptr *ptr, size_t size, size_t alignment, CU
 	CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
 	uint64_t va;
 
-	if (!ptr || size == 0 || size % FKW_GRANULARITY || flags)
+	if (!ptr || size == 0 || size % fk_granularity() || flags)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (alignment == 0)
-		alignment = FKW_GRANULARITY;
-	if (alignment & (alignment - 1) || alignment % FKW_GRANULARITY)
+		alignment = fk_granularity();
+	if (alignment & (alignment - 1) || alignment % fk_granularity())
 		return CUDA_ERROR_INVALID_VALUE;
 	LOCK();
 	for (int i = 0; i < FK_MAX_RESV; i++) {
@@ -218,9 +218,8 @@ static CUresult addr_free(CUdeviceptr ptr, size_t size)
 
 		if (!v->used || !v->vmm || v->va != ptr || v->size != size)
 			continue;
-		for (int j = 0; j < FK_MAX_MAP; j++)
-			if (G.map[j].used && G.map[j].va >= ptr && G.map[j].va < ptr + size)
-				goto out; /* still mapped */
+		if (map_lower(ptr) < G.nmap && G.map[G.map_by_va[map_lower(ptr)]].va < ptr + size)
+			goto out; /* still mapped */
 		va_release(v->va, v->size);
 		v->used = 0;
 		r = CUDA_SUCCESS;
@@ -254,7 +253,7 @@ static CUresult mem_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGeneri
 	int slot, is_mc = 0;
 	size_t limit;
 
-	if (flags || size == 0 || size % FKW_GRANULARITY || ptr % FKW_GRANULARITY || offset % FKW_GRANULARITY)
+	if (flags || size == 0 || size % fk_granularity() || ptr % fk_granularity() || offset % fk_granularity())
 		return CUDA_ERROR_INVALID_VALUE;
 	LOCK();
 	slot = handle_alloc_slot(h);
@@ -271,11 +270,10 @@ static CUresult mem_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGeneri
 		r = CUDA_ERROR_INVALID_VALUE;
 		goto out;
 	}
-	for (int i = 0; i < FK_MAX_MAP; i++)
-		if (G.map[i].used && G.map[i].va < ptr + size && ptr < G.map[i].va + G.map[i].size) {
-			r = CUDA_ERROR_INVALID_VALUE;
-			goto out;
-		}
+	if (map_lower(ptr) < G.nmap && G.map[G.map_by_va[map_lower(ptr)]].va < ptr + size) {
+		r = CUDA_ERROR_INVALID_VALUE; /* overlaps a mapping */
+		goto out;
+	}
 	if (map_add(ptr, size, is_mc, slot, offset, 0) < 0)
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 out:
@@ -314,12 +312,10 @@ static CUresult mem_unmap(CUdeviceptr ptr, size_t size)
 		r = CUDA_ERROR_INVALID_VALUE;
 		goto out;
 	}
-	for (int i = 0; i < FK_MAX_MAP; i++) {
-		struct fk_map *m = &G.map[i];
+	while (map_lower(ptr) < G.nmap && G.map[G.map_by_va[map_lower(ptr)]].va < ptr + size) {
+		struct fk_map *m = &G.map[G.map_by_va[map_lower(ptr)]];
 
-		if (!m->used || m->va < ptr || m->va >= ptr + size)
-			continue;
-		m->used = 0;
+		map_del(m);
 		if (m->is_mc) {
 			G.mc[m->slot].map_refs--;
 			mc_slot_put(m->slot);
@@ -359,11 +355,9 @@ static CUresult set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *
 		r = CUDA_ERROR_INVALID_VALUE;
 		goto out;
 	}
-	for (int j = 0; j < FK_MAX_MAP; j++) {
-		struct fk_map *m = &G.map[j];
+	for (int j = map_lower(ptr); j < G.nmap && G.map[G.map_by_va[j]].va < ptr + size; j++) {
+		struct fk_map *m = &G.map[G.map_by_va[j]];
 
-		if (!m->used || m->va < ptr || m->va >= ptr + size)
-			continue;
 		for (i = 0; i < count; i++) {
 			uint32_t bit = 1u << desc[i].location.id;
 
@@ -418,7 +412,7 @@ static CUresult granularity(size_t *g, const CUmemAllocationProp *prop, CUmemAll
 	r = check_prop(prop);
 	if (r)
 		return r;
-	*g = FKW_GRANULARITY;
+	*g = fk_granularity();
 	return CUDA_SUCCESS;
 }
 
