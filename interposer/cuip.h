@@ -33,6 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include <cuda.h>
 
@@ -173,6 +174,11 @@ void cuip_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *cuip_failure(void);
 uint64_t cuip_gate_waits(void);
 void cuip_gate_reset(void); /* fork child */
+/* Synchronize every context on a helper thread, waiting at most timeout_ms
+ * (drain.c): 0, -ETIMEDOUT or -EIO, with msg saying why. */
+int cuip_drain(unsigned timeout_ms, char *msg, size_t len);
+void cuip_drain_reset(void); /* fork child */
+unsigned cuip_ms_since(const struct timespec *t0);
 
 /* ---- tracked VMM state (vmm.c) ------------------------------------------ */
 

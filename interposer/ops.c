@@ -177,8 +177,12 @@ static int carrier_setup(struct carrier_ops *ops, struct carrier_config *cfg, ch
 static Cuip__Response *op_quiesce(const Cuip__Quiesce *q)
 {
 	Cuip__Phase ph = cuip_phase();
+	unsigned elapsed;
+	struct timespec t0;
+	char msg[256];
 	int ret;
 
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	if (ph == CUIP__PHASE__PHASE_QUIESCED)
 		return reply(0, NULL);
 	if (ph != CUIP__PHASE__PHASE_ACTIVE)
@@ -187,41 +191,15 @@ static Cuip__Response *op_quiesce(const Cuip__Quiesce *q)
 	if (ret)
 		return reply(ret, "pid %d: CUDA calls still in flight after %u ms; gate reopened", self.pid,
 			     q->timeout_ms);
-	/* Everything queued on the devices completes before anything is torn down. */
-	for (int i = 0; i < self.ndev; i++) {
-		unsigned flags;
-		int active = 0;
-		CUdevice dev;
-		CUresult r;
-		if (real.cuDeviceGet(&dev, self.dev[i].ordinal) != CUDA_SUCCESS ||
-		    real.cuDevicePrimaryCtxGetState(dev, &flags, &active) != CUDA_SUCCESS || !active)
-			continue;
-		r = use_device(self.dev[i].ordinal, NULL);
-		if (r == CUDA_SUCCESS)
-			r = real.cuCtxSynchronize();
-		if (r != CUDA_SUCCESS) {
-			release_devices();
-			cuip_gate_open();
-			return reply(-EIO, "pid %d: synchronizing device %d failed: %s; gate reopened", self.pid,
-				     self.dev[i].ordinal, cuip_cuerr(r));
-		}
+	/* Everything queued on the devices completes before anything is torn
+	 * down, within what is left of the timeout (drain.c): work that cannot
+	 * drain (a kernel waiting for a gated peer) reopens the gate. */
+	elapsed = cuip_ms_since(&t0);
+	ret = cuip_drain(q->timeout_ms > elapsed ? q->timeout_ms - elapsed : 1, msg, sizeof(msg));
+	if (ret) {
+		cuip_gate_open();
+		return reply(ret, "pid %d: %s; gate reopened", self.pid, msg);
 	}
-	release_devices();
-	/* ... and the contexts the application created itself. */
-	CUcontext cs[256];
-	size_t nc = cuip_contexts(cs, 256);
-	for (size_t i = 0; i < nc; i++) {
-		CUresult r = real.cuCtxSetCurrent(cs[i]);
-		if (r == CUDA_SUCCESS)
-			r = real.cuCtxSynchronize();
-		if (r != CUDA_SUCCESS) {
-			real.cuCtxSetCurrent(NULL);
-			cuip_gate_open();
-			return reply(-EIO, "pid %d: synchronizing context %p failed: %s; gate reopened", self.pid,
-				     (void *)cs[i], cuip_cuerr(r));
-		}
-	}
-	real.cuCtxSetCurrent(NULL);
 	cuip_set_phase(CUIP__PHASE__PHASE_QUIESCED);
 	return reply(0, NULL);
 }
@@ -365,6 +343,13 @@ static bool is_shared(const struct cuip_alloc *a)
 	return a->owner == CUIP__OWNER__OWNER_SHARED;
 }
 
+static Cuip__Response *remap(bool (*want)(const struct cuip_alloc *a));
+
+static bool unicast_shared(const struct cuip_alloc *a)
+{
+	return is_shared(a) && !a->mc;
+}
+
 static Cuip__Response *op_prepare_unicast(void)
 {
 	Cuip__Phase ph = cuip_phase();
@@ -381,9 +366,18 @@ static Cuip__Response *op_prepare_unicast(void)
 		if (!is_shared(m->a) || m->detached || m->a->mc)
 			continue;
 		r = real.cuMemUnmap(m->va, m->size);
-		if (r != CUDA_SUCCESS)
-			return reply(-EIO, "pid %d: allocation " ID_FMT ": unmapping %#llx failed: %s", self.pid,
-				     ID(m->a), (unsigned long long)m->va, cuip_cuerr(r));
+		if (r != CUDA_SUCCESS) {
+			/* Nothing released yet: map back what this call unmapped,
+			 * so the process stays QUIESCED with everything attached
+			 * and a rollback only has to reopen the gate. */
+			Cuip__Response *undo = remap(unicast_shared);
+
+			if (undo) /* from the reply arena, freed with the reply */
+				cuip_set_phase(CUIP__PHASE__PHASE_PREPARED); /* partly detached: REBUILD */
+			return reply(-EIO, "pid %d: allocation " ID_FMT ": unmapping %#llx failed: %s%s", self.pid,
+				     ID(m->a), (unsigned long long)m->va, cuip_cuerr(r),
+				     undo ? "; mapping the others back failed too" : "; the others were mapped back");
+		}
 		m->detached = true;
 	}
 	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
@@ -393,9 +387,11 @@ static Cuip__Response *op_prepare_unicast(void)
 		if (a->creator == self.id)
 			cuip_xc_drop(a->serial);
 		r = real.cuMemRelease(a->drv);
-		if (r != CUDA_SUCCESS)
+		if (r != CUDA_SUCCESS) {
+			cuip_set_phase(CUIP__PHASE__PHASE_PREPARED); /* partly released: REBUILD */
 			return reply(-EIO, "pid %d: allocation " ID_FMT ": releasing the driver handle failed: %s",
 				     self.pid, ID(a), cuip_cuerr(r));
+		}
 		a->drv = 0;
 	}
 	cuip_set_phase(CUIP__PHASE__PHASE_PREPARED);

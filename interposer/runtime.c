@@ -151,6 +151,7 @@ static void fork_child(void)
 	cuip_xc_reset();
 	cuip_vmm_reset();
 	cuip_gate_reset();
+	cuip_drain_reset();
 	cuip_ctx_reset();
 	memset(&self, 0, sizeof(self));
 	atomic_store(&started, 0);

@@ -244,17 +244,59 @@ static int step_quiesce(struct cuip_group *g, struct cuip_part *p, const void *a
 	return call(g, p, &req, -1, g->o->quiesce_timeout_ms + op_timeout(g), NULL);
 }
 
+static bool has_mc(const Cuip__ProcessState *st)
+{
+	if (!st)
+		return true; /* unknown: rebuild, as before */
+	if (st->n_mc_bindings)
+		return true;
+	for (size_t i = 0; i < st->n_allocations; i++)
+		if (st->allocations[i]->kind == CUIP__ALLOC_KIND__KIND_MULTICAST)
+			return true;
+	return false;
+}
+
+/* After a failed step: does p say QUIESCED (nothing detached)? Keeps p->err. */
+static bool still_quiesced(struct cuip_group *g, struct cuip_part *p)
+{
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Response *resp = NULL;
+	char err[sizeof(p->err)];
+	bool yes;
+
+	memcpy(err, p->err, sizeof(err));
+	req.body_case = CUIP__REQUEST__BODY_INSPECT;
+	req.inspect = 1;
+	yes = !call(g, p, &req, -1, op_timeout(g), &resp) && resp->body_case == CUIP__RESPONSE__BODY_STATE &&
+	      resp->state->phase == CUIP__PHASE__PHASE_QUIESCED && !has_mc(resp->state);
+	cuip_response_free(resp);
+	memcpy(p->err, err, sizeof(err));
+	return yes;
+}
+
 static int step_flag(struct cuip_group *g, struct cuip_part *p, const void *arg)
 {
 	Cuip__Request req = CUIP__REQUEST__INIT;
 
 	req.body_case = (Cuip__Request__BodyCase)(intptr_t)arg;
 	if (req.body_case == CUIP__REQUEST__BODY_PREPARE_UNICAST) {
+		bool was = p->torn_down;
+		int ret;
+
 		req.prepare_unicast = 1;
 		p->torn_down = true;
+		ret = call(g, p, &req, -1, op_timeout(g), NULL);
+		/* A participant that undid its own partial teardown is still
+		 * QUIESCED with everything attached: nothing to rebuild there. */
+		if (ret && still_quiesced(g, p))
+			p->torn_down = was;
+		return ret;
 	} else {
 		req.prepare_multicast = 1;
-		p->torn_down = true; /* multicast detached: a rollback must rebuild it */
+		/* Multicast detached: a rollback must rebuild it. Not for a
+		 * participant without multicast: it stays QUIESCED with
+		 * everything attached, and REBUILD there is refused. */
+		p->torn_down |= has_mc(p->st);
 	}
 	return call(g, p, &req, -1, op_timeout(g), NULL);
 }
@@ -552,6 +594,40 @@ static int write_images(struct cuip_group *g)
 	return ret;
 }
 
+/*
+ * HANDSHAKE, INSPECT, PREFLIGHT, QUIESCE. A QUIESCE that times out (calls
+ * still in flight or device work that cannot drain, e.g. a collective whose
+ * peer is held at its own closed gate) reopens every gate, waits and starts
+ * over, at most CUINTERPOSE_QUIESCE_RETRIES more times; nothing has been
+ * torn down yet, so the job just keeps running meanwhile.
+ */
+static int quiesce_with_retries(struct cuip_group *g)
+{
+	unsigned retries = g->o->quiesce_retries;
+	int ret;
+
+	for (unsigned a = 0;; a++) {
+		if ((ret = connect_all(g, NULL)) || (ret = run_phase(g, "INSPECT", step_inspect, NULL, NULL)) ||
+		    (ret = preflight(g)))
+			return ret;
+		ret = run_phase(g, "QUIESCE", step_quiesce, NULL, NULL);
+		if (ret != -ETIMEDOUT)
+			return ret;
+		if (a >= retries) {
+			size_t l = strlen(g->err);
+
+			if (retries)
+				snprintf(g->err + l, sizeof(g->err) - l, " (QUIESCE timed out %u times)", a + 1);
+			return ret;
+		}
+		pr_warn("QUIESCE attempt %u of %u timed out (%s); reopening every gate and retrying", a + 1,
+			retries + 1, g->err);
+		if (cuip_group_rollback(g))
+			return ret;
+		usleep(100000u << (a < 4 ? a : 4)); /* 0.1 s, 0.2 s, ... 1.6 s: let the job progress */
+	}
+}
+
 int cuip_group_dump(struct cuip_group *g)
 {
 	int ret;
@@ -559,8 +635,7 @@ int cuip_group_dump(struct cuip_group *g)
 	if (getrandom(g->ckpt_id, sizeof(g->ckpt_id), 0) != sizeof(g->ckpt_id))
 		for (size_t i = 0; i < sizeof(g->ckpt_id); i++)
 			g->ckpt_id[i] = (uint8_t)rand();
-	if ((ret = connect_all(g, NULL)) || (ret = run_phase(g, "INSPECT", step_inspect, NULL, NULL)) ||
-	    (ret = preflight(g)) || (ret = run_phase(g, "QUIESCE", step_quiesce, NULL, NULL)) ||
+	if ((ret = quiesce_with_retries(g)) ||
 	    (ret = run_phase(g, "PREPARE_MULTICAST", step_flag, NULL,
 			     (void *)(intptr_t)CUIP__REQUEST__BODY_PREPARE_MULTICAST)) ||
 	    (ret = run_phase(g, "SAVE", step_save, has_carriers, NULL)) || (ret = write_images(g)) ||

@@ -187,6 +187,7 @@ int cuip_opts_load(struct cuip_opts *o, char *err, size_t errlen)
 	    (ret = env_uint("CUINTERPOSE_DATA_TIMEOUT_MS", 0, 0, 86400000, &o->data_timeout_ms, err, errlen)) ||
 	    (ret = env_uint("CUINTERPOSE_QUIESCE_TIMEOUT_MS", 10000, 1, 3600000, &o->quiesce_timeout_ms, err,
 			    errlen)) ||
+	    (ret = env_uint("CUINTERPOSE_QUIESCE_RETRIES", 3, 0, 100, &o->quiesce_retries, err, errlen)) ||
 	    (ret = env_uint("CUINTERPOSE_CHUNK_SIZE", 1u << 20, 4096, 1u << 30, &chunk, err, errlen)) ||
 	    (ret = env_bool("CUINTERPOSE_VERIFY_CARRIERS", 1, &o->verify_carriers, err, errlen)) ||
 	    (ret = env_bool("CUINTERPOSE_VERBOSE", 0, &o->verbose, err, errlen)) ||

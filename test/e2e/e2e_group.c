@@ -21,6 +21,8 @@
  *   fresh S      the creator makes, exports and sends a new allocation; the
  *                importers import and map it and check its bytes
  *   reimport     importers import again from the tickets they kept
+ *   busy R MS    rank R queues a kernel that runs MS ms (adds 0 to its
+ *                private allocation: device work a QUIESCE has to drain)
  *   exit         leave
  *
  * --private: no shared allocations at all (native checkpoint only).
@@ -341,6 +343,26 @@ static int do_reimport(void)
 	return 0;
 }
 
+static int do_busy(unsigned ms)
+{
+	static CUfunction add;
+	char us[32];
+
+	if (!add) {
+		CUmodule mod;
+		CK(cuModuleLoadData(&mod, "any image"));
+		CK(cuModuleGetFunction(&add, mod, "fake_add_u32"));
+	}
+	size_t n = private_size / 4;
+	unsigned zero = 0;
+	void *args[] = {&priv_va, &n, &zero};
+	snprintf(us, sizeof(us), "%u", ms * 1000);
+	setenv("FAKECUDA_KERNEL_DELAY_US", us, 1); /* read by the fake at launch */
+	CK(cuLaunchKernel(add, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+	unsetenv("FAKECUDA_KERNEL_DELAY_US");
+	return 0;
+}
+
 static void answer(long seq, int ok, const char *text)
 {
 	char path[4096], tmp[4200];
@@ -387,6 +409,8 @@ static void serve(void)
 			ret = do_fresh();
 		else if (!strcmp(verb, "reimport"))
 			ret = do_reimport();
+		else if (!strcmp(verb, "busy"))
+			ret = (int)a == rank ? do_busy(b) : 0;
 		else if (!strcmp(verb, "exit")) {
 			answer(seq, 1, "ok");
 			/* the importers die with rank 0 (PDEATHSIG): let them answer */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -470,6 +471,67 @@ START_TEST(quiesce_times_out_on_a_call_in_flight_and_reopens_the_gate)
 }
 END_TEST
 
+/* Device work that outlives the timeout (a kernel waiting for a peer that is
+ * gated elsewhere) with no call in flight: QUIESCE gives up within its
+ * timeout instead of hanging in cuCtxSynchronize, reopens the gate, and a
+ * QUIESCE after the work finished succeeds. */
+START_TEST(quiesce_times_out_on_device_work_that_cannot_drain_and_reopens_the_gate)
+{
+	CUmemGenericAllocationHandle h;
+	CUmodule mod;
+	CUfunction fill;
+	CUdeviceptr va;
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Quiesce q = CUIP__QUIESCE__INIT;
+	Cuip__Response *r;
+	struct timespec t0, t1;
+	double dt;
+	int s;
+
+	setenv("FAKECUDA_KERNEL_DELAY_US", "1500000", 1);
+	h_init(0);
+	va = h_create_map(h_gran(), &h);
+	CK(cuModuleLoadData(&mod, "any image"));
+	CK(cuModuleGetFunction(&fill, mod, "fake_fill_u32"));
+	size_t n = h_gran() / 4;
+	unsigned v = 5;
+	void *args[] = {&va, &n, &v};
+	CK(cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+	s = h_connect(0);
+	q.timeout_ms = 200;
+	req.body_case = CUIP__REQUEST__BODY_QUIESCE;
+	req.quiesce = &q;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	r = call(s, &req, -1);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	dt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	ck_assert_int_eq(r->status, -ETIMEDOUT);
+	ck_assert_msg(r->error && strstr(r->error, "device work still running"), "error: %s", r->error);
+	ck_assert_msg(dt < 1.0, "QUIESCE took %.3f s, timeout 0.2 s", dt);
+	cuip__response__free_unpacked(r, NULL);
+	Cuip__Response *st = inspect(s);
+	ck_assert_int_eq(st->state->phase, CUIP__PHASE__PHASE_ACTIVE);
+	cuip__response__free_unpacked(st, NULL);
+	/* The gate is open: a gated call goes through while the kernel runs. */
+	CUdeviceptr va2;
+	CUmemGenericAllocationHandle h2;
+	va2 = h_create_map(h_gran(), &h2);
+	h_unmap_release(va2, h_gran(), h2);
+	/* A retry once the work is done drains and quiesces. */
+	q.timeout_ms = 5000;
+	ok_call(s, &req, -1, "QUIESCE");
+	flag(s, CUIP__REQUEST__BODY_RESUME, "RESUME");
+	close(s);
+	uint32_t *b = malloc(h_gran());
+	ck_assert_ptr_nonnull(b);
+	CK(cuMemcpyDtoH(b, va, h_gran()));
+	for (size_t j = 0; j < n; j++)
+		ck_assert_uint_eq(b[j], 5);
+	free(b);
+	h_unmap_release(va, h_gran(), h);
+}
+END_TEST
+
 Suite *ops_suite(void);
 Suite *ops_suite(void)
 {
@@ -480,6 +542,7 @@ Suite *ops_suite(void)
 	tcase_add_test(tc, save_prepare_load_rebuild_verify_resume_across_two_processes);
 	tcase_add_test(tc, quiesce_then_resume_without_teardown);
 	tcase_add_test(tc, quiesce_times_out_on_a_call_in_flight_and_reopens_the_gate);
+	tcase_add_test(tc, quiesce_times_out_on_device_work_that_cannot_drain_and_reopens_the_gate);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -1,0 +1,193 @@
+/*
+ * drain.c - waiting for device work with a deadline (QUIESCE).
+ *
+ * cuCtxSynchronize has no timeout: a kernel that waits for a peer process
+ * (a collective whose other rank is held at its own closed gate) never
+ * completes, and an op thread stuck in it could neither answer the plugin
+ * nor reopen the gate. So the synchronization runs on a helper thread
+ * (`cuip-drain`, every signal blocked) and QUIESCE waits for it with a
+ * deadline; on timeout QUIESCE reopens the gate and reports, and the helper
+ * finishes on its own once the work completes.
+ *
+ * One helper at a time: a QUIESCE that finds the previous helper still
+ * running (its QUIESCE timed out) asks it for one more round instead of
+ * starting another. drain_mu protects requested/served/running/result.
+ * The helper uses its own retained primary contexts, never the op thread's.
+ * Application-created contexts are synchronized as listed when the round
+ * starts (an application that destroys one while a timed-out round still
+ * synchronizes it races the driver, as any two threads would).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuip.h"
+
+static pthread_mutex_t drain_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t drain_cv; /* CLOCK_MONOTONIC */
+static pthread_once_t drain_once = PTHREAD_ONCE_INIT;
+static unsigned long requested, served;
+static bool running;
+static int result;
+static char result_msg[256];
+
+static void drain_cv_init(void)
+{
+	pthread_condattr_t a;
+
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(&drain_cv, &a);
+	pthread_condattr_destroy(&a);
+}
+
+/* One round: every active primary context, then the application's own. */
+static int sync_all(char *msg, size_t len)
+{
+	CUcontext cs[256];
+	size_t nc;
+
+	for (int i = 0; i < self.ndev; i++) {
+		unsigned flags;
+		int active = 0;
+		CUcontext c;
+		CUdevice dev;
+		CUresult r;
+
+		if (real.cuDeviceGet(&dev, self.dev[i].ordinal) != CUDA_SUCCESS ||
+		    real.cuDevicePrimaryCtxGetState(dev, &flags, &active) != CUDA_SUCCESS || !active)
+			continue;
+		r = real.cuDevicePrimaryCtxRetain(&c, dev);
+		if (r != CUDA_SUCCESS)
+			goto fail_dev;
+		r = real.cuCtxSetCurrent(c);
+		if (r == CUDA_SUCCESS)
+			r = real.cuCtxSynchronize();
+		real.cuCtxSetCurrent(NULL);
+		real.cuDevicePrimaryCtxRelease_v2(dev);
+		if (r == CUDA_SUCCESS)
+			continue;
+fail_dev:
+		snprintf(msg, len, "synchronizing device %d failed: %s", self.dev[i].ordinal, cuip_cuerr(r));
+		return -EIO;
+	}
+	nc = cuip_contexts(cs, 256);
+	for (size_t i = 0; i < nc; i++) {
+		CUresult r = real.cuCtxSetCurrent(cs[i]);
+
+		if (r == CUDA_SUCCESS)
+			r = real.cuCtxSynchronize();
+		real.cuCtxSetCurrent(NULL);
+		if (r != CUDA_SUCCESS) {
+			snprintf(msg, len, "synchronizing context %p failed: %s", (void *)cs[i], cuip_cuerr(r));
+			return -EIO;
+		}
+	}
+	return 0;
+}
+
+static void *drain_main(void *arg)
+{
+	char msg[sizeof(result_msg)];
+
+	(void)arg;
+	pthread_mutex_lock(&drain_mu);
+	while (served < requested) {
+		unsigned long round = requested;
+		int r;
+
+		pthread_mutex_unlock(&drain_mu);
+		msg[0] = 0;
+		r = sync_all(msg, sizeof(msg));
+		pthread_mutex_lock(&drain_mu);
+		served = round;
+		result = r;
+		memcpy(result_msg, msg, sizeof(msg));
+		pthread_cond_broadcast(&drain_cv);
+	}
+	running = false;
+	pthread_cond_broadcast(&drain_cv);
+	pthread_mutex_unlock(&drain_mu);
+	return NULL;
+}
+
+static int drain_start(void)
+{
+	sigset_t all, old;
+	pthread_attr_t at;
+	pthread_t t;
+	int ret;
+
+	sigfillset(&all);
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&at, 256 << 10);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	ret = pthread_create(&t, &at, drain_main, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!ret)
+		pthread_setname_np(t, "cuip-drain");
+	pthread_attr_destroy(&at);
+	return -ret;
+}
+
+int cuip_drain(unsigned timeout_ms, char *msg, size_t len)
+{
+	struct timespec dl;
+	unsigned long want;
+	int ret = 0;
+
+	pthread_once(&drain_once, drain_cv_init);
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_sec += timeout_ms / 1000;
+	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&drain_mu);
+	want = ++requested;
+	if (!running) {
+		ret = drain_start();
+		if (ret) {
+			served = want;
+			pthread_mutex_unlock(&drain_mu);
+			snprintf(msg, len, "cannot start the drain thread: %s", strerror(-ret));
+			return ret;
+		}
+		running = true;
+	}
+	while (served < want) {
+		if (pthread_cond_timedwait(&drain_cv, &drain_mu, &dl) == ETIMEDOUT && served < want) {
+			ret = -ETIMEDOUT;
+			snprintf(msg, len, "device work still running after %u ms", timeout_ms);
+			break;
+		}
+	}
+	if (!ret && result) {
+		ret = result;
+		snprintf(msg, len, "%s", result_msg);
+	}
+	pthread_mutex_unlock(&drain_mu);
+	return ret;
+}
+
+void cuip_drain_reset(void)
+{
+	/* A forked child has no drain thread. */
+	requested = served = 0;
+	running = false;
+	result = 0;
+	pthread_mutex_init(&drain_mu, NULL);
+}
+
+unsigned cuip_ms_since(const struct timespec *t0)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (unsigned)((now.tv_sec - t0->tv_sec) * 1000 + (now.tv_nsec - t0->tv_nsec) / 1000000);
+}
