@@ -91,12 +91,15 @@ job_pids() { cat "$T"/w/r*.ready 2>/dev/null | awk '{print $2}'; }
 
 # cmd NPROCS VERB [ARGS]: send a command to every rank, wait for all answers.
 cmd() {
+	local n i r ans # the caller's loop variables are not ours to change
+
 	n=$1
 	shift
 	SEQ=$((SEQ + 1))
 	echo "$SEQ $*" >"$T/w/cmd.tmp" && mv "$T/w/cmd.tmp" "$T/w/cmd"
 	i=0
 	while [ "$(ls "$T"/w/r*."$SEQ" 2>/dev/null | wc -l)" -lt "$n" ]; do
+		ls "$T"/w/*.failed >/dev/null 2>&1 && fail "'$*': $(cat "$T"/w/*.failed)"
 		i=$((i + 1))
 		[ $i -gt 400 ] && fail "no answer to '$*' from every rank"
 		sleep 0.05
@@ -111,7 +114,11 @@ cmd() {
 }
 
 # answers of the last command, one line per rank
-answers() { for r in $(seq 0 $(($1 - 1))); do cat "$T/w/r$r.$SEQ"; done; }
+answers() {
+	local r
+
+	for r in $(seq 0 $(($1 - 1))); do cat "$T/w/r$r.$SEQ"; done
+}
 
 criu_dump() { # DIR [extra criu args]
 	d=$1

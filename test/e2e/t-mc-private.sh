@@ -6,7 +6,7 @@ export FAKECUDA_DEVICES=2
 WORKLOAD=$B/test/e2e/e2e_mc
 [ -x "$WORKLOAD" ] || skip "workload not built"
 
-start_job 1 1 4 --private
+start_job 1 4 --private
 cmd 1 write 0 0
 cmd 1 verify 0
 before=$(answers 1)

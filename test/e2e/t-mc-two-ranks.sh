@@ -11,7 +11,7 @@ export FAKECUDA_DEVICES=$N FAKECUDA_MC_ROUND_MB=8
 WORKLOAD=$B/test/e2e/e2e_mc
 [ -x "$WORKLOAD" ] || skip "workload not built"
 
-start_job "$N" "$N" 8
+start_job "$N" 8
 cmd "$N" write 0 0
 cmd "$N" verify 0
 before=$(answers "$N")

@@ -224,18 +224,23 @@ static int map_accessible(const struct fk_map *m, int ord)
 	return ord < 0 ? m->access != 0 : (m->access >> ord) & 1;
 }
 
-/* Multicast: writes reach every bound member; reads come from the first binding that covers them. */
+/*
+ * Multicast: a write reaches every bound member.  A read returns, byte by
+ * byte, the first binding (in devd's order) that covers it, zeros where none
+ * does: bindings of one device may tile the range in slices (bind by address
+ * after an unbind), so the read walks the list backwards and lets earlier
+ * bindings overwrite later ones, instead of stopping at the first overlap.
+ */
 static CUresult mc_rw(struct fk_mc *m, size_t off, void *buf, size_t n, int write)
 {
 	CUresult res = mc_refresh(m);
-	int hit = 0;
 
 	if (res)
 		return res;
 	if (!write)
 		memset(buf, 0, n);
-	for (int i = 0; i < m->nb; i++) {
-		struct fk_mcb *b = &m->b[i];
+	for (int k = 0; k < m->nb; k++) {
+		struct fk_mcb *b = &m->b[write ? k : m->nb - 1 - k];
 		size_t lo = off > b->mcoff ? off : b->mcoff;
 		size_t hi = off + n < b->mcoff + b->size ? off + n : b->mcoff + b->size;
 
@@ -243,9 +248,8 @@ static CUresult mc_rw(struct fk_mc *m, size_t off, void *buf, size_t n, int writ
 			continue;
 		if (write)
 			memcpy(b->win + b->memoff + (lo - b->mcoff), (unsigned char *)buf + (lo - off), hi - lo);
-		else if (!hit)
+		else
 			memcpy((unsigned char *)buf + (lo - off), b->win + b->memoff + (lo - b->mcoff), hi - lo);
-		hit = 1;
 	}
 	return CUDA_SUCCESS;
 }

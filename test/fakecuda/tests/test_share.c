@@ -354,6 +354,42 @@ START_TEST(multicast_capacity_rounding)
 }
 END_TEST
 
+/*
+ * A member bound in two slices (the second bound after the first, so devd
+ * lists it first) reads back through the multicast mapping as one range:
+ * every byte comes from the binding that covers it, not only the slice met
+ * first.
+ */
+START_TEST(multicast_read_spans_slices_bound_separately)
+{
+	CUmulticastObjectProp mp;
+	CUmemGenericAllocationHandle mc, h;
+	CUdeviceptr mine, mcva;
+	static uint32_t whole[MiB];
+
+	fkt_init_ctx(0);
+	memset(&mp, 0, sizeof(mp));
+	mp.numDevices = 1;
+	mp.size = 4 * MiB;
+	CK(cuMulticastCreate(&mc, &mp));
+	CK(cuMulticastAddDevice(mc, 0));
+	h = fkt_vmm_create(4 * MiB, 0, 0);
+	mine = fkt_vmm_map(h, 4 * MiB, 0);
+	fill(whole, MiB, 0x4444);
+	CK(cuMemcpyHtoD(mine, whole, sizeof(whole)));
+	CK(cuMulticastBindAddr_v2(mc, 0, 0, mine, 2 * MiB, 0));
+	CK(cuMulticastBindMem(mc, 2 * MiB, h, 2 * MiB, 2 * MiB, 0));
+	mcva = fkt_vmm_map(mc, 4 * MiB, 0);
+	memset(whole, 0, sizeof(whole));
+	CK(cuMemcpyDtoH(whole, mcva, sizeof(whole)));
+	ck_assert(check(whole, MiB, 0x4444));
+	CK(cuMemUnmap(mcva, 4 * MiB));
+	CK(cuMulticastUnbind(mc, 0, 0, 2 * MiB));
+	CK(cuMulticastUnbind(mc, 0, 2 * MiB, 2 * MiB));
+	CK(cuMemRelease(mc));
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("fakecuda-share");
@@ -367,6 +403,7 @@ static Suite *suite(void)
 	tcase_add_test(t1, posix_export_import_across_processes_same_bytes_both_ways);
 	tcase_add_test(t1, legacy_ipc_across_processes);
 	tcase_add_test(t2, multicast_across_two_processes);
+	tcase_add_test(t1, multicast_read_spans_slices_bound_separately);
 	tcase_add_loop_test(t2, multicast_capacity_rounding, 0, 2);
 	suite_add_tcase(s, t1);
 	suite_add_tcase(s, t2);
