@@ -18,6 +18,12 @@
  * RESUME_DEVICES_LATE(real pid) per live task, root first, after every
  * thread stopped at the syscall-exit of rt_sigreturn; its return value is
  * only logged. All pids are "real" (criu's pid namespace).
+ *
+ * criu stays single-threaded between hooks: a multithreaded criu cannot
+ * setns() into a container's mount namespace. Driver calls run in the
+ * native agent, a child process (agent.c) stopped at the end of restore and
+ * in fini, before criu waits for its children; the coordinator's and
+ * sock_diag's threads are joined before their calls return.
  */
 #include "config.h"
 
@@ -185,8 +191,20 @@ static int refuse_cuda_plugin(void)
 
 /* ---- shared helpers ----------------------------------------------------- */
 
+/* A thread left behind would break criu's setns into mount namespaces. */
+static void check_single_threaded(const char *hook)
+{
+	pid_t *tids = NULL;
+	int n = cuip_proc_threads(getpid(), "", &tids);
+
+	free(tids);
+	if (n > 1)
+		pr_err("%d threads in criu after %s: criu cannot enter a mount namespace now", n, hook);
+}
+
 static void reset_state(void)
 {
+	cuip_native_close();
 	cuip_group_free(&S.g);
 	free(S.tree);
 	free(S.nat);
@@ -409,6 +427,7 @@ static int pause_group(pid_t root)
 		}
 	}
 	if (!S.g.n && !S.n_nat) {
+		cuip_native_close();
 		pr_info("no CUDA process and no participant in the tree of pid %d: declining", root);
 		S.disabled = true;
 		return -ENOTSUP;
@@ -470,6 +489,7 @@ static int cuip_pause_devices(int pid)
 		if (refuse_cuda_plugin())
 			return S.pause_ret = -1;
 		S.pause_ret = pause_group(pid);
+		check_single_threaded("PAUSE_DEVICES");
 		return S.pause_ret;
 	}
 	if (S.pause_ret)
@@ -515,6 +535,7 @@ static int cuip_checkpoint_devices(int pid)
 		return -1;
 	}
 	pr_info("CHECKPOINT_DEVICES done: %zu CUDA processes checkpointed, %.3f s", S.n_nat, cuip_now() - t0);
+	check_single_threaded("CHECKPOINT_DEVICES");
 	return 0;
 }
 
@@ -635,10 +656,12 @@ static int resume_group(pid_t root)
 	}
 	pr_info("RESUME_DEVICES_LATE done: %zu participants rebuilt, %zu CUDA processes restored, %.3f s", S.g.n,
 		S.n_nat, cuip_now() - t0);
+	cuip_native_close();
 	free(vpids);
 	cuip_images_free(&ck);
 	return 0;
 fail:
+	cuip_native_close();
 	refreeze(&th);
 	kill_tree(err[0] ? err : strerror(-ret));
 	free(vpids);
@@ -653,6 +676,7 @@ static int cuip_resume_devices_late(int pid)
 	if (!S.resumed) {
 		S.resumed = true;
 		S.resume_ret = resume_group(pid);
+		check_single_threaded("RESUME_DEVICES_LATE");
 		return S.resume_ret;
 	}
 	return S.active ? S.resume_ret : -ENOTSUP;

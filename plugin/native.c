@@ -1,112 +1,44 @@
 /*
  * native.c - driver-API native checkpoint, in parallel; see native.h.
  *
- * State: the dlopen'ed library and its entry points, set once by
- * cuip_native_open (under a mutex) and read-only afterwards; the cuInit
- * fallback runs at most once (pthread_once).
+ * Every driver call happens in the native agent (agent.c), a child process:
+ * criu never loads libcuda and never runs a thread of the driver. This
+ * module decides which processes each step applies to, checks the state
+ * the driver reports after each step, and turns the results into one line
+ * per failure naming the call, the pid and the CUresult.
+ *
+ * State: none of its own beyond the agent's; called from the hook thread.
  */
 #include "config.h"
 
 #include <cuda.h>
-#include <dlfcn.h>
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "agent.h"
 #include "log.h"
 #include "native.h"
 
-typedef CUresult (*fn_init)(unsigned int);
-typedef CUresult (*fn_tid)(int, int *);
-typedef CUresult (*fn_state)(int, CUprocessState *);
-typedef CUresult (*fn_lock)(int, CUcheckpointLockArgs *);
-typedef CUresult (*fn_ckpt)(int, CUcheckpointCheckpointArgs *);
-typedef CUresult (*fn_rest)(int, CUcheckpointRestoreArgs *);
-typedef CUresult (*fn_unlock)(int, CUcheckpointUnlockArgs *);
-typedef CUresult (*fn_errname)(CUresult, const char **);
-
-static struct {
-	void *h;
-	fn_init init;
-	fn_tid tid;
-	fn_state state;
-	fn_lock lock;
-	fn_ckpt ckpt;
-	fn_rest rest;
-	fn_unlock unlock;
-	fn_errname errname;
-} drv;
-
-static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t init_once = PTHREAD_ONCE_INIT;
-static CUresult init_result;
-
-static void do_init(void)
-{
-	init_result = drv.init ? drv.init(0) : CUDA_ERROR_NOT_INITIALIZED;
-	if (init_result != CUDA_SUCCESS)
-		pr_warn("cuInit(0) in criu failed with %d", (int)init_result);
-}
-
-static const char *cuerr(CUresult r)
-{
-	const char *s = NULL;
-
-	if (drv.errname && drv.errname(r, &s) == CUDA_SUCCESS && s)
-		return s;
-	return "CUDA error";
-}
-
 int cuip_native_open(const char *lib, char *err, size_t errlen)
 {
-	int ret = 0;
-
-	pthread_mutex_lock(&open_lock);
-	if (drv.h)
-		goto out;
-	drv.h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-	if (!drv.h) {
-		snprintf(err, errlen, "cannot load the CUDA driver %s in criu: %s", lib, dlerror());
-		ret = -ENOENT;
-		goto out;
-	}
-	drv.init = (fn_init)dlsym(drv.h, "cuInit");
-	drv.tid = (fn_tid)dlsym(drv.h, "cuCheckpointProcessGetRestoreThreadId");
-	drv.state = (fn_state)dlsym(drv.h, "cuCheckpointProcessGetState");
-	drv.lock = (fn_lock)dlsym(drv.h, "cuCheckpointProcessLock");
-	drv.ckpt = (fn_ckpt)dlsym(drv.h, "cuCheckpointProcessCheckpoint");
-	drv.rest = (fn_rest)dlsym(drv.h, "cuCheckpointProcessRestore");
-	drv.unlock = (fn_unlock)dlsym(drv.h, "cuCheckpointProcessUnlock");
-	drv.errname = (fn_errname)dlsym(drv.h, "cuGetErrorName");
-	if (!drv.tid || !drv.state || !drv.lock || !drv.ckpt || !drv.rest || !drv.unlock) {
-		snprintf(err, errlen,
-			 "the CUDA driver %s has no cuCheckpointProcess* API (driver r555 or newer is needed)", lib);
-		dlclose(drv.h);
-		memset(&drv, 0, sizeof(drv));
-		ret = -ENOTSUP;
-	}
-out:
-	pthread_mutex_unlock(&open_lock);
-	return ret;
+	return cuip_agent_start(lib, err, errlen);
 }
 
 bool cuip_native_available(void)
 {
-	return drv.h != NULL;
+	return cuip_agent_pid() > 0;
 }
 
-/* Retry a driver call once after cuInit if the driver asks for it. */
-#define DRV(call)                                          \
-	({                                                 \
-		CUresult __r = (call);                     \
-		if (__r == CUDA_ERROR_NOT_INITIALIZED) {   \
-			pthread_once(&init_once, do_init); \
-			if (init_result == CUDA_SUCCESS)   \
-				__r = (call);              \
-		}                                          \
-		__r;                                       \
-	})
+void cuip_native_close(void)
+{
+	cuip_agent_stop();
+}
+
+static const char *cuname(const struct cuip_agent_result *r)
+{
+	return r->cu_name[0] ? r->cu_name : "CUDA error";
+}
 
 const char *cuip_native_state_name(int s)
 {
@@ -125,45 +57,41 @@ const char *cuip_native_state_name(int s)
 
 int cuip_native_state(pid_t pid)
 {
-	CUprocessState s;
-	CUresult r;
+	struct cuip_agent_result r;
+	char err[256];
 
-	if (!drv.h)
+	if (cuip_agent_pid() <= 0)
 		return -ENOENT;
-	r = DRV(drv.state(pid, &s));
-	return r == CUDA_SUCCESS ? (int)s : -EIO;
+	if (cuip_agent_call(CUIP_AGENT_STATE, &pid, 1, 0, NULL, 0, &r, err, sizeof(err))) {
+		pr_err("native: %s", err);
+		return -EIO;
+	}
+	return r.state_cu == 0 ? r.state : -EIO;
 }
 
 int cuip_native_probe(pid_t pid, int *tid, int *state, char *err, size_t errlen)
 {
-	CUprocessState s;
-	CUresult r;
+	struct cuip_agent_result r;
+	int ret;
 
-	if (!drv.h)
+	if (cuip_agent_pid() <= 0)
 		return -ENOENT;
-	r = DRV(drv.tid(pid, tid));
-	if (r != CUDA_SUCCESS)
+	ret = cuip_agent_call(CUIP_AGENT_PROBE, &pid, 1, 0, NULL, 0, &r, err, errlen);
+	if (ret)
+		return ret;
+	if (r.cu)
 		return -ENOENT; /* no CUDA in this process (or not yet) */
-	r = DRV(drv.state(pid, &s));
-	if (r != CUDA_SUCCESS) {
-		snprintf(err, errlen, "cuCheckpointProcessGetState(%d) failed: %s (%d)", pid, cuerr(r), (int)r);
+	if (r.state_cu) {
+		snprintf(err, errlen, "cuCheckpointProcessGetState(%d) failed: %s (%d)", pid,
+			 r.cu_name[0] ? r.cu_name : "CUDA error", (int)r.state_cu);
 		return -EIO;
 	}
-	*state = (int)s;
+	*tid = r.tid;
+	*state = r.state;
 	return 0;
 }
 
 enum op { OP_LOCK, OP_CHECKPOINT, OP_RESTORE, OP_UNLOCK };
-
-struct native_job {
-	struct cuip_native_proc *p;
-	enum op op;
-	unsigned timeout_ms;
-	const struct cuip_gpu_pair *remap;
-	unsigned n_remap;
-	pthread_t th;
-	bool run, started;
-};
 
 static const char *op_name(enum op op)
 {
@@ -172,104 +100,122 @@ static const char *op_name(enum op op)
 	return n[op];
 }
 
-static void *native_main(void *a)
-{
-	struct native_job *j = a;
-	struct cuip_native_proc *p = j->p;
-	int want = CUIP_NATIVE_RUNNING, now;
-	CUresult r = CUDA_SUCCESS;
+static const enum cuip_agent_op agent_op[] = {CUIP_AGENT_LOCK, CUIP_AGENT_CHECKPOINT, CUIP_AGENT_RESTORE,
+					      CUIP_AGENT_UNLOCK};
+static const int want_state[] = {CUIP_NATIVE_LOCKED, CUIP_NATIVE_CHECKPOINTED, CUIP_NATIVE_LOCKED, CUIP_NATIVE_RUNNING};
 
-	switch (j->op) {
-	case OP_LOCK: {
-		CUcheckpointLockArgs la;
-		memset(&la, 0, sizeof(la));
-		la.timeoutMs = j->timeout_ms;
-		r = DRV(drv.lock(p->pid, &la));
-		want = CUIP_NATIVE_LOCKED;
-		if (r == CUDA_SUCCESS)
-			p->locked = true;
+/* Record one process's answer: flags, then the state check. */
+static void settle(struct cuip_native_proc *p, enum op op, const struct cuip_agent_result *r)
+{
+	int want = want_state[op];
+
+	if (r->cu) {
+		snprintf(p->err, sizeof(p->err), "%s(pid %d) failed: %s (%d)", op_name(op), p->pid, cuname(r),
+			 (int)r->cu);
+		p->status = r->cu == CUDA_ERROR_TIMEOUT ? -ETIMEDOUT : -EIO;
+		return;
+	}
+	switch (op) {
+	case OP_LOCK:
+		p->locked = true;
+		break;
+	case OP_CHECKPOINT:
+		p->checkpointed = true;
+		break;
+	case OP_RESTORE:
+		p->checkpointed = false;
+		break;
+	case OP_UNLOCK:
+		p->locked = false;
 		break;
 	}
-	case OP_CHECKPOINT: {
-		CUcheckpointCheckpointArgs ca;
-		memset(&ca, 0, sizeof(ca));
-		r = DRV(drv.ckpt(p->pid, &ca));
-		want = CUIP_NATIVE_CHECKPOINTED;
-		if (r == CUDA_SUCCESS)
-			p->checkpointed = true;
-		break;
-	}
-	case OP_RESTORE: {
-		CUcheckpointRestoreArgs ra;
-		CUcheckpointGpuPair pairs[CUIP_MAX_REMAP];
-		memset(&ra, 0, sizeof(ra));
-		if (j->n_remap) {
-			for (unsigned i = 0; i < j->n_remap; i++) {
-				memcpy(pairs[i].oldUuid.bytes, j->remap[i].old_uuid, 16);
-				memcpy(pairs[i].newUuid.bytes, j->remap[i].new_uuid, 16);
-			}
-			ra.gpuPairs = pairs;
-			ra.gpuPairsCount = j->n_remap;
-		}
-		r = DRV(drv.rest(p->pid, &ra));
-		want = CUIP_NATIVE_LOCKED;
-		if (r == CUDA_SUCCESS)
-			p->checkpointed = false;
-		break;
-	}
-	case OP_UNLOCK: {
-		CUcheckpointUnlockArgs ua;
-		memset(&ua, 0, sizeof(ua));
-		r = DRV(drv.unlock(p->pid, &ua));
-		want = CUIP_NATIVE_RUNNING;
-		if (r == CUDA_SUCCESS)
-			p->locked = false;
-		break;
-	}
-	}
-	if (r != CUDA_SUCCESS) {
-		snprintf(p->err, sizeof(p->err), "%s(pid %d) failed: %s (%d)", op_name(j->op), p->pid, cuerr(r),
-			 (int)r);
-		p->status = r == CUDA_ERROR_TIMEOUT ? -ETIMEDOUT : -EIO;
-		return NULL;
-	}
-	now = cuip_native_state(p->pid);
-	if (now != want) {
-		snprintf(p->err, sizeof(p->err), "after %s pid %d is %s, expected %s", op_name(j->op), p->pid,
-			 now < 0 ? "unreadable" : cuip_native_state_name(now), cuip_native_state_name(want));
+	if (r->state_cu || r->state != want) {
+		snprintf(p->err, sizeof(p->err), "after %s pid %d is %s, expected %s", op_name(op), p->pid,
+			 r->state_cu ? "unreadable" : cuip_native_state_name(r->state), cuip_native_state_name(want));
 		p->status = -EIO;
 	}
-	return NULL;
+}
+
+/*
+ * The agent died with calls in flight: what happened to them is unknown.
+ * Ask a fresh agent for the states, so that flags (and the rollback that
+ * follows) match what the driver did.
+ */
+static void resync(struct cuip_native_proc **todo, const pid_t *pids, size_t n, enum op op, const char *why)
+{
+	struct cuip_agent_result r[CUIP_AGENT_BATCH];
+	char err[512];
+	bool known = !cuip_agent_call(CUIP_AGENT_STATE, pids, n, 0, NULL, 0, r, err, sizeof(err));
+
+	if (!known)
+		pr_err("native: a new agent cannot read the states either: %s", err);
+	for (size_t i = 0; i < n; i++) {
+		struct cuip_native_proc *p = todo[i];
+
+		snprintf(p->err, sizeof(p->err), "%s(pid %d): no answer: %.160s", op_name(op), p->pid, why);
+		p->status = -EIO;
+		if (!known || r[i].state_cu)
+			continue;
+		p->locked = r[i].state == CUIP_NATIVE_LOCKED || r[i].state == CUIP_NATIVE_CHECKPOINTED;
+		p->checkpointed = r[i].state == CUIP_NATIVE_CHECKPOINTED;
+		pr_warn("native: pid %d is %s after the agent died", p->pid, cuip_native_state_name(r[i].state));
+	}
+}
+
+static int run_batch(struct cuip_native_proc **todo, size_t n, enum op op, unsigned timeout_ms,
+		     const struct cuip_gpu_pair *remap, unsigned n_remap)
+{
+	struct cuip_agent_result r[CUIP_AGENT_BATCH];
+	pid_t pids[CUIP_AGENT_BATCH];
+	char err[512];
+	int ret;
+
+	for (size_t i = 0; i < n; i++)
+		pids[i] = todo[i]->pid;
+	ret = cuip_agent_call(agent_op[op], pids, n, timeout_ms, remap, n_remap, r, err, sizeof(err));
+	if (ret == -EPIPE) {
+		pr_err("native: %s", err);
+		resync(todo, pids, n, op, err);
+		return 0;
+	}
+	if (ret) {
+		for (size_t i = 0; i < n; i++) {
+			snprintf(todo[i]->err, sizeof(todo[i]->err), "%s(pid %d): %.160s", op_name(op), todo[i]->pid,
+				 err[0] ? err : strerror(-ret));
+			todo[i]->status = ret;
+		}
+		return 0;
+	}
+	for (size_t i = 0; i < n; i++)
+		settle(todo[i], op, &r[i]);
+	return 0;
 }
 
 static int run_all(struct cuip_native_proc *v, size_t n, enum op op, unsigned timeout_ms,
 		   const struct cuip_gpu_pair *remap, unsigned n_remap,
 		   bool (*applies)(const struct cuip_native_proc *), char *err, size_t errlen)
 {
-	struct native_job jobs[n ? n : 1];
-	size_t count = 0;
+	struct cuip_native_proc *todo[CUIP_AGENT_BATCH];
+	size_t count = 0, k = 0;
 	double t0 = cuip_now();
 	int ret = 0;
 
 	for (size_t i = 0; i < n; i++) {
-		jobs[i] = (struct native_job){
-			.p = &v[i], .op = op, .timeout_ms = timeout_ms, .remap = remap, .n_remap = n_remap};
 		v[i].status = 0;
 		v[i].err[0] = 0;
 		if (!applies(&v[i]))
 			continue;
-		jobs[i].run = true;
+		todo[k++] = &v[i];
 		count++;
-		if (pthread_create(&jobs[i].th, NULL, native_main, &jobs[i]))
-			native_main(&jobs[i]);
-		else
-			jobs[i].started = true;
+		if (k == CUIP_AGENT_BATCH) {
+			run_batch(todo, k, op, timeout_ms, remap, n_remap);
+			k = 0;
+		}
 	}
-	for (size_t i = 0; i < n; i++)
-		if (jobs[i].started)
-			pthread_join(jobs[i].th, NULL);
+	if (k)
+		run_batch(todo, k, op, timeout_ms, remap, n_remap);
 	for (size_t i = 0; i < n; i++) {
-		if (!jobs[i].run || !v[i].status)
+		if (!v[i].status)
 			continue;
 		pr_err("native: %s", v[i].err);
 		if (!ret) {

@@ -3,9 +3,12 @@
  * (cuCheckpointProcess*), called from criu on other processes, for every
  * CUDA process of the tree at once (one thread each).
  *
- * libcuda.so.1 is dlopen'ed on first use; its entry points are called
- * without cuInit, and only if one answers CUDA_ERROR_NOT_INITIALIZED is
- * cuInit(0) called, once, and the call retried. The ptrace side (letting a
+ * The driver runs in the native agent (agent.h), a child process that
+ * cuip_native_open starts and cuip_native_close reaps: criu itself never
+ * loads libcuda (its threads would keep criu from entering a container's
+ * mount namespace). In the agent the entry points are called without
+ * cuInit, and only if one answers CUDA_ERROR_NOT_INITIALIZED is cuInit(0)
+ * called, once, and the call retried. The ptrace side (letting a
  * frozen process's restore thread run) is tracee.c's; callers resume the
  * restore threads before checkpoint/restore and stop them afterwards.
  */
@@ -35,8 +38,11 @@ struct cuip_native_proc {
 	char err[256];
 };
 
+/* Start the agent for `lib`: 0, -ENOENT (cannot load), -ENOTSUP (no API). */
 int cuip_native_open(const char *lib, char *err, size_t errlen);
 bool cuip_native_available(void);
+/* Stop and reap the agent (the next open starts a new one). */
+void cuip_native_close(void);
 
 /* 0 and the restore thread + state for a CUDA process, -ENOENT for a process
  * without CUDA, another negative errno on driver trouble. */
