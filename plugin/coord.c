@@ -256,8 +256,12 @@ static bool has_mc(const Cuip__ProcessState *st)
 	return false;
 }
 
-/* After a failed step: does p say QUIESCED (nothing detached)? Keeps p->err. */
-static bool still_quiesced(struct cuip_group *g, struct cuip_part *p)
+/*
+ * After a failed step: does p say QUIESCED (its unicast memory attached)?
+ * *mc: it holds multicast state, which PREPARE_MULTICAST detached. Keeps
+ * p->err.
+ */
+static bool still_quiesced(struct cuip_group *g, struct cuip_part *p, bool *mc)
 {
 	Cuip__Request req = CUIP__REQUEST__INIT;
 	Cuip__Response *resp = NULL;
@@ -268,7 +272,8 @@ static bool still_quiesced(struct cuip_group *g, struct cuip_part *p)
 	req.body_case = CUIP__REQUEST__BODY_INSPECT;
 	req.inspect = 1;
 	yes = !call(g, p, &req, -1, op_timeout(g), &resp) && resp->body_case == CUIP__RESPONSE__BODY_STATE &&
-	      resp->state->phase == CUIP__PHASE__PHASE_QUIESCED && !has_mc(resp->state);
+	      resp->state->phase == CUIP__PHASE__PHASE_QUIESCED;
+	*mc = !yes || has_mc(resp->state);
 	cuip_response_free(resp);
 	memcpy(p->err, err, sizeof(err));
 	return yes;
@@ -280,16 +285,20 @@ static int step_flag(struct cuip_group *g, struct cuip_part *p, const void *arg)
 
 	req.body_case = (Cuip__Request__BodyCase)(intptr_t)arg;
 	if (req.body_case == CUIP__REQUEST__BODY_PREPARE_UNICAST) {
-		bool was = p->torn_down;
+		bool was = p->torn_down, was_unicast = p->unicast_down, mc;
 		int ret;
 
 		req.prepare_unicast = 1;
-		p->torn_down = true;
+		p->torn_down = p->unicast_down = true;
 		ret = call(g, p, &req, -1, op_timeout(g), NULL);
 		/* A participant that undid its own partial teardown is still
-		 * QUIESCED with everything attached: nothing to rebuild there. */
-		if (ret && still_quiesced(g, p))
-			p->torn_down = was;
+		 * QUIESCED with its unicast memory attached: nothing to load
+		 * there, and nothing at all to rebuild without multicast. */
+		if (ret && still_quiesced(g, p, &mc)) {
+			p->unicast_down = was_unicast;
+			if (!mc)
+				p->torn_down = was;
+		}
 		return ret;
 	} else {
 		req.prepare_multicast = 1;
@@ -659,7 +668,8 @@ struct rebuild_ctx {
 	Cuip__PeerSocket **peers;
 	size_t n_peers;
 	Cuip__Stage stage;
-	bool only_torn_down;
+	bool only_torn_down; /* rollback: only participants that detached something */
+	bool unicast;	     /* LOAD or a unicast stage: only where unicast was detached */
 };
 
 static const Cuip__Topology *topo_of(const struct cuip_group *g, const struct cuip_part *p, const struct rebuild_ctx *c)
@@ -671,7 +681,12 @@ static bool rebuild_applies(const struct cuip_group *g, const struct cuip_part *
 {
 	const struct rebuild_ctx *c = arg;
 
-	return !c->only_torn_down || p->torn_down;
+	if (!c->only_torn_down)
+		return true;
+	/* A rollback after PREPARE_MULTICAST but before PREPARE_UNICAST:
+	 * unicast memory is attached and its bytes intact (LOAD and REBUILD
+	 * of it are refused in QUIESCED); only multicast is rebuilt. */
+	return p->torn_down && (!c->unicast || p->unicast_down);
 }
 
 static bool load_applies(const struct cuip_group *g, const struct cuip_part *p, const void *arg)
@@ -797,11 +812,14 @@ static int rebuild(struct cuip_group *g, const Cuip__Topology *const *topo, bool
 	}
 	c.peers = pps;
 	c.n_peers = g->n;
+	c.unicast = true;
 	ret = run_phase(g, "LOAD", step_load, load_applies, &c);
 	for (size_t s = 0; !ret && s < nstages; s++) {
 		c.stage = stages[s];
+		c.unicast = stages[s] == CUIP__STAGE__STAGE_CREATORS || stages[s] == CUIP__STAGE__STAGE_IMPORTERS;
 		ret = run_phase(g, stage_name(stages[s]), step_rebuild, rebuild_applies, &c);
 	}
+	c.unicast = false;
 	if (!ret)
 		ret = run_phase(g, "VERIFY", step_verify, rebuild_applies, &c);
 out:
@@ -822,7 +840,38 @@ static int step_resume(struct cuip_group *g, struct cuip_part *p, const void *ar
 	if (!ret) {
 		p->quiesced = false;
 		p->torn_down = false;
+		p->unicast_down = false;
 	}
+	return ret;
+}
+
+/* Still attached after a failed teardown (the interposer undid its part). */
+static bool mc_attached(const struct cuip_group *g, const struct cuip_part *p, const void *arg)
+{
+	return p->quiesced && !p->unicast_down && has_mc(p->st);
+}
+
+static bool unicast_attached(const struct cuip_group *g, const struct cuip_part *p, const void *arg)
+{
+	return p->quiesced && !p->unicast_down;
+}
+
+/*
+ * A participant whose teardown failed and was undone still holds the memory
+ * (or multicast object) that its peers already released: rebuilt, the
+ * creator would make new memory that this importer does not see. So finish
+ * the teardown everywhere first, as a complete dump would have; the rebuild
+ * is then the one an in-place restore does. If that fails too, the rollback
+ * fails (closed).
+ */
+static int finish_teardown(struct cuip_group *g, bool any_unicast_down)
+{
+	int ret = run_phase(g, "PREPARE_MULTICAST (rollback)", step_flag, mc_attached,
+			    (void *)(intptr_t)CUIP__REQUEST__BODY_PREPARE_MULTICAST);
+
+	if (!ret && any_unicast_down)
+		ret = run_phase(g, "PREPARE_UNICAST (rollback)", step_flag, unicast_attached,
+				(void *)(intptr_t)CUIP__REQUEST__BODY_PREPARE_UNICAST);
 	return ret;
 }
 
@@ -830,7 +879,7 @@ int cuip_group_rollback(struct cuip_group *g)
 {
 	Cuip__Topology *topo = calloc(g->n ? g->n : 1, sizeof(*topo));
 	const Cuip__Topology **tp = calloc(g->n ? g->n : 1, sizeof(*tp));
-	bool any_torn = false, any_quiesced = false;
+	bool any_torn = false, any_quiesced = false, any_unicast_down = false;
 	int ret = 0;
 
 	if (!topo || !tp) {
@@ -840,6 +889,7 @@ int cuip_group_rollback(struct cuip_group *g)
 	}
 	for (size_t i = 0; i < g->n; i++) {
 		any_torn |= g->p[i].torn_down;
+		any_unicast_down |= g->p[i].unicast_down;
 		any_quiesced |= g->p[i].quiesced;
 		cuip_group_topology(g, i, &topo[i]);
 		tp[i] = &topo[i];
@@ -854,6 +904,8 @@ int cuip_group_rollback(struct cuip_group *g)
 	 * lock) or broken (the failure itself). */
 	cuip_group_disconnect(g);
 	ret = connect_all(g, NULL);
+	if (!ret && any_torn)
+		ret = finish_teardown(g, any_unicast_down);
 	if (!ret && any_torn)
 		ret = rebuild(g, tp, true);
 	if (!ret)

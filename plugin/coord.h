@@ -34,7 +34,8 @@ struct cuip_part {
 	size_t n_carriers;
 	uint64_t expected_bytes; /* sum of the carried allocations */
 	bool quiesced;		 /* QUIESCE was sent: the gate may be closed */
-	bool torn_down;		 /* PREPARE_UNICAST was sent: rebuild needed */
+	bool torn_down;		 /* multicast or unicast detached: rebuild needed */
+	bool unicast_down;	 /* PREPARE_UNICAST was sent: LOAD and unicast stages too */
 
 	/* result of the phase in progress */
 	int status;

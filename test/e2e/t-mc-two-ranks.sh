@@ -4,7 +4,7 @@
 # binding it again by address; a unicast allocation is shared beside it.
 # After restore: every byte of every member, of the multicast mappings and of
 # the unicast allocation, the same addresses, and a write through each
-# rank's multicast mapping reaches both members.
+# rank's multicast mapping reaches both members. Twice.
 . "$srcdir/lib.sh"
 N=${MC_RANKS:-2}
 export FAKECUDA_DEVICES=$N FAKECUDA_MC_ROUND_MB=8
@@ -15,19 +15,25 @@ start_job "$N" 8
 cmd "$N" write 0 0
 cmd "$N" verify 0
 before=$(answers "$N")
-pids=$(job_pids)
-note dump
-criu_dump "$T/d" || fail "criu dump"
-grep -q "cuinterpose: PREPARE_MULTICAST: $N participants" "$T/d/dump.log" || fail "no PREPARE_MULTICAST line"
-wait_gone $pids || fail "dumped processes still alive"
-note restore
-criu_restore "$T/d" || fail "criu restore"
-grep -q "REBUILD_MC_BINDINGS: $N participants" "$T/d/restore.log" || fail "no multicast rebuild in restore.log"
-cmd "$N" verify 0
-[ "$(answers "$N")" = "$before" ] || fail "addresses changed: $(answers "$N") vs $before"
-for r in $(seq 0 $((N - 1))); do
-	cmd "$N" write "$r" $((r + 1))
-	cmd "$N" verify $((r + 1))
+gen=0
+for cycle in 1 2; do
+	pids=$(job_pids)
+	note "cycle $cycle: dump"
+	criu_dump "$T/d$cycle" || fail "criu dump (cycle $cycle)"
+	grep -q "cuinterpose: PREPARE_MULTICAST: $N participants" "$T/d$cycle/dump.log" ||
+		fail "no PREPARE_MULTICAST line"
+	wait_gone $pids || fail "dumped processes still alive"
+	note "cycle $cycle: restore"
+	criu_restore "$T/d$cycle" || fail "criu restore (cycle $cycle)"
+	grep -q "REBUILD_MC_BINDINGS: $N participants" "$T/d$cycle/restore.log" ||
+		fail "no multicast rebuild in restore.log"
+	cmd "$N" verify $gen
+	[ "$(answers "$N")" = "$before" ] || fail "addresses changed: $(answers "$N") vs $before"
+	for r in $(seq 0 $((N - 1))); do
+		gen=$((gen + 1))
+		cmd "$N" write "$r" $gen
+		cmd "$N" verify $gen
+	done
 done
 cmd "$N" exit
 note done

@@ -1,0 +1,97 @@
+# Multicast through the rollback path, two ranks: a failure once
+# PREPARE_MULTICAST began tearing the team down (an importer's multicast
+# unmap, SAVE's device-to-host copy, an importer's unmap in PREPARE_UNICAST,
+# the native lock) fails the dump, and
+# the job keeps running with the object rebuilt: same addresses, every byte,
+# writes through each rank's multicast mapping reach both members, no FD or
+# mapping leaked. Then `criu dump --leave-running` twice (in-place restore).
+. "$srcdir/lib.sh"
+N=2
+export FAKECUDA_DEVICES=$N FAKECUDA_MC_ROUND_MB=8
+export FAKECUDA_FAIL_DIR=$T/faults
+# One malloc arena: a thread's first malloc would otherwise map a new 64 MiB
+# arena that is never unmapped, which is not a leak.
+export MALLOC_ARENA_MAX=1
+mkdir -p "$FAKECUDA_FAIL_DIR"
+WORKLOAD=$B/test/e2e/e2e_mc
+[ -x "$WORKLOAD" ] || skip "workload not built"
+K=0
+GEN=0
+
+arm() { # PID|any SPEC
+	echo "$2" >"$FAKECUDA_FAIL_DIR/.tmp" && mv "$FAKECUDA_FAIL_DIR/.tmp" "$FAKECUDA_FAIL_DIR/$1"
+}
+disarm() { rm -f "$FAKECUDA_FAIL_DIR"/*; }
+pid_of() { awk '{print $2}' "$T/w/r$1.ready"; }
+snapshot() {
+	for p in $(job_pids); do
+		echo "$p fds $(ls /proc/$p/fd | wc -l) maps $(wc -l </proc/$p/maps)"
+	done
+}
+
+# every rank writes through its multicast mapping in turn; all see it
+writes_reach_everyone() {
+	for k in $(seq 0 $((N - 1))); do
+		GEN=$((GEN + 1))
+		cmd $N write "$k" $GEN
+		cmd $N verify $GEN
+	done
+}
+
+# rolled_back WHAT PHASE-LINE [criu dump args]: the dump fails in PHASE and
+# the job is as it was.
+rolled_back() {
+	what=$1
+	phase=$2
+	shift 2
+	K=$((K + 1))
+	note "dump fault $K: $what"
+	criu_dump "$T/f$K" "$@" >"$T/f$K.out" 2>&1 && fail "$what: criu dump succeeded"
+	disarm
+	log=$T/f$K/dump.log
+	grep -q "cuinterpose: PREPARE_MULTICAST: $N participants" "$log" || fail "$what: multicast not torn down"
+	grep -q "$phase" "$log" || fail "$what: no '$phase' in dump.log"
+	grep -q "REBUILD_MC_BINDINGS: $N participants" "$log" || fail "$what: multicast not rebuilt"
+	grep -q "rollback complete" "$log" || fail "$what: rollback did not complete"
+	for p in $(job_pids); do alive "$p" || fail "$what: pid $p died"; done
+	cmd $N verify $GEN
+	[ "$(answers $N)" = "$before" ] || fail "$what: addresses changed: $(answers $N) vs $before"
+	[ "$(snapshot)" = "$snap" ] || fail "$what: FDs or mappings leaked: $snap -> $(snapshot)"
+	writes_reach_everyone
+}
+
+start_job $N 8
+cmd $N write 0 $GEN
+cmd $N verify $GEN
+before=$(answers $N)
+# Settle lazily made state (export caches, staging) before counting FDs.
+criu_dump "$T/warm" --leave-running || fail "warm-up dump"
+cmd $N verify $GEN
+snap=$(snapshot)
+
+# rank 1's multicast unmap fails after rank 0 released the object: the
+# rollback finishes rank 1's teardown before the team is rebuilt
+arm "$(pid_of 1)" cuMemUnmap:1
+rolled_back "cuMemUnmap in PREPARE_MULTICAST" "PREPARE_MULTICAST failed"
+arm "$(pid_of 0)" cuMemcpyDtoHAsync:1
+rolled_back "cuMemcpyDtoHAsync in SAVE" "SAVE failed"
+# rank 1 unmaps its multicast VA (PREPARE_MULTICAST), its member's temporary
+# carrier mapping (SAVE), then its member and the unicast import
+arm "$(pid_of 1)" cuMemUnmap:3
+rolled_back "cuMemUnmap in PREPARE_UNICAST" "PREPARE_UNICAST failed"
+arm any cuCheckpointProcessLock:1
+rolled_back "cuCheckpointProcessLock" "cuCheckpointProcessLock"
+
+for i in 1 2; do
+	note "dump --leave-running $i"
+	criu_dump "$T/l$i" --leave-running || fail "criu dump --leave-running ($i)"
+	grep -q "in-place restore complete" "$T/l$i/dump.log" || fail "no in-place restore in dump.log"
+	grep -q "REBUILD_MC_BINDINGS: $N participants" "$T/l$i/dump.log" || fail "multicast not rebuilt in place"
+	for p in $(job_pids); do alive "$p" || fail "pid $p died"; done
+	cmd $N verify $GEN
+	[ "$(answers $N)" = "$before" ] || fail "--leave-running: addresses changed"
+	[ "$(snapshot)" = "$snap" ] || fail "--leave-running: FDs or mappings leaked: $snap -> $(snapshot)"
+	writes_reach_everyone
+done
+cmd $N exit
+note done
