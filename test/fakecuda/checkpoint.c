@@ -127,7 +127,8 @@ static void target_close(struct target *t)
 }
 
 /* Posts one request and waits for the restore thread's answer (as long as the target lives). */
-static CUresult request(int pid, uint32_t action, uint32_t timeout_ms, const CUcheckpointRestoreArgs *ra)
+static CUresult request(int pid, uint32_t action, uint32_t timeout_ms, const CUcheckpointRestoreArgs *ra,
+			CUprocessState *state)
 {
 	struct target t;
 	struct fk_mailbox *mb;
@@ -156,10 +157,17 @@ static CUresult request(int pid, uint32_t action, uint32_t timeout_ms, const CUc
 		}
 		syscall(SYS_futex, &mb->done_seq, FUTEX_WAIT, d, &ts, NULL, 0);
 		if (!target_alive(pid)) {
-			r = CUDA_ERROR_INVALID_VALUE;
+			/* Unlock reopens the API before it answers; a target
+			 * that exits at once was unlocked all the same. */
+			r = action == FK_MB_UNLOCK &&
+					    __atomic_load_n(&mb->state, __ATOMIC_ACQUIRE) == CU_PROCESS_STATE_RUNNING
+				    ? CUDA_SUCCESS
+				    : CUDA_ERROR_INVALID_VALUE;
 			break;
 		}
 	}
+	if (state && r == CUDA_SUCCESS)
+		*state = (CUprocessState)__atomic_load_n(&mb->state, __ATOMIC_ACQUIRE);
 	flock(t.fd, LOCK_UN);
 	target_close(&t);
 	return r;
@@ -227,19 +235,16 @@ FK_API CUresult CUDAAPI cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
 	FK_CALL("cuCheckpointProcessGetRestoreThreadId", get_restore_tid(pid, tid));
 }
 
+/*
+ * Answered by the target's restore thread, like the other actions: NVIDIA's
+ * driver (r580, measured on an H200) blocks GetState while the target's
+ * threads are stopped, and only GetRestoreThreadId answers then.
+ */
 static CUresult get_state(int pid, CUprocessState *state)
 {
-	struct target t;
-	CUresult r;
-
 	if (!state)
 		return CUDA_ERROR_INVALID_VALUE;
-	r = target_open(pid, &t);
-	if (r)
-		return r;
-	*state = (CUprocessState)__atomic_load_n(&t.mb->state, __ATOMIC_ACQUIRE);
-	target_close(&t);
-	return CUDA_SUCCESS;
+	return request(pid, FK_MB_STATE, 0, NULL, state);
 }
 
 FK_API CUresult CUDAAPI cuCheckpointProcessGetState(int pid, CUprocessState *state)
@@ -251,7 +256,7 @@ static CUresult ck_lock(int pid, CUcheckpointLockArgs *args)
 {
 	if (args && (args->reserved0 || !all_zero(args->reserved1, sizeof(args->reserved1))))
 		return CUDA_ERROR_INVALID_VALUE;
-	return request(pid, FK_MB_LOCK, args ? args->timeoutMs : 0, NULL);
+	return request(pid, FK_MB_LOCK, args ? args->timeoutMs : 0, NULL, NULL);
 }
 
 FK_API CUresult CUDAAPI cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
@@ -263,7 +268,7 @@ static CUresult ck_checkpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
 	if (args && !all_zero(args->reserved, sizeof(args->reserved)))
 		return CUDA_ERROR_INVALID_VALUE;
-	return request(pid, FK_MB_CHECKPOINT, 0, NULL);
+	return request(pid, FK_MB_CHECKPOINT, 0, NULL, NULL);
 }
 
 FK_API CUresult CUDAAPI cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
@@ -278,7 +283,7 @@ static CUresult ck_restore(int pid, CUcheckpointRestoreArgs *args)
 		    !all_zero(args->reserved, sizeof(args->reserved)) || args->reserved1)
 			return CUDA_ERROR_INVALID_VALUE;
 	}
-	return request(pid, FK_MB_RESTORE, 0, args);
+	return request(pid, FK_MB_RESTORE, 0, args, NULL);
 }
 
 FK_API CUresult CUDAAPI cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
@@ -290,7 +295,7 @@ static CUresult ck_unlock(int pid, CUcheckpointUnlockArgs *args)
 {
 	if (args && !all_zero(args->reserved, sizeof(args->reserved)))
 		return CUDA_ERROR_INVALID_VALUE;
-	return request(pid, FK_MB_UNLOCK, 0, NULL);
+	return request(pid, FK_MB_UNLOCK, 0, NULL, NULL);
 }
 
 FK_API CUresult CUDAAPI cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)

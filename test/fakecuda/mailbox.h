@@ -29,6 +29,7 @@ enum fk_mb_action {
 	FK_MB_CHECKPOINT,
 	FK_MB_RESTORE,
 	FK_MB_UNLOCK,
+	FK_MB_STATE, /* answered by the restore thread too, as on NVIDIA's driver */
 };
 
 struct fk_mailbox {

@@ -286,6 +286,9 @@ static void *restore_thread(void *arg)
 		case FK_MB_UNLOCK:
 			r = rt_unlock(&open_gate);
 			break;
+		case FK_MB_STATE:
+			r = CUDA_SUCCESS; /* the caller reads mb->state */
+			break;
 		default:
 			r = CUDA_ERROR_INVALID_VALUE;
 			break;
