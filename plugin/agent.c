@@ -13,6 +13,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,7 @@ static void *work_main(void *a)
 
 	switch (q->op) {
 	case CUIP_AGENT_PROBE:
+	case CUIP_AGENT_TID:
 		cu = DRV(drv.tid(pid, &r->tid));
 		break;
 	case CUIP_AGENT_STATE:
@@ -160,6 +162,11 @@ static void *work_main(void *a)
 	r->cu = (int32_t)cu;
 	if (cu != CUDA_SUCCESS && drv.errname && drv.errname(cu, &name) == CUDA_SUCCESS && name)
 		snprintf(r->cu_name, sizeof(r->cu_name), "%s", name);
+	if (q->op == CUIP_AGENT_TID) {
+		r->state_cu = CUDA_SUCCESS;
+		r->state = -1;
+		return NULL;
+	}
 	r->state_cu = (int32_t)DRV(drv.state(pid, &s));
 	r->state = r->state_cu == CUDA_SUCCESS ? (int32_t)s : -1;
 	return NULL;
@@ -384,10 +391,56 @@ pid_t cuip_agent_pid(void)
 	return A.pid;
 }
 
+/*
+ * How long to wait for the agent's answer, in ms (-1: as long as it takes).
+ * The queries answer at once from a live target, but NVIDIA's driver blocks
+ * GetState while the target's threads are stopped (a SIGSTOPped or frozen
+ * participant): bounded by CUINTERPOSE_DRIVER_TIMEOUT_MS (default 5 s,
+ * under CRIU's own 10 s dump timeout).
+ * Lock has its own timeout, plus that margin; checkpoint and restore move
+ * all of a process's device memory and take as long as they take.
+ */
+static int answer_wait_ms(enum cuip_agent_op op, unsigned timeout_ms)
+{
+	const char *env = getenv("CUINTERPOSE_DRIVER_TIMEOUT_MS");
+	long margin = env && *env ? strtol(env, NULL, 10) : 5000;
+
+	if (margin <= 0)
+		return -1;
+	switch (op) {
+	case CUIP_AGENT_PROBE:
+	case CUIP_AGENT_STATE:
+	case CUIP_AGENT_TID:
+		return (int)margin;
+	case CUIP_AGENT_LOCK:
+		return timeout_ms ? (int)(timeout_ms + margin) : -1;
+	default:
+		return -1;
+	}
+}
+
+static const char *op_call_name(enum cuip_agent_op op)
+{
+	switch (op) {
+	case CUIP_AGENT_PROBE:
+		return "cuCheckpointProcessGetRestoreThreadId/GetState";
+	case CUIP_AGENT_STATE:
+		return "cuCheckpointProcessGetState";
+	case CUIP_AGENT_TID:
+		return "cuCheckpointProcessGetRestoreThreadId";
+	case CUIP_AGENT_LOCK:
+		return "cuCheckpointProcessLock";
+	default:
+		return "the driver call";
+	}
+}
+
 int cuip_agent_call(enum cuip_agent_op op, const pid_t *pids, size_t n, unsigned timeout_ms,
 		    const struct cuip_gpu_pair *remap, unsigned n_remap, struct cuip_agent_result *res, char *err,
 		    size_t errlen)
 {
+	int wait_ms = answer_wait_ms(op, timeout_ms);
+	bool late = false;
 	struct agent_req *q;
 	struct agent_rep *rep = NULL;
 	pid_t agent;
@@ -426,11 +479,32 @@ int cuip_agent_call(enum cuip_agent_op op, const pid_t *pids, size_t n, unsigned
 	if (send(A.fd, q, REQ_SIZE(n), MSG_NOSIGNAL) < 0) {
 		len = -1;
 	} else {
+		struct pollfd pfd = {.fd = A.fd, .events = POLLIN};
+		int pr;
+
 		do
-			len = recv(A.fd, rep, sizeof(*rep), 0);
-		while (len < 0 && errno == EINTR);
+			pr = poll(&pfd, 1, wait_ms);
+		while (pr < 0 && errno == EINTR);
+		if (pr == 0) {
+			late = true;
+			len = -1;
+		} else {
+			do
+				len = recv(A.fd, rep, sizeof(*rep), 0);
+			while (len < 0 && errno == EINTR);
+		}
 	}
-	if (len != (ssize_t)REP_SIZE(n) || rep->magic != AGENT_MAGIC || rep->op != (uint32_t)op || rep->n != n) {
+	if (late) {
+		/* The agent is stuck in the driver: kill it (a fresh one
+		 * starts on the next call) and name the processes. */
+		kill(agent, SIGKILL);
+		reap(2000);
+		snprintf(err, errlen,
+			 "%s timed out after %d ms for pid %d%s (is the process stopped? "
+			 "CUINTERPOSE_DRIVER_TIMEOUT_MS sets this limit)",
+			 op_call_name(op), wait_ms, (int)pids[0], n > 1 ? " and others" : "");
+		ret = -ETIMEDOUT;
+	} else if (len != (ssize_t)REP_SIZE(n) || rep->magic != AGENT_MAGIC || rep->op != (uint32_t)op || rep->n != n) {
 		reap(len == 0 ? 2000 : 0);
 		snprintf(err, errlen, "the native agent (pid %d) died with %zu driver calls in flight: %s", agent, n,
 			 A.exit_why);

@@ -44,6 +44,9 @@ enum cuip_agent_op {
 	CUIP_AGENT_CHECKPOINT,
 	CUIP_AGENT_RESTORE, /* Restore(remap pairs) */
 	CUIP_AGENT_UNLOCK,
+	CUIP_AGENT_TID, /* GetRestoreThreadId only: the one call NVIDIA's driver
+			 * answers while the target's threads are stopped
+			 * (GetState and Restore wait for its restore thread) */
 };
 
 struct cuip_agent_result {

@@ -211,12 +211,20 @@ static void reset_state(void)
 	memset(&S, 0, sizeof(S));
 }
 
-static int add_native(pid_t pid, char *err, size_t errlen)
+/*
+ * A CUDA process of the tree. At restore its threads are stopped, so only
+ * the restore thread is asked for; the checkpoint left it CHECKPOINTED, and
+ * the state is checked after each native step once that thread runs.
+ */
+static int add_native(pid_t pid, bool restoring, char *err, size_t errlen)
 {
 	struct cuip_native_proc *nv;
-	int tid, state, ret;
+	int tid, state = CUIP_NATIVE_CHECKPOINTED, ret;
 
-	ret = cuip_native_probe(pid, &tid, &state, err, errlen);
+	if (restoring)
+		ret = cuip_native_tid(pid, &tid, err, errlen);
+	else
+		ret = cuip_native_probe(pid, &tid, &state, err, errlen);
 	if (ret == -ENOENT)
 		return 0;
 	if (ret)
@@ -421,7 +429,7 @@ static int pause_group(pid_t root)
 		return -ENOTSUP;
 	}
 	for (size_t i = 0; i < S.n_tree; i++) {
-		if ((ret = add_native(S.tree[i], err, sizeof(err)))) {
+		if ((ret = add_native(S.tree[i], false, err, sizeof(err)))) {
 			pr_err("%s", err);
 			return ret;
 		}
@@ -630,7 +638,7 @@ static int resume_group(pid_t root)
 	}
 	ret = cuip_native_open(S.o.libcuda, err, sizeof(err));
 	for (size_t i = 0; !ret && i < S.n_tree; i++)
-		ret = add_native(S.tree[i], err, sizeof(err));
+		ret = add_native(S.tree[i], true, err, sizeof(err));
 	if (ret)
 		goto fail;
 	pr_info("restore of tree %d: %zu processes, %zu participants, %zu CUDA processes, %" PRIu64 " carried bytes",

@@ -69,6 +69,22 @@ int cuip_native_state(pid_t pid)
 	return r.state_cu == 0 ? r.state : -EIO;
 }
 
+int cuip_native_tid(pid_t pid, int *tid, char *err, size_t errlen)
+{
+	struct cuip_agent_result r;
+	int ret;
+
+	if (cuip_agent_pid() <= 0)
+		return -ENOENT;
+	ret = cuip_agent_call(CUIP_AGENT_TID, &pid, 1, 0, NULL, 0, &r, err, errlen);
+	if (ret)
+		return ret;
+	if (r.cu)
+		return -ENOENT; /* no CUDA in this process */
+	*tid = r.tid;
+	return 0;
+}
+
 int cuip_native_probe(pid_t pid, int *tid, int *state, char *err, size_t errlen)
 {
 	struct cuip_agent_result r;

@@ -47,6 +47,13 @@ void cuip_native_close(void);
 /* 0 and the restore thread + state for a CUDA process, -ENOENT for a process
  * without CUDA, another negative errno on driver trouble. */
 int cuip_native_probe(pid_t pid, int *tid, int *state, char *err, size_t errlen);
+/*
+ * Restore thread only (-ENOENT: not a CUDA process). At restore the tasks
+ * are stopped, and NVIDIA's driver answers GetState (and Restore) only once
+ * the restore thread runs again (measured on r580): this is the probe to use
+ * before thawing it.
+ */
+int cuip_native_tid(pid_t pid, int *tid, char *err, size_t errlen);
 
 /* Each returns 0 or the first failure (err names the pid and the call);
  * every process is attempted and its own status recorded. */
