@@ -796,10 +796,10 @@ static Cuip__Response *op_verify(Cuip__Verify *v)
 		shared += e->owner == CUIP__OWNER__OWNER_SHARED;
 	}
 	for (size_t i = 0; i < exp->n_mappings; i++) {
-		Cuip__Mapping *e = exp->mappings[i], *f = NULL;
-		for (size_t k = 0; k < now->n_mappings && !f; k++)
-			if (now->mappings[k]->va == e->va)
-				f = now->mappings[k];
+		Cuip__Mapping *e = exp->mappings[i], *f = now->mappings[i];
+
+		if (f->va != e->va)
+			f = NULL;
 		if (!f || f->size != e->size || f->offset != e->offset || f->alloc->creator != e->alloc->creator ||
 		    f->alloc->serial != e->alloc->serial ||
 		    !same_access(f->access, f->n_access, e->access, e->n_access)) {
