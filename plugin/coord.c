@@ -55,21 +55,198 @@ static void part_fail(struct cuip_part *p, const char *fmt, ...)
 	va_end(ap);
 }
 
+/* ---- progress of SAVE and LOAD ------------------------------------------ */
+
+/*
+ * How a long phase measures itself from outside its job threads: `total`
+ * is what participant p will move, `done` what it has moved so far (< 0:
+ * unknown). Both only read the participant's records and the files and
+ * /proc entries of the phase, never what the job thread writes.
+ */
+struct meter {
+	uint64_t (*total)(const struct cuip_group *g, const struct cuip_part *p, const void *arg);
+	int64_t (*done)(const struct cuip_group *g, const struct cuip_part *p, const void *arg);
+	bool delta; /* done counts from an arbitrary origin: subtract its start value */
+};
+
+/*
+ * The sampler of one phase: one thread that wakes every progress_ms and
+ * logs one line. Started before the phase's jobs and joined after them, so
+ * criu is single-threaded again when the phase returns.
+ */
+struct progress {
+	struct cuip_group *g;
+	const char *name;
+	applies_fn applies;
+	const void *arg;
+	const struct meter *m;
+	uint64_t total;
+	int64_t *base; /* per participant: done() when the phase started */
+	pthread_mutex_t lock;
+	pthread_cond_t cond; /* CLOCK_MONOTONIC; signalled with stop set */
+	bool stop;
+	pthread_t th;
+};
+
+static void fmt_bytes(uint64_t b, char *buf, size_t len)
+{
+	if (b >= 1ull << 30)
+		snprintf(buf, len, "%.1f GiB", (double)b / (1ull << 30));
+	else if (b >= 1ull << 20)
+		snprintf(buf, len, "%.1f MiB", (double)b / (1ull << 20));
+	else
+		snprintf(buf, len, "%.1f KiB", (double)b / 1024);
+}
+
+static void fmt_rate(double bps, char *buf, size_t len)
+{
+	if (bps >= 1e9)
+		snprintf(buf, len, "%.1f GB/s", bps / 1e9);
+	else
+		snprintf(buf, len, "%.1f MB/s", bps / 1e6);
+}
+
+static bool progress_on(const struct progress *pg, const struct cuip_part *p)
+{
+	return !pg->applies || pg->applies(pg->g, p, pg->arg);
+}
+
+/* Bytes moved by the whole phase so far; false when a participant cannot
+ * say (its /proc entry is unreadable). */
+static bool progress_sample(const struct progress *pg, uint64_t *done)
+{
+	*done = 0;
+	for (size_t i = 0; i < pg->g->n; i++) {
+		const struct cuip_part *p = &pg->g->p[i];
+		uint64_t t;
+		int64_t d;
+
+		if (!progress_on(pg, p))
+			continue;
+		d = pg->m->done(pg->g, p, pg->arg);
+		if (d < 0 || pg->base[i] < 0)
+			return false;
+		d -= pg->base[i];
+		t = pg->m->total(pg->g, p, pg->arg);
+		*done += d < 0 ? 0 : (uint64_t)d > t ? t : (uint64_t)d;
+	}
+	return true;
+}
+
+static void *progress_main(void *a)
+{
+	struct progress *pg = a;
+	double t0 = cuip_now(), last_t = t0;
+	unsigned ms = pg->g->o->progress_ms;
+	uint64_t last = 0;
+	char done_s[32], total_s[32], rate_s[32];
+
+	fmt_bytes(pg->total, total_s, sizeof(total_s));
+	pthread_mutex_lock(&pg->lock);
+	while (!pg->stop) {
+		struct timespec ts;
+		uint64_t done;
+		double now;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += ms / 1000;
+		ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		while (!pg->stop && pthread_cond_timedwait(&pg->cond, &pg->lock, &ts) != ETIMEDOUT)
+			;
+		if (pg->stop)
+			break;
+		pthread_mutex_unlock(&pg->lock);
+		now = cuip_now();
+		if (progress_sample(pg, &done)) {
+			fmt_bytes(done, done_s, sizeof(done_s));
+			fmt_rate(now > last_t ? (double)(done - last) / (now - last_t) : 0.0, rate_s, sizeof(rate_s));
+			pr_info("%s in progress: %s of %s (%u%%), %s, %.1f s", pg->name, done_s, total_s,
+				(unsigned)(done * 100 / pg->total), rate_s, now - t0);
+			last = done;
+			last_t = now;
+		} else {
+			pr_info("%s in progress: %s expected, %.1f s (no byte count: /proc/PID/io unreadable)",
+				pg->name, total_s, now - t0);
+		}
+		pthread_mutex_lock(&pg->lock);
+	}
+	pthread_mutex_unlock(&pg->lock);
+	return NULL;
+}
+
+/* Start the sampler of a phase; false (and no thread) when progress lines
+ * are off, there is nothing to measure, or no thread can be had. */
+static bool progress_start(struct progress *pg)
+{
+	pthread_condattr_t ca;
+	struct cuip_group *g = pg->g;
+
+	if (!pg->m || !g->o->progress_ms)
+		return false;
+	pg->total = 0;
+	for (size_t i = 0; i < g->n; i++)
+		if (progress_on(pg, &g->p[i]))
+			pg->total += pg->m->total(g, &g->p[i], pg->arg);
+	if (!pg->total)
+		return false;
+	pg->base = calloc(g->n, sizeof(*pg->base));
+	if (!pg->base)
+		return false;
+	for (size_t i = 0; i < g->n; i++)
+		if (pg->m->delta && progress_on(pg, &g->p[i]))
+			pg->base[i] = pg->m->done(g, &g->p[i], pg->arg);
+	pthread_mutex_init(&pg->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&pg->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	pg->stop = false;
+	if (pthread_create(&pg->th, NULL, progress_main, pg)) {
+		pr_debug("%s: no progress thread", pg->name);
+		pthread_cond_destroy(&pg->cond);
+		pthread_mutex_destroy(&pg->lock);
+		free(pg->base);
+		return false;
+	}
+	return true;
+}
+
+static void progress_stop(struct progress *pg)
+{
+	pthread_mutex_lock(&pg->lock);
+	pg->stop = true;
+	pthread_cond_signal(&pg->cond);
+	pthread_mutex_unlock(&pg->lock);
+	pthread_join(pg->th, NULL);
+	pthread_cond_destroy(&pg->cond);
+	pthread_mutex_destroy(&pg->lock);
+	free(pg->base);
+}
+
 /*
  * Run `fn` for every participant `applies` selects, one thread each, and
- * wait for all of them (the barrier). Logs one line for the phase; returns
- * the status of the first failing participant in group order.
+ * wait for all of them (the barrier). Logs one line for the phase, and with
+ * a meter one progress line every CUINTERPOSE_PROGRESS_MS while it runs;
+ * returns the status of the first failing participant in group order.
  */
-static int run_phase(struct cuip_group *g, const char *name, step_fn fn, applies_fn applies, const void *arg)
+static int run_phase_metered(struct cuip_group *g, const char *name, step_fn fn, applies_fn applies, const void *arg,
+			     const struct meter *m)
 {
 	struct job *jobs = calloc(g->n ? g->n : 1, sizeof(*jobs));
+	struct progress pg = {.g = g, .name = name, .applies = applies, .arg = arg, .m = m};
 	size_t parts = 0, records = 0;
 	uint64_t bytes = 0;
 	double t0 = cuip_now(), dt;
+	bool sampling;
 	int ret = 0;
 
 	if (!jobs)
 		return -ENOMEM;
+	sampling = progress_start(&pg);
 	for (size_t i = 0; i < g->n; i++) {
 		struct cuip_part *p = &g->p[i];
 
@@ -91,6 +268,8 @@ static int run_phase(struct cuip_group *g, const char *name, step_fn fn, applies
 	for (size_t i = 0; i < g->n; i++)
 		if (jobs[i].started)
 			pthread_join(jobs[i].th, NULL);
+	if (sampling)
+		progress_stop(&pg);
 	for (size_t i = 0; i < g->n; i++) {
 		struct cuip_part *p = &g->p[i];
 
@@ -121,6 +300,11 @@ static int run_phase(struct cuip_group *g, const char *name, step_fn fn, applies
 	if (g->after_phase)
 		g->after_phase(g, name, ret);
 	return ret;
+}
+
+static int run_phase(struct cuip_group *g, const char *name, step_fn fn, applies_fn applies, const void *arg)
+{
+	return run_phase_metered(g, name, fn, applies, arg, NULL);
 }
 
 static unsigned op_timeout(const struct cuip_group *g)
@@ -410,6 +594,31 @@ out:
 	return ret;
 }
 
+/* SAVE's meter: the carried bytes of p, and the blocks its carrier image
+ * holds so far (workers pwrite() slices out of order: the size runs ahead). */
+static uint64_t save_total(const struct cuip_group *g, const struct cuip_part *p, const void *arg)
+{
+	uint64_t t = 0;
+
+	for (size_t i = 0; i < p->st->n_allocations; i++)
+		if (cuip_alloc_carried_by(p->st->allocations[i], p->st->self->id))
+			t += cuip_alloc_size(p->st->allocations[i]);
+	return t;
+}
+
+static int64_t save_done(const struct cuip_group *g, const struct cuip_part *p, const void *arg)
+{
+	char file[64];
+	struct stat sb;
+
+	cuip_carrier_name(p->vpid, file, sizeof(file));
+	if (fstatat(g->imgdir, file, &sb, 0))
+		return 0; /* not created yet */
+	return (int64_t)sb.st_blocks * 512;
+}
+
+static const struct meter save_meter = {.total = save_total, .done = save_done};
+
 /* Name a process identity outside the group by the socket directories of the
  * participants ("<pid>-<id>.sock"). */
 static pid_t resolve_outside(uint64_t id, void *arg)
@@ -647,7 +856,8 @@ int cuip_group_dump(struct cuip_group *g)
 	if ((ret = quiesce_with_retries(g)) ||
 	    (ret = run_phase(g, "PREPARE_MULTICAST", step_flag, NULL,
 			     (void *)(intptr_t)CUIP__REQUEST__BODY_PREPARE_MULTICAST)) ||
-	    (ret = run_phase(g, "SAVE", step_save, has_carriers, NULL)) || (ret = write_images(g)) ||
+	    (ret = run_phase_metered(g, "SAVE", step_save, has_carriers, NULL, &save_meter)) ||
+	    (ret = write_images(g)) ||
 	    (ret = run_phase(g, "PREPARE_UNICAST", step_flag, NULL,
 			     (void *)(intptr_t)CUIP__REQUEST__BODY_PREPARE_UNICAST))) {
 		char why[sizeof(g->err)];
@@ -731,6 +941,37 @@ static int step_load(struct cuip_group *g, struct cuip_part *p, const void *arg)
 	return ret;
 }
 
+/* LOAD's meter: the carrier bytes of p, and what p has read (rchar of
+ * /proc/PID/io; the interposer pread()s its carrier image). */
+static uint64_t load_total(const struct cuip_group *g, const struct cuip_part *p, const void *arg)
+{
+	const Cuip__Topology *t = topo_of(g, p, arg);
+	uint64_t want = 0;
+
+	for (size_t i = 0; i < t->n_carriers; i++)
+		want += t->carriers[i]->size;
+	return want;
+}
+
+static int64_t load_done(const struct cuip_group *g, const struct cuip_part *p, const void *arg)
+{
+	char path[64], line[128];
+	long long rchar = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/io", p->pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "rchar: %lld", &rchar) == 1)
+			break;
+	fclose(f);
+	return rchar;
+}
+
+static const struct meter load_meter = {.total = load_total, .done = load_done, .delta = true};
+
 static int step_rebuild(struct cuip_group *g, struct cuip_part *p, const void *arg)
 {
 	const struct rebuild_ctx *c = arg;
@@ -813,7 +1054,7 @@ static int rebuild(struct cuip_group *g, const Cuip__Topology *const *topo, bool
 	c.peers = pps;
 	c.n_peers = g->n;
 	c.unicast = true;
-	ret = run_phase(g, "LOAD", step_load, load_applies, &c);
+	ret = run_phase_metered(g, "LOAD", step_load, load_applies, &c, &load_meter);
 	for (size_t s = 0; !ret && s < nstages; s++) {
 		c.stage = stages[s];
 		c.unicast = stages[s] == CUIP__STAGE__STAGE_CREATORS || stages[s] == CUIP__STAGE__STAGE_IMPORTERS;

@@ -630,11 +630,14 @@ static int resume_group(pid_t root)
 				S.g.p[k] = tmp;
 			}
 	if (S.o.verify_carriers && ck.carried_bytes) {
-		double t1 = cuip_now();
+		double t1 = cuip_now(), dt;
+
 		ret = cuip_images_verify_carriers(S.g.imgdir, &ck, err, sizeof(err));
 		if (ret)
 			goto fail;
-		pr_info("CARRIERS verified: %" PRIu64 " bytes, %.3f s", ck.carried_bytes, cuip_now() - t1);
+		dt = cuip_now() - t1;
+		pr_info("CARRIERS verified: %" PRIu64 " bytes, %.3f s, %.1f MB/s", ck.carried_bytes, dt,
+			dt > 0 ? (double)ck.carried_bytes / dt / 1e6 : 0.0);
 	}
 	ret = cuip_native_open(S.o.libcuda, err, sizeof(err));
 	for (size_t i = 0; !ret && i < S.n_tree; i++)

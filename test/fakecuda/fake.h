@@ -286,6 +286,8 @@ int map_lower(uint64_t va);
 size_t fk_granularity(void);
 /* FAKECUDA_CKPT_US_PER_MB: native checkpoint/restore pace (0: memcpy speed). */
 extern unsigned fk_ckpt_us_per_mb;
+/* FAKECUDA_COPY_US_PER_MB: pace of async host<->device copies (0: memcpy speed). */
+extern unsigned fk_copy_us_per_mb;
 /* Copy between device VAs and host memory; G.lock held.  ord < 0: any accessor. */
 CUresult devmem_read(void *dst, uint64_t va, size_t n, int ord);
 CUresult devmem_write(uint64_t va, const void *src, size_t n, int ord);

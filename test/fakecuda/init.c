@@ -105,6 +105,8 @@ FK_API CUresult CUDAAPI cuInit(unsigned int flags)
 		const char *v = getenv("FAKECUDA_CKPT_US_PER_MB");
 
 		fk_ckpt_us_per_mb = v && *v ? (unsigned)strtoul(v, NULL, 10) : 0;
+		v = getenv("FAKECUDA_COPY_US_PER_MB");
+		fk_copy_us_per_mb = v && *v ? (unsigned)strtoul(v, NULL, 10) : 0;
 		fk_granularity();
 	}
 	atomic_store(&G.initialized, 1);
@@ -113,6 +115,7 @@ FK_API CUresult CUDAAPI cuInit(unsigned int flags)
 }
 
 unsigned fk_ckpt_us_per_mb;
+unsigned fk_copy_us_per_mb;
 
 size_t fk_granularity(void)
 {

@@ -366,6 +366,8 @@ static CUresult copy(uint64_t dst, uint64_t src, size_t n, enum side ds, enum si
 	} else {
 		op.type = OP_HOST_COPY;
 	}
+	if (dd != sd)
+		op.delay_us = (uint32_t)(((uint64_t)n * fk_copy_us_per_mb) >> 20);
 	return submit(&op, async, st);
 }
 

@@ -1,0 +1,32 @@
+# Progress of long carrier transfers: with host<->device copies paced at
+# ~65 MB/s (FAKECUDA_COPY_US_PER_MB) the 18 MiB SAVE takes about 0.3 s;
+# CUINTERPOSE_PROGRESS_MS=50 must log progress lines with a total of
+# 18.0 MiB and a percentage in 0..100, and the restore still brings every
+# byte back, its CARRIERS line with a throughput.
+. "$srcdir/lib.sh"
+
+export FAKECUDA_COPY_US_PER_MB=15000
+export CUINTERPOSE_PROGRESS_MS=50
+
+check_progress() { # LOG PHASE
+	grep -E "cuinterpose: $2 in progress: [0-9.]+ [KMG]iB of 18\.0 MiB \(([0-9]|[1-9][0-9]|100)%\), [0-9.]+ [MG]B/s, [0-9.]+ s" "$1" ||
+		fail "no sane '$2 in progress' line in $1: $(grep -E "in progress|LOAD|RESUME_DEV" "$1")"
+}
+
+start_job 2
+cmd 2 verify 0
+before=$(answers 2)
+pids=$(job_pids)
+note "dump"
+criu_dump "$T/d" || fail "criu dump"
+check_progress "$T/d/dump.log" SAVE
+grep -q "cuinterpose: SAVE: 1 participants" "$T/d/dump.log" || fail "no SAVE line in dump.log"
+wait_gone $pids || fail "dumped processes still alive"
+note "restore"
+criu_restore "$T/d" || fail "criu restore"
+grep -E "cuinterpose: CARRIERS verified: [0-9]+ bytes, [0-9.]+ s, [0-9.]+ MB/s" "$T/d/restore.log" ||
+	fail "no throughput on the CARRIERS line"
+cmd 2 verify 0
+[ "$(answers 2)" = "$before" ] || fail "addresses changed"
+cmd 2 exit
+note done
