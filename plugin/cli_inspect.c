@@ -180,6 +180,84 @@ static unsigned mappings_of(const Cuip__ProcessState *st, const Cuip__AllocId *i
 	return n;
 }
 
+static bool same_id(const Cuip__AllocId *a, const Cuip__AllocId *b)
+{
+	return a && b && a->creator == b->creator && a->serial == b->serial;
+}
+
+/* The devices and live bindings of multicast object `a`, under its line. */
+static void print_mc(const Cuip__ProcessState *st, const Cuip__Allocation *a)
+{
+	char b[64];
+
+	printf("    multicast  requested %" PRIu64 "  effective %" PRIu64 "  handle types %#" PRIx64
+	       "  num_devices %u\n",
+	       a->mc->requested_size, a->mc->has_effective_size ? a->mc->effective_size : a->mc->requested_size,
+	       a->mc->handle_types, a->mc->num_devices);
+	for (size_t i = 0; i < st->n_mc_devices; i++) {
+		const Cuip__McDevice *d = st->mc_devices[i];
+
+		if (!same_id(d->mc, a->id))
+			continue;
+		uuid_str(&d->device_uuid, b, sizeof(b));
+		printf("    mc device %d  GPU-%s  participant %016" PRIx64 "\n", d->device, b, d->participant);
+	}
+	for (size_t i = 0; i < st->n_mc_bindings; i++) {
+		const Cuip__McBinding *m = st->mc_bindings[i];
+
+		if (!same_id(m->mc, a->id))
+			continue;
+		printf("    mc binding device %d  mc offset %" PRIu64 "  member %016" PRIx64 ":%" PRIu64
+		       "  member offset %" PRIu64 "  size %" PRIu64 "  %s  %s\n",
+		       m->device, m->mc_offset, m->member->creator, m->member->serial, m->member_offset, m->size,
+		       m->by_addr ? "BindAddr" : "BindMem", m->abi == 2 ? "v2" : "v1");
+	}
+}
+
+static void print_mc_json(const Cuip__ProcessState *st, const Cuip__Allocation *a)
+{
+	char b[64];
+	bool first = true;
+
+	printf(",\"multicast\":{\"requested_size\":%" PRIu64 ",\"effective_size\":%" PRIu64 ",\"handle_types\":%" PRIu64
+	       ",\"num_devices\":%u,\"devices\":[",
+	       a->mc->requested_size, a->mc->has_effective_size ? a->mc->effective_size : a->mc->requested_size,
+	       a->mc->handle_types, a->mc->num_devices);
+	for (size_t i = 0; i < st->n_mc_devices; i++) {
+		const Cuip__McDevice *d = st->mc_devices[i];
+
+		if (!same_id(d->mc, a->id))
+			continue;
+		uuid_str(&d->device_uuid, b, sizeof(b));
+		printf("%s{\"ordinal\":%d,\"uuid\":\"GPU-%s\",\"participant\":\"%016" PRIx64 "\"}", first ? "" : ",",
+		       d->device, b, d->participant);
+		first = false;
+	}
+	printf("],\"bindings\":[");
+	first = true;
+	for (size_t i = 0; i < st->n_mc_bindings; i++) {
+		const Cuip__McBinding *m = st->mc_bindings[i];
+
+		if (!same_id(m->mc, a->id))
+			continue;
+		printf("%s{\"device\":%d,\"mc_offset\":%" PRIu64 ",\"member\":\"%016" PRIx64 ":%" PRIu64
+		       "\",\"member_offset\":%" PRIu64 ",\"size\":%" PRIu64 ",\"bind\":\"%s\",\"abi\":\"%s\"}",
+		       first ? "" : ",", m->device, m->mc_offset, m->member->creator, m->member->serial,
+		       m->member_offset, m->size, m->by_addr ? "BindAddr" : "BindMem", m->abi == 2 ? "v2" : "v1");
+		first = false;
+	}
+	printf("]}");
+}
+
+static uint64_t alloc_size(const Cuip__Allocation *a)
+{
+	if (a->props)
+		return a->props->size;
+	if (a->mc)
+		return a->mc->has_effective_size ? a->mc->effective_size : a->mc->requested_size;
+	return 0;
+}
+
 void cli_print_state(const Cuip__ProcessState *st)
 {
 	char b[64];
@@ -199,8 +277,8 @@ void cli_print_state(const Cuip__ProcessState *st)
 		const Cuip__Allocation *a = st->allocations[i];
 		bool mine = a->id->creator == st->self->id;
 		printf("  %016" PRIx64 ":%" PRIu64 "  size %" PRIu64 "  owner %s  origin %s  creator %s",
-		       a->id->creator, a->id->serial, a->props ? a->props->size : 0, owner_name(a->owner),
-		       origin_name(a->origin), mine ? "this process" : "pid");
+		       a->id->creator, a->id->serial, alloc_size(a), owner_name(a->owner), origin_name(a->origin),
+		       mine ? "this process" : "pid");
 		if (!mine)
 			printf(" %d", a->has_creator_pid ? a->creator_pid : -1);
 		printf("  device %d  handles %u  mappings %u%s", a->props ? a->props->location_id : -1, a->app_handles,
@@ -210,6 +288,8 @@ void cli_print_state(const Cuip__ProcessState *st)
 		if (a->unsupported_reason)
 			printf("  (%s)", a->unsupported_reason);
 		printf("\n");
+		if (a->mc)
+			print_mc(st, a);
 	}
 	printf("mappings (%zu):\n", st->n_mappings);
 	for (size_t i = 0; i < st->n_mappings; i++) {
@@ -277,13 +357,15 @@ void cli_print_state_json(const Cuip__ProcessState *st)
 		       "\"serial\":%" PRIu64 ",\"size\":%" PRIu64 ",\"device\":%d,\"owner\":\"%s\",\"origin\":\"%s\","
 		       "\"app_handles\":%u,\"mappings\":%u,\"exported\":%s",
 		       i ? "," : "", a->id->creator, a->id->serial, a->id->creator,
-		       a->has_creator_pid ? a->creator_pid : -1, a->id->serial, a->props ? a->props->size : 0,
+		       a->has_creator_pid ? a->creator_pid : -1, a->id->serial, alloc_size(a),
 		       a->props ? a->props->location_id : -1, owner_name(a->owner), origin_name(a->origin),
 		       a->app_handles, mappings_of(st, a->id), a->exported ? "true" : "false");
 		if (a->unsupported_reason) {
 			printf(",\"unsupported_reason\":");
 			cli_jstr(a->unsupported_reason);
 		}
+		if (a->mc)
+			print_mc_json(st, a);
 		printf("}");
 	}
 	printf("],\"mappings\":[");
