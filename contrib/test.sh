@@ -51,5 +51,8 @@ if [ "${CUINTERPOSE_TEST_QUICK:-0}" != 1 ]; then
 	fi
 fi
 # One summary line over every pass, counted from automake's result files.
-count() { cat "$top"/build*/test/*/*.trs "$top"/build*/test/*.trs 2>/dev/null | grep -c "^:test-result: $1" || true; }
+count() {
+	find "$top/build" "$top/build-san" -name '*.trs' -not -path '*/cuinterpose-*/*' -exec cat {} + 2>/dev/null |
+		grep -c "^:test-result: $1" || true
+}
 echo "total: $(count PASS) passed, $(($(count FAIL) + $(count ERROR))) failed, $(count SKIP) skipped"
