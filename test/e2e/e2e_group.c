@@ -179,7 +179,7 @@ static CUmemAllocationProp props(void)
 	p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
 	p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 	p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	p.location.id = 0;
+	p.location.id = dev;
 	return p;
 }
 
@@ -191,7 +191,7 @@ static int map_rw(CUmemGenericAllocationHandle h, uint64_t size, CUdeviceptr *va
 	CK(cuMemMap(*va, size, 0, h, 0));
 	memset(&ad, 0, sizeof(ad));
 	ad.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	ad.location.id = 0;
+	ad.location.id = dev;
 	ad.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
 	CK(cuMemSetAccess(*va, size, &ad, 1));
 	return 0;
@@ -219,10 +219,15 @@ static int import_shared(int fd, uint64_t size, int idx)
 
 static int setup_cuda(void)
 {
-	CUmemAllocationProp p = props();
+	CUmemAllocationProp p;
+	int ndev = 1;
 
 	CK(cuInit(0));
-	CK(cuDeviceGet(&dev, 0));
+	/* E2E_SPREAD=1: rank r runs on device r % count (one process per GPU). */
+	if (getenv("E2E_SPREAD"))
+		CK(cuDeviceGetCount(&ndev));
+	CK(cuDeviceGet(&dev, rank % ndev));
+	p = props();
 	CK(cuDevicePrimaryCtxRetain(&ctx, dev));
 	CK(cuCtxSetCurrent(ctx));
 	/* native-owned memory */
