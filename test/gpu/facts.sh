@@ -27,6 +27,8 @@ start() {
 	eval "exec {fd_$name}>$work/$name.in"
 	pids+=($!)
 	eval "pid_$name=$!"
+	# Not a job of this shell: no "Killed" report when cleanup kills it.
+	disown $!
 }
 
 # wait_for NAME WORD [SECONDS]: wait until NAME's output has a line starting with WORD
