@@ -609,8 +609,8 @@ struct peer_conn {
 	int sock;
 };
 
-static int peer_conn_get(struct peer_conn *pc, size_t *npc, size_t cap, const char *path, uint64_t creator,
-			 char *why, size_t whylen)
+static int peer_conn_get(struct peer_conn *pc, size_t *npc, size_t cap, const char *path, uint64_t creator, char *why,
+			 size_t whylen)
 {
 	size_t i;
 
@@ -640,8 +640,8 @@ static Cuip__Response *rebuild_importers(const Cuip__Rebuild *rb)
 			continue;
 		sock = peer_socket(rb, a);
 		if (!sock) {
-			err = reply(-ESRCH, "pid %d: allocation " ID_FMT ": no socket for its creator (pid %d)", self.pid,
-				    ID(a), a->creator_pid);
+			err = reply(-ESRCH, "pid %d: allocation " ID_FMT ": no socket for its creator (pid %d)",
+				    self.pid, ID(a), a->creator_pid);
 			break;
 		}
 		s = peer_conn_get(pc, &npc, sizeof(pc) / sizeof(pc[0]), sock, a->creator, why, sizeof(why));
@@ -654,8 +654,8 @@ static Cuip__Response *rebuild_importers(const Cuip__Rebuild *rb)
 				close(s);
 		}
 		if (fd < 0) {
-			err = reply(fd, "pid %d: allocation " ID_FMT " from pid %d: %s", self.pid, ID(a), a->creator_pid,
-				    why);
+			err = reply(fd, "pid %d: allocation " ID_FMT " from pid %d: %s", self.pid, ID(a),
+				    a->creator_pid, why);
 			break;
 		}
 		r = real.cuMemImportFromShareableHandle(&a->drv, (void *)(uintptr_t)fd,

@@ -20,18 +20,18 @@ struct cuip_gpu_pair {
 };
 
 struct cuip_opts {
-	unsigned lock_timeout_ms;		    /* CUINTERPOSE_LOCK_TIMEOUT_MS; 0 = take CRIU's --timeout */
-	unsigned op_timeout_ms;			    /* CUINTERPOSE_OP_TIMEOUT_MS: one control request (not SAVE/LOAD) */
-	unsigned data_timeout_ms;		    /* CUINTERPOSE_DATA_TIMEOUT_MS: SAVE/LOAD; 0 = no limit */
-	unsigned quiesce_timeout_ms;		    /* CUINTERPOSE_QUIESCE_TIMEOUT_MS: draining the API gate */
-	unsigned quiesce_retries;		    /* CUINTERPOSE_QUIESCE_RETRIES: reopen and retry a timed-out QUIESCE */
-	unsigned progress_ms;			    /* CUINTERPOSE_PROGRESS_MS: SAVE/LOAD progress lines; 0 = off */
-	uint32_t chunk_size;			    /* CUINTERPOSE_CHUNK_SIZE: bytes per carrier checksum */
-	int verify_carriers;			    /* CUINTERPOSE_VERIFY_CARRIERS: check carrier CRCs before restore */
-	int verbose;				    /* CUINTERPOSE_VERBOSE: per-participant lines at info level */
-	int leave_running;			    /* CUINTERPOSE_LEAVE_RUNNING: -1 = ask CRIU */
-	char socket_dir[PATH_MAX];		    /* CUINTERPOSE_SOCKET_DIR, as seen inside the participants */
-	char libcuda[PATH_MAX];			    /* CUINTERPOSE_LIBCUDA: driver library for native checkpoint */
+	unsigned lock_timeout_ms;    /* CUINTERPOSE_LOCK_TIMEOUT_MS; 0 = take CRIU's --timeout */
+	unsigned op_timeout_ms;	     /* CUINTERPOSE_OP_TIMEOUT_MS: one control request (not SAVE/LOAD) */
+	unsigned data_timeout_ms;    /* CUINTERPOSE_DATA_TIMEOUT_MS: SAVE/LOAD; 0 = no limit */
+	unsigned quiesce_timeout_ms; /* CUINTERPOSE_QUIESCE_TIMEOUT_MS: draining the API gate */
+	unsigned quiesce_retries;    /* CUINTERPOSE_QUIESCE_RETRIES: reopen and retry a timed-out QUIESCE */
+	unsigned progress_ms;	     /* CUINTERPOSE_PROGRESS_MS: SAVE/LOAD progress lines; 0 = off */
+	uint32_t chunk_size;	     /* CUINTERPOSE_CHUNK_SIZE: bytes per carrier checksum */
+	int verify_carriers;	     /* CUINTERPOSE_VERIFY_CARRIERS: check carrier CRCs before restore */
+	int verbose;		     /* CUINTERPOSE_VERBOSE: per-participant lines at info level */
+	int leave_running;	     /* CUINTERPOSE_LEAVE_RUNNING: -1 = ask CRIU */
+	char socket_dir[PATH_MAX];   /* CUINTERPOSE_SOCKET_DIR, as seen inside the participants */
+	char libcuda[PATH_MAX];	     /* CUINTERPOSE_LIBCUDA: driver library for native checkpoint */
 	struct cuip_gpu_pair remap[CUIP_MAX_REMAP]; /* CUINTERPOSE_GPU_REMAP */
 	unsigned n_remap;
 };

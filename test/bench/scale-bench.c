@@ -37,14 +37,13 @@
 #include "log.h"
 #include "native.h"
 
-#define CK(x)                                                                                  \
-	do {                                                                                   \
-		CUresult r_ = (x);                                                             \
-		if (r_ != CUDA_SUCCESS) {                                                      \
-			fprintf(stderr, "rank %d: %s failed: %d (line %d)\n", rank, #x, (int)r_, \
-				__LINE__);                                                     \
-			exit(1);                                                               \
-		}                                                                              \
+#define CK(x)                                                                                               \
+	do {                                                                                                \
+		CUresult r_ = (x);                                                                          \
+		if (r_ != CUDA_SUCCESS) {                                                                   \
+			fprintf(stderr, "rank %d: %s failed: %d (line %d)\n", rank, #x, (int)r_, __LINE__); \
+			exit(1);                                                                            \
+		}                                                                                           \
 	} while (0)
 
 static int rank;
@@ -245,7 +244,8 @@ static int worker(int argc, char **argv)
 				uint64_t got = 0;
 				CUresult r = cuMemcpyDtoH(&got, m[i].va, sizeof(got));
 				if (r != CUDA_SUCCESS || got != m[i].tag) {
-					snprintf(text, sizeof(text), "FAIL at %#llx: result %d, tag %llx, expected %llx\n",
+					snprintf(text, sizeof(text),
+						 "FAIL at %#llx: result %d, tag %llx, expected %llx\n",
 						 (unsigned long long)m[i].va, (int)r, (unsigned long long)got,
 						 (unsigned long long)m[i].tag);
 					break;

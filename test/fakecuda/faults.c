@@ -122,7 +122,8 @@ CUresult faults_check(const char *api)
 	pthread_mutex_lock(&file_mu);
 	file_reload();
 	for (int i = 0; i < nfile && r == CUDA_SUCCESS; i++)
-		if (!strcmp(file_faults[i].api, api) && atomic_fetch_add(&file_faults[i].calls, 1) + 1 == file_faults[i].n)
+		if (!strcmp(file_faults[i].api, api) &&
+		    atomic_fetch_add(&file_faults[i].calls, 1) + 1 == file_faults[i].n)
 			r = file_faults[i].result;
 	pthread_mutex_unlock(&file_mu);
 	if (r != CUDA_SUCCESS)

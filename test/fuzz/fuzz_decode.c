@@ -24,10 +24,8 @@ static const struct {
 	unsigned kind;
 	const ProtobufCMessageDescriptor *desc;
 } targets[] = {
-	{CUIP_KIND_REQUEST, &cuip__request__descriptor},
-	{CUIP_KIND_RESPONSE, &cuip__response__descriptor},
-	{CUIP_KIND_TOPOLOGY, &cuip__topology__descriptor},
-	{CUIP_KIND_INVENTORY, &cuip__inventory__descriptor},
+	{CUIP_KIND_REQUEST, &cuip__request__descriptor},   {CUIP_KIND_RESPONSE, &cuip__response__descriptor},
+	{CUIP_KIND_TOPOLOGY, &cuip__topology__descriptor}, {CUIP_KIND_INVENTORY, &cuip__inventory__descriptor},
 	{CUIP_KIND_TICKET, &cuip__ticket__descriptor},
 };
 

@@ -225,9 +225,9 @@ START_TEST(malformed_messages_leak_no_descriptor)
 	/* 1: garbage header with an FD */
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
 	send_raw(sv[0], "XXXXXXXXXXXXXXXX", 16, pfd, 1);
-	ck_assert_int_eq(cuip_msg_recv(sv[1], CUIP_KIND_REQUEST, &cuip__request__descriptor, NULL, &in, &got, err,
-				       sizeof(err)),
-			 -EPROTO);
+	ck_assert_int_eq(
+		cuip_msg_recv(sv[1], CUIP_KIND_REQUEST, &cuip__request__descriptor, NULL, &in, &got, err, sizeof(err)),
+		-EPROTO);
 	ck_assert_int_eq(got, -1);
 	close(sv[0]);
 	close(sv[1]);
@@ -241,9 +241,9 @@ START_TEST(malformed_messages_leak_no_descriptor)
 	ssize_t len = cuip_encode(CUIP_KIND_REQUEST, &req.base, &buf);
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
 	send_raw(sv[0], buf, (size_t)len, pfd, 2);
-	ck_assert_int_eq(cuip_msg_recv(sv[1], CUIP_KIND_REQUEST, &cuip__request__descriptor, NULL, &in, &got, err,
-				       sizeof(err)),
-			 -EPROTO);
+	ck_assert_int_eq(
+		cuip_msg_recv(sv[1], CUIP_KIND_REQUEST, &cuip__request__descriptor, NULL, &in, &got, err, sizeof(err)),
+		-EPROTO);
 	ck_assert_ptr_nonnull(strstr(err, "more than one"));
 	close(sv[0]);
 	close(sv[1]);
@@ -253,9 +253,9 @@ START_TEST(malformed_messages_leak_no_descriptor)
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
 	send_raw(sv[0], buf, CUIP_FRAME_SIZE + 1, pfd, 1);
 	shutdown(sv[0], SHUT_WR);
-	ck_assert_int_eq(cuip_msg_recv(sv[1], CUIP_KIND_REQUEST, &cuip__request__descriptor, NULL, &in, &got, err,
-				       sizeof(err)),
-			 -ENODATA);
+	ck_assert_int_eq(
+		cuip_msg_recv(sv[1], CUIP_KIND_REQUEST, &cuip__request__descriptor, NULL, &in, &got, err, sizeof(err)),
+		-ENODATA);
 	close(sv[0]);
 	close(sv[1]);
 	ck_assert_int_eq(count_fds(), base);
@@ -264,9 +264,9 @@ START_TEST(malformed_messages_leak_no_descriptor)
 	buf[len - 1] ^= 1;
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
 	send_raw(sv[0], buf, (size_t)len, pfd, 1);
-	ck_assert_int_eq(cuip_msg_recv(sv[1], CUIP_KIND_REQUEST, &cuip__request__descriptor, NULL, &in, &got, err,
-				       sizeof(err)),
-			 -EBADMSG);
+	ck_assert_int_eq(
+		cuip_msg_recv(sv[1], CUIP_KIND_REQUEST, &cuip__request__descriptor, NULL, &in, &got, err, sizeof(err)),
+		-EBADMSG);
 	close(sv[0]);
 	close(sv[1]);
 	ck_assert_int_eq(count_fds(), base);
@@ -274,9 +274,9 @@ START_TEST(malformed_messages_leak_no_descriptor)
 	/* 5: clean close between messages */
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
 	close(sv[0]);
-	ck_assert_int_eq(cuip_msg_recv(sv[1], CUIP_KIND_REQUEST, &cuip__request__descriptor, NULL, &in, &got, err,
-				       sizeof(err)),
-			 -ECONNRESET);
+	ck_assert_int_eq(
+		cuip_msg_recv(sv[1], CUIP_KIND_REQUEST, &cuip__request__descriptor, NULL, &in, &got, err, sizeof(err)),
+		-ECONNRESET);
 	close(sv[1]);
 	ck_assert_int_eq(count_fds(), base);
 	free(buf);
