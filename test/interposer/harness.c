@@ -150,6 +150,22 @@ int h_nfds(void)
 	return n - 1; /* the DIR itself */
 }
 
+/*
+ * The interposer's own threads close their end of a control connection
+ * (this process's INSPECT, a peer's FETCH) asynchronously: wait up to 2 s
+ * for the count to come back to `want`, then return what it is.
+ */
+int h_nfds_settled(int want)
+{
+	int n = h_nfds();
+
+	for (int i = 0; i < 200 && n != want; i++) {
+		usleep(10000);
+		n = h_nfds();
+	}
+	return n;
+}
+
 long h_rss_kb(void)
 {
 	FILE *f = fopen("/proc/self/statm", "r");

@@ -58,6 +58,8 @@ void *h_ours_sym(const char *name);
 
 /* Descriptor and memory accounting. */
 int h_nfds(void);
+/* h_nfds() once the interposer threads closed their ends (waits up to 2 s for `want`). */
+int h_nfds_settled(int want);
 long h_rss_kb(void);
 
 /* Control socket of pid (this process if 0), from CUINTERPOSE_SOCKET_DIR. */
