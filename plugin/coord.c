@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1116,6 +1117,58 @@ static int finish_teardown(struct cuip_group *g, bool any_unicast_down)
 	return ret;
 }
 
+/* Alive and not a zombie (a SIGKILLed participant stays a zombie until criu's
+ * children are reaped). */
+static bool part_alive(pid_t pid)
+{
+	char path[64], buf[512], *rp;
+	ssize_t n;
+	int fd;
+
+	if (kill(pid, 0) && errno == ESRCH)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = 0;
+	rp = strrchr(buf, ')');
+	return !(rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'));
+}
+
+/*
+ * A participant that died during the dump (killed, crashed) can neither be
+ * rebuilt nor block the others: it leaves the group, named in the log, and
+ * the survivors are rolled back. Survivors that imported from it cannot get
+ * their memory back and make the rollback fail, which says so.
+ */
+static void drop_dead(struct cuip_group *g, Cuip__Topology *topo, const Cuip__Topology **tp)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < g->n; i++) {
+		if (!part_alive(g->p[i].pid)) {
+			pr_err("pid %d died during the dump; rolling back the other participants without it",
+			       (int)g->p[i].pid);
+			if (g->p[i].fd >= 0)
+				close(g->p[i].fd);
+			g->p[i].fd = -1;
+			continue;
+		}
+		if (k != i) {
+			g->p[k] = g->p[i];
+			topo[k] = topo[i];
+		}
+		tp[k] = &topo[k];
+		k++;
+	}
+	g->n = k;
+}
+
 int cuip_group_rollback(struct cuip_group *g)
 {
 	Cuip__Topology *topo = calloc(g->n ? g->n : 1, sizeof(*topo));
@@ -1144,6 +1197,7 @@ int cuip_group_rollback(struct cuip_group *g)
 	/* Fresh connections: the old ones may be closed (before a native
 	 * lock) or broken (the failure itself). */
 	cuip_group_disconnect(g);
+	drop_dead(g, topo, tp);
 	ret = connect_all(g, NULL);
 	if (!ret && any_torn)
 		ret = finish_teardown(g, any_unicast_down);
