@@ -50,7 +50,8 @@ round 1
 
 say "criu dump -t $parent -D $D/img"
 "${RUN[@]}" criu dump -t "$parent" -D "$D/img" -v4 -o dump.log
-grep "cuinterpose:" "$D/img/dump.log" | grep -E "participants|SAVE|NATIVE|bytes" | sed 's/^/  /' | head -n 12
+grep "cuinterpose:" "$D/img/dump.log" | grep -vE ": pid [0-9]+ done" | grep -E "participants|SAVE|NATIVE|bytes|done" |
+	sed "s/^/  /" | head -n 16
 ls -la "$D/img" | grep cuinterpose | sed 's/^/  /'
 for p in $parent $children; do
 	if kill -0 "$p" 2>/dev/null && [ "$(awk '{print $3}' /proc/$p/stat)" != Z ]; then
@@ -65,7 +66,8 @@ cuinterpose show "$D/img" | grep -E "^inventory|participants|^== |^  [0-9a-f]+:[
 
 say "criu restore -D $D/img"
 "${RUN[@]}" criu restore -D "$D/img" --restore-detached -v4 -o restore.log
-grep "cuinterpose:" "$D/img/restore.log" | grep -E "participants|LOAD|REBUILD|VERIFY|done" | sed 's/^/  /' | head -n 12
+grep "cuinterpose:" "$D/img/restore.log" | grep -vE ": pid [0-9]+ done" |
+	grep -E "participants|LOAD|REBUILD|VERIFY|NATIVE|done" | sed "s/^/  /" | head -n 16
 say "after the restore: same pids, same addresses, every byte, sharing intact"
 round 2
 kill -TERM "$parent"
