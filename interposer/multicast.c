@@ -213,10 +213,48 @@ static struct cuip_alloc *mc_lookup(CUmemGenericAllocationHandle h)
 	return a && a->mc && a->drv ? a : NULL;
 }
 
+/*
+ * A multicast object named across a driver call that may block on other
+ * ranks (add device, bind, unbind): no lock is held across the call, so the
+ * object is remembered by identity and driver handle, and found again after
+ * it. Anything else (released, re-created) means it changed meanwhile.
+ */
+struct mc_ref {
+	uint64_t creator, serial;
+	CUmemGenericAllocationHandle drv;
+};
+
+static void mc_ref_of(const struct cuip_alloc *a, struct mc_ref *ref)
+{
+	ref->creator = a->creator;
+	ref->serial = a->serial;
+	ref->drv = a->drv;
+}
+
+/* Takes the state lock for the lookup only; CUDA_ERROR_INVALID_VALUE if h is no tracked object. */
+static CUresult mc_ref_take(CUmemGenericAllocationHandle h, struct mc_ref *ref)
+{
+	struct cuip_alloc *a;
+
+	lock();
+	a = mc_lookup(h);
+	if (a)
+		mc_ref_of(a, ref);
+	unlock();
+	return a ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* State lock held: the same object, still tracked with the same driver handle, or NULL. */
+static struct cuip_alloc *mc_ref_find(const struct mc_ref *ref)
+{
+	struct cuip_alloc *a = cuip_alloc_by_id(ref->creator, ref->serial);
+
+	return a && a->mc && a->drv == ref->drv ? a : NULL;
+}
+
 CUIP_API CUresult CUDAAPI cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandle, CUdevice dev)
 {
-	CUmemGenericAllocationHandle drv;
-	uint64_t creator, serial;
+	struct mc_ref ref;
 	struct cuip_alloc *a;
 	CUresult r = enter(real.cuMulticastAddDevice);
 
@@ -226,25 +264,17 @@ CUIP_API CUresult CUDAAPI cuMulticastAddDevice(CUmemGenericAllocationHandle mcHa
 		r = real.cuMulticastAddDevice(mcHandle, dev);
 		goto out;
 	}
-	lock();
-	a = mc_lookup(mcHandle);
-	if (!a) {
-		unlock();
-		r = CUDA_ERROR_INVALID_VALUE;
+	r = mc_ref_take(mcHandle, &ref);
+	if (r != CUDA_SUCCESS)
 		goto out;
-	}
-	creator = a->creator;
-	serial = a->serial;
-	drv = a->drv;
-	unlock();
-	r = real.cuMulticastAddDevice(drv, dev);
+	r = real.cuMulticastAddDevice(ref.drv, dev);
 	if (r != CUDA_SUCCESS)
 		goto out;
 	lock();
-	a = cuip_alloc_by_id(creator, serial);
-	if (!a || a->drv != drv || !a->mc) {
+	a = mc_ref_find(&ref);
+	if (!a) {
 		pr_err("multicast object " ID_FMT " was released while device %d was being added; not recorded",
-		       (unsigned long long)creator, (unsigned long long)serial, (int)dev);
+		       (unsigned long long)ref.creator, (unsigned long long)ref.serial, (int)dev);
 		r = CUDA_ERROR_INVALID_VALUE;
 	} else if (dev_push(a->mc, (int)dev)) {
 		pr_err("out of memory recording device %d of multicast object " ID_FMT, (int)dev, ID(a));
@@ -303,8 +333,8 @@ static CUresult bind_untracked(const struct bind_req *q)
 
 static CUresult bind(const struct bind_req *q)
 {
-	CUmemGenericAllocationHandle mcdrv, memdrv;
-	uint64_t mcc, mcs;
+	CUmemGenericAllocationHandle memdrv;
+	struct mc_ref ref;
 	struct cuip_alloc *mc, *mem = NULL;
 	struct cuip_mc_bind b = {0};
 	bool dead;
@@ -349,22 +379,20 @@ static CUresult bind(const struct bind_req *q)
 		r = CUDA_ERROR_NOT_SUPPORTED;
 		goto out;
 	}
-	mcc = mc->creator;
-	mcs = mc->serial;
-	mcdrv = mc->drv;
+	mc_ref_of(mc, &ref);
 	memdrv = mem->drv;
 	mem->mc_binds++; /* keeps the member alive while we wait in the driver */
 	unlock();
 
-	r = bind_real(q, mcdrv, memdrv);
+	r = bind_real(q, ref.drv, memdrv);
 
 	lock();
 	if (r == CUDA_SUCCESS) {
-		mc = cuip_alloc_by_id(mcc, mcs);
-		if (!mc || mc->drv != mcdrv || !mc->mc || cuip_phase() != CUIP__PHASE__PHASE_ACTIVE) {
+		mc = mc_ref_find(&ref);
+		if (!mc || cuip_phase() != CUIP__PHASE__PHASE_ACTIVE) {
 			pr_err("multicast object %016llx:%llu changed while binding into it; binding undone",
-			       (unsigned long long)mcc, (unsigned long long)mcs);
-			real.cuMulticastUnbind(mcdrv, q->abi == 2 ? q->dev : mem->prop.location.id, q->mc_offset,
+			       (unsigned long long)ref.creator, (unsigned long long)ref.serial);
+			real.cuMulticastUnbind(ref.drv, q->abi == 2 ? q->dev : mem->prop.location.id, q->mc_offset,
 					       q->size);
 			r = CUDA_ERROR_INVALID_VALUE;
 		}
@@ -378,7 +406,7 @@ static CUresult bind(const struct bind_req *q)
 		b.by_addr = q->by_addr;
 		b.abi = q->abi;
 		if (push((void **)&mc->mc->binds, &mc->mc->nbinds, &mc->mc->capbinds, sizeof(b), &b)) {
-			real.cuMulticastUnbind(mcdrv, b.dev, q->mc_offset, q->size);
+			real.cuMulticastUnbind(ref.drv, b.dev, q->mc_offset, q->size);
 			r = CUDA_ERROR_OUT_OF_MEMORY;
 		} else {
 			if (mem->owner == CUIP__OWNER__OWNER_NATIVE)
@@ -505,9 +533,8 @@ static int unbind_range(struct cuip_mc *m, int dev, uint64_t lo, uint64_t hi, st
 CUIP_API CUresult CUDAAPI cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset,
 					    size_t size)
 {
-	CUmemGenericAllocationHandle drv;
 	struct cuip_alloc *a, **dead = NULL;
-	uint64_t creator, serial;
+	struct mc_ref ref;
 	size_t ndead = 0;
 	CUresult r = enter(real.cuMulticastUnbind);
 
@@ -517,23 +544,15 @@ CUIP_API CUresult CUDAAPI cuMulticastUnbind(CUmemGenericAllocationHandle mcHandl
 		r = real.cuMulticastUnbind(mcHandle, dev, mcOffset, size);
 		goto out;
 	}
-	lock();
-	a = mc_lookup(mcHandle);
-	if (!a) {
-		unlock();
-		r = CUDA_ERROR_INVALID_VALUE;
+	r = mc_ref_take(mcHandle, &ref);
+	if (r != CUDA_SUCCESS)
 		goto out;
-	}
-	creator = a->creator;
-	serial = a->serial;
-	drv = a->drv;
-	unlock();
-	r = real.cuMulticastUnbind(drv, dev, mcOffset, size);
+	r = real.cuMulticastUnbind(ref.drv, dev, mcOffset, size);
 	if (r != CUDA_SUCCESS)
 		goto out;
 	lock();
-	a = cuip_alloc_by_id(creator, serial);
-	if (a && a->drv == drv && a->mc) {
+	a = mc_ref_find(&ref);
+	if (a) {
 		dead = calloc(a->mc->nbinds + 1, sizeof(*dead));
 		if (!dead || unbind_range(a->mc, (int)dev, mcOffset, (uint64_t)mcOffset + size, dead, &ndead)) {
 			pr_err("out of memory recording an unbind of multicast object " ID_FMT, ID(a));
