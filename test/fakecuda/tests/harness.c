@@ -12,6 +12,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <time.h>
+
 #include "harness.h"
 
 static char dir[64];
@@ -219,4 +221,26 @@ size_t fkt_free_mem(void)
 
 	CK(cuMemGetInfo(&f, &t));
 	return f;
+}
+
+int64_t fkt_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void fkt_fill(uint32_t *p, size_t n, uint32_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = seed ^ (uint32_t)(i * 2654435761u);
+}
+
+int fkt_check(const uint32_t *p, size_t n, uint32_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != (seed ^ (uint32_t)(i * 2654435761u)))
+			return 0;
+	return 1;
 }

@@ -10,6 +10,7 @@
 #include <check.h>
 #include <cuda.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #define MiB (1ul << 20)
@@ -22,6 +23,12 @@ CUresult CUDAAPI cuMulticastBindAddr_v2(CUmemGenericAllocationHandle mcHandle, C
 					CUdeviceptr memptr, size_t size, unsigned long long flags);
 
 const char *fkt_name(CUresult r);
+
+/* Monotonic milliseconds. */
+int64_t fkt_now_ms(void);
+/* A pattern of n words derived from seed, and its check (1: intact). */
+void fkt_fill(uint32_t *p, size_t n, uint32_t seed);
+int fkt_check(const uint32_t *p, size_t n, uint32_t seed);
 
 #define CK(x)                                                                    \
 	do {                                                                     \

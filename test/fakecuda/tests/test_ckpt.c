@@ -21,28 +21,6 @@
 #define NW (64 * 1024) /* 256 KiB of uint32 */
 static uint32_t buf[NW];
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void fill(uint32_t *p, size_t n, uint32_t seed)
-{
-	for (size_t i = 0; i < n; i++)
-		p[i] = seed ^ (uint32_t)(i * 2654435761u);
-}
-
-static int check(const uint32_t *p, size_t n, uint32_t seed)
-{
-	for (size_t i = 0; i < n; i++)
-		if (p[i] != (seed ^ (uint32_t)(i * 2654435761u)))
-			return 0;
-	return 1;
-}
-
 static CUprocessState state_of(pid_t pid)
 {
 	CUprocessState st = CU_PROCESS_STATE_FAILED;
@@ -114,23 +92,23 @@ static int private_target(int s, void *arg)
 	CK(cuMemAlloc(&a.lin, sizeof(buf)));
 	h = fkt_vmm_create(2 * MiB, dev, 1);
 	a.vmm = fkt_vmm_map(h, 2 * MiB, dev);
-	fill(buf, NW, 0x1234);
+	fkt_fill(buf, NW, 0x1234);
 	CK(cuMemcpyHtoD(a.lin, buf, sizeof(buf)));
-	fill(buf, NW, 0x5678);
+	fkt_fill(buf, NW, 0x5678);
 	CK(cuMemcpyHtoD(a.vmm + MiB, buf, sizeof(buf)));
 	CK(cuDeviceGetUuid(&a.uuid0, 0));
 	fkt_send(s, &a, sizeof(a));
 	if (fkt_recv(s, &m, 1)) /* 'v': verify */
 		return 2;
 	CK(cuMemcpyDtoH(buf, a.lin, sizeof(buf)));
-	ok = check(buf, NW, 0x1234);
+	ok = fkt_check(buf, NW, 0x1234);
 	CK(cuMemcpyDtoH(buf, a.vmm + MiB, sizeof(buf)));
-	ok = ok && check(buf, NW, 0x5678);
+	ok = ok && fkt_check(buf, NW, 0x5678);
 	CK(cuLaunchKernel(fkt_kernel("fake_add_u32"), 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
 	CK(cuMemcpyDtoH(buf, a.lin, sizeof(buf)));
 	for (int i = 0; i < NW; i++)
 		buf[i] -= 1;
-	ok = ok && check(buf, NW, 0x1234);
+	ok = ok && fkt_check(buf, NW, 0x1234);
 	CK(cuDeviceGetUuid(&a.uuid0, 0));
 	fkt_send(s, &ok, sizeof(ok));
 	fkt_send(s, &a.uuid0, sizeof(a.uuid0));
@@ -316,7 +294,7 @@ static int sharing_target(int s, void *arg)
 		fkt_init_ctx(0);
 		h = fkt_vmm_create(2 * MiB, 0, 1);
 		p = fkt_vmm_map(h, 2 * MiB, 0);
-		fill(buf, NW, 0x77);
+		fkt_fill(buf, NW, 0x77);
 		CK(cuMemcpyHtoD(p, buf, sizeof(buf)));
 		CK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
 		fkt_send_fd(s, fd, "f", 1); /* and keep our FD open */
@@ -336,7 +314,7 @@ static int sharing_target(int s, void *arg)
 		return 0; /* killed by the test: stuck CHECKPOINTED */
 	if (kind == 2) {
 		CK(cuMemcpyDtoH(buf, p, sizeof(buf)));
-		if (!check(buf, NW, 0x77))
+		if (!fkt_check(buf, NW, 0x77))
 			return 3;
 	}
 	CK(cuCtxSynchronize());
@@ -464,9 +442,9 @@ static int slow_target(int s, void *arg)
 	fkt_send(s, "k", 1);
 	if (fkt_recv(s, &m, 1)) /* the parent holds the lock now */
 		return 2;
-	t0 = now_ms();
+	t0 = fkt_now_ms();
 	CK(cuCtxSynchronize()); /* blocks until unlock */
-	dt = now_ms() - t0;
+	dt = fkt_now_ms() - t0;
 	fkt_send(s, &dt, sizeof(dt));
 	return 0;
 }
@@ -485,9 +463,9 @@ START_TEST(lock_waits_for_device_work_times_out_and_blocks_api_calls)
 	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
 	memset(&la, 0, sizeof(la));
 	la.timeoutMs = 100;
-	t0 = now_ms();
+	t0 = fkt_now_ms();
 	CK_ERR(cuCheckpointProcessLock(pid, &la), CUDA_ERROR_NOT_READY); /* kernel still running */
-	ck_assert_int_ge(now_ms() - t0, 90);
+	ck_assert_int_ge(fkt_now_ms() - t0, 90);
 	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_RUNNING);
 	la.reserved0 = 1;
 	CK_ERR(cuCheckpointProcessLock(pid, &la), CUDA_ERROR_INVALID_VALUE);

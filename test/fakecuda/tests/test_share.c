@@ -12,28 +12,6 @@
 
 #include "harness.h"
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void fill(uint32_t *p, size_t n, uint32_t seed)
-{
-	for (size_t i = 0; i < n; i++)
-		p[i] = seed ^ (uint32_t)(i * 2654435761u);
-}
-
-static int check(const uint32_t *p, size_t n, uint32_t seed)
-{
-	for (size_t i = 0; i < n; i++)
-		if (p[i] != (seed ^ (uint32_t)(i * 2654435761u)))
-			return 0;
-	return 1;
-}
-
 #define N (256 * 1024) /* uint32 words: 1 MiB */
 static uint32_t buf[N];
 
@@ -84,11 +62,11 @@ START_TEST(vmm_map_access_unmap_release_and_refcounts)
 	}
 	CK(cuMemGetAccess(&flags, &loc, va + 5 * MiB));
 	ck_assert_uint_eq(flags, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
-	fill(buf, N, 1);
+	fkt_fill(buf, N, 1);
 	CK(cuMemcpyHtoD(va + 2 * MiB, buf, sizeof(buf)));
 	memset(buf, 0, sizeof(buf));
 	CK(cuMemcpyDtoH(buf, va + 4 * MiB, sizeof(buf))); /* aliasing view sees the same bytes */
-	ck_assert(check(buf, N, 1));
+	ck_assert(fkt_check(buf, N, 1));
 
 	/* released handle: the mappings keep the memory */
 	CK(cuMemRelease(h));
@@ -136,9 +114,9 @@ static int importer(int s, void *arg)
 	close(fd);
 	va = fkt_vmm_map(h, 4 * MiB, 0);
 	CK(cuMemcpyDtoH(buf, va, sizeof(buf)));
-	if (!check(buf, N, 0xaaaa))
+	if (!fkt_check(buf, N, 0xaaaa))
 		return 3;
-	fill(buf, N, 0xbbbb);
+	fkt_fill(buf, N, 0xbbbb);
 	CK(cuMemcpyHtoD(va + 2 * MiB, buf, sizeof(buf)));
 	CK(cuCtxSynchronize());
 	fkt_send(s, "w", 1);
@@ -159,14 +137,14 @@ START_TEST(posix_export_import_across_processes_same_bytes_both_ways)
 	before = fkt_free_mem();
 	h = fkt_vmm_create(4 * MiB, 0, 1);
 	va = fkt_vmm_map(h, 4 * MiB, 0);
-	fill(buf, N, 0xaaaa);
+	fkt_fill(buf, N, 0xaaaa);
 	CK(cuMemcpyHtoD(va, buf, sizeof(buf)));
 	CK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(fkt_send_fd(s, fd, "f", 1), 0);
 	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
 	CK(cuMemcpyDtoH(buf, va + 2 * MiB, sizeof(buf)));
-	ck_assert(check(buf, N, 0xbbbb));
+	ck_assert(fkt_check(buf, N, 0xbbbb));
 
 	/* importing in the same process works too and names the same memory */
 	CK(cuMemImportFromShareableHandle(&self, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
@@ -200,9 +178,9 @@ static int ipc_child(int s, void *arg)
 	if (p != p2)
 		return 3;
 	CK(cuMemcpyDtoH(buf, p, sizeof(buf)));
-	if (!check(buf, N, 0x1111))
+	if (!fkt_check(buf, N, 0x1111))
 		return 4;
-	fill(buf, N, 0x2222);
+	fkt_fill(buf, N, 0x2222);
 	CK(cuMemcpyHtoD(p, buf, sizeof(buf)));
 	CK(cuIpcCloseMemHandle(p));
 	CK(cuIpcCloseMemHandle(p));
@@ -221,7 +199,7 @@ START_TEST(legacy_ipc_across_processes)
 
 	fkt_init_ctx(0);
 	CK(cuMemAlloc(&a, sizeof(buf)));
-	fill(buf, N, 0x1111);
+	fkt_fill(buf, N, 0x1111);
 	CK(cuMemcpyHtoD(a, buf, sizeof(buf)));
 	CK_ERR(cuIpcGetMemHandle(&ih, a + 16), CUDA_ERROR_INVALID_VALUE);
 	CK(cuIpcGetMemHandle(&ih, a));
@@ -230,7 +208,7 @@ START_TEST(legacy_ipc_across_processes)
 	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
 	ck_assert_int_eq(fkt_wait(pid), 0);
 	CK(cuMemcpyDtoH(buf, a, sizeof(buf)));
-	ck_assert(check(buf, N, 0x2222));
+	ck_assert(fkt_check(buf, N, 0x2222));
 	CK(cuMemFree(a));
 }
 END_TEST
@@ -257,7 +235,7 @@ static int mc_member(int s, void *arg)
 	fkt_send(s, "b", 1);
 	fkt_recv(s, &m, 1); /* parent wrote through the multicast mapping */
 	CK(cuMemcpyDtoH(buf, va + MiB, sizeof(buf)));
-	if (!check(buf, N, 0x3333))
+	if (!fkt_check(buf, N, 0x3333))
 		return 3;
 	fkt_send(s, "c", 1);
 	fkt_recv(s, &m, 1);
@@ -292,14 +270,14 @@ START_TEST(multicast_across_two_processes)
 	h = fkt_vmm_create(4 * MiB, 0, 0);
 	mine = fkt_vmm_map(h, 4 * MiB, 0);
 	CK(cuMemsetD32(mine, 0, MiB));
-	t0 = now_ms();
+	t0 = fkt_now_ms();
 	CK(cuMulticastBindMem(mc, 0, h, 0, 4 * MiB, 0)); /* blocks until device 1 joined */
-	ck_assert_int_ge(now_ms() - t0, 200);
+	ck_assert_int_ge(fkt_now_ms() - t0, 200);
 	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
 
 	/* map the multicast object and write through it: every member gets the bytes */
 	mcva = fkt_vmm_map(mc, 4 * MiB, 0);
-	fill(buf, N, 0x3333);
+	fkt_fill(buf, N, 0x3333);
 	CK(cuMemcpyHtoD(mcva + MiB, buf, sizeof(buf)));
 	{
 		size_t n = 16;
@@ -311,7 +289,7 @@ START_TEST(multicast_across_two_processes)
 	}
 	memset(buf, 0, sizeof(buf));
 	CK(cuMemcpyDtoH(buf, mine + MiB, sizeof(buf)));
-	ck_assert(check(buf, N, 0x3333));
+	ck_assert(fkt_check(buf, N, 0x3333));
 	CK(cuMemcpyDtoH(buf, mine, 64));
 	ck_assert_uint_eq(buf[15], 0x5a5a5a5a);
 	fkt_send(s, "w", 1);
@@ -375,14 +353,14 @@ START_TEST(multicast_read_spans_slices_bound_separately)
 	CK(cuMulticastAddDevice(mc, 0));
 	h = fkt_vmm_create(4 * MiB, 0, 0);
 	mine = fkt_vmm_map(h, 4 * MiB, 0);
-	fill(whole, MiB, 0x4444);
+	fkt_fill(whole, MiB, 0x4444);
 	CK(cuMemcpyHtoD(mine, whole, sizeof(whole)));
 	CK(cuMulticastBindAddr_v2(mc, 0, 0, mine, 2 * MiB, 0));
 	CK(cuMulticastBindMem(mc, 2 * MiB, h, 2 * MiB, 2 * MiB, 0));
 	mcva = fkt_vmm_map(mc, 4 * MiB, 0);
 	memset(whole, 0, sizeof(whole));
 	CK(cuMemcpyDtoH(whole, mcva, sizeof(whole)));
-	ck_assert(check(whole, MiB, 0x4444));
+	ck_assert(fkt_check(whole, MiB, 0x4444));
 	CK(cuMemUnmap(mcva, 4 * MiB));
 	CK(cuMulticastUnbind(mc, 0, 0, 2 * MiB));
 	CK(cuMulticastUnbind(mc, 0, 2 * MiB, 2 * MiB));
