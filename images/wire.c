@@ -317,11 +317,11 @@ int cuip_read_all(int fd, void *buf, size_t len)
 
 /* ---- socket transport -------------------------------------------------- */
 
-int cuip_msg_send(int sock, unsigned kind, const ProtobufCMessage *msg, int fd)
+int cuip_msg_sendv(int sock, unsigned kind, const ProtobufCMessage *msg, const int *fds, size_t nfds)
 {
 	union {
 		struct cmsghdr h;
-		char buf[CMSG_SPACE(sizeof(int))];
+		char buf[CMSG_SPACE(sizeof(int) * CUIP_MSG_MAX_FDS)];
 	} ctl;
 	struct msghdr mh = {0};
 	struct iovec iov;
@@ -330,6 +330,8 @@ int cuip_msg_send(int sock, unsigned kind, const ProtobufCMessage *msg, int fd)
 	size_t off = 0;
 	int ret = 0;
 
+	if (nfds > CUIP_MSG_MAX_FDS)
+		return -E2BIG;
 	len = cuip_encode(kind, msg, &buf);
 	if (len < 0)
 		return (int)len;
@@ -340,15 +342,16 @@ int cuip_msg_send(int sock, unsigned kind, const ProtobufCMessage *msg, int fd)
 		mh.msg_iovlen = 1;
 		mh.msg_control = NULL;
 		mh.msg_controllen = 0;
-		if (off == 0 && fd >= 0) {
+		/* The descriptors ride on the first byte, hence on the header. */
+		if (off == 0 && nfds) {
 			memset(&ctl, 0, sizeof(ctl));
 			mh.msg_control = ctl.buf;
-			mh.msg_controllen = sizeof(ctl.buf);
+			mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
 			struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
 			c->cmsg_level = SOL_SOCKET;
 			c->cmsg_type = SCM_RIGHTS;
-			c->cmsg_len = CMSG_LEN(sizeof(int));
-			memcpy(CMSG_DATA(c), &fd, sizeof(int));
+			c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+			memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
 		}
 		n = sendmsg(sock, &mh, MSG_NOSIGNAL);
 		if (n < 0) {
@@ -363,50 +366,58 @@ int cuip_msg_send(int sock, unsigned kind, const ProtobufCMessage *msg, int fd)
 	return ret;
 }
 
-/* Collect at most one FD from a control message; anything else is closed. */
-static int take_fds(struct msghdr *mh, int *fd)
+int cuip_msg_send(int sock, unsigned kind, const ProtobufCMessage *msg, int fd)
 {
-	int bad = 0;
+	return cuip_msg_sendv(sock, kind, msg, &fd, fd >= 0);
+}
 
-	if (mh->msg_flags & MSG_CTRUNC)
-		bad = 1;
+/* Collect at most `max` FDs from a control message into fds[*n...]; with more,
+ * or a truncated control buffer, every one (kept ones included) is closed. */
+static int take_fds(struct msghdr *mh, int *fds, size_t max, size_t *n)
+{
+	int bad = (mh->msg_flags & MSG_CTRUNC) != 0;
+
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
 		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
 			continue;
-		size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (size_t i = 0; i < n; i++) {
+		size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < k; i++) {
 			int got;
 			memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-			if (*fd < 0 && !bad)
-				*fd = got;
+			if (*n < max && !bad)
+				fds[(*n)++] = got;
 			else {
 				close(got);
 				bad = 1;
 			}
 		}
 	}
+	if (bad)
+		while (*n)
+			close(fds[--*n]);
 	return bad ? -EPROTO : 0;
 }
 
-int cuip_msg_recv(int sock, unsigned kind, const ProtobufCMessageDescriptor *desc, ProtobufCAllocator *alloc,
-		  ProtobufCMessage **out, int *fd, char *err, size_t errlen)
+int cuip_msg_recvv(int sock, unsigned kind, const ProtobufCMessageDescriptor *desc, ProtobufCAllocator *alloc,
+		   ProtobufCMessage **out, int *fds, size_t maxfds, size_t *nfds, char *err, size_t errlen)
 {
-	/* Room for a few FDs so that a peer sending too many is detected
-	 * (and every one of them closed) rather than silently truncated. */
+	/* Room for one more than the most we send, so that a peer sending too
+	 * many is detected (and every one closed) rather than truncated. */
 	union {
 		struct cmsghdr h;
-		char buf[CMSG_SPACE(sizeof(int) * 8)];
+		char buf[CMSG_SPACE(sizeof(int) * (CUIP_MSG_MAX_FDS + 1))];
 	} ctl;
 	struct cuip_frame f;
 	struct msghdr mh;
 	struct iovec iov;
 	uint8_t *payload = NULL;
-	size_t got = 0;
-	int rfd = -1, ret;
+	size_t got = 0, n_in = 0;
+	int ret;
 
 	*out = NULL;
-	if (fd)
-		*fd = -1;
+	*nfds = 0;
+	if (maxfds > CUIP_MSG_MAX_FDS)
+		maxfds = CUIP_MSG_MAX_FDS;
 	while (got < sizeof(f)) {
 		memset(&mh, 0, sizeof(mh));
 		iov.iov_base = (uint8_t *)&f + got;
@@ -423,8 +434,12 @@ int cuip_msg_recv(int sock, unsigned kind, const ProtobufCMessageDescriptor *des
 			errfmt(err, errlen, "receiving a %s: %s", cuip_kind_name(kind), strerror(errno));
 			goto fail;
 		}
-		if (take_fds(&mh, &rfd)) {
-			errfmt(err, errlen, "%s carried more than one file descriptor", cuip_kind_name(kind));
+		if (take_fds(&mh, fds, maxfds, &n_in)) {
+			if (maxfds == 1)
+				errfmt(err, errlen, "%s carried more than one file descriptor", cuip_kind_name(kind));
+			else
+				errfmt(err, errlen, "%s carried more than %zu file descriptors", cuip_kind_name(kind),
+				       maxfds);
 			ret = -EPROTO;
 			goto fail;
 		}
@@ -453,15 +468,26 @@ int cuip_msg_recv(int sock, unsigned kind, const ProtobufCMessageDescriptor *des
 	if (ret)
 		goto fail;
 	free(payload);
-	if (fd)
-		*fd = rfd;
-	else if (rfd >= 0)
-		close(rfd);
+	*nfds = n_in;
 	return 0;
 fail:
 	free(payload);
-	if (rfd >= 0)
-		close(rfd);
+	while (n_in)
+		close(fds[--n_in]);
+	return ret;
+}
+
+int cuip_msg_recv(int sock, unsigned kind, const ProtobufCMessageDescriptor *desc, ProtobufCAllocator *alloc,
+		  ProtobufCMessage **out, int *fd, char *err, size_t errlen)
+{
+	int got = -1;
+	size_t n;
+	int ret = cuip_msg_recvv(sock, kind, desc, alloc, out, &got, 1, &n, err, errlen);
+
+	if (fd)
+		*fd = ret == 0 && n ? got : -1;
+	else if (ret == 0 && n)
+		close(got);
 	return ret;
 }
 

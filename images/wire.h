@@ -84,6 +84,17 @@ int cuip_msg_send(int sock, unsigned kind, const ProtobufCMessage *msg, int fd);
 int cuip_msg_recv(int sock, unsigned kind, const ProtobufCMessageDescriptor *desc, ProtobufCAllocator *alloc,
 		  ProtobufCMessage **out, int *fd, char *err, size_t errlen);
 
+/*
+ * The same with up to CUIP_MSG_MAX_FDS descriptors on one message (a batched
+ * FETCH reply). Receiving more than `maxfds` is a protocol error and closes
+ * all of them; *nfds tells how many arrived (the caller checks that against
+ * what the message says).
+ */
+#define CUIP_MSG_MAX_FDS 250 /* below the kernel's SCM_MAX_FD (253) */
+int cuip_msg_sendv(int sock, unsigned kind, const ProtobufCMessage *msg, const int *fds, size_t nfds);
+int cuip_msg_recvv(int sock, unsigned kind, const ProtobufCMessageDescriptor *desc, ProtobufCAllocator *alloc,
+		   ProtobufCMessage **out, int *fds, size_t maxfds, size_t *nfds, char *err, size_t errlen);
+
 /* Write all of buf to fd (restarting on EINTR / short writes); read all. */
 int cuip_write_all(int fd, const void *buf, size_t len);
 int cuip_read_all(int fd, void *buf, size_t len);

@@ -2,9 +2,11 @@
  * client.c - talking to a process's control socket: used by importers to
  * fetch export FDs from creators, by the CLI (inspect) and by tests. Plain
  * functions over wire.c, no state. Every request on a connection follows a
- * HANDSHAKE; a FETCH is answered with the FD attached, or a negative errno.
+ * HANDSHAKE; a FETCH is answered with the FD attached, or a negative errno;
+ * a FETCH_MANY with one status per item and the FDs of the good ones.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -71,6 +73,13 @@ int cuip_client_handshake(int sock, const char *client, Cuip__ProcessId *self_ou
 	}
 	cuip__response__free_unpacked(resp, NULL);
 	return ret;
+}
+
+const char *cuip_fetch_refusal(int err)
+{
+	return err == -ENOENT ? "not exported here (released, or never created by this process)"
+	       : err == -EACCES ? "token does not match"
+				: strerror(-err);
 }
 
 int cuip_fetch_open(const char *path, uint64_t creator, char *err, size_t errlen)
@@ -147,4 +156,85 @@ out:
 		return ret;
 	}
 	return fd;
+}
+
+int cuip_fetch_many_on(int s, uint64_t creator, struct cuip_fetch_item *items, size_t n, char *err, size_t errlen)
+{
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__FetchMany fm = CUIP__FETCH_MANY__INIT;
+	Cuip__Fetch *fv = NULL, **fp = NULL;
+	Cuip__AllocId *ids = NULL;
+	Cuip__Response *resp = NULL;
+	int fds[CUIP_MSG_MAX_FDS];
+	size_t nfds = 0, used = 0, i;
+	int ret;
+
+	if (n == 0 || n > CUIP_MSG_MAX_FDS) {
+		snprintf(err, errlen, "a batched fetch takes 1 to %d allocations, not %zu", CUIP_MSG_MAX_FDS, n);
+		return -EINVAL;
+	}
+	fv = calloc(n, sizeof(*fv));
+	fp = calloc(n, sizeof(*fp));
+	ids = calloc(n, sizeof(*ids));
+	if (!fv || !fp || !ids) {
+		snprintf(err, errlen, "out of memory");
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (i = 0; i < n; i++) {
+		cuip__alloc_id__init(&ids[i]);
+		ids[i].creator = creator;
+		ids[i].serial = items[i].serial;
+		cuip__fetch__init(&fv[i]);
+		fv[i].alloc = &ids[i];
+		fv[i].token.data = (uint8_t *)items[i].token;
+		fv[i].token.len = items[i].toklen;
+		fp[i] = &fv[i];
+	}
+	fm.n_items = n;
+	fm.items = fp;
+	req.body_case = CUIP__REQUEST__BODY_FETCH_MANY;
+	req.fetch_many = &fm;
+	ret = cuip_msg_send(s, CUIP_KIND_REQUEST, &req.base, -1);
+	if (ret) {
+		snprintf(err, errlen, "sending the request: %s", strerror(-ret));
+		goto out;
+	}
+	ret = cuip_msg_recvv(s, CUIP_KIND_RESPONSE, &cuip__response__descriptor, NULL, (ProtobufCMessage **)&resp, fds,
+			     n, &nfds, err, errlen);
+	if (ret)
+		goto out;
+	if (resp->status) {
+		ret = resp->status;
+		snprintf(err, errlen, "creator refused: %s", resp->error ? resp->error : strerror(-ret));
+		goto out;
+	}
+	if (resp->body_case != CUIP__RESPONSE__BODY_FETCH_MANY || resp->fetch_many->n_status != n) {
+		ret = -EPROTO;
+		snprintf(err, errlen, "creator answered %zu statuses for %zu allocations",
+			 resp->body_case == CUIP__RESPONSE__BODY_FETCH_MANY ? resp->fetch_many->n_status : 0, n);
+		goto out;
+	}
+	for (i = 0; i < n; i++)
+		used += resp->fetch_many->status[i] == 0;
+	if (used != nfds) {
+		ret = -EPROTO;
+		snprintf(err, errlen, "creator answered %zu good statuses with %zu descriptors", used, nfds);
+		goto out;
+	}
+	for (i = 0, used = 0; i < n; i++) {
+		int st = resp->fetch_many->status[i];
+
+		items[i].fd = st ? (st < 0 ? st : -EPROTO) : fds[used++];
+	}
+	nfds = 0;
+out:
+	while (nfds)
+		close(fds[--nfds]);
+	if (resp)
+		cuip__response__free_unpacked(resp, NULL);
+	free(fv);
+	free(fp);
+	free(ids);
+	return ret;
 }

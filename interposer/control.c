@@ -7,7 +7,8 @@
  * connection's peer must be root or our own uid (SO_PEERCRED).
  *
  * "cuip-ctl" accepts connections and reads requests. It answers HANDSHAKE,
- * FETCH (a dup of a cached export, xcache.c) and BYE itself: none of them
+ * FETCH (a dup of a cached export, xcache.c), FETCH_MANY (as many dups on
+ * one reply) and BYE itself: none of them
  * takes the state lock or calls the driver, so an importer is served even
  * while the application or our own op thread is busy. Everything else goes
  * to "cuip-op", one request at a time per connection; that connection is
@@ -219,15 +220,53 @@ static int do_fetch(struct conn *c, const Cuip__Fetch *f)
 	if (fd < 0) {
 		snprintf(msg, sizeof(msg), "allocation %016llx:%llu: %s", (unsigned long long)f->alloc->creator,
 			 (unsigned long long)f->alloc->serial,
-			 fd == -ENOENT	 ? "not exported here (released, or never created by this process)"
-			 : fd == -EACCES ? "token does not match"
-					 : strerror(-fd));
+			 cuip_fetch_refusal(fd));
 		return reply_status(c->fd, fd, msg);
 	}
 	ret = cuip_msg_send(c->fd, CUIP_KIND_RESPONSE, &r.base, fd);
 	close(fd);
 	if (!ret)
 		cuip_xc_served();
+	return ret;
+}
+
+/* One status per item and the FDs of the good ones, in order; a bad item
+ * costs only its own status. */
+static int do_fetch_many(struct conn *c, const Cuip__FetchMany *fm)
+{
+	Cuip__Response r = CUIP__RESPONSE__INIT;
+	Cuip__FetchManyReply fr = CUIP__FETCH_MANY_REPLY__INIT;
+	int32_t status[CUIP_MSG_MAX_FDS];
+	int fds[CUIP_MSG_MAX_FDS];
+	size_t nfds = 0;
+	int ret;
+
+	if (fm->n_items == 0 || fm->n_items > CUIP_MSG_MAX_FDS) {
+		char msg[96];
+
+		snprintf(msg, sizeof(msg), "a batched fetch takes 1 to %d allocations, not %zu", CUIP_MSG_MAX_FDS,
+			 fm->n_items);
+		return reply_status(c->fd, -EINVAL, msg);
+	}
+	for (size_t i = 0; i < fm->n_items; i++) {
+		const Cuip__Fetch *f = fm->items[i];
+		int fd = f && f->alloc ? cuip_xc_dup(f->alloc->creator, f->alloc->serial, f->token.data, f->token.len)
+				       : -EINVAL;
+
+		status[i] = fd < 0 ? fd : 0;
+		if (fd >= 0)
+			fds[nfds++] = fd;
+	}
+	fr.n_status = fm->n_items;
+	fr.status = status;
+	r.body_case = CUIP__RESPONSE__BODY_FETCH_MANY;
+	r.fetch_many = &fr;
+	ret = cuip_msg_sendv(c->fd, CUIP_KIND_RESPONSE, &r.base, fds, nfds);
+	for (size_t i = 0; i < nfds; i++) {
+		close(fds[i]);
+		if (!ret)
+			cuip_xc_served();
+	}
 	return ret;
 }
 
@@ -258,6 +297,9 @@ static bool serve_one(int idx)
 		break;
 	case CUIP__REQUEST__BODY_FETCH:
 		ret = do_fetch(c, req->fetch);
+		break;
+	case CUIP__REQUEST__BODY_FETCH_MANY:
+		ret = do_fetch_many(c, req->fetch_many);
 		break;
 	case CUIP__REQUEST__BODY_BYE:
 		reply_status(c->fd, 0, NULL);

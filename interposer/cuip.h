@@ -363,6 +363,18 @@ int cuip_fetch(const char *sock, uint64_t creator, uint64_t serial, const uint8_
 int cuip_fetch_open(const char *sock, uint64_t creator, char *err, size_t errlen);
 int cuip_fetch_on(int s, uint64_t creator, uint64_t serial, const uint8_t *token, size_t toklen, char *err,
 		  size_t errlen);
+/* Many FETCHes in one round trip (at most CUIP_MSG_MAX_FDS items): on 0 each
+ * item's fd is a fresh FD or the creator's negative errno for that item; a
+ * negative return is a failed exchange and leaves no FD open. */
+struct cuip_fetch_item {
+	uint64_t serial;
+	const uint8_t *token;
+	size_t toklen;
+	int fd;
+};
+/* Why a creator refused a fetch (its negative errno), in words. */
+const char *cuip_fetch_refusal(int err);
+int cuip_fetch_many_on(int s, uint64_t creator, struct cuip_fetch_item *items, size_t n, char *err, size_t errlen);
 
 /* ---- inspection and operations (inspect.c, ops.c) ----------------------- */
 

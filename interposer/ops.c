@@ -603,73 +603,107 @@ static Cuip__Response *rebuild_creators(void)
 	return NULL;
 }
 
-/* One kept connection per creator for the FETCHes of a rebuild. */
-struct peer_conn {
-	uint64_t creator;
-	int sock;
-};
-
-static int peer_conn_get(struct peer_conn *pc, size_t *npc, size_t cap, const char *path, uint64_t creator, char *why,
-			 size_t whylen)
+static int by_creator(const void *x, const void *y)
 {
-	size_t i;
+	const struct cuip_alloc *a = *(struct cuip_alloc *const *)x, *b = *(struct cuip_alloc *const *)y;
 
-	for (i = 0; i < *npc; i++)
-		if (pc[i].creator == creator)
-			return pc[i].sock;
-	if (*npc == cap) /* more creators than we keep: a connection of its own */
-		return cuip_fetch_open(path, creator, why, whylen);
-	pc[*npc].creator = creator;
-	pc[*npc].sock = cuip_fetch_open(path, creator, why, whylen);
-	return pc[(*npc)++].sock;
+	if (a->creator != b->creator)
+		return a->creator < b->creator ? -1 : 1;
+	return a->serial < b->serial ? -1 : a->serial > b->serial;
 }
 
-static Cuip__Response *rebuild_importers(const Cuip__Rebuild *rb)
+/* Import one batch of one creator's allocations (fetched FDs in it[]):
+ * every FD is closed whatever happens. */
+static Cuip__Response *import_batch(struct cuip_alloc **v, struct cuip_fetch_item *it, size_t n)
 {
-	struct peer_conn pc[64];
-	size_t npc = 0;
 	Cuip__Response *err = NULL;
 
-	for (struct cuip_alloc *a = vmm.head; a && !err; a = a->next) {
-		const char *sock;
-		char why[384] = "";
+	for (size_t i = 0; i < n; i++) {
+		struct cuip_alloc *a = v[i];
 		CUresult r;
-		int fd, s;
 
-		if (!imported_here(a) || a->drv)
+		if (err) {
+			if (it[i].fd >= 0)
+				close(it[i].fd);
 			continue;
-		sock = peer_socket(rb, a);
-		if (!sock) {
-			err = reply(-ESRCH, "pid %d: allocation " ID_FMT ": no socket for its creator (pid %d)",
-				    self.pid, ID(a), a->creator_pid);
-			break;
 		}
-		s = peer_conn_get(pc, &npc, sizeof(pc) / sizeof(pc[0]), sock, a->creator, why, sizeof(why));
-		fd = s < 0 ? s : cuip_fetch_on(s, a->creator, a->serial, a->token, sizeof(a->token), why, sizeof(why));
-		if (s >= 0) {
-			bool kept = false;
-			for (size_t i = 0; i < npc; i++)
-				kept |= pc[i].sock == s;
-			if (!kept)
-				close(s);
+		if (it[i].fd < 0) {
+			err = reply(it[i].fd, "pid %d: allocation " ID_FMT " from pid %d: creator refused: %s", self.pid,
+				    ID(a), a->creator_pid, cuip_fetch_refusal(it[i].fd));
+			continue;
 		}
-		if (fd < 0) {
-			err = reply(fd, "pid %d: allocation " ID_FMT " from pid %d: %s", self.pid, ID(a),
-				    a->creator_pid, why);
-			break;
-		}
-		r = real.cuMemImportFromShareableHandle(&a->drv, (void *)(uintptr_t)fd,
+		r = real.cuMemImportFromShareableHandle(&a->drv, (void *)(uintptr_t)it[i].fd,
 							CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-		close(fd);
+		close(it[i].fd);
 		if (r != CUDA_SUCCESS) {
 			a->drv = 0;
 			err = reply(-EIO, "pid %d: allocation " ID_FMT ": import failed: %s", self.pid, ID(a),
 				    cuip_cuerr(r));
 		}
 	}
-	for (size_t i = 0; i < npc; i++)
-		if (pc[i].sock >= 0)
-			close(pc[i].sock);
+	return err;
+}
+
+/*
+ * Importers: per creator, one connection and one FETCH_MANY per
+ * CUIP_MSG_MAX_FDS allocations (thousands of imports cost tens of round
+ * trips, not thousands), then the driver imports, then one remap pass.
+ */
+static Cuip__Response *rebuild_importers(const Cuip__Rebuild *rb)
+{
+	struct cuip_fetch_item it[CUIP_MSG_MAX_FDS];
+	struct cuip_alloc **v;
+	size_t n = 0, i, j, k;
+	Cuip__Response *err = NULL;
+
+	for (struct cuip_alloc *a = vmm.head; a; a = a->next)
+		n += imported_here(a) && !a->drv;
+	v = calloc(n ? n : 1, sizeof(*v));
+	if (!v)
+		return reply(-ENOMEM, "pid %d: out of memory", self.pid);
+	n = 0;
+	for (struct cuip_alloc *a = vmm.head; a; a = a->next)
+		if (imported_here(a) && !a->drv)
+			v[n++] = a;
+	qsort(v, n, sizeof(*v), by_creator);
+	for (i = 0; i < n && !err; i = j) {
+		const struct cuip_alloc *a = v[i];
+		const char *sock = peer_socket(rb, a);
+		char why[384] = "";
+		int s;
+
+		for (j = i; j < n && v[j]->creator == a->creator; j++)
+			;
+		if (!sock) {
+			err = reply(-ESRCH, "pid %d: allocation " ID_FMT ": no socket for its creator (pid %d)",
+				    self.pid, ID(a), a->creator_pid);
+			break;
+		}
+		s = cuip_fetch_open(sock, a->creator, why, sizeof(why));
+		if (s < 0) {
+			err = reply(s, "pid %d: allocation " ID_FMT " from pid %d: %s", self.pid, ID(a), a->creator_pid,
+				    why);
+			break;
+		}
+		for (k = i; k < j && !err; k += CUIP_MSG_MAX_FDS) {
+			size_t m = j - k < CUIP_MSG_MAX_FDS ? j - k : CUIP_MSG_MAX_FDS;
+			int ret;
+
+			for (size_t x = 0; x < m; x++)
+				it[x] = (struct cuip_fetch_item){.serial = v[k + x]->serial,
+								 .token = v[k + x]->token,
+								 .toklen = sizeof(v[k + x]->token),
+								 .fd = -1};
+			ret = cuip_fetch_many_on(s, a->creator, it, m, why, sizeof(why));
+			if (ret)
+				err = reply(ret, "pid %d: allocation " ID_FMT " from pid %d: %s", self.pid, ID(v[k]),
+					    a->creator_pid, why);
+			else
+				err = import_batch(v + k, it, m);
+		}
+		close(s);
+	}
+	free(v);
 	return err ? err : remap(imported_here);
 }
 

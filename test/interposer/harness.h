@@ -75,6 +75,14 @@ int cuip_client_connect(const char *path);
 int cuip_client_call(int sock, const Cuip__Request *req, int fd_in, Cuip__Response **resp, int *fd_out, char *err,
 		     size_t errlen);
 int cuip_client_handshake(int sock, const char *client, Cuip__ProcessId *self_out, char *err, size_t errlen);
+struct cuip_fetch_item {
+	uint64_t serial;
+	const uint8_t *token;
+	size_t toklen;
+	int fd;
+};
+int cuip_fetch_many_on(int s, uint64_t creator, struct cuip_fetch_item *items, size_t n, char *err, size_t errlen);
+const char *cuip_fetch_refusal(int err);
 
 /* Descriptor passing between test processes. */
 int h_send_fd(int sock, int fd, const void *buf, size_t len);

@@ -162,7 +162,8 @@ static void load(int s, Cuip__SaveReply *sr, int fd)
 	cuip__response__free_unpacked(r, NULL);
 }
 
-static void rebuild(int s, Cuip__Stage stage, Cuip__ProcessState *exp, Cuip__PeerSocket **peers, size_t np)
+static Cuip__Response *rebuild_call(int s, Cuip__Stage stage, Cuip__ProcessState *exp, Cuip__PeerSocket **peers,
+				     size_t np)
 {
 	Cuip__Request req = CUIP__REQUEST__INIT;
 	Cuip__Rebuild rb = CUIP__REBUILD__INIT;
@@ -173,7 +174,17 @@ static void rebuild(int s, Cuip__Stage stage, Cuip__ProcessState *exp, Cuip__Pee
 	rb.n_peers = np;
 	req.body_case = CUIP__REQUEST__BODY_REBUILD;
 	req.rebuild = &rb;
-	ok_call(s, &req, -1, stage == CUIP__STAGE__STAGE_CREATORS ? "REBUILD creators" : "REBUILD importers");
+	return call(s, &req, -1);
+}
+
+static void rebuild(int s, Cuip__Stage stage, Cuip__ProcessState *exp, Cuip__PeerSocket **peers, size_t np)
+{
+	Cuip__Response *r = rebuild_call(s, stage, exp, peers, np);
+
+	ck_assert_msg(r->status == 0, "%s: %d %s",
+		      stage == CUIP__STAGE__STAGE_CREATORS ? "REBUILD creators" : "REBUILD importers", r->status,
+		      r->error ? r->error : "");
+	cuip__response__free_unpacked(r, NULL);
 }
 
 static void verify(int s, Cuip__ProcessState *exp)
@@ -314,6 +325,15 @@ START_TEST(save_prepare_load_rebuild_verify_resume_across_two_processes)
 	for (int i = 0; i < 2; i++) {
 		lseek(cfd[i], 0, SEEK_SET);
 		load(conn[i], sv[i]->save, cfd[i]);
+	}
+	/* Importers before their creator has exported again: the creator refuses
+	 * the batched fetch item by item, the importer names the allocation and
+	 * imports nothing; the proper order then succeeds. */
+	{
+		Cuip__Response *r = rebuild_call(conn[0], CUIP__STAGE__STAGE_IMPORTERS, st[0]->state, pps, 2);
+		ck_assert_int_eq(r->status, -ENOENT);
+		ck_assert_msg(strstr(r->error, "creator refused: not exported here"), "%s", r->error);
+		cuip__response__free_unpacked(r, NULL);
 	}
 	for (int i = 0; i < 2; i++)
 		rebuild(conn[i], CUIP__STAGE__STAGE_CREATORS, st[i]->state, pps, 2);

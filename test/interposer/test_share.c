@@ -651,6 +651,74 @@ START_TEST(fetched_descriptors_are_close_on_exec_and_need_the_token)
 }
 END_TEST
 
+START_TEST(batched_fetch_answers_every_item_in_order)
+{
+	CUmemGenericAllocationHandle h[3];
+	Cuip__Ticket *t[3];
+	struct cuip_fetch_item it[6];
+	uint8_t buf[4096], bad[16];
+	struct stat st[6];
+	char err[256];
+	int tk[3], s;
+
+	h_init(0);
+	for (int i = 0; i < 3; i++) {
+		h_create_map(h_gran(), &h[i]);
+		tk[i] = h_export(h[i]);
+		ssize_t n = pread(tk[i], buf, sizeof(buf), 0);
+		ck_assert_int_eq(cuip_decode(buf, (size_t)n, CUIP_KIND_TICKET, &cuip__ticket__descriptor, NULL,
+					     (ProtobufCMessage **)&t[i], err, sizeof(err)),
+				 0);
+	}
+	s = h_connect(0);
+	memcpy(bad, t[1]->token.data, sizeof(bad));
+	bad[0] ^= 1;
+	/* good, good, wrong token, good, unknown serial, the first one again */
+	it[0] = (struct cuip_fetch_item){t[0]->alloc->serial, t[0]->token.data, t[0]->token.len, -1};
+	it[1] = (struct cuip_fetch_item){t[1]->alloc->serial, t[1]->token.data, t[1]->token.len, -1};
+	it[2] = (struct cuip_fetch_item){t[1]->alloc->serial, bad, sizeof(bad), -1};
+	it[3] = (struct cuip_fetch_item){t[2]->alloc->serial, t[2]->token.data, t[2]->token.len, -1};
+	it[4] = (struct cuip_fetch_item){t[2]->alloc->serial + 1000, t[2]->token.data, t[2]->token.len, -1};
+	it[5] = it[0];
+	ck_assert_int_eq(cuip_fetch_many_on(s, t[0]->alloc->creator, it, 6, err, sizeof(err)), 0);
+	ck_assert_int_eq(it[2].fd, -EACCES);
+	ck_assert_int_eq(it[4].fd, -ENOENT);
+	ck_assert_str_eq(cuip_fetch_refusal(it[4].fd), "not exported here (released, or never created by this process)");
+	for (int i = 0; i < 6; i++) {
+		if (i == 2 || i == 4)
+			continue;
+		ck_assert_int_ge(it[i].fd, 0);
+		ck_assert(fcntl(it[i].fd, F_GETFD) & FD_CLOEXEC);
+		ck_assert_int_eq(fstat(it[i].fd, &st[i]), 0);
+	}
+	/* Each FD is its own allocation's export: distinct objects, and the same
+	 * one for the same allocation asked twice. */
+	ck_assert(st[0].st_ino != st[1].st_ino && st[1].st_ino != st[3].st_ino && st[0].st_ino != st[3].st_ino);
+	ck_assert_int_eq(st[5].st_ino, st[0].st_ino);
+	for (int i = 0; i < 6; i++)
+		if (it[i].fd >= 0)
+			close(it[i].fd);
+	/* Sizes out of bounds are refused before anything is sent... */
+	ck_assert_int_eq(cuip_fetch_many_on(s, t[0]->alloc->creator, it, 0, err, sizeof(err)), -EINVAL);
+	/* ...and by the creator, which answers an empty batch with an error. */
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__FetchMany fm = CUIP__FETCH_MANY__INIT;
+	Cuip__Response *resp;
+	int fd = -1;
+	req.body_case = CUIP__REQUEST__BODY_FETCH_MANY;
+	req.fetch_many = &fm;
+	ck_assert_int_eq(h_request(s, &req, -1, &resp, &fd), 0);
+	ck_assert_int_eq(resp->status, -EINVAL);
+	ck_assert_int_eq(fd, -1);
+	cuip__response__free_unpacked(resp, NULL);
+	close(s);
+	for (int i = 0; i < 3; i++) {
+		cuip__ticket__free_unpacked(t[i], NULL);
+		close(tk[i]);
+	}
+}
+END_TEST
+
 /* The server closed its copy of a pipe's read end iff writing fails. */
 static bool reader_closed(int wfd)
 {
@@ -763,6 +831,7 @@ Suite *share_suite(void)
 	tcase_add_test(tc, socket_threads_and_descriptors);
 	tcase_add_test(tc, stale_sockets_of_dead_processes_are_removed);
 	tcase_add_test(tc, fetched_descriptors_are_close_on_exec_and_need_the_token);
+	tcase_add_test(tc, batched_fetch_answers_every_item_in_order);
 	tcase_add_test(tc, malformed_messages_close_the_connection_and_leak_nothing);
 	tcase_add_test(tc, a_peer_that_hangs_up_raises_no_sigpipe);
 	suite_add_tcase(s, tc);

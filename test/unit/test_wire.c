@@ -192,6 +192,54 @@ START_TEST(message_carries_one_fd_close_on_exec)
 }
 END_TEST
 
+START_TEST(message_carries_many_fds_and_refuses_too_many)
+{
+	int sv[2], pfd[2], fds[CUIP_MSG_MAX_FDS + 1], got[CUIP_MSG_MAX_FDS];
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	ProtobufCMessage *in;
+	char err[256], c;
+	size_t n;
+	int base;
+
+	ck_assert_int_eq(pipe2(pfd, O_CLOEXEC), 0);
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	req.body_case = CUIP__REQUEST__BODY_BYE;
+	req.bye = 1;
+	for (int i = 0; i <= CUIP_MSG_MAX_FDS; i++)
+		fds[i] = pfd[1];
+	base = count_fds();
+	/* The most a message carries: all arrive, in order, close-on-exec. */
+	ck_assert_int_eq(cuip_msg_sendv(sv[0], CUIP_KIND_REQUEST, &req.base, fds, CUIP_MSG_MAX_FDS), 0);
+	ck_assert_int_eq(cuip_msg_recvv(sv[1], CUIP_KIND_REQUEST, &cuip__request__descriptor, NULL, &in, got,
+					CUIP_MSG_MAX_FDS, &n, err, sizeof(err)),
+			 0);
+	ck_assert_uint_eq(n, CUIP_MSG_MAX_FDS);
+	protobuf_c_message_free_unpacked(in, NULL);
+	for (size_t i = 0; i < n; i++) {
+		ck_assert_int_eq(fcntl(got[i], F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+		ck_assert_int_eq(write(got[i], "x", 1), 1); /* the same pipe */
+		close(got[i]);
+	}
+	for (size_t i = 0; i < n; i++)
+		ck_assert_int_eq(read(pfd[0], &c, 1), 1);
+	ck_assert_int_eq(count_fds(), base);
+	/* One more than the bound is refused by the sender. */
+	ck_assert_int_eq(cuip_msg_sendv(sv[0], CUIP_KIND_REQUEST, &req.base, fds, CUIP_MSG_MAX_FDS + 1), -E2BIG);
+	/* More than the receiver asked for: a protocol error, every one closed. */
+	ck_assert_int_eq(cuip_msg_sendv(sv[0], CUIP_KIND_REQUEST, &req.base, fds, 11), 0);
+	ck_assert_int_eq(cuip_msg_recvv(sv[1], CUIP_KIND_REQUEST, &cuip__request__descriptor, NULL, &in, got, 10, &n,
+					err, sizeof(err)),
+			 -EPROTO);
+	ck_assert_uint_eq(n, 0);
+	ck_assert_ptr_nonnull(strstr(err, "more than 10 file descriptors"));
+	ck_assert_int_eq(count_fds(), base);
+	close(sv[0]);
+	close(sv[1]);
+	close(pfd[0]);
+	close(pfd[1]);
+}
+END_TEST
+
 /* Send raw bytes with `nfds` descriptors attached, as a hostile peer would. */
 static void send_raw(int sock, const void *buf, size_t len, const int *fds, int nfds)
 {
@@ -353,6 +401,7 @@ static Suite *wire_suite(void)
 	tcase_add_test(tc, decode_round_trips_a_process_state);
 	tcase_add_test(tc, decode_refuses_bad_input_with_reasons);
 	tcase_add_test(tc, message_carries_one_fd_close_on_exec);
+	tcase_add_test(tc, message_carries_many_fds_and_refuses_too_many);
 	tcase_add_test(tc, malformed_messages_leak_no_descriptor);
 	tcase_add_test(tc, send_to_a_closed_peer_returns_epipe_without_signal);
 	tcase_add_test(tc, image_files_are_atomic_and_checked);
