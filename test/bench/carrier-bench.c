@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -323,65 +324,98 @@ struct crun {
 	struct carrier_stats save_st, load_st;
 };
 
-/*
- * One save and one load of the device bytes, split into opt.files equal
- * items, item k in file k (carrier_save_files), as a caller that stripes a
- * large allocation over several carrier files would.
- */
-static void carrier_run(unsigned threads, struct crun *out, int verify)
-{
+/* The carrier files and items of one run: the device bytes split into
+ * opt.files equal items, item k in file k (carrier_save_files), as a caller
+ * that stripes a large allocation over several carrier files would. */
+struct cfiles {
 	struct carrier_config cfg;
 	struct carrier_item it[CARRIER_FILES_MAX];
 	int fds[CARRIER_FILES_MAX];
-	unsigned nf = opt.files;
-	uint64_t per = (opt.size / nf + 4095) / 4096 * 4096;
-	char err[512], path[4200];
-	uint64_t base;
+	unsigned nf;
+};
 
-	if (carrier_config_init(&cfg, err, sizeof(err)))
+static void cfiles_open(struct cfiles *c, unsigned threads)
+{
+	uint64_t per;
+	char err[512], path[4200];
+
+	c->nf = opt.files;
+	per = (opt.size / c->nf + 4095) / 4096 * 4096;
+	if (carrier_config_init(&c->cfg, err, sizeof(err)))
 		die("%s", err);
-	cfg.staging_bytes = opt.staging_mb * MIB;
-	cfg.chunk_size = opt.chunk_mb * MIB;
-	cfg.threads = threads;
-	cfg.progress = on_progress;
-	cfg.progress_every = 64 * MIB;
-	for (unsigned k = 0; k < nf; k++) {
+	c->cfg.staging_bytes = opt.staging_mb * MIB;
+	c->cfg.chunk_size = opt.chunk_mb * MIB;
+	c->cfg.threads = threads;
+	c->cfg.progress = on_progress;
+	c->cfg.progress_every = 64 * MIB;
+	for (unsigned k = 0; k < c->nf; k++) {
 		uint64_t off = k * per, len = off >= opt.size ? 0 : opt.size - off < per ? opt.size - off : per;
 
-		it[k] = (struct carrier_item){.va = dev + off, .size = len, .name = "bench", .file = k};
-		it[k].ncrc = carrier_nchunks(len, cfg.chunk_size);
-		it[k].crc = calloc(it[k].ncrc + 1, sizeof(uint32_t));
+		c->it[k] = (struct carrier_item){.va = dev + off, .size = len, .name = "bench", .file = k};
+		c->it[k].ncrc = carrier_nchunks(len, c->cfg.chunk_size);
+		c->it[k].crc = calloc(c->it[k].ncrc + 1, sizeof(uint32_t));
 		snprintf(path, sizeof(path), "%s.%u", carrier_path, k);
 		unlink(path);
-		fds[k] = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-		if (fds[k] < 0)
+		c->fds[k] = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+		if (c->fds[k] < 0)
 			die("open %s: %s", path, strerror(errno));
 	}
-	base = status_kb("VmRSS");
+}
+
+static void cfiles_save(struct cfiles *c, struct crun *out)
+{
+	uint64_t base = status_kb("VmRSS");
+	char err[512];
+
 	anon_base = anon_peak = status_kb("RssAnon");
 	reset_hwm();
-	if (carrier_save_files(&ops, &cfg, fds, nf, 0, it, nf, &out->save_st, err, sizeof(err)))
+	if (carrier_save_files(&ops, &c->cfg, c->fds, c->nf, 0, c->it, c->nf, &out->save_st, err, sizeof(err)))
 		die("%s", err);
 	out->save_hwm = status_kb("VmHWM") - base;
 	out->save_anon = anon_peak - anon_base;
 	out->save_gbs = opt.size / out->save_st.seconds / GB;
+}
+
+/* Load back; with `verify`, the device bytes are zeroed first so that only
+ * the load can bring the pattern back. */
+static void cfiles_load(struct cfiles *c, struct crun *out, int verify)
+{
+	uint64_t base;
+	char err[512];
 
 	if (verify)
 		CK(cu.memset_d8(dev, 0, opt.size));
 	base = status_kb("VmRSS");
 	anon_base = anon_peak = status_kb("RssAnon");
 	reset_hwm();
-	if (carrier_load_files(&ops, &cfg, fds, nf, it, nf, &out->load_st, err, sizeof(err)))
+	if (carrier_load_files(&ops, &c->cfg, c->fds, c->nf, c->it, c->nf, &out->load_st, err, sizeof(err)))
 		die("%s", err);
 	out->load_hwm = status_kb("VmHWM") - base;
 	out->load_anon = anon_peak - anon_base;
 	out->load_gbs = opt.size / out->load_st.seconds / GB;
-	for (unsigned k = 0; k < nf; k++) {
-		close(fds[k]);
+}
+
+static void cfiles_close(struct cfiles *c)
+{
+	char path[4200];
+
+	for (unsigned k = 0; k < c->nf; k++) {
+		close(c->fds[k]);
 		snprintf(path, sizeof(path), "%s.%u", carrier_path, k);
 		unlink(path);
-		free(it[k].crc);
+		free(c->it[k].crc);
 	}
+}
+
+/* One save and one load of the device bytes. */
+static void carrier_run(unsigned threads, struct crun *out, int verify)
+{
+	struct cfiles c;
+
+	cfiles_open(&c, threads);
+	cfiles_save(&c, out);
+	cfiles_load(&c, out, verify);
+	cfiles_close(&c);
 }
 
 /* ---- fill and verify ------------------------------------------------------ */
@@ -423,6 +457,147 @@ static void verify_device(void)
 	free(want);
 }
 
+/* ---- several processes at once (-P) -------------------------------------- */
+
+/*
+ * What the plugin does at SAVE and LOAD: every process of the job runs its
+ * own carrier into its own file, all at the same time, each on its own GPU
+ * when there are several. Round 1: one process moves S/P bytes; round P: P
+ * processes move S/P bytes each (process i on device (D + i) mod count).
+ * Overlap = aggregate throughput of round P / that of round 1 (P when the
+ * processes never wait for each other). Each process starts on a common
+ * signal, save and load are separate barriers, and every process verifies
+ * its bytes after the load. Forks before any driver call.
+ */
+struct pmsg {
+	int ok;
+	double seconds;
+};
+
+static void xwrite(int fd, const void *b, size_t n)
+{
+	if (write(fd, b, n) != (ssize_t)n)
+		die("pipe write: %s", strerror(errno));
+}
+
+static void xread(int fd, void *b, size_t n)
+{
+	if (read(fd, b, n) != (ssize_t)n)
+		die("pipe read: a process of the round died");
+}
+
+static void overlap_child(unsigned i, unsigned k, int go, int back)
+{
+	CUresult (*count)(int *) = NULL;
+	struct cfiles c;
+	struct crun cr = {0};
+	struct pmsg m = {1, 0};
+	CUcontext ctx;
+	CUdevice d;
+	int n = 1;
+	char b;
+
+	load_driver();
+	CK(cu.init(0));
+	*(void **)&count = sym("cuDeviceGetCount");
+	CK(count(&n));
+	opt.device = (opt.device + (int)i) % (n ? n : 1);
+	CK(cu.device_get(&d, opt.device));
+	CK(cu.primary_retain(&ctx, d));
+	CK(cu.ctx_set(ctx));
+	CK(cu.mem_alloc(&dev, opt.size));
+	pinned_len = opt.size < 1024 * MIB ? opt.size : 1024 * MIB;
+	CK(cu.host_alloc((void **)&pinned, pinned_len, CU_MEMHOSTALLOC_PORTABLE));
+	fill_device();
+	CK(cu.ctx_sync());
+	snprintf(carrier_path, sizeof(carrier_path), "%s/carrier-bench-p%u-of-%u.%d", opt.dir, i, k, getpid());
+	cfiles_open(&c, 0);
+	xwrite(back, &m, sizeof(m)); /* ready */
+	xread(go, &b, 1);
+	cfiles_save(&c, &cr);
+	m.seconds = cr.save_st.seconds;
+	xwrite(back, &m, sizeof(m));
+	xread(go, &b, 1);
+	cfiles_load(&c, &cr, 1);
+	verify_device(); /* dies on a mismatch: the parent sees a short read */
+	m.seconds = cr.load_st.seconds;
+	xwrite(back, &m, sizeof(m));
+	cfiles_close(&c);
+	_exit(0);
+}
+
+/* One round of k processes: wall seconds of the save and of the load. */
+static void overlap_round(unsigned k, double *save, double *load, double *slow_save, double *slow_load)
+{
+	int go[2], back[2], st;
+	pid_t pids[64];
+	struct pmsg m;
+	double t;
+
+	if (pipe(go) || pipe(back))
+		die("pipe: %s", strerror(errno));
+	for (unsigned i = 0; i < k; i++) {
+		pids[i] = fork();
+		if (pids[i] < 0)
+			die("fork: %s", strerror(errno));
+		if (pids[i] == 0) {
+			close(go[1]);
+			close(back[0]);
+			overlap_child(i, k, go[0], back[1]);
+		}
+	}
+	close(go[0]);
+	close(back[1]);
+	for (unsigned i = 0; i < k; i++)
+		xread(back[0], &m, sizeof(m));
+	*slow_save = *slow_load = 0;
+	for (int phase = 0; phase < 2; phase++) {
+		t = now();
+		for (unsigned i = 0; i < k; i++)
+			xwrite(go[1], "g", 1);
+		for (unsigned i = 0; i < k; i++) {
+			xread(back[0], &m, sizeof(m));
+			double *slow = phase ? slow_load : slow_save;
+			if (m.seconds > *slow)
+				*slow = m.seconds;
+		}
+		*(phase ? load : save) = now() - t;
+	}
+	close(go[1]);
+	close(back[0]);
+	for (unsigned i = 0; i < k; i++)
+		if (waitpid(pids[i], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st))
+			die("process %u of the round of %u failed", i, k);
+}
+
+static int overlap(unsigned P)
+{
+	double s1[MAX_RUNS], l1[MAX_RUNS], sp[MAX_RUNS], lp[MAX_RUNS], slow_s, slow_l, ms1, ml1, msp, mlp;
+	uint64_t per = opt.size / P / 4096 * 4096;
+
+	if (!per)
+		die("-s %" PRIu64 " is too small for -P %u", opt.size, P);
+	opt.size = per;
+	printf("carrier-bench -P %u: each process %.0f MiB on its own device (from %d, wrapping), its own carrier "
+	       "file in %s;\n%d runs (medians); device bytes verified after every load\n\n",
+	       P, per / (double)MIB, opt.device, opt.dir, opt.runs);
+	for (int r = 0; r < opt.runs; r++) {
+		overlap_round(1, &s1[r], &l1[r], &slow_s, &slow_l);
+		overlap_round(P, &sp[r], &lp[r], &slow_s, &slow_l);
+	}
+	ms1 = median(s1, opt.runs);
+	ml1 = median(l1, opt.runs);
+	msp = median(sp, opt.runs);
+	mlp = median(lp, opt.runs);
+	printf("%-28s %9s %10s %9s %10s\n", "", "save s", "save GB/s", "load s", "load GB/s");
+	printf("%-28s %9.3f %10.2f %9.3f %10.2f\n", "1 process", ms1, per / ms1 / GB, ml1, per / ml1 / GB);
+	printf("%-20s%2u at once %9.3f %10.2f %9.3f %10.2f\n", "", P, msp, P * per / msp / GB, mlp, P * per / mlp / GB);
+	printf("\noverlap (aggregate of %u at once / one process; %u = never waiting for each other):"
+	       " save %.2f, load %.2f\n",
+	       P, P, P * ms1 / msp, P * ml1 / mlp);
+	return 0;
+}
+
 /* ---- main ---------------------------------------------------------------- */
 
 static uint64_t parse_size(const char *s)
@@ -457,7 +632,8 @@ static void usage(void)
 		"default)\n"
 		"  -w  plain I/O: best of 2..W parallel threads (8)  -r  runs, median reported (3)\n"
 		"  -F  carrier over this many files, the device bytes split evenly (1)\n"
-		"  -f  fdatasync the plain writes  -n  skip verifying device bytes after load\n");
+		"  -f  fdatasync the plain writes  -n  skip verifying device bytes after load\n"
+		"  -P  instead: P processes at once, each SIZE/P on its own device, against one process\n");
 	exit(2);
 }
 
@@ -465,11 +641,12 @@ int main(int argc, char **argv)
 {
 	double d2h[MAX_RUNS], h2d[MAX_RUNS], w1[MAX_RUNS], r1[MAX_RUNS], wn[MAX_RUNS], rn[MAX_RUNS];
 	unsigned wbest = 1, rbest = 1;
+	unsigned procs = 0;
 	CUcontext ctx;
 	CUdevice d;
 	int c;
 
-	while ((c = getopt(argc, argv, "s:d:S:c:t:w:F:r:D:l:fnh")) != -1) {
+	while ((c = getopt(argc, argv, "s:d:S:c:t:w:F:r:D:l:P:fnh")) != -1) {
 		switch (c) {
 		case 's':
 			opt.size = parse_size(optarg);
@@ -505,6 +682,9 @@ int main(int argc, char **argv)
 		case 'l':
 			opt.lib = optarg;
 			break;
+		case 'P':
+			procs = (unsigned)strtoul(optarg, NULL, 10);
+			break;
 		case 'f':
 			opt.fsync_plain = 1;
 			break;
@@ -518,6 +698,8 @@ int main(int argc, char **argv)
 	if (!opt.size || opt.runs < 1 || opt.runs > MAX_RUNS || opt.writers < 1 || opt.writers > 64 || opt.files < 1 ||
 	    opt.files > CARRIER_FILES_MAX)
 		usage();
+	if (procs)
+		return procs > 64 ? (usage(), 2) : overlap(procs);
 	snprintf(plain_path, sizeof(plain_path), "%s/carrier-bench-plain.%d", opt.dir, getpid());
 	snprintf(carrier_path, sizeof(carrier_path), "%s/carrier-bench-carrier.%d", opt.dir, getpid());
 
