@@ -1,9 +1,12 @@
 /*
  * The device connection: this process's link to fakecuda-devd, its
  * /dev/nvidia* equivalent (CRIU cannot dump a process holding it, because its
- * peer is outside the dumped tree).  One request at a time per connection:
- * G.conn_lock serializes requests; it nests inside G.lock.  The restore thread
- * uses conn_rpc_unlocked on a descriptor of its own making.
+ * peer is outside the dumped tree), and the device arenas (G.arena, one memfd
+ * per device) that devd hands over at HELLO and that every window maps.
+ * G.conn_lock serializes messages; it nests inside G.lock.  A request waits
+ * for its response; a one-way message (conn_send) does not, and devd
+ * processes it before any later message of this connection.  The restore
+ * thread uses conn_rpc_unlocked on a descriptor of its own making.
  */
 #include <string.h>
 #include <unistd.h>
@@ -18,7 +21,7 @@ CUresult conn_rpc_unlocked(int fd, const struct fkw_req *q, int sendfd, struct f
 		return CUDA_ERROR_DEVICE_UNAVAILABLE;
 	if (fkw_send(fd, q, sizeof(*q), sendfd >= 0 ? &sendfd : NULL, sendfd >= 0) < 0)
 		return CUDA_ERROR_DEVICE_UNAVAILABLE;
-	if (fkw_recv(fd, r, sizeof(*r), fds, maxfds, &nfds) < 0)
+	if (fkw_recv(fd, r, fkw_resp_len(q->op), fds, maxfds, &nfds) < 0)
 		return CUDA_ERROR_DEVICE_UNAVAILABLE;
 	if ((int)r->nfds != nfds || r->result != CUDA_SUCCESS) {
 		for (i = 0; i < nfds; i++)
@@ -39,13 +42,26 @@ CUresult conn_rpc(const struct fkw_req *q, int sendfd, struct fkw_resp *r, int *
 	return res;
 }
 
-/* Connects and says hello; fills the device table.  No allocation: the restore thread calls it. */
-CUresult conn_open(int *fdp, struct fk_devices *dev)
+CUresult conn_send(const struct fkw_req *q, int sendfd)
+{
+	int err;
+
+	pthread_mutex_lock(&G.conn_lock);
+	err = G.conn < 0 ? -1 : fkw_send(G.conn, q, sizeof(*q), sendfd >= 0 ? &sendfd : NULL, sendfd >= 0);
+	pthread_mutex_unlock(&G.conn_lock);
+	return err ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_SUCCESS;
+}
+
+/*
+ * Connects and says hello; fills the device table and arenas (close-on-exec).
+ * No allocation: the restore thread calls it.
+ */
+CUresult conn_open(int *fdp, struct fk_devices *dev, int *arenas)
 {
 	struct fkw_req q;
 	struct fkw_resp r;
 	CUresult res;
-	int fd = fkw_connect(G.sockpath);
+	int fd = fkw_connect(G.sockpath), i;
 
 	if (fd < 0)
 		return CUDA_ERROR_NO_DEVICE;
@@ -53,11 +69,18 @@ CUresult conn_open(int *fdp, struct fk_devices *dev)
 	q.op = FKW_HELLO;
 	q.n = FKW_VERSION;
 	q.pid = getpid();
-	res = conn_rpc_unlocked(fd, &q, -1, &r, NULL, 0);
+	res = conn_rpc_unlocked(fd, &q, -1, &r, arenas, FKW_MAX_DEV);
+	if (res == CUDA_SUCCESS && r.nfds != r.n) {
+		for (i = 0; i < (int)r.nfds; i++)
+			close(arenas[i]);
+		res = CUDA_ERROR_OPERATING_SYSTEM;
+	}
 	if (res != CUDA_SUCCESS) {
 		close(fd);
 		return res == CUDA_ERROR_DEVICE_UNAVAILABLE ? CUDA_ERROR_NO_DEVICE : res;
 	}
+	for (i = (int)r.n; i < FKW_MAX_DEV; i++)
+		arenas[i] = -1;
 	dev->n = (int)r.n;
 	dev->mc_gran = r.mc_gran;
 	dev->mc_rec_gran = r.mc_rec_gran;
@@ -66,14 +89,32 @@ CUresult conn_open(int *fdp, struct fk_devices *dev)
 	return CUDA_SUCCESS;
 }
 
+/*
+ * Drops the connection and the arenas (native checkpoint, a forked child):
+ * with them go every devd reference of the process.  The caller has unmapped
+ * every window first, so nothing of device memory is left for CRIU to dump.
+ * Only close(): the restore thread calls it.
+ */
+void conn_close_all(void)
+{
+	if (G.conn >= 0)
+		close(G.conn);
+	G.conn = -1;
+	for (int i = 0; i < FKW_MAX_DEV; i++) {
+		if (G.arena[i] >= 0)
+			close(G.arena[i]);
+		G.arena[i] = -1;
+	}
+}
+
+/* One-way: the caller validated the reference against its own tables. */
 void conn_drop(int kind, uint64_t id)
 {
 	struct fkw_req q;
-	struct fkw_resp r;
 
 	memset(&q, 0, sizeof(q));
 	q.op = FKW_DROP;
 	q.kind = (uint32_t)kind;
 	q.id = id;
-	conn_rpc(&q, -1, &r, NULL, 0);
+	conn_send(&q, -1);
 }

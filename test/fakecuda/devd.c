@@ -1,8 +1,15 @@
 /*
- * fakecuda-devd: the fake device service.  It owns all device memory (one
- * memfd per physical allocation) and the authoritative device state: capacity
- * per device, allocations and their references, export sockets, legacy IPC
- * tokens, multicast objects with their devices and bindings.
+ * fakecuda-devd: the fake device service.  It owns all device memory and the
+ * authoritative device state: capacity per device, allocations and their
+ * references, export sockets, legacy IPC tokens, multicast objects with their
+ * devices and bindings.
+ *
+ * Device memory is one sparse memfd per device, the arena.  An allocation is
+ * an offset range handed out by a bump pointer (offsets are never reused, so
+ * a stale mapping can never see another allocation's bytes); freeing punches
+ * the range out (the pages really return).  Each connection receives the
+ * arena descriptors once, at HELLO.  So devd holds O(devices + connections +
+ * live exports) descriptors, whatever the number of allocations.
  *
  * Every process that calls cuInit holds one connection (its /dev/nvidia*
  * equivalent).  References are counted per holder: a connection reference
@@ -48,7 +55,7 @@ struct alloc {
 	uint64_t id;
 	int dev;
 	uint64_t size;
-	int memfd;
+	uint64_t off; /* in D.arena[dev] */
 	int refs;
 	uint32_t flags;
 	uint64_t ipc_token;
@@ -75,12 +82,12 @@ struct mcobj {
 	struct binding *b;
 };
 
+/* devd's end of an export socketpair: its EOF is the last application copy closing. */
 struct export
 {
 	struct ev ev;
-	struct export *next;
+	struct export *next, *prev;
 	int fd;
-	ino_t peer_ino;
 	int kind;
 	uint64_t id;
 };
@@ -92,7 +99,7 @@ struct ref {
 };
 
 /* Hash tables: jobs hold tens of thousands of allocations (issue 11), so
- * every lookup by id, by export inode or by reference is a bucket walk. */
+ * every lookup by id or by reference is a bucket walk. */
 #define NBUCKET	 (1u << 16)
 #define NREFBUCK 1024u
 static unsigned bucket(uint64_t v, unsigned n)
@@ -117,9 +124,15 @@ static struct {
 	uint64_t used[FKW_MAX_DEV];
 	struct fkw_dev_info info[FKW_MAX_DEV];
 	uint64_t mc_gran, mc_rec_gran, mc_round;
+	int arena[FKW_MAX_DEV];		 /* one sparse memfd per device */
+	uint64_t arena_len[FKW_MAX_DEV]; /* its size (grown with ftruncate) */
+	uint64_t arena_next[FKW_MAX_DEV]; /* bump pointer: offsets are never reused */
+	uint64_t page;
 	struct alloc *allocs[NBUCKET]; /* by id */
+	uint64_t nallocs;
 	struct mcobj *mcs;
-	struct export *exports[NBUCKET]; /* by peer_ino */
+	struct export *exports; /* doubly linked: any one closes in O(1) */
+	uint64_t nexports;
 	struct conn *conns;
 	uint64_t next_id;
 	int epfd;
@@ -138,6 +151,52 @@ static void logf_(const char *fmt, ...)
 	fputs(LOG_PREFIX, stderr);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
+}
+
+/* Arenas grow in steps of this much (sparse: only written pages cost memory). */
+#define ARENA_STEP (1ull << 34)
+
+static int setup_arenas(void)
+{
+	D.page = (uint64_t)sysconf(_SC_PAGESIZE);
+	for (int i = 0; i < D.ndev; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "fakecuda-dev%d", i);
+		D.arena[i] = memfd_create(name, MFD_CLOEXEC);
+		if (D.arena[i] < 0) {
+			fprintf(stderr, LOG_PREFIX "cannot create the arena of device %d: %s\n", i, strerror(errno));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* A fresh range of size bytes in dev's arena (page aligned), or -1. */
+static int64_t arena_take(int dev, uint64_t size)
+{
+	uint64_t off = D.arena_next[dev];
+	uint64_t end = off + (size + D.page - 1) / D.page * D.page;
+
+	if (end > D.arena_len[dev]) {
+		uint64_t len = (end + ARENA_STEP - 1) / ARENA_STEP * ARENA_STEP;
+
+		if (ftruncate(D.arena[dev], (off_t)len) < 0) {
+			logf_("cannot grow the arena of device %d to %llu bytes: %s\n", dev, (unsigned long long)len,
+			      strerror(errno));
+			return -1;
+		}
+		D.arena_len[dev] = len;
+	}
+	D.arena_next[dev] = end;
+	return (int64_t)off;
+}
+
+static void arena_punch(int dev, uint64_t off, uint64_t size)
+{
+	if (fallocate(D.arena[dev], FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)size) < 0)
+		logf_("cannot free %llu bytes at %llu of device %d: %s\n", (unsigned long long)size,
+		      (unsigned long long)off, dev, strerror(errno));
 }
 
 static uint64_t splitmix(uint64_t *s)
@@ -212,7 +271,8 @@ static void alloc_unref(struct alloc *a)
 		;
 	*pp = a->next;
 	D.used[a->dev] -= a->size;
-	close(a->memfd);
+	D.nallocs--;
+	arena_punch(a->dev, a->off, a->size);
 	logf_("freed allocation %llu (%llu bytes on device %d)\n", (unsigned long long)a->id,
 	      (unsigned long long)a->size, a->dev);
 	free(a);
@@ -341,123 +401,164 @@ static void conn_close(struct conn *c)
 
 static void export_close(struct export *e)
 {
-	struct export **pp;
-
-	for (pp = &D.exports[bucket(e->peer_ino, NBUCKET)]; *pp != e; pp = &(*pp)->next)
-		;
-	*pp = e->next;
+	if (e->prev)
+		e->prev->next = e->next;
+	else
+		D.exports = e->next;
+	if (e->next)
+		e->next->prev = e->prev;
+	D.nexports--;
 	epoll_ctl(D.epfd, EPOLL_CTL_DEL, e->fd, NULL);
 	close(e->fd);
 	obj_unref(e->kind, e->id);
 	free(e);
 }
 
-static int do_alloc(struct conn *c, const struct fkw_req *q, struct fkw_resp *r, int *fds)
+/* A new allocation with one reference held by c, or a CUresult. */
+static int alloc_new(struct conn *c, uint32_t dev, uint64_t size, uint32_t flags, struct alloc **out)
 {
 	struct alloc *a;
-	char name[64];
+	int64_t off;
 
-	if (q->dev >= (uint32_t)D.ndev)
+	if (dev >= (uint32_t)D.ndev)
 		return CUDA_ERROR_INVALID_DEVICE;
-	if (q->size == 0)
+	if (size == 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (q->size > D.capacity - D.used[q->dev])
+	if (size > D.capacity - D.used[dev])
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	a = calloc(1, sizeof(*a));
 	if (!a)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	a->id = D.next_id++;
-	snprintf(name, sizeof(name), "fakecuda-dev%u-alloc%llu", q->dev, (unsigned long long)a->id);
-	a->memfd = memfd_create(name, MFD_CLOEXEC);
-	if (a->memfd < 0 || ftruncate(a->memfd, (off_t)q->size) < 0) {
-		if (a->memfd >= 0)
-			close(a->memfd);
+	off = arena_take((int)dev, size);
+	if (off < 0) {
 		free(a);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	a->dev = (int)q->dev;
-	a->size = q->size;
-	a->flags = q->flags;
+	a->id = D.next_id++;
+	a->off = (uint64_t)off;
+	a->dev = (int)dev;
+	a->size = size;
+	a->flags = flags;
 	a->creator_pid = c->pid;
 	a->next = D.allocs[bucket(a->id, NBUCKET)];
 	D.allocs[bucket(a->id, NBUCKET)] = a;
 	D.used[a->dev] += a->size;
+	D.nallocs++;
 	if (conn_ref(c, FKW_KIND_ALLOC, a->id)) {
 		a->refs = 1;
 		alloc_unref(a);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	r->id = a->id;
-	fds[r->nfds++] = a->memfd;
+	*out = a;
 	return CUDA_SUCCESS;
 }
 
-static int do_export(struct conn *c, const struct fkw_req *q, struct fkw_resp *r, int *fds, int *closefd)
+static int do_alloc(struct conn *c, const struct fkw_req *q, struct fkw_resp *r)
+{
+	struct alloc *a;
+	int res = alloc_new(c, q->dev, q->size, q->flags, &a);
+
+	if (res == CUDA_SUCCESS) {
+		r->id = a->id;
+		r->off = a->off;
+	}
+	return res;
+}
+
+/*
+ * Native restore re-creates all of a process's allocations at once: one
+ * round trip however many there are.  All or nothing: a failure takes back
+ * what this request created.  The entries follow the request on the stream.
+ */
+static int do_alloc_batch(struct conn *c, const struct fkw_req *q, struct fkw_resp *r, struct fkw_alloc_ret **out)
+{
+	struct fkw_alloc_ent *ent = NULL;
+	struct fkw_alloc_ret *ret = NULL;
+	uint32_t i;
+	int res = CUDA_SUCCESS;
+
+	if (q->n > FKW_MAX_BATCH)
+		return -1; /* cannot resynchronize with the stream */
+	if (q->n) {
+		ent = malloc(sizeof(*ent) * q->n);
+		ret = malloc(sizeof(*ret) * q->n);
+		if (!ent || !ret || fkw_recv(c->fd, ent, sizeof(*ent) * q->n, NULL, 0, NULL) < 0) {
+			free(ent);
+			free(ret);
+			return -1;
+		}
+	}
+	for (i = 0; i < q->n && res == CUDA_SUCCESS; i++) {
+		struct alloc *a;
+
+		res = alloc_new(c, ent[i].dev, ent[i].size, ent[i].flags, &a);
+		if (res == CUDA_SUCCESS) {
+			ret[i].id = a->id;
+			ret[i].off = a->off;
+		}
+	}
+	if (res != CUDA_SUCCESS) {
+		while (--i > 0)
+			conn_unref(c, FKW_KIND_ALLOC, ret[i - 1].id);
+		free(ret);
+		ret = NULL;
+	}
+	free(ent);
+	r->n = res == CUDA_SUCCESS ? q->n : 0;
+	*out = ret;
+	return res;
+}
+
+/*
+ * One-way: the process made the socketpair, wrote the export record into
+ * this end and handed the other to the application.  devd keeps this end,
+ * takes the export reference and watches for the EOF of the last
+ * application copy.  The process validated the handle; c holds its
+ * reference still, because its release is queued behind this message.
+ */
+static void do_export(struct conn *c, const struct fkw_req *q, int infd)
 {
 	struct epoll_event ee = {.events = EPOLLIN | EPOLLRDHUP};
 	struct export *e;
-	struct stat st;
-	int sv[2];
 
-	if (!conn_holds(c, (int)q->kind, q->id))
-		return CUDA_ERROR_INVALID_HANDLE;
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	e = calloc(1, sizeof(*e));
-	if (!e || fstat(sv[1], &st) < 0) {
-		free(e);
-		close(sv[0]);
-		close(sv[1]);
-		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (infd < 0 || !conn_holds(c, (int)q->kind, q->id) || !(e = calloc(1, sizeof(*e)))) {
+		logf_("pid %d: export of %llu refused\n", (int)c->pid, (unsigned long long)q->id);
+		if (infd >= 0)
+			close(infd);
+		return;
 	}
 	e->ev.type = EV_EXPORT;
-	e->fd = sv[0];
-	e->peer_ino = st.st_ino;
+	e->fd = infd;
 	e->kind = (int)q->kind;
 	e->id = q->id;
 	obj_ref(e->kind, e->id);
 	ee.data.ptr = e;
 	epoll_ctl(D.epfd, EPOLL_CTL_ADD, e->fd, &ee);
-	e->next = D.exports[bucket(e->peer_ino, NBUCKET)];
-	D.exports[bucket(e->peer_ino, NBUCKET)] = e;
-	fds[r->nfds++] = sv[1];
-	*closefd = sv[1]; /* only the application's copies keep the export alive */
-	return CUDA_SUCCESS;
+	e->next = D.exports;
+	if (e->next)
+		e->next->prev = e;
+	D.exports = e;
+	D.nexports++;
 }
 
-static int do_import(struct conn *c, const struct fkw_req *q, struct fkw_resp *r, int *fds, int infd)
+/*
+ * One-way: an importer made its handle from the export record and now takes
+ * its connection reference, by id.  This message may be processed before the
+ * exporter's FKW_EXPORT (they come on different connections), and that is
+ * still safe: the object is alive here because either devd already holds the
+ * export reference, or it has not yet processed the exporter's EXPORT, and
+ * then not its later DROP either (one connection's messages are processed in
+ * order, its hangup last), so the exporter's own reference is still held.
+ * The export cannot have reached EOF meanwhile: the copy of the application's
+ * end attached to this message was open all along (in flight it counts as
+ * open), and is closed only now, after the reference is taken.
+ */
+static void do_import_ref(struct conn *c, const struct fkw_req *q, int infd)
 {
-	struct export *e;
-	struct stat st;
-
-	if (infd < 0 || fstat(infd, &st) < 0 || !S_ISSOCK(st.st_mode))
-		return CUDA_ERROR_INVALID_VALUE;
-	for (e = D.exports[bucket(st.st_ino, NBUCKET)]; e; e = e->next)
-		if (e->peer_ino == st.st_ino)
-			break;
-	if (!e)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (conn_ref(c, e->kind, e->id))
-		return CUDA_ERROR_INVALID_VALUE;
-	r->kind = (uint32_t)e->kind;
-	r->id = e->id;
-	if (e->kind == FKW_KIND_ALLOC) {
-		struct alloc *a = find_alloc(e->id);
-
-		r->size = a->size;
-		r->dev = (uint32_t)a->dev;
-		r->flags = a->flags;
-		r->pid = a->creator_pid;
-		fds[r->nfds++] = a->memfd;
-	} else {
-		struct mcobj *m = find_mc(e->id);
-
-		r->size = m->size;
-		r->size2 = m->size_eff;
-		r->n = (uint32_t)m->ndev;
-		r->flags = m->flags;
-	}
-	return CUDA_SUCCESS;
+	if (infd < 0 || conn_ref(c, (int)q->kind, q->id))
+		logf_("pid %d: import of %llu names no live object\n", (int)c->pid, (unsigned long long)q->id);
+	if (infd >= 0)
+		close(infd);
 }
 
 static int do_ipc_get(struct conn *c, const struct fkw_req *q, struct fkw_resp *r)
@@ -477,7 +578,7 @@ static int do_ipc_get(struct conn *c, const struct fkw_req *q, struct fkw_resp *
 	return CUDA_SUCCESS;
 }
 
-static int do_ipc_open(struct conn *c, const struct fkw_req *q, struct fkw_resp *r, int *fds)
+static int do_ipc_open(struct conn *c, const struct fkw_req *q, struct fkw_resp *r)
 {
 	struct alloc *a = find_alloc(q->id);
 
@@ -489,7 +590,7 @@ static int do_ipc_open(struct conn *c, const struct fkw_req *q, struct fkw_resp 
 	r->size = a->size;
 	r->dev = (uint32_t)a->dev;
 	r->pid = a->creator_pid;
-	fds[r->nfds++] = a->memfd;
+	r->off = a->off;
 	return CUDA_SUCCESS;
 }
 
@@ -593,7 +694,7 @@ static int do_mc_unbind(struct conn *c, const struct fkw_req *q, struct fkw_resp
 	return CUDA_ERROR_INVALID_VALUE;
 }
 
-static int do_mc_bindings(struct conn *c, const struct fkw_req *q, struct fkw_resp *r, int *fds)
+static int do_mc_bindings(struct conn *c, const struct fkw_req *q, struct fkw_resp *r)
 {
 	struct mcobj *m = find_mc(q->id);
 	struct binding *b;
@@ -613,24 +714,41 @@ static int do_mc_bindings(struct conn *c, const struct fkw_req *q, struct fkw_re
 		w->memoff = b->memoff;
 		w->size = b->size;
 		w->alloc_size = b->a->size;
-		fds[r->nfds++] = b->a->memfd;
+		w->adev = (uint32_t)b->a->dev;
+		w->aoff = b->a->off;
 	}
 	return CUDA_SUCCESS;
 }
 
-static void handle_request(struct conn *c)
+/* Handles one message of c.  Returns -1 when c was closed (and freed). */
+static int handle_request(struct conn *c)
 {
 	struct fkw_req q;
 	struct fkw_resp r;
-	int fds[FKW_MAX_FDS];
-	int infd = -1, closefd = -1, nin = 0, res;
+	struct fkw_alloc_ret *ret = NULL;
+	int fds[FKW_MAX_DEV];
+	int infd = -1, nin = 0, res;
 
 	if (fkw_recv(c->fd, &q, sizeof(q), &infd, 1, &nin) < 0) {
 		conn_close(c);
-		return;
+		return -1;
 	}
 	if (nin == 0)
 		infd = -1;
+	switch (q.op) { /* one-way messages: no response */
+	case FKW_DROP:
+		if (conn_unref(c, (int)q.kind, q.id))
+			logf_("pid %d: release of %llu it does not hold\n", (int)c->pid, (unsigned long long)q.id);
+		if (infd >= 0)
+			close(infd);
+		return 0;
+	case FKW_EXPORT:
+		do_export(c, &q, infd);
+		return 0;
+	case FKW_IMPORT_REF:
+		do_import_ref(c, &q, infd);
+		return 0;
+	}
 	memset(&r, 0, sizeof(r));
 	switch (q.op) {
 	case FKW_HELLO:
@@ -641,6 +759,8 @@ static void handle_request(struct conn *c)
 		r.gen = FKW_VERSION;
 		memcpy(r.u.devs, D.info, sizeof(D.info));
 		res = q.n == FKW_VERSION ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+		for (int i = 0; i < D.ndev; i++)
+			fds[r.nfds++] = D.arena[i];
 		logf_("pid %d connected\n", (int)c->pid);
 		break;
 	case FKW_MEMINFO:
@@ -653,22 +773,20 @@ static void handle_request(struct conn *c)
 		res = CUDA_SUCCESS;
 		break;
 	case FKW_ALLOC:
-		res = do_alloc(c, &q, &r, fds);
+		res = do_alloc(c, &q, &r);
 		break;
-	case FKW_DROP:
-		res = conn_unref(c, (int)q.kind, q.id) ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
-		break;
-	case FKW_EXPORT:
-		res = do_export(c, &q, &r, fds, &closefd);
-		break;
-	case FKW_IMPORT:
-		res = do_import(c, &q, &r, fds, infd);
+	case FKW_ALLOC_BATCH:
+		res = do_alloc_batch(c, &q, &r, &ret);
+		if (res < 0) {
+			conn_close(c);
+			return -1;
+		}
 		break;
 	case FKW_IPC_GET:
 		res = do_ipc_get(c, &q, &r);
 		break;
 	case FKW_IPC_OPEN:
-		res = do_ipc_open(c, &q, &r, fds);
+		res = do_ipc_open(c, &q, &r);
 		break;
 	case FKW_MC_CREATE:
 		res = do_mc_create(c, &q, &r);
@@ -693,21 +811,15 @@ static void handle_request(struct conn *c)
 		res = do_mc_unbind(c, &q, &r);
 		break;
 	case FKW_MC_BINDINGS:
-		res = do_mc_bindings(c, &q, &r, fds);
+		res = do_mc_bindings(c, &q, &r);
 		break;
 	case FKW_STATS: {
-		struct alloc *a;
 		struct mcobj *m;
-		struct export *e;
 
-		for (unsigned b = 0; b < NBUCKET; b++) {
-			for (a = D.allocs[b]; a; a = a->next)
-				r.n++;
-			for (e = D.exports[b]; e; e = e->next)
-				r.size++;
-		}
+		r.n = (uint32_t)D.nallocs;
 		for (m = D.mcs; m; m = m->next)
 			r.n2++;
+		r.size = D.nexports;
 		if (q.dev < (uint32_t)D.ndev)
 			r.size2 = D.used[q.dev];
 		res = CUDA_SUCCESS;
@@ -726,14 +838,31 @@ static void handle_request(struct conn *c)
 	r.result = res;
 	if (res != CUDA_SUCCESS)
 		r.nfds = 0;
-	if (fkw_send(c->fd, &r, sizeof(r), fds, (int)r.nfds) < 0) {
-		if (closefd >= 0)
-			close(closefd);
+	if (fkw_send(c->fd, &r, fkw_resp_len(q.op), fds, (int)r.nfds) < 0 ||
+	    (ret && fkw_send(c->fd, ret, sizeof(*ret) * r.n, NULL, 0) < 0)) {
+		free(ret);
 		conn_close(c);
-		return;
+		return -1;
 	}
-	if (closefd >= 0)
-		close(closefd);
+	free(ret);
+	return 0;
+}
+
+/*
+ * Everything c has queued, then (at EOF) its hangup: one-way messages sent
+ * just before a process exits are never lost, since the EOF comes after them
+ * on the stream.  A bounded number per wakeup keeps other connections served.
+ */
+static void serve_conn(struct conn *c)
+{
+	char b;
+
+	for (int k = 0; k < 256; k++) {
+		if (handle_request(c) < 0)
+			return;
+		if (recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0)
+			return; /* nothing queued (or an error epoll reports again) */
+	}
 }
 
 static void accept_conn(int lfd)
@@ -800,8 +929,8 @@ int main(int argc, char **argv)
 	int daemonize = 0, lockfd, lfd, o, pipefd[2] = {-1, -1};
 	struct rlimit rl;
 
-	/* One memfd per allocation and a socket per export: as many as the
-	 * hard limit allows (a real GPU holds far more allocations than 1024). */
+	/* A socket per connection and per live export: as many as the hard
+	 * limit allows (allocations cost no descriptor). */
 	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
@@ -828,6 +957,8 @@ int main(int argc, char **argv)
 	if (getenv("FAKECUDA_DEVD_VERBOSE"))
 		D.verbose = 1;
 	setup_devices();
+	if (setup_arenas() < 0)
+		return 1;
 	snprintf(lockpath, sizeof(lockpath), "%s.lock", path);
 	snprintf(pidpath, sizeof(pidpath), "%s.pid", path);
 	slash = strrchr(path, '/');
@@ -918,11 +1049,9 @@ int main(int argc, char **argv)
 			} else if (e->type == EV_CONN) {
 				struct conn *c = (struct conn *)e;
 
-				if (evs[i].events & EPOLLIN)
-					handle_request(c);
-				else
-					conn_close(c);
-				/* handle_request may have freed c: never touch it again here */
+				/* on a hangup too: the queued messages come first, then the EOF */
+				serve_conn(c);
+				/* serve_conn may have freed c: never touch it again here */
 			} else {
 				/* Any event on an export socket means its last application copy is gone. */
 				char buf[16];

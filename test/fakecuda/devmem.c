@@ -7,7 +7,8 @@
  *
  * Device VAs are anonymous PROT_NONE reservations: a host dereference faults
  * as it would on a GPU address, and CRIU keeps the reservations across dump
- * and restore.  The bytes live in devd's memfds, mapped MAP_SHARED into hidden
+ * and restore.  The bytes live in devd's device arenas (one memfd per device,
+ * an allocation is an offset range of it), mapped MAP_SHARED into hidden
  * windows elsewhere in the address space; a write through a multicast mapping
  * is applied to every bound member's window (bindings come from devd).
  */
@@ -53,9 +54,9 @@ void va_release(uint64_t va, size_t size)
 	munmap((void *)(uintptr_t)va, size);
 }
 
-unsigned char *win_map(int memfd, size_t size)
+unsigned char *win_map(int arena, uint64_t off, size_t size)
 {
-	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	void *p = arena < 0 ? MAP_FAILED : mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, arena, (off_t)off);
 
 	return p == MAP_FAILED ? NULL : p;
 }
@@ -191,12 +192,11 @@ CUresult mc_refresh(struct fk_mc *m)
 {
 	struct fkw_req q = {.op = FKW_MC_BINDINGS};
 	struct fkw_resp r;
-	int fds[FKW_MAX_FDS];
 	CUresult res;
 
 	q.id = m->devd_id;
 	q.gen = m->bgen;
-	res = conn_rpc(&q, -1, &r, fds, FKW_MAX_FDS);
+	res = conn_rpc(&q, -1, &r, NULL, 0);
 	if (res)
 		return res;
 	if (r.gen == m->bgen)
@@ -210,8 +210,8 @@ CUresult mc_refresh(struct fk_mc *m)
 		b->memoff = r.u.b[i].memoff;
 		b->size = r.u.b[i].size;
 		b->alloc_size = r.u.b[i].alloc_size;
-		b->win = win_map(fds[i], b->alloc_size);
-		close(fds[i]);
+		b->win = r.u.b[i].adev < FKW_MAX_DEV ? win_map(G.arena[r.u.b[i].adev], r.u.b[i].aoff, b->alloc_size)
+						       : NULL;
 		if (b->win)
 			m->nb++;
 	}

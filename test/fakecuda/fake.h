@@ -92,6 +92,7 @@ struct fk_alloc {
 	uint32_t gen;
 	enum fk_akind kind;
 	uint64_t devd_id;
+	uint64_t aoff; /* offset in devd's arena of its device */
 	int ord; /* device ordinal as the application sees it */
 	size_t size;
 	uint32_t dflags; /* FKW_AF_* */
@@ -101,7 +102,7 @@ struct fk_alloc {
 	int ipc_open_refs;
 	CUmemAllocationProp prop;
 	struct fk_ctx *ctx;  /* linear: owning context */
-	unsigned char *win;  /* hidden MAP_SHARED window onto the memfd (NULL when checkpointed) */
+	unsigned char *win;  /* hidden MAP_SHARED window onto the device arena (NULL when checkpointed) */
 	unsigned char *save; /* checkpoint: anonymous copy of the bytes */
 };
 
@@ -202,6 +203,7 @@ struct fk_global {
 	atomic_int initialized;
 	pid_t pid;
 	int conn; /* the device connection, -1 when closed (checkpointed) */
+	int arena[FKW_MAX_DEV]; /* devd's arena per physical device, -1 with no connection */
 	pthread_mutex_t conn_lock;
 	char sockpath[108];
 	struct fk_devices dev;
@@ -258,8 +260,10 @@ CUresult faults_check(const char *api);
 /* conn.c: requests to devd. */
 CUresult conn_rpc(const struct fkw_req *q, int sendfd, struct fkw_resp *r, int *fds, int maxfds);
 CUresult conn_rpc_unlocked(int fd, const struct fkw_req *q, int sendfd, struct fkw_resp *r, int *fds, int maxfds);
-CUresult conn_open(int *fdp, struct fk_devices *dev);
-void conn_drop(int kind, uint64_t id);
+CUresult conn_send(const struct fkw_req *q, int sendfd); /* one-way */
+CUresult conn_open(int *fdp, struct fk_devices *dev, int *arenas);
+void conn_close_all(void);
+void conn_drop(int kind, uint64_t id); /* one-way */
 
 /* device.c */
 CUresult dev_check(CUdevice d);
@@ -296,7 +300,8 @@ CUresult devmem_copy(uint64_t dst, uint64_t src, size_t n, int ord);
 int devmem_is_device(uint64_t va);
 int alloc_slot_new(void);
 void alloc_slot_put(int slot); /* drops the devd reference when nothing holds the slot */
-unsigned char *win_map(int memfd, size_t size);
+/* A window onto size bytes at off of an arena (G.arena[phys] or the restore thread's). */
+unsigned char *win_map(int arena, uint64_t off, size_t size);
 void mc_slot_put(int slot);
 CUresult mc_refresh(struct fk_mc *m);
 

@@ -15,6 +15,7 @@ struct fk_global G = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.conn_lock = PTHREAD_MUTEX_INITIALIZER,
 	.conn = -1,
+	.arena = {[0 ... FKW_MAX_DEV - 1] = -1},
 };
 
 static int forked_child; /* a fork of an initialized process: CUDA is unusable, as on a real driver */
@@ -53,9 +54,7 @@ static void atfork_child(void)
 		return;
 	forked_child = 1;
 	/* The child must not keep the parent's device connection alive or answer for its mailbox. */
-	if (G.conn >= 0)
-		close(G.conn);
-	G.conn = -1;
+	conn_close_all();
 	rt_after_fork_child();
 }
 
@@ -80,7 +79,7 @@ FK_API CUresult CUDAAPI cuInit(unsigned int flags)
 	}
 	G.pid = getpid();
 	fkw_socket_path(G.sockpath, sizeof(G.sockpath));
-	r = conn_open(&fd, &G.dev);
+	r = conn_open(&fd, &G.dev, G.arena);
 	if (r != CUDA_SUCCESS) {
 		UNLOCK();
 		return r;
@@ -92,8 +91,7 @@ FK_API CUresult CUDAAPI cuInit(unsigned int flags)
 	}
 	stream_init();
 	if (rt_start() < 0) {
-		close(G.conn);
-		G.conn = -1;
+		conn_close_all();
 		UNLOCK();
 		return CUDA_ERROR_OPERATING_SYSTEM;
 	}

@@ -72,7 +72,7 @@ static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int
 	struct fk_ctx *c;
 	CUresult res = ctx_require(&c);
 	uint64_t va = 0;
-	int slot, fd = -1, i;
+	int slot, i;
 
 	if (res)
 		return res;
@@ -101,14 +101,13 @@ static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int
 	a = &G.alloc[slot];
 	q.id = ih.id;
 	q.token = ih.token;
-	res = conn_rpc(&q, -1, &r, &fd, 1);
+	res = conn_rpc(&q, -1, &r, NULL, 0);
 	if (res) {
 		a->used = 0;
 		goto out;
 	}
 	a->devd_id = r.id;
-	a->win = win_map(fd, r.size);
-	close(fd);
+	a->win = r.dev < FKW_MAX_DEV ? win_map(G.arena[r.dev], r.off, r.size) : NULL;
 	va = va_reserve(r.size, 2ul << 20, 0);
 	if (!a->win || !va || map_add(va, r.size, 0, slot, 0, ~0u) < 0) {
 		if (va)

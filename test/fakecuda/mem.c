@@ -30,7 +30,7 @@ static CUresult mem_alloc(CUdeviceptr *dptr, size_t bytesize)
 	size_t size = page_round(bytesize);
 	CUresult res = ctx_require(&c);
 	uint64_t va = 0;
-	int slot, fd = -1;
+	int slot;
 
 	if (res)
 		return res;
@@ -45,12 +45,11 @@ static CUresult mem_alloc(CUdeviceptr *dptr, size_t bytesize)
 	a = &G.alloc[slot];
 	q.dev = (uint32_t)dev_phys(c->ord);
 	q.size = size;
-	res = conn_rpc(&q, -1, &r, &fd, 1);
+	res = conn_rpc(&q, -1, &r, NULL, 0);
 	if (res)
 		goto err_slot;
 	a->devd_id = r.id;
-	a->win = win_map(fd, size);
-	close(fd);
+	a->win = win_map(G.arena[q.dev], r.off, size);
 	va = va_reserve(size, LINEAR_ALIGN, 0);
 	if (!a->win || !va || map_add(va, size, 0, slot, 0, ~0u) < 0) {
 		res = CUDA_ERROR_OUT_OF_MEMORY;

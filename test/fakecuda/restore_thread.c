@@ -121,9 +121,9 @@ static CUresult rt_checkpoint(void)
 		munmap(a->win, a->size);
 		a->win = NULL;
 	}
-	/* Releasing the device connection drops every device-side reference at once. */
-	close(G.conn);
-	G.conn = -1;
+	/* Releasing the device connection drops every device-side reference at
+	 * once; the arenas go too, so that CRIU finds no device memory to dump. */
+	conn_close_all();
 	pace(bytes);
 	rt_refusal = refusal;
 	__atomic_store_n(&mb->state, CU_PROCESS_STATE_CHECKPOINTED, __ATOMIC_RELEASE);
@@ -179,10 +179,79 @@ static CUresult remap(const struct fk_devices *nd, int *ord2phys)
 	return CUDA_SUCCESS;
 }
 
+/*
+ * Re-creates every saved allocation with one FKW_ALLOC_BATCH round trip,
+ * however many there are (entries and results share one mmap'd buffer: no
+ * malloc here), and maps the windows onto the new arenas.
+ */
+static CUresult recreate(int fd, const int *arenas, const int *ord2phys, uint64_t *bytes)
+{
+	struct fkw_req q = {.op = FKW_ALLOC_BATCH};
+	struct fkw_resp r;
+	union slot {
+		struct fkw_alloc_ent ent;
+		struct fkw_alloc_ret ret;
+	} *buf;
+	size_t len;
+	uint32_t n = 0, k;
+	CUresult res = CUDA_SUCCESS;
+	int i;
+
+	for (i = 0; i < FK_MAX_ALLOC; i++)
+		if (G.alloc[i].used && G.alloc[i].save)
+			n++;
+	if (n == 0)
+		return CUDA_SUCCESS;
+	len = sizeof(*buf) * n;
+	buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (buf == MAP_FAILED)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	for (i = 0, k = 0; i < FK_MAX_ALLOC; i++) {
+		struct fk_alloc *a = &G.alloc[i];
+
+		if (!a->used || !a->save)
+			continue;
+		buf[k].ent.dev = (uint32_t)ord2phys[a->ord];
+		buf[k].ent.size = a->size;
+		buf[k].ent.flags = a->dflags & (FKW_AF_POSIX | FKW_AF_LINEAR | FKW_AF_GPUDIRECT);
+		k++;
+	}
+	q.n = n;
+	if (fkw_send(fd, &q, sizeof(q), NULL, 0) < 0 || fkw_send(fd, buf, len, NULL, 0) < 0 ||
+	    fkw_recv(fd, &r, FKW_RESP_HDR, NULL, 0, NULL) < 0) {
+		res = CUDA_ERROR_DEVICE_UNAVAILABLE;
+		goto out;
+	}
+	res = (CUresult)r.result;
+	if (res == CUDA_SUCCESS && (r.n != n || fkw_recv(fd, buf, len, NULL, 0, NULL) < 0))
+		res = CUDA_ERROR_DEVICE_UNAVAILABLE;
+	if (res)
+		goto out;
+	for (i = 0, k = 0; i < FK_MAX_ALLOC; i++) {
+		struct fk_alloc *a = &G.alloc[i];
+
+		if (!a->used || !a->save)
+			continue;
+		a->win = win_map(arenas[ord2phys[a->ord]], buf[k].ret.off, a->size);
+		if (!a->win) {
+			res = CUDA_ERROR_OUT_OF_MEMORY;
+			goto out;
+		}
+		a->devd_id = buf[k].ret.id;
+		a->aoff = buf[k].ret.off;
+		memcpy(a->win, a->save, a->size);
+		*bytes += a->size;
+		k++;
+	}
+out:
+	munmap(buf, len);
+	return res;
+}
+
 static CUresult rt_restore(void)
 {
 	struct fk_devices nd;
-	int ord2phys[FKW_MAX_DEV];
+	int ord2phys[FKW_MAX_DEV], arenas[FKW_MAX_DEV];
 	uint64_t bytes = 0;
 	CUresult res;
 	int fd, i;
@@ -191,36 +260,15 @@ static CUresult rt_restore(void)
 		return CUDA_ERROR_ILLEGAL_STATE;
 	if (rt_refusal != CUDA_SUCCESS)
 		return rt_refusal;
-	res = conn_open(&fd, &nd);
+	res = conn_open(&fd, &nd, arenas);
 	if (res)
 		return res;
 	res = remap(&nd, ord2phys);
 	if (res)
 		goto err;
-	for (i = 0; i < FK_MAX_ALLOC; i++) {
-		struct fk_alloc *a = &G.alloc[i];
-		struct fkw_req q = {.op = FKW_ALLOC};
-		struct fkw_resp r;
-		int memfd = -1;
-
-		if (!a->used || !a->save)
-			continue;
-		q.dev = (uint32_t)ord2phys[a->ord];
-		q.size = a->size;
-		q.flags = a->dflags & (FKW_AF_POSIX | FKW_AF_LINEAR | FKW_AF_GPUDIRECT);
-		res = conn_rpc_unlocked(fd, &q, -1, &r, &memfd, 1);
-		if (res)
-			goto err;
-		a->win = win_map(memfd, a->size);
-		close(memfd);
-		if (!a->win) {
-			res = CUDA_ERROR_OUT_OF_MEMORY;
-			goto err;
-		}
-		a->devd_id = r.id;
-		memcpy(a->win, a->save, a->size);
-		bytes += a->size;
-	}
+	res = recreate(fd, arenas, ord2phys, &bytes);
+	if (res)
+		goto err;
 	pace(bytes);
 	/* Commit: nothing can fail from here on. */
 	for (i = 0; i < FK_MAX_ALLOC; i++) {
@@ -237,6 +285,7 @@ static CUresult rt_restore(void)
 	G.dev.mc_gran = nd.mc_gran;
 	G.dev.mc_rec_gran = nd.mc_rec_gran;
 	memcpy(G.dev.ord2phys, ord2phys, sizeof(ord2phys));
+	memcpy(G.arena, arenas, sizeof(arenas));
 	G.conn = fd;
 	__atomic_store_n(&mb->state, CU_PROCESS_STATE_LOCKED, __ATOMIC_RELEASE);
 	return CUDA_SUCCESS;
@@ -250,6 +299,9 @@ err:
 			a->win = NULL;
 		}
 	}
+	for (i = 0; i < FKW_MAX_DEV; i++)
+		if (arenas[i] >= 0)
+			close(arenas[i]);
 	close(fd);
 	return res;
 }

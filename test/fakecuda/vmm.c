@@ -5,13 +5,22 @@
  * allocations and multicast objects.  Tables under G.lock.
  *
  * An export is one end of a socketpair whose other end devd keeps: it cannot
- * be dumped by CRIU (its peer is outside the tree), importing hands it to devd
- * which recognizes it by inode, and while any copy of it is open the physical
- * allocation stays alive, as with a real driver's export FD.
+ * be dumped by CRIU (its peer is outside the tree), and while any copy of it
+ * is open the physical allocation stays alive (devd sees the last close as
+ * EOF), as with a real driver's export FD.  Neither export nor import waits
+ * for devd: the exporter makes the socketpair and writes the description of
+ * the object (struct fkw_export_rec) into devd's end, so that it waits at the
+ * application's end, then hands devd its end (one-way FKW_EXPORT); an
+ * importer peeks at the record, makes its handle, and sends devd a one-way
+ * FKW_IMPORT_REF with the FD attached (devd.c says why that is safe).  Both
+ * messages go out under G.lock, so a later release of the same process is
+ * queued behind them.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "fake.h"
@@ -64,7 +73,7 @@ static CUresult mem_create(CUmemGenericAllocationHandle *handle, size_t size, co
 	struct fkw_resp r;
 	struct fk_alloc *a;
 	CUresult res;
-	int slot, fd = -1;
+	int slot;
 
 	if (!handle || flags)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -85,15 +94,15 @@ static CUresult mem_create(CUmemGenericAllocationHandle *handle, size_t size, co
 	q.flags = prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ? FKW_AF_POSIX : 0;
 	if (prop->allocFlags.gpuDirectRDMACapable)
 		q.flags |= FKW_AF_GPUDIRECT;
-	res = conn_rpc(&q, -1, &r, &fd, 1);
+	res = conn_rpc(&q, -1, &r, NULL, 0);
 	if (res) {
 		a->used = 0;
 		UNLOCK();
 		return res;
 	}
 	a->devd_id = r.id;
-	a->win = win_map(fd, size);
-	close(fd);
+	a->aoff = r.off;
+	a->win = win_map(G.arena[q.dev], r.off, size);
 	if (!a->win) {
 		conn_drop(FKW_KIND_ALLOC, a->devd_id);
 		a->used = 0;
@@ -445,13 +454,39 @@ FK_API CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationPr
 	FK_CALL("cuMemGetAllocationPropertiesFromHandle", props_from_handle(prop, handle));
 }
 
+/* The record an export FD carries (see the top of this file).  G.lock held. */
+static void export_rec(struct fkw_export_rec *rec, int kind, int slot)
+{
+	memset(rec, 0, sizeof(*rec));
+	rec->magic = FKW_EXPORT_MAGIC;
+	rec->version = FKW_VERSION;
+	rec->kind = (uint32_t)kind;
+	rec->pid = G.pid;
+	if (kind == FKW_KIND_ALLOC) {
+		struct fk_alloc *a = &G.alloc[slot];
+
+		rec->id = a->devd_id;
+		rec->dev = (uint32_t)dev_phys(a->ord);
+		rec->off = a->aoff;
+		rec->size = a->size;
+		rec->flags = a->dflags;
+	} else {
+		struct fk_mc *m = &G.mc[slot];
+
+		rec->id = m->devd_id;
+		rec->size = m->size;
+		rec->size2 = m->size_eff;
+		rec->ndev = m->ndev;
+	}
+}
+
 static CUresult export_handle(void *out, CUmemGenericAllocationHandle h, CUmemAllocationHandleType type,
 			      unsigned long long flags)
 {
 	struct fkw_req q = {.op = FKW_EXPORT};
-	struct fkw_resp r;
-	CUresult res;
-	int slot, fd = -1;
+	struct fkw_export_rec rec;
+	CUresult res = CUDA_SUCCESS;
+	int slot, sv[2];
 
 	if (!out || flags)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -466,19 +501,31 @@ static CUresult export_handle(void *out, CUmemGenericAllocationHandle h, CUmemAl
 			return CUDA_ERROR_INVALID_VALUE;
 		}
 		q.kind = FKW_KIND_ALLOC;
-		q.id = G.alloc[slot].devd_id;
 	} else if ((slot = handle_mc_slot(h)) >= 0) {
 		q.kind = FKW_KIND_MC;
-		q.id = G.mc[slot].devd_id;
 	} else {
 		UNLOCK();
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	res = conn_rpc(&q, -1, &r, &fd, 1);
+	export_rec(&rec, (int)q.kind, slot);
+	q.id = rec.id;
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+		UNLOCK();
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	/* sv[0] goes to devd; what it carries waits, unread, at sv[1]. */
+	if (write(sv[0], &rec, sizeof(rec)) != (ssize_t)sizeof(rec))
+		res = CUDA_ERROR_OUT_OF_MEMORY;
+	else
+		res = conn_send(&q, sv[0]);
 	UNLOCK();
-	if (!res)
-		*(int *)out = fd;
-	return res;
+	close(sv[0]); /* devd's copy is in flight or kept: only the application's keep it alive */
+	if (res) {
+		close(sv[1]);
+		return res;
+	}
+	*(int *)out = sv[1];
+	return CUDA_SUCCESS;
 }
 
 FK_API CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
@@ -487,12 +534,27 @@ FK_API CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CUme
 	FK_CALL("cuMemExportToShareableHandle", export_handle(shareableHandle, handle, handleType, flags));
 }
 
+/* The record of an export FD, or -1 for anything else (not a socket, short, foreign). */
+static int import_rec(int fd, struct fkw_export_rec *rec)
+{
+	ssize_t n;
+
+	do
+		n = recv(fd, rec, sizeof(*rec), MSG_PEEK | MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	if (n != (ssize_t)sizeof(*rec) || rec->magic != FKW_EXPORT_MAGIC || rec->version != FKW_VERSION)
+		return -1;
+	if (rec->kind == FKW_KIND_ALLOC)
+		return rec->dev < FKW_MAX_DEV && dev_ord_of_phys((int)rec->dev) >= 0 && rec->size ? 0 : -1;
+	return rec->kind == FKW_KIND_MC ? 0 : -1;
+}
+
 static CUresult import_handle(CUmemGenericAllocationHandle *h, void *osHandle, CUmemAllocationHandleType type)
 {
-	struct fkw_req q = {.op = FKW_IMPORT};
-	struct fkw_resp r;
-	int fd = (int)(intptr_t)osHandle, memfd = -1, slot;
-	CUresult res;
+	struct fkw_req q = {.op = FKW_IMPORT_REF};
+	struct fkw_export_rec rec;
+	int fd = (int)(intptr_t)osHandle, slot;
+	CUresult res = CUDA_SUCCESS;
 
 	if (!h)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -500,24 +562,29 @@ static CUresult import_handle(CUmemGenericAllocationHandle *h, void *osHandle, C
 		return CUDA_ERROR_NOT_SUPPORTED;
 	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || fd < 0 || fcntl(fd, F_GETFD) < 0)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (import_rec(fd, &rec) < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	q.kind = rec.kind;
+	q.id = rec.id;
 	LOCK();
-	res = conn_rpc(&q, fd, &r, &memfd, 1);
-	if (res)
-		goto out;
-	if (r.kind == FKW_KIND_MC) {
+	if (rec.kind == FKW_KIND_MC) {
 		struct fk_mc *m;
 
 		slot = mc_slot_new();
 		if (slot < 0) {
-			conn_drop(FKW_KIND_MC, r.id);
 			res = CUDA_ERROR_OUT_OF_MEMORY;
 			goto out;
 		}
 		m = &G.mc[slot];
-		m->devd_id = r.id;
-		m->size = r.size;
-		m->size_eff = r.size2;
-		m->ndev = r.n;
+		res = conn_send(&q, fd);
+		if (res) {
+			m->used = 0;
+			goto out;
+		}
+		m->devd_id = rec.id;
+		m->size = rec.size;
+		m->size_eff = rec.size2;
+		m->ndev = rec.ndev;
 		m->imported = 1;
 		m->handle_refs = 1;
 		*h = fk_handle(FK_HTAG_MC, slot, m->gen);
@@ -526,30 +593,34 @@ static CUresult import_handle(CUmemGenericAllocationHandle *h, void *osHandle, C
 
 		slot = alloc_slot_new();
 		if (slot < 0) {
-			close(memfd);
-			conn_drop(FKW_KIND_ALLOC, r.id);
 			res = CUDA_ERROR_OUT_OF_MEMORY;
 			goto out;
 		}
 		a = &G.alloc[slot];
-		a->devd_id = r.id;
-		a->win = win_map(memfd, r.size);
-		close(memfd);
+		a->win = win_map(G.arena[rec.dev], rec.off, rec.size);
 		if (!a->win) {
-			conn_drop(FKW_KIND_ALLOC, r.id);
 			a->used = 0;
 			res = CUDA_ERROR_OUT_OF_MEMORY;
 			goto out;
 		}
+		res = conn_send(&q, fd);
+		if (res) {
+			munmap(a->win, rec.size);
+			a->win = NULL;
+			a->used = 0;
+			goto out;
+		}
+		a->devd_id = rec.id;
+		a->aoff = rec.off;
 		a->kind = FK_A_VMM;
 		a->imported = 1;
-		a->size = r.size;
-		a->dflags = r.flags;
-		a->ord = dev_ord_of_phys((int)r.dev);
+		a->size = rec.size;
+		a->dflags = rec.flags;
+		a->ord = dev_ord_of_phys((int)rec.dev);
 		a->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
 		a->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
 		a->prop.location.id = a->ord;
-		a->prop.requestedHandleTypes = r.flags & FKW_AF_POSIX ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : 0;
+		a->prop.requestedHandleTypes = rec.flags & FKW_AF_POSIX ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : 0;
 		a->handle_refs = 1;
 		*h = fk_handle(FK_HTAG_ALLOC, slot, a->gen);
 	}

@@ -2,8 +2,17 @@
  * Private wire format between libcuda.so.1 (the fake driver) and fakecuda-devd
  * (the fake device service).  Test-only and versioned by FKW_VERSION: both
  * sides are always built from the same tree, so plain fixed-size C structs are
- * enough.  Every request gets exactly one response of fixed size; descriptors
- * (memfds of device memory, export sockets) travel as SCM_RIGHTS on it.
+ * enough.  A synchronous request gets exactly one response; one-way messages
+ * (FKW_DROP, FKW_EXPORT, FKW_IMPORT_REF) get none, and devd processes a
+ * connection's messages in order, all of them before its hangup, so a later
+ * synchronous request on the same connection is ordered after them (another
+ * connection's is not).  Responses carry only the header (fkw_resp_len) except
+ * for the ops that fill the union.  Descriptors (the device arenas at HELLO,
+ * export sockets) travel as SCM_RIGHTS.
+ *
+ * Device memory: devd keeps one sparse memfd per device, the arena; an
+ * allocation is an offset range of it, never reused, whose pages are punched
+ * out when it is freed.  A process maps allocations with mmap(arena, offset).
  *
  * Used by devd.c and conn.c/restore_thread.c.  No state lives here.
  */
@@ -14,7 +23,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define FKW_VERSION  3
+#define FKW_VERSION  4
 #define FKW_MAX_DEV  16
 #define FKW_MAX_BIND 64
 #define FKW_MAX_FDS  FKW_MAX_BIND
@@ -23,20 +32,21 @@
 #define FKW_GRANULARITY (2ul << 20)
 
 enum fkw_op {
-	FKW_HELLO = 1,	 /* -> device table */
+	FKW_HELLO = 1,	 /* -> device table, one arena fd per device */
 	FKW_MEMINFO,	 /* dev -> size (free), size2 (total) */
-	FKW_ALLOC,	 /* dev, size, flags -> id, memfd */
-	FKW_DROP,	 /* kind, id: the connection drops one reference */
-	FKW_EXPORT,	 /* kind, id -> export socket fd */
-	FKW_IMPORT,	 /* export fd -> kind, id, size, dev, flags [, memfd] */
+	FKW_ALLOC,	 /* dev, size, flags -> id, off (in the device's arena) */
+	FKW_DROP,	 /* one-way: kind, id: the connection drops one reference */
+	FKW_EXPORT,	 /* one-way: kind, id + devd's end of the export socketpair */
+	FKW_IMPORT_REF,	 /* one-way: kind, id + the export fd: the connection takes a reference */
+	FKW_ALLOC_BATCH, /* n, then n fkw_alloc_ent -> n, then n fkw_alloc_ret (all or nothing) */
 	FKW_IPC_GET,	 /* id -> token */
-	FKW_IPC_OPEN,	 /* id, token -> size, dev, pid, memfd */
+	FKW_IPC_OPEN,	 /* id, token -> size, dev, pid, off */
 	FKW_MC_CREATE,	 /* n (numDevices), size, flags -> id, size2 (effective size) */
 	FKW_MC_ADD,	 /* id, dev */
 	FKW_MC_STATUS,	 /* id -> n (added), n2 (numDevices) */
 	FKW_MC_BIND,	 /* id, dev, off (mc), id2 (alloc), off2 (mem), size */
 	FKW_MC_UNBIND,	 /* id, dev, off, size */
-	FKW_MC_BINDINGS, /* id, gen -> gen, n bindings + memfds if gen changed */
+	FKW_MC_BINDINGS, /* id, gen -> gen, n bindings if gen changed */
 	FKW_STATS,	 /* -> n (allocations), n2 (multicast objects), size (exports) */
 	FKW_SHUTDOWN,
 };
@@ -76,11 +86,12 @@ struct fkw_dev_info {
 
 struct fkw_binding {
 	uint32_t dev;
-	uint32_t pad;
+	uint32_t adev; /* the member allocation's device (its arena) */
 	uint64_t mcoff;
 	uint64_t memoff;
 	uint64_t size;
 	uint64_t alloc_size;
+	uint64_t aoff; /* the member allocation's arena offset */
 };
 
 struct fkw_resp {
@@ -93,6 +104,7 @@ struct fkw_resp {
 	uint64_t gen;
 	uint64_t mc_gran;
 	uint64_t mc_rec_gran;
+	uint64_t off; /* arena offset of an allocation */
 	uint32_t dev;
 	uint32_t flags;
 	uint32_t kind;
@@ -103,6 +115,48 @@ struct fkw_resp {
 		struct fkw_dev_info devs[FKW_MAX_DEV];
 		struct fkw_binding b[FKW_MAX_BIND];
 	} u;
+};
+
+/* Only HELLO and MC_BINDINGS responses carry the union (2.6 KB); the others
+ * are the header alone. */
+#define FKW_RESP_HDR offsetof(struct fkw_resp, u)
+static inline size_t fkw_resp_len(uint32_t op)
+{
+	return op == FKW_HELLO || op == FKW_MC_BINDINGS ? sizeof(struct fkw_resp) : FKW_RESP_HDR;
+}
+
+/* FKW_ALLOC_BATCH (native restore): entries after the request, results after the response. */
+struct fkw_alloc_ent {
+	uint32_t dev;
+	uint32_t flags;
+	uint64_t size;
+};
+struct fkw_alloc_ret {
+	uint64_t id;
+	uint64_t off;
+};
+#define FKW_MAX_BATCH 65536
+
+/*
+ * What an export FD says about itself.  The exporting process writes it into
+ * devd's end of the socketpair, so that it waits, unread, at the
+ * application's end; an importer reads it with MSG_PEEK (it stays there for
+ * the next importer).  Exactly what an importer needs to make its handle.
+ */
+#define FKW_EXPORT_MAGIC 0x46584b45u /* "EKXF" */
+struct fkw_export_rec {
+	uint32_t magic;
+	uint32_t version; /* FKW_VERSION */
+	uint32_t kind;	  /* FKW_KIND_* */
+	uint32_t dev;	  /* physical device (allocations) */
+	uint64_t id;
+	uint64_t off; /* arena offset (allocations) */
+	uint64_t size;
+	uint64_t size2; /* multicast: effective size */
+	uint32_t flags; /* FKW_AF_* or the multicast object's flags */
+	int32_t pid;	/* creator */
+	uint32_t ndev;	/* multicast: numDevices */
+	uint32_t pad;
 };
 
 /*

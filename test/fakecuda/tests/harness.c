@@ -2,6 +2,7 @@
  * Test helpers (see harness.h).  The devd of a test case is started by an
  * unchecked fixture in Check's parent process and stopped after the case.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -221,6 +222,50 @@ size_t fkt_free_mem(void)
 
 	CK(cuMemGetInfo(&f, &t));
 	return f;
+}
+
+size_t fkt_free_mem_settles(size_t want)
+{
+	size_t f = fkt_free_mem();
+
+	for (int i = 0; i < 500 && f != want; i++) {
+		usleep(10000);
+		f = fkt_free_mem();
+	}
+	return f;
+}
+
+int fkt_count_fds(pid_t pid)
+{
+	char path[64];
+	struct dirent *d;
+	DIR *dp;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	dp = opendir(path);
+	if (!dp)
+		return -1;
+	while ((d = readdir(dp)))
+		if (d->d_name[0] != '.')
+			n++;
+	closedir(dp);
+	return n;
+}
+
+pid_t fkt_devd_pid(void)
+{
+	char pidpath[160], buf[32] = "";
+	FILE *f;
+
+	snprintf(pidpath, sizeof(pidpath), "%s.pid", sock);
+	f = fopen(pidpath, "r");
+	if (!f)
+		return -1;
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = 0;
+	fclose(f);
+	return atoi(buf);
 }
 
 int64_t fkt_now_ms(void)

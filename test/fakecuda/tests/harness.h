@@ -66,5 +66,11 @@ int fkt_recv(int sock, void *buf, size_t len);
 
 int fkt_is_root(void);
 size_t fkt_free_mem(void);
+/* Free memory once it equals want (polled up to 5 s), else its last value.  For
+ * releases by other processes or export closes, which devd is not ordered with. */
+size_t fkt_free_mem_settles(size_t want);
+/* Entries of /proc/PID/fd, and devd's pid (from SOCKET.pid). */
+int fkt_count_fds(pid_t pid);
+pid_t fkt_devd_pid(void);
 
 #endif

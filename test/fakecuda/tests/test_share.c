@@ -4,9 +4,14 @@
  * between processes; multicast objects spanning two processes.  Children are
  * forked before the test's own cuInit and talk over a socketpair.
  */
+#include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -159,8 +164,8 @@ START_TEST(posix_export_import_across_processes_same_bytes_both_ways)
 	ck_assert_int_eq(fkt_wait(pid), 0);
 	ck_assert_uint_eq(fkt_free_mem(), before - 4 * MiB);
 	close(fd);
-	usleep(50000); /* devd notices the last copy of the export going away */
-	ck_assert_uint_eq(fkt_free_mem(), before);
+	/* devd notices the last copy of the export going away (not ordered with our requests) */
+	ck_assert_uint_eq(fkt_free_mem_settles(before), before);
 }
 END_TEST
 
@@ -368,6 +373,212 @@ START_TEST(multicast_read_spans_slices_bound_separately)
 }
 END_TEST
 
+/* devd's arena of device 0 (its descriptor in devd, opened through /proc): allocated bytes. */
+static long long arena_bytes(void)
+{
+	char dir[64], path[400], link[128];
+	struct dirent *d;
+	long long bytes = -1;
+	DIR *dp;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)fkt_devd_pid());
+	dp = opendir(dir);
+	ck_assert_ptr_nonnull(dp);
+	while ((d = readdir(dp))) {
+		ssize_t n;
+
+		snprintf(path, sizeof(path), "%s/%s", dir, d->d_name);
+		n = readlink(path, link, sizeof(link) - 1);
+		if (n > 0 && (link[n] = 0, strstr(link, "memfd:fakecuda-dev0"))) {
+			struct stat st;
+
+			ck_assert_int_eq(stat(path, &st), 0);
+			bytes = (long long)st.st_blocks * 512;
+		}
+	}
+	closedir(dp);
+	ck_assert_int_ge(bytes, 0);
+	return bytes;
+}
+
+#define MANY 3000
+
+/* Every allocation is a range of one arena: devd's descriptors do not grow with them. */
+START_TEST(thousands_of_allocations_keep_devd_descriptors_flat)
+{
+	static CUmemGenericAllocationHandle h[MANY];
+	CUdeviceptr va;
+	size_t before, g = 64 << 10;
+	int fds0;
+	pid_t devd = fkt_devd_pid();
+
+	setenv("FAKECUDA_VMM_GRANULARITY_KB", "64", 1);
+	fkt_init_ctx(0);
+	before = fkt_free_mem();
+	fds0 = fkt_count_fds(devd);
+	ck_assert_int_gt(fds0, 0);
+	CK(cuMemAddressReserve(&va, MANY * g, 0, 0, 0));
+	for (int i = 0; i < MANY; i++) {
+		uint32_t w[2] = {(uint32_t)i, ~(uint32_t)i};
+		CUmemAccessDesc ad = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+
+		h[i] = fkt_vmm_create(g, 0, i % 8 == 0);
+		CK(cuMemMap(va + i * g, g, 0, h[i], 0));
+		CK(cuMemSetAccess(va + i * g, g, &ad, 1));
+		CK(cuMemcpyHtoD(va + i * g + g - sizeof(w), w, sizeof(w)));
+	}
+	ck_assert_uint_eq(fkt_free_mem(), before - MANY * g);
+	ck_assert_int_eq(fkt_count_fds(devd), fds0);
+	for (int i = 0; i < MANY; i++) {
+		uint32_t w[2];
+
+		CK(cuMemcpyDtoH(w, va + i * g + g - sizeof(w), sizeof(w)));
+		ck_assert_uint_eq(w[0], (uint32_t)i);
+		ck_assert_uint_eq(w[1], ~(uint32_t)i);
+	}
+	for (int i = 0; i < MANY; i++) {
+		CK(cuMemUnmap(va + i * g, g));
+		CK(cuMemRelease(h[i]));
+	}
+	ck_assert_uint_eq(fkt_free_mem(), before);
+	ck_assert_int_eq(fkt_count_fds(devd), fds0);
+	CK(cuMemAddressFree(va, MANY * g));
+}
+END_TEST
+
+/* A freed allocation's pages leave devd's arena (punched out), not only its accounting. */
+START_TEST(freed_memory_returns_to_the_system)
+{
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va;
+	long long idle, busy;
+
+	fkt_init_ctx(0);
+	idle = arena_bytes();
+	h = fkt_vmm_create(32 * MiB, 0, 0);
+	va = fkt_vmm_map(h, 32 * MiB, 0);
+	CK(cuMemsetD32(va, 0xdeadbeef, 8 * MiB));
+	busy = arena_bytes();
+	ck_assert_int_ge(busy, idle + 32 * (long long)MiB);
+	CK(cuMemUnmap(va, 32 * MiB));
+	CK(cuMemRelease(h));
+	fkt_free_mem(); /* a request on our connection: devd has processed the release */
+	ck_assert_int_le(arena_bytes(), idle);
+	/* a new allocation never reuses the range: it reads zeros */
+	h = fkt_vmm_create(32 * MiB, 0, 0);
+	CK(cuMemMap(va, 32 * MiB, 0, h, 0));
+	{
+		CUmemAccessDesc ad = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+		uint32_t w[4] = {1, 1, 1, 1};
+
+		CK(cuMemSetAccess(va, 32 * MiB, &ad, 1));
+		CK(cuMemcpyDtoH(w, va + 16 * MiB, sizeof(w)));
+		ck_assert_uint_eq(w[0] | w[1] | w[2] | w[3], 0);
+	}
+	CK(cuMemUnmap(va, 32 * MiB));
+	CK(cuMemRelease(h));
+	CK(cuMemAddressFree(va, 32 * MiB));
+}
+END_TEST
+
+/* cuMemRelease does not wait for devd, yet the releasing process's cuMemGetInfo is exact. */
+START_TEST(one_way_release_is_seen_by_mem_get_info)
+{
+	size_t before;
+
+	fkt_init_ctx(0);
+	before = fkt_free_mem();
+	for (int i = 0; i < 200; i++) {
+		CUmemGenericAllocationHandle h = fkt_vmm_create(2 * MiB, 0, i & 1);
+
+		ck_assert_uint_eq(fkt_free_mem(), before - 2 * MiB);
+		CK(cuMemRelease(h));
+		ck_assert_uint_eq(fkt_free_mem(), before);
+		CK_ERR(cuMemRelease(h), CUDA_ERROR_INVALID_VALUE); /* validated locally */
+	}
+}
+END_TEST
+
+/* The export FD alone keeps the memory: an import after the creator let go sees its bytes. */
+START_TEST(import_after_creator_released_sees_the_bytes)
+{
+	CUmemGenericAllocationHandle h, imp;
+	CUmemAllocationProp prop;
+	CUdeviceptr va;
+	size_t before;
+	int fd, fd2;
+
+	fkt_init_ctx(0);
+	before = fkt_free_mem();
+	h = fkt_vmm_create(4 * MiB, 0, 1);
+	va = fkt_vmm_map(h, 4 * MiB, 0);
+	fkt_fill(buf, N, 0x7777);
+	CK(cuMemcpyHtoD(va + 3 * MiB, buf, sizeof(buf)));
+	CK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	CK(cuMemUnmap(va, 4 * MiB));
+	CK(cuMemRelease(h));
+	CK(cuMemAddressFree(va, 4 * MiB));
+	ck_assert_uint_eq(fkt_free_mem(), before - 4 * MiB);
+	fd2 = dup(fd); /* any open copy keeps it alive */
+	close(fd);
+	CK(cuMemImportFromShareableHandle(&imp, (void *)(intptr_t)fd2, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+	close(fd2);
+	CK(cuMemGetAllocationPropertiesFromHandle(&prop, imp));
+	ck_assert_int_eq(prop.location.id, 0);
+	ck_assert_uint_eq(prop.requestedHandleTypes, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	va = fkt_vmm_map(imp, 4 * MiB, 0);
+	memset(buf, 0, sizeof(buf));
+	CK(cuMemcpyDtoH(buf, va + 3 * MiB, sizeof(buf)));
+	ck_assert(fkt_check(buf, N, 0x7777));
+	ck_assert_uint_eq(fkt_free_mem(), before - 4 * MiB);
+	CK(cuMemUnmap(va, 4 * MiB));
+	CK(cuMemRelease(imp));
+	ck_assert_uint_eq(fkt_free_mem(), before); /* the export closed before our release */
+	CK(cuMemAddressFree(va, 4 * MiB));
+}
+END_TEST
+
+/* Only an export FD imports: anything else is CUDA_ERROR_INVALID_VALUE and left untouched. */
+START_TEST(import_of_a_non_export_fd_is_invalid_value)
+{
+	CUmemGenericAllocationHandle h;
+	unsigned char rec[128];
+	int p[2], sv[2], fd;
+	char c;
+
+	fkt_init_ctx(0);
+	ck_assert_int_eq(pipe(p), 0);
+	ck_assert_int_eq(write(p[1], rec, 100), 100);
+	CK_ERR(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)p[0], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+	       CUDA_ERROR_INVALID_VALUE);
+	fd = open("/dev/null", O_RDONLY);
+	CK_ERR(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+	       CUDA_ERROR_INVALID_VALUE);
+	close(fd);
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	/* empty: does not block */
+	CK_ERR(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)sv[1], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+	       CUDA_ERROR_INVALID_VALUE);
+	/* short */
+	ck_assert_int_eq(write(sv[0], "\x45\x4b\x58\x46", 4), 4);
+	CK_ERR(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)sv[1], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+	       CUDA_ERROR_INVALID_VALUE);
+	/* foreign bytes of the right length */
+	memset(rec, 0x5a, sizeof(rec));
+	ck_assert_int_eq(write(sv[0], rec, sizeof(rec)), (ssize_t)sizeof(rec));
+	CK_ERR(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)sv[1], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+	       CUDA_ERROR_INVALID_VALUE);
+	ck_assert_int_eq(read(sv[1], &c, 1), 1); /* only peeked at */
+	ck_assert_int_eq(c, 0x45);
+	CK_ERR(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)-1, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+	       CUDA_ERROR_INVALID_VALUE);
+	close(sv[0]);
+	close(sv[1]);
+	close(p[0]);
+	close(p[1]);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("fakecuda-share");
@@ -380,6 +591,11 @@ static Suite *suite(void)
 	tcase_add_test(t1, vmm_map_access_unmap_release_and_refcounts);
 	tcase_add_test(t1, posix_export_import_across_processes_same_bytes_both_ways);
 	tcase_add_test(t1, legacy_ipc_across_processes);
+	tcase_add_test(t1, thousands_of_allocations_keep_devd_descriptors_flat);
+	tcase_add_test(t1, freed_memory_returns_to_the_system);
+	tcase_add_test(t1, one_way_release_is_seen_by_mem_get_info);
+	tcase_add_test(t1, import_after_creator_released_sees_the_bytes);
+	tcase_add_test(t1, import_of_a_non_export_fd_is_invalid_value);
 	tcase_add_test(t2, multicast_across_two_processes);
 	tcase_add_test(t1, multicast_read_spans_slices_bound_separately);
 	tcase_add_loop_test(t2, multicast_capacity_rounding, 0, 2);
