@@ -71,6 +71,29 @@ static void device_footprint(pid_t pid, int *windows, int *sockets)
 	closedir(dir);
 }
 
+/* Descriptors of devd's device arenas the process holds. */
+static int arena_fds(pid_t pid)
+{
+	char path[64], p2[600], link[128];
+	struct dirent *d;
+	DIR *dir;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", pid);
+	dir = opendir(path);
+	ck_assert_ptr_nonnull(dir);
+	while ((d = readdir(dir))) {
+		ssize_t k;
+
+		snprintf(p2, sizeof(p2), "%s/%s", path, d->d_name);
+		k = readlink(p2, link, sizeof(link) - 1);
+		if (k > 0 && (link[k] = 0, strstr(link, "memfd:fakecuda-dev")))
+			n++;
+	}
+	closedir(dir);
+	return n;
+}
+
 struct addrs {
 	CUdeviceptr lin, vmm;
 	CUuuid uuid0;
@@ -150,9 +173,11 @@ START_TEST(private_bytes_survive_checkpoint_at_same_addresses)
 	ck_assert_int_ge(k, 2); /* the device connection (+ the test socketpair) */
 	CK(cuCheckpointProcessCheckpoint(pid, NULL));
 	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_CHECKPOINTED);
-	/* everything device-side is released, the device connection is closed */
-	during = fkt_free_mem();
+	/* everything device-side is released, the device connection is closed
+	 * (devd handles the target's hangup unordered with our requests) */
+	during = fkt_free_mem_settles(before + sizeof(buf) + 2 * MiB);
 	ck_assert_uint_ge(during, before + sizeof(buf) + 2 * MiB);
+	ck_assert_int_eq(arena_fds(pid), 0);
 	device_footprint(pid, &w, &k);
 	ck_assert_int_eq(w, 0);
 	ck_assert_int_eq(k, 1);
@@ -482,6 +507,80 @@ START_TEST(lock_waits_for_device_work_times_out_and_blocks_api_calls)
 }
 END_TEST
 
+#define MANY 3000
+#define SMALL (64 << 10)
+
+/* Target with MANY small private allocations, each with its own bytes at one reservation. */
+static int many_target(int s, void *arg)
+{
+	static CUmemGenericAllocationHandle h[MANY];
+	static uint32_t w[SMALL / 4];
+	CUdeviceptr va;
+	char m;
+	int bad = 0;
+
+	setenv("FAKECUDA_VMM_GRANULARITY_KB", "64", 1);
+	fkt_init_ctx(0);
+	CK(cuMemAddressReserve(&va, (size_t)MANY * SMALL, 0, 0, 0));
+	for (int i = 0; i < MANY; i++) {
+		CUmemAccessDesc ad = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+
+		h[i] = fkt_vmm_create(SMALL, 0, i % 8 == 0);
+		CK(cuMemMap(va + (size_t)i * SMALL, SMALL, 0, h[i], 0));
+		CK(cuMemSetAccess(va + (size_t)i * SMALL, SMALL, &ad, 1));
+		fkt_fill(w, SMALL / 4, 0x10000u + (uint32_t)i);
+		CK(cuMemcpyHtoD(va + (size_t)i * SMALL, w, SMALL));
+	}
+	fkt_send(s, "r", 1);
+	if (fkt_recv(s, &m, 1)) /* 'v': verify */
+		return 2;
+	for (int i = 0; i < MANY; i++) {
+		CK(cuMemcpyDtoH(w, va + (size_t)i * SMALL, SMALL));
+		bad += !fkt_check(w, SMALL / 4, 0x10000u + (uint32_t)i);
+	}
+	fkt_send(s, &bad, sizeof(bad));
+	for (int i = 0; i < MANY; i++) {
+		CK(cuMemUnmap(va + (size_t)i * SMALL, SMALL));
+		CK(cuMemRelease(h[i]));
+	}
+	return bad ? 3 : 0;
+}
+
+/* Native restore re-creates thousands of allocations (in one devd round trip) with every byte. */
+START_TEST(thousands_of_allocations_survive_native_checkpoint)
+{
+	size_t before;
+	int s, bad = -1, w, k;
+	char m;
+	pid_t pid;
+
+	SKIP_UNLESS_ROOT();
+	pid = fkt_spawn(many_target, NULL, &s);
+	fkt_init_ctx(0);
+	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
+	before = fkt_free_mem();
+	ck_assert_int_eq(arena_fds(pid), 1);
+	CK(cuCheckpointProcessLock(pid, NULL));
+	CK(cuCheckpointProcessCheckpoint(pid, NULL));
+	/* nothing of device memory is left in the process for CRIU to dump */
+	device_footprint(pid, &w, &k);
+	ck_assert_int_eq(w, 0);
+	ck_assert_int_eq(arena_fds(pid), 0);
+	ck_assert_uint_eq(fkt_free_mem_settles(before + (size_t)MANY * SMALL), before + (size_t)MANY * SMALL);
+	CK(cuCheckpointProcessRestore(pid, NULL));
+	ck_assert_uint_eq(fkt_free_mem(), before);
+	ck_assert_int_eq(arena_fds(pid), 1);
+	device_footprint(pid, &w, &k);
+	ck_assert_int_ge(w, 1); /* windows (adjacent ones may share a mapping) */
+	CK(cuCheckpointProcessUnlock(pid, NULL));
+	fkt_send(s, "v", 1);
+	ck_assert_int_eq(fkt_recv(s, &bad, sizeof(bad)), 0);
+	ck_assert_int_eq(bad, 0);
+	ck_assert_int_eq(fkt_wait(pid), 0);
+	ck_assert_uint_eq(fkt_free_mem_settles(before + (size_t)MANY * SMALL), before + (size_t)MANY * SMALL);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("fakecuda-checkpoint");
@@ -496,6 +595,7 @@ static Suite *suite(void)
 	tcase_add_test(t1, caller_drives_a_process_in_a_child_pid_namespace_by_its_own_pid);
 	tcase_add_loop_test(t1, sharing_processes_fail_native_checkpoint_as_measured, 0, 4);
 	tcase_add_test(t1, lock_waits_for_device_work_times_out_and_blocks_api_calls);
+	tcase_add_test(t1, thousands_of_allocations_survive_native_checkpoint);
 	tcase_add_test(t2, restore_remaps_gpus_by_uuid);
 	suite_add_tcase(s, t1);
 	suite_add_tcase(s, t2);
