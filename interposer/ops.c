@@ -712,6 +712,9 @@ static Cuip__Response *op_rebuild(const Cuip__Rebuild *rb)
 	Cuip__Phase ph = cuip_phase();
 	Cuip__Response *err = NULL;
 
+	if (rb->self && rb->self->id != self.id)
+		return reply(-ESRCH, "pid %d: REBUILD names process %016llx, this is %016llx", self.pid,
+			     (unsigned long long)rb->self->id, (unsigned long long)self.id);
 	/* QUIESCED with multicast detached: a rollback after PREPARE_MULTICAST. */
 	if (ph == CUIP__PHASE__PHASE_ACTIVE || (ph == CUIP__PHASE__PHASE_QUIESCED && !cuip_mc_any_detached()))
 		return reply(-EBUSY, "pid %d: REBUILD in phase %s (shared memory is attached)", self.pid,

@@ -981,7 +981,7 @@ static int step_rebuild(struct cuip_group *g, struct cuip_part *p, const void *a
 	Cuip__Rebuild rb = CUIP__REBUILD__INIT;
 
 	rb.stage = c->stage;
-	rb.expected = t->state;
+	rb.self = t->state->self;
 	rb.peers = c->peers;
 	rb.n_peers = c->n_peers;
 	req.body_case = CUIP__REQUEST__BODY_REBUILD;

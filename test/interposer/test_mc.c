@@ -262,7 +262,7 @@ static int stage(int s, Cuip__Stage sg, Cuip__ProcessState *exp, char *err, size
 	int st;
 
 	rb.stage = sg;
-	rb.expected = exp;
+	rb.self = exp->self;
 	rq.body_case = CUIP__REQUEST__BODY_REBUILD;
 	rq.rebuild = &rb;
 	r = req(s, &rq);

@@ -169,7 +169,7 @@ static Cuip__Response *rebuild_call(int s, Cuip__Stage stage, Cuip__ProcessState
 	Cuip__Rebuild rb = CUIP__REBUILD__INIT;
 
 	rb.stage = stage;
-	rb.expected = exp;
+	rb.self = exp->self;
 	rb.peers = peers;
 	rb.n_peers = np;
 	req.body_case = CUIP__REQUEST__BODY_REBUILD;
@@ -333,6 +333,13 @@ START_TEST(save_prepare_load_rebuild_verify_resume_across_two_processes)
 		Cuip__Response *r = rebuild_call(conn[0], CUIP__STAGE__STAGE_IMPORTERS, st[0]->state, pps, 2);
 		ck_assert_int_eq(r->status, -ENOENT);
 		ck_assert_msg(strstr(r->error, "creator refused: not exported here"), "%s", r->error);
+		cuip__response__free_unpacked(r, NULL);
+	}
+	/* A REBUILD meant for the other process is refused by this one. */
+	{
+		Cuip__Response *r = rebuild_call(conn[0], CUIP__STAGE__STAGE_CREATORS, st[1]->state, pps, 2);
+		ck_assert_int_eq(r->status, -ESRCH);
+		ck_assert_msg(strstr(r->error, "REBUILD names process"), "%s", r->error);
 		cuip__response__free_unpacked(r, NULL);
 	}
 	for (int i = 0; i < 2; i++)
