@@ -51,4 +51,11 @@ cc cuda-checkpoint-shim "$src/ckpt-shim.c"
 cc facts-workload "$src/facts-workload.c"
 cc fakecuda-ckpt "$top/test/fakecuda/ckpt.c"
 $CC $(mkv AM_CFLAGS_BASE) -o "$out/e2e_reaper" "$top/test/e2e/e2e_reaper.c"
-echo "built: $(cd "$out" && echo gpu_job gpu_microbench cuda-checkpoint-shim facts-workload fakecuda-ckpt e2e_reaper)"
+# The benchmarks: scale-bench drives workers with the plugin's own coordinator
+# and native module (static libraries of the build), carrier-bench the carrier.
+PBC=$(pkg-config --cflags --libs libprotobuf-c)
+cc scale-bench -I"$b" -I"$top/plugin" -I"$top/images" -I"$b/images" "$top/test/bench/scale-bench.c" \
+	"$b/plugin/.libs/libcuipplugin.a" "$b/images/.libs/libcuipimages.a" $PBC $(pkg-config --libs libnl-3.0) -lpthread
+$CC $CFLAGS -O2 -I"$top/interposer" -I"$top/images" -I"$b/images" -o "$out/carrier-bench" \
+	"$top/test/bench/carrier-bench.c" "$top/interposer/carrier.c" "$b/images/.libs/libcuipimages.a" $PBC -ldl -lpthread
+echo "built: $(cd "$out" && echo gpu_job gpu_microbench cuda-checkpoint-shim facts-workload fakecuda-ckpt e2e_reaper scale-bench carrier-bench)"

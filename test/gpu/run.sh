@@ -2,7 +2,7 @@
 # run.sh - the real-GPU validation and benchmark suite, in one command.
 #
 #   bundle/scripts/run.sh [--sizes GiB,GiB,...] [--reps N] [--out DIR] [--budget SECONDS]
-#                         [--only facts,val,ipc,gpu2,base,bench,micro] [--micro-iters N]
+#                         [--only facts,val,ipc,gpu2,base,bench,micro,scale] [--micro-iters N]
 #                         [--native-baseline]
 #
 # Runs from a bundle made by test/gpu/bundle.sh (bin/criu, lib/, plugins/,
@@ -24,6 +24,11 @@
 #  bench   dump+restore of a 2-process job sharing S GiB vs the same bytes
 #          held privately through cuda_plugin; the creator's extra RSS
 #  micro   interposition cost, with and without LD_PRELOAD
+#  scale   scale-bench: SCALE_PROCS (4) processes x SCALE_ALLOCS (256) allocations,
+#          every SCALE_EVERY-th (4) shared: the coordinator's phases, native
+#          lock/checkpoint/restore/unlock of each process alone and of all at
+#          once (target: group <= 1.2 x the slowest alone); carrier-bench -P
+#          for OVERLAP_PROCS ("2 4") processes at once, OVERLAP_GIB (4) in all
 #
 # Prints a summary table at the end; with --out DIR writes summary.txt,
 # results.tsv, run.log and logs.tar.gz there. Every wait is bounded (criu
@@ -43,7 +48,7 @@ SIZES=1,4
 REPS=3
 OUTDIR=
 BUDGET=420
-ONLY=facts,val,gpu2,ipc,base,bench,micro
+ONLY=facts,val,gpu2,ipc,base,bench,micro,scale
 MICRO_ITERS=200000
 NATIVE_BASE=0
 while [ $# -gt 0 ]; do
@@ -512,6 +517,67 @@ run_micro() {
 	done
 }
 
+# scale NPROC NALLOC EVERY: scale-bench workers (NALLOC allocations of one
+# granule each, every EVERY-th shared with all others) driven by the plugin's
+# coordinator: dump phases, rounds of native lock/checkpoint/restore/unlock
+# (each process alone, then all at once), rebuild, every tag checked.
+sc_scale() {
+	local np=$1 n=$2 every=$3 d=$T/scale r i pids
+	fail() { echo "$*" >"$T/why"; echo "FAIL: $*"; kill -9 $pids 2>/dev/null; exit 1; }
+	mkdir -p "$d/w" "$d/img"
+	for ((r = 0; r < np; r++)); do
+		setsid env LD_PRELOAD="$INTERPOSER" "${R[@]}" "$WL/scale-bench" worker "$d/w" $r "$np" "$n" "$every" \
+			</dev/null >"$d/worker$r.log" 2>&1 &
+	done
+	for ((i = 0; i < 6000; i++)); do
+		[ "$(ls "$d"/w/r*.ready 2>/dev/null | wc -l)" -ge "$np" ] && break
+		sleep 0.05
+	done
+	pids=$(cat "$d"/w/r*.ready 2>/dev/null | tr '\n' ' ')
+	[ "$(ls "$d"/w/r*.ready 2>/dev/null | wc -l)" -ge "$np" ] || fail "workers not ready: $(tail -qn 1 "$d"/worker*.log)"
+	timeout -k 5 600 "${R[@]}" "$WL/scale-bench" coord "$d/w" "$np" "$T/sock" "$d/img" native | tee "$d/coord.out" ||
+		fail "coordinator: $(tail -n 2 "$d/coord.out" | tr '\n' ' ')"
+	kill -USR1 $pids
+	for ((r = 0; r < np; r++)); do
+		for ((i = 0; i < 2400; i++)); do
+			[ -f "$d/w/r$r.v1" ] && break
+			sleep 0.05
+		done
+		grep -q '^ok' "$d/w/r$r.v1" 2>/dev/null || fail "rank $r after the cycle: $(cat "$d/w/r$r.v1" 2>/dev/null)"
+	done
+	kill -TERM $pids 2>/dev/null
+	echo ok >"$T/why"
+}
+
+run_scale() {
+	local np=${SCALE_PROCS:-4} n=${SCALE_ALLOCS:-256} every=${SCALE_EVERY:-4} f P
+	scenario scale scale "$np" "$n" "$every"
+	f=$T/scale/coord.out
+	if [ $SC_RC != 0 ]; then
+		result scale FAIL "$SC_WHY"
+	else
+		result scale-native "$(awk '/^native, all/ {print ($9 <= 1.2) ? "MET" : "MISSED"}' "$f")" \
+			"$np processes x $n allocations: $(grep '^native, all' "$f" | sed 's/^native, //') (target <= 1.2)"
+		result scale-phases DONE "$(awk '/^SUMMARY/ {for (i = 3; i <= NF; i++) printf "%s ", $i}' "$f")"
+	fi
+	# Carriers of several processes at once, each on its own GPU (wrapping).
+	for P in ${OVERLAP_PROCS:-2 4}; do
+		SC_RC=0
+		if [ "$(elapsed)" -gt "$BUDGET" ]; then
+			result "carrier-overlap-$P" SKIP "not run: past the budget"
+			continue
+		fi
+		say "=== carrier overlap, $P processes"
+		timeout -k 5 300 "${R[@]}" "$WL/carrier-bench" -P "$P" -s "${OVERLAP_GIB:-4}G" -r 3 -d "${OVERLAP_DIR:-/tmp}" \
+			>"$T/logs/overlap-$P.log" 2>&1
+		if grep -q '^overlap' "$T/logs/overlap-$P.log"; then
+			result "carrier-overlap-$P" DONE "$(grep -A1 '^1 process' "$T/logs/overlap-$P.log" | tr -s ' ' | tr '\n' ';') $(grep '^overlap' "$T/logs/overlap-$P.log")"
+		else
+			result "carrier-overlap-$P" FAIL "$(tail -n 2 "$T/logs/overlap-$P.log" | tr '\n' ' ')"
+		fi
+	done
+}
+
 finish() {
 	[ -n "${FINISHED:-}" ] && return
 	FINISHED=1
@@ -556,6 +622,7 @@ want ipc && run_ipc
 want base && run_base
 want micro && run_micro
 want bench && run_bench
+want scale && run_scale
 
 finish
 ! grep -qP '\t(FAIL|UNEXPECTED-PASS)\t' "$RESULTS"
