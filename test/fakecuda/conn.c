@@ -56,12 +56,12 @@ CUresult conn_send(const struct fkw_req *q, int sendfd)
  * Connects and says hello; fills the device table and arenas (close-on-exec).
  * No allocation: the restore thread calls it.
  */
-CUresult conn_open(int *fdp, struct fk_devices *dev, int *arenas)
+CUresult conn_open(int *fdp, struct fk_devices *dev, struct fk_arena *arenas)
 {
 	struct fkw_req q;
 	struct fkw_resp r;
 	CUresult res;
-	int fd = fkw_connect(G.sockpath), i;
+	int fd = fkw_connect(G.sockpath), i, afd[FKW_MAX_DEV];
 
 	if (fd < 0)
 		return CUDA_ERROR_NO_DEVICE;
@@ -69,18 +69,19 @@ CUresult conn_open(int *fdp, struct fk_devices *dev, int *arenas)
 	q.op = FKW_HELLO;
 	q.n = FKW_VERSION;
 	q.pid = getpid();
-	res = conn_rpc_unlocked(fd, &q, -1, &r, arenas, FKW_MAX_DEV);
+	res = conn_rpc_unlocked(fd, &q, -1, &r, afd, FKW_MAX_DEV);
 	if (res == CUDA_SUCCESS && r.nfds != r.n) {
 		for (i = 0; i < (int)r.nfds; i++)
-			close(arenas[i]);
+			close(afd[i]);
 		res = CUDA_ERROR_OPERATING_SYSTEM;
 	}
 	if (res != CUDA_SUCCESS) {
 		close(fd);
 		return res == CUDA_ERROR_DEVICE_UNAVAILABLE ? CUDA_ERROR_NO_DEVICE : res;
 	}
-	for (i = (int)r.n; i < FKW_MAX_DEV; i++)
-		arenas[i] = -1;
+	arena_reset(arenas, FKW_MAX_DEV);
+	for (i = 0; i < (int)r.n; i++)
+		arenas[i].fd = afd[i];
 	dev->n = (int)r.n;
 	dev->mc_gran = r.mc_gran;
 	dev->mc_rec_gran = r.mc_rec_gran;
@@ -90,21 +91,17 @@ CUresult conn_open(int *fdp, struct fk_devices *dev, int *arenas)
 }
 
 /*
- * Drops the connection and the arenas (native checkpoint, a forked child):
- * with them go every devd reference of the process.  The caller has unmapped
- * every window first, so nothing of device memory is left for CRIU to dump.
- * Only close(): the restore thread calls it.
+ * Drops the connection and the arenas, mappings included (native
+ * checkpoint, a forked child): with them go every devd reference of the
+ * process, and nothing of device memory is left for CRIU to dump.  Only
+ * system calls: the restore thread calls it.
  */
 void conn_close_all(void)
 {
 	if (G.conn >= 0)
 		close(G.conn);
 	G.conn = -1;
-	for (int i = 0; i < FKW_MAX_DEV; i++) {
-		if (G.arena[i] >= 0)
-			close(G.arena[i]);
-		G.arena[i] = -1;
-	}
+	arena_drop(G.arena, FKW_MAX_DEV);
 }
 
 /* One-way: the caller validated the reference against its own tables. */

@@ -1,16 +1,16 @@
 /*
  * Device virtual memory of this process: PROT_NONE reservations (G.resv),
  * the mapping table that resolves device VAs (G.map), the physical allocation
- * slots with their hidden windows (G.alloc) and multicast slots (G.mc).
+ * slots with their bytes in the arena mappings (G.alloc) and multicast slots (G.mc).
  * All device reads and writes (memcpy, memset, kernels) go through
  * devmem_read/devmem_write here.  Everything runs under G.lock.
  *
  * Device VAs are anonymous PROT_NONE reservations: a host dereference faults
  * as it would on a GPU address, and CRIU keeps the reservations across dump
  * and restore.  The bytes live in devd's device arenas (one memfd per device,
- * an allocation is an offset range of it), mapped MAP_SHARED into hidden
- * windows elsewhere in the address space; a write through a multicast mapping
- * is applied to every bound member's window (bindings come from devd).
+ * an allocation is an offset range of it), each mapped once, MAP_SHARED, at a
+ * hidden place of the address space (arena.c); a write through a multicast
+ * mapping is applied to every bound member's bytes (bindings come from devd).
  */
 #include <errno.h>
 #include <string.h>
@@ -52,13 +52,6 @@ uint64_t va_reserve(size_t size, size_t align, uint64_t hint)
 void va_release(uint64_t va, size_t size)
 {
 	munmap((void *)(uintptr_t)va, size);
-}
-
-unsigned char *win_map(int arena, uint64_t off, size_t size)
-{
-	void *p = arena < 0 ? MAP_FAILED : mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, arena, (off_t)off);
-
-	return p == MAP_FAILED ? NULL : p;
 }
 
 int map_lower(uint64_t va)
@@ -161,8 +154,6 @@ void alloc_slot_put(int slot)
 
 	if (!a->used || a->handle_refs > 0 || a->map_refs > 0 || a->ipc_open_refs > 0)
 		return;
-	if (a->win)
-		munmap(a->win, a->size);
 	conn_drop(FKW_KIND_ALLOC, a->devd_id);
 	a->used = 0;
 	a->win = NULL;
@@ -170,10 +161,7 @@ void alloc_slot_put(int slot)
 
 static void mc_unmap_bindings(struct fk_mc *m)
 {
-	for (int i = 0; i < m->nb; i++)
-		if (m->b[i].win)
-			munmap(m->b[i].win, m->b[i].alloc_size);
-	m->nb = 0;
+	m->nb = 0; /* the members' bytes stay in the arena mapping */
 }
 
 void mc_slot_put(int slot)
@@ -210,8 +198,9 @@ CUresult mc_refresh(struct fk_mc *m)
 		b->memoff = r.u.b[i].memoff;
 		b->size = r.u.b[i].size;
 		b->alloc_size = r.u.b[i].alloc_size;
-		b->win = r.u.b[i].adev < FKW_MAX_DEV ? win_map(G.arena[r.u.b[i].adev], r.u.b[i].aoff, b->alloc_size)
-						       : NULL;
+		b->win = r.u.b[i].adev < FKW_MAX_DEV
+				 ? arena_ptr(&G.arena[r.u.b[i].adev], r.u.b[i].aoff, b->alloc_size)
+				 : NULL;
 		if (b->win)
 			m->nb++;
 	}

@@ -102,8 +102,8 @@ struct fk_alloc {
 	int ipc_open_refs;
 	CUmemAllocationProp prop;
 	struct fk_ctx *ctx;  /* linear: owning context */
-	unsigned char *win;  /* hidden MAP_SHARED window onto the device arena (NULL when checkpointed) */
-	unsigned char *save; /* checkpoint: anonymous copy of the bytes */
+	unsigned char *win;  /* its bytes in the process's mapping of the arena (NULL when checkpointed) */
+	unsigned char *save; /* checkpoint: its part of the one anonymous save buffer */
 };
 
 /* A multicast object this process holds a devd reference on. */
@@ -190,6 +190,14 @@ struct fk_primary {
 	int ctx; /* index in G.ctx, -1 when inactive */
 };
 
+/* A device arena as this process maps it (arena.c). */
+struct fk_arena {
+	int fd;		     /* devd's memfd, -1 with no connection */
+	unsigned char *base; /* PROT_NONE reservation of span bytes, NULL until first needed */
+	uint64_t span;
+	uint64_t mapped; /* [base, base + mapped) maps the arena from offset 0 */
+};
+
 /* What the process knows of the devices (from devd's HELLO). */
 struct fk_devices {
 	int n; /* devd's physical devices == ordinals visible */
@@ -203,7 +211,7 @@ struct fk_global {
 	atomic_int initialized;
 	pid_t pid;
 	int conn; /* the device connection, -1 when closed (checkpointed) */
-	int arena[FKW_MAX_DEV]; /* devd's arena per physical device, -1 with no connection */
+	struct fk_arena arena[FKW_MAX_DEV]; /* per physical device */
 	pthread_mutex_t conn_lock;
 	char sockpath[108];
 	struct fk_devices dev;
@@ -261,9 +269,16 @@ CUresult faults_check(const char *api);
 CUresult conn_rpc(const struct fkw_req *q, int sendfd, struct fkw_resp *r, int *fds, int maxfds);
 CUresult conn_rpc_unlocked(int fd, const struct fkw_req *q, int sendfd, struct fkw_resp *r, int *fds, int maxfds);
 CUresult conn_send(const struct fkw_req *q, int sendfd); /* one-way */
-CUresult conn_open(int *fdp, struct fk_devices *dev, int *arenas);
+CUresult conn_open(int *fdp, struct fk_devices *dev, struct fk_arena *arenas);
 void conn_close_all(void);
 void conn_drop(int kind, uint64_t id); /* one-way */
+
+/* arena.c: each device's arena mapped once; see there. */
+void arena_setup(void);
+void arena_reset(struct fk_arena *ar, int n);
+/* The bytes [off, off+size) of the arena, mapping what is new; NULL if out of the reservation. */
+unsigned char *arena_ptr(struct fk_arena *ar, uint64_t off, size_t size);
+void arena_drop(struct fk_arena *ar, int n); /* unmaps and closes */
 
 /* device.c */
 CUresult dev_check(CUdevice d);
@@ -300,8 +315,6 @@ CUresult devmem_copy(uint64_t dst, uint64_t src, size_t n, int ord);
 int devmem_is_device(uint64_t va);
 int alloc_slot_new(void);
 void alloc_slot_put(int slot); /* drops the devd reference when nothing holds the slot */
-/* A window onto size bytes at off of an arena (G.arena[phys] or the restore thread's). */
-unsigned char *win_map(int arena, uint64_t off, size_t size);
 void mc_slot_put(int slot);
 CUresult mc_refresh(struct fk_mc *m);
 

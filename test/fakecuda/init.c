@@ -15,7 +15,7 @@ struct fk_global G = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.conn_lock = PTHREAD_MUTEX_INITIALIZER,
 	.conn = -1,
-	.arena = {[0 ... FKW_MAX_DEV - 1] = -1},
+	.arena = {[0 ... FKW_MAX_DEV - 1] = {.fd = -1}},
 };
 
 static int forked_child; /* a fork of an initialized process: CUDA is unusable, as on a real driver */
@@ -79,6 +79,7 @@ FK_API CUresult CUDAAPI cuInit(unsigned int flags)
 	}
 	G.pid = getpid();
 	fkw_socket_path(G.sockpath, sizeof(G.sockpath));
+	arena_setup();
 	r = conn_open(&fd, &G.dev, G.arena);
 	if (r != CUDA_SUCCESS) {
 		UNLOCK();

@@ -6,7 +6,6 @@
  * VA with a reference count.  Tables under G.lock.
  */
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "fake.h"
@@ -107,13 +106,12 @@ static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int
 		goto out;
 	}
 	a->devd_id = r.id;
-	a->win = r.dev < FKW_MAX_DEV ? win_map(G.arena[r.dev], r.off, r.size) : NULL;
+	a->aoff = r.off;
+	a->win = r.dev < FKW_MAX_DEV ? arena_ptr(&G.arena[r.dev], r.off, r.size) : NULL;
 	va = va_reserve(r.size, 2ul << 20, 0);
 	if (!a->win || !va || map_add(va, r.size, 0, slot, 0, ~0u) < 0) {
 		if (va)
 			va_release(va, r.size);
-		if (a->win)
-			munmap(a->win, r.size);
 		a->win = NULL;
 		conn_drop(FKW_KIND_ALLOC, r.id);
 		a->used = 0;

@@ -49,7 +49,8 @@ static CUresult mem_alloc(CUdeviceptr *dptr, size_t bytesize)
 	if (res)
 		goto err_slot;
 	a->devd_id = r.id;
-	a->win = win_map(G.arena[q.dev], r.off, size);
+	a->aoff = r.off;
+	a->win = arena_ptr(&G.arena[q.dev], r.off, size);
 	va = va_reserve(size, LINEAR_ALIGN, 0);
 	if (!a->win || !va || map_add(va, size, 0, slot, 0, ~0u) < 0) {
 		res = CUDA_ERROR_OUT_OF_MEMORY;
@@ -66,8 +67,6 @@ static CUresult mem_alloc(CUdeviceptr *dptr, size_t bytesize)
 err_devd:
 	if (va)
 		va_release(va, size);
-	if (a->win)
-		munmap(a->win, size);
 	a->win = NULL;
 	conn_drop(FKW_KIND_ALLOC, a->devd_id);
 err_slot:

@@ -76,10 +76,29 @@ static void pace(uint64_t bytes)
 			;
 }
 
+/*
+ * The bytes of every saved allocation while CHECKPOINTED: one anonymous
+ * mapping (CRIU dumps it as ordinary memory), each allocation's at a->save.
+ */
+static unsigned char *save_buf;
+static size_t save_len;
+
+static void save_free(void)
+{
+	if (save_buf)
+		munmap(save_buf, save_len);
+	save_buf = NULL;
+	save_len = 0;
+	for (int i = 0; i < FK_MAX_ALLOC; i++)
+		G.alloc[i].save = NULL;
+}
+
 static CUresult rt_checkpoint(void)
 {
 	uint64_t bytes = 0;
 	CUresult refusal = CUDA_SUCCESS;
+	size_t len = 0;
+	void *p;
 	int i;
 
 	if (mb->state != CU_PROCESS_STATE_LOCKED)
@@ -88,22 +107,15 @@ static CUresult rt_checkpoint(void)
 		if (G.mc[i].used)
 			return CUDA_ERROR_NOT_SUPPORTED; /* multicast is not checkpointable natively */
 	/* First get all the host memory, so that failing leaves everything as it was. */
-	for (i = 0; i < FK_MAX_ALLOC; i++) {
-		struct fk_alloc *a = &G.alloc[i];
-		void *p;
-
-		if (!saved(a))
-			continue;
-		p = mmap(NULL, a->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (p == MAP_FAILED) {
-			while (--i >= 0)
-				if (saved(&G.alloc[i])) {
-					munmap(G.alloc[i].save, G.alloc[i].size);
-					G.alloc[i].save = NULL;
-				}
+	for (i = 0; i < FK_MAX_ALLOC; i++)
+		if (saved(&G.alloc[i]))
+			len += G.alloc[i].size;
+	if (len) {
+		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED)
 			return CUDA_ERROR_OUT_OF_MEMORY;
-		}
-		a->save = p;
+		save_buf = p;
+		save_len = len;
 	}
 	for (i = 0; i < FK_MAX_ALLOC; i++) {
 		struct fk_alloc *a = &G.alloc[i];
@@ -114,15 +126,16 @@ static CUresult rt_checkpoint(void)
 			refusal = CUDA_ERROR_INVALID_VALUE;
 		if (a->imported)
 			refusal = CUDA_ERROR_NOT_SUPPORTED;
-		if (a->save) {
+		if (saved(a)) {
+			a->save = save_buf + bytes;
 			memcpy(a->save, a->win, a->size);
 			bytes += a->size;
 		}
-		munmap(a->win, a->size);
 		a->win = NULL;
 	}
 	/* Releasing the device connection drops every device-side reference at
-	 * once; the arenas go too, so that CRIU finds no device memory to dump. */
+	 * once; the arena mappings and descriptors go too, so that CRIU finds no
+	 * device memory to dump. */
 	conn_close_all();
 	pace(bytes);
 	rt_refusal = refusal;
@@ -182,9 +195,9 @@ static CUresult remap(const struct fk_devices *nd, int *ord2phys)
 /*
  * Re-creates every saved allocation with one FKW_ALLOC_BATCH round trip,
  * however many there are (entries and results share one mmap'd buffer: no
- * malloc here), and maps the windows onto the new arenas.
+ * malloc here), and copies the bytes into the new arenas' mappings.
  */
-static CUresult recreate(int fd, const int *arenas, const int *ord2phys, uint64_t *bytes)
+static CUresult recreate(int fd, struct fk_arena *arenas, const int *ord2phys, uint64_t *bytes)
 {
 	struct fkw_req q = {.op = FKW_ALLOC_BATCH};
 	struct fkw_resp r;
@@ -232,7 +245,7 @@ static CUresult recreate(int fd, const int *arenas, const int *ord2phys, uint64_
 
 		if (!a->used || !a->save)
 			continue;
-		a->win = win_map(arenas[ord2phys[a->ord]], buf[k].ret.off, a->size);
+		a->win = arena_ptr(&arenas[ord2phys[a->ord]], buf[k].ret.off, a->size);
 		if (!a->win) {
 			res = CUDA_ERROR_OUT_OF_MEMORY;
 			goto out;
@@ -251,7 +264,8 @@ out:
 static CUresult rt_restore(void)
 {
 	struct fk_devices nd;
-	int ord2phys[FKW_MAX_DEV], arenas[FKW_MAX_DEV];
+	struct fk_arena arenas[FKW_MAX_DEV];
+	int ord2phys[FKW_MAX_DEV];
 	uint64_t bytes = 0;
 	CUresult res;
 	int fd, i;
@@ -271,13 +285,10 @@ static CUresult rt_restore(void)
 		goto err;
 	pace(bytes);
 	/* Commit: nothing can fail from here on. */
+	save_free();
 	for (i = 0; i < FK_MAX_ALLOC; i++) {
 		struct fk_alloc *a = &G.alloc[i];
 
-		if (a->used && a->save) {
-			munmap(a->save, a->size);
-			a->save = NULL;
-		}
 		if (a->used && a->kind != FK_A_IPC && !a->imported)
 			a->dflags &= ~FKW_AF_IPC;
 	}
@@ -291,17 +302,9 @@ static CUresult rt_restore(void)
 	return CUDA_SUCCESS;
 err:
 	/* Closing the new connection frees what it created; keep the saved bytes for a retry. */
-	for (i = 0; i < FK_MAX_ALLOC; i++) {
-		struct fk_alloc *a = &G.alloc[i];
-
-		if (a->used && a->save && a->win) {
-			munmap(a->win, a->size);
-			a->win = NULL;
-		}
-	}
-	for (i = 0; i < FKW_MAX_DEV; i++)
-		if (arenas[i] >= 0)
-			close(arenas[i]);
+	for (i = 0; i < FK_MAX_ALLOC; i++)
+		G.alloc[i].win = NULL;
+	arena_drop(arenas, FKW_MAX_DEV);
 	close(fd);
 	return res;
 }

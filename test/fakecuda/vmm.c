@@ -102,7 +102,7 @@ static CUresult mem_create(CUmemGenericAllocationHandle *handle, size_t size, co
 	}
 	a->devd_id = r.id;
 	a->aoff = r.off;
-	a->win = win_map(G.arena[q.dev], r.off, size);
+	a->win = arena_ptr(&G.arena[q.dev], r.off, size);
 	if (!a->win) {
 		conn_drop(FKW_KIND_ALLOC, a->devd_id);
 		a->used = 0;
@@ -597,7 +597,7 @@ static CUresult import_handle(CUmemGenericAllocationHandle *h, void *osHandle, C
 			goto out;
 		}
 		a = &G.alloc[slot];
-		a->win = win_map(G.arena[rec.dev], rec.off, rec.size);
+		a->win = arena_ptr(&G.arena[rec.dev], rec.off, rec.size);
 		if (!a->win) {
 			a->used = 0;
 			res = CUDA_ERROR_OUT_OF_MEMORY;
@@ -605,7 +605,6 @@ static CUresult import_handle(CUmemGenericAllocationHandle *h, void *osHandle, C
 		}
 		res = conn_send(&q, fd);
 		if (res) {
-			munmap(a->win, rec.size);
 			a->win = NULL;
 			a->used = 0;
 			goto out;

@@ -37,7 +37,7 @@ static CUprocessState state_of(pid_t pid)
 		}                                                                                          \
 	} while (0)
 
-/* How many device-memory windows (devd memfds) and sockets the process holds. */
+/* How many mappings of device arenas (devd memfds) and sockets the process holds. */
 static void device_footprint(pid_t pid, int *windows, int *sockets)
 {
 	char path[64], line[512], link[128];
@@ -92,6 +92,23 @@ static int arena_fds(pid_t pid)
 	}
 	closedir(dir);
 	return n;
+}
+
+/* The process's virtual size in GiB (the arena reservations are terabytes). */
+static unsigned long vm_gib(pid_t pid)
+{
+	char path[64], line[256];
+	unsigned long kb = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmSize: %lu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb >> 20;
 }
 
 struct addrs {
@@ -169,7 +186,7 @@ START_TEST(private_bytes_survive_checkpoint_at_same_addresses)
 	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_LOCKED);
 	CK_ERR(cuCheckpointProcessLock(pid, NULL), CUDA_ERROR_ILLEGAL_STATE);
 	device_footprint(pid, &w, &k);
-	ck_assert_int_eq(w, 2);
+	ck_assert_int_eq(w, 1); /* the device's arena, mapped once for both allocations */
 	ck_assert_int_ge(k, 2); /* the device connection (+ the test socketpair) */
 	CK(cuCheckpointProcessCheckpoint(pid, NULL));
 	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_CHECKPOINTED);
@@ -560,18 +577,23 @@ START_TEST(thousands_of_allocations_survive_native_checkpoint)
 	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
 	before = fkt_free_mem();
 	ck_assert_int_eq(arena_fds(pid), 1);
+	device_footprint(pid, &w, &k);
+	ck_assert_int_eq(w, 1); /* the arena is mapped once, however many allocations */
+	ck_assert_uint_ge(vm_gib(pid), 1024); /* its reservation */
 	CK(cuCheckpointProcessLock(pid, NULL));
 	CK(cuCheckpointProcessCheckpoint(pid, NULL));
-	/* nothing of device memory is left in the process for CRIU to dump */
+	/* nothing of device memory is left in the process for CRIU to dump,
+	 * and the arena's reservation is gone with its mapping */
 	device_footprint(pid, &w, &k);
 	ck_assert_int_eq(w, 0);
 	ck_assert_int_eq(arena_fds(pid), 0);
+	ck_assert_uint_lt(vm_gib(pid), 1024);
 	ck_assert_uint_eq(fkt_free_mem_settles(before + (size_t)MANY * SMALL), before + (size_t)MANY * SMALL);
 	CK(cuCheckpointProcessRestore(pid, NULL));
 	ck_assert_uint_eq(fkt_free_mem(), before);
 	ck_assert_int_eq(arena_fds(pid), 1);
 	device_footprint(pid, &w, &k);
-	ck_assert_int_ge(w, 1); /* windows (adjacent ones may share a mapping) */
+	ck_assert_int_eq(w, 1); /* the new arena, mapped once */
 	CK(cuCheckpointProcessUnlock(pid, NULL));
 	fkt_send(s, "v", 1);
 	ck_assert_int_eq(fkt_recv(s, &bad, sizeof(bad)), 0);
