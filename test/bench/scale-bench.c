@@ -321,19 +321,28 @@ static int env_int(const char *name, int def)
 	return v && *v ? atoi(v) : def;
 }
 
-static int native_cycle(struct cuip_native_proc *v, size_t n, unsigned tmo, double *dt)
+/* Lock, checkpoint, restore, unlock of v[0..n) (each step for all at once);
+ * dt[0..3] the wall time of each step, dt[4] their sum. */
+static int native_cycle(struct cuip_native_proc *v, size_t n, unsigned tmo, double dt[5])
 {
 	char err[512];
-	double t0 = now();
+	double t = now(), t0 = t;
 	int ret = cuip_native_lock_all(v, n, tmo, err, sizeof(err));
 
+	dt[0] = now() - t;
+	t = now();
 	if (!ret)
 		ret = cuip_native_checkpoint_all(v, n, err, sizeof(err));
+	dt[1] = now() - t;
+	t = now();
 	if (!ret)
 		ret = cuip_native_restore_all(v, n, NULL, 0, err, sizeof(err));
+	dt[2] = now() - t;
+	t = now();
 	if (!ret)
 		ret = cuip_native_unlock_all(v, n, err, sizeof(err));
-	*dt = now() - t0;
+	dt[3] = now() - t;
+	dt[4] = now() - t0;
 	if (ret)
 		fprintf(stderr, "native: %s\n", err);
 	for (size_t i = 0; i < n; i++)
@@ -403,7 +412,6 @@ static int coord(int argc, char **argv)
 	}
 	if (native) {
 		struct cuip_native_proc *v = calloc((size_t)n, sizeof(*v));
-		double dt;
 
 		if (!v || cuip_native_open(o.libcuda, err, sizeof(err))) {
 			fprintf(stderr, "native: %s\n", err);
@@ -418,24 +426,33 @@ static int coord(int argc, char **argv)
 		}
 		/* Rounds of: each process alone, then all at once; the ratio
 		 * of each round, and the round with the median ratio reported. */
-		double ratio[NATIVE_ROUNDS], par[NATIVE_ROUNDS], slow[NATIVE_ROUNDS];
+		double ratio[NATIVE_ROUNDS], par[NATIVE_ROUNDS], slow[NATIVE_ROUNDS], sum[NATIVE_ROUNDS];
 		int rounds = env_int("SCALE_NATIVE_ROUNDS", 3), mid = 0;
 
 		rounds = rounds < 1 ? 1 : rounds > NATIVE_ROUNDS ? NATIVE_ROUNDS : rounds;
 		for (int k = 0; k < rounds; k++) {
-			slow[k] = 0;
+			double step[5], smax[5] = {0}, grp[5];
+
+			slow[k] = sum[k] = 0;
 			printf("native lock+checkpoint+restore+unlock, round %d, each process alone:", k + 1);
 			for (int i = 0; i < n; i++) {
-				if (native_cycle(&v[i], 1, o.lock_timeout_ms, &dt))
+				if (native_cycle(&v[i], 1, o.lock_timeout_ms, step))
 					return 1;
-				printf(" %.3f", dt);
-				slow[k] = dt > slow[k] ? dt : slow[k];
+				printf(" %.3f", step[4]);
+				for (int x = 0; x < 5; x++)
+					smax[x] = step[x] > smax[x] ? step[x] : smax[x];
+				sum[k] += step[4];
 			}
-			if (native_cycle(v, (size_t)n, o.lock_timeout_ms, &par[k]))
+			slow[k] = smax[4];
+			if (native_cycle(v, (size_t)n, o.lock_timeout_ms, grp))
 				return 1;
+			par[k] = grp[4];
 			ratio[k] = par[k] / slow[k];
-			printf(" s\n  all %d in parallel: %.3f s = %.2f x the slowest alone (%.3f s)\n", n, par[k],
-			       ratio[k], slow[k]);
+			printf(" s\n  all %d in parallel: %.3f s = %.2f x the slowest alone (%.3f s), %.2f x their sum (%.3f s)\n"
+			       "  per step, all at once / slowest alone: lock %.3f/%.3f checkpoint %.3f/%.3f restore "
+			       "%.3f/%.3f unlock %.3f/%.3f\n",
+			       n, par[k], ratio[k], slow[k], par[k] / sum[k], sum[k], grp[0], smax[0], grp[1], smax[1],
+			       grp[2], smax[2], grp[3], smax[3]);
 		}
 		for (int k = 0; k < rounds; k++) {
 			int below = 0;
@@ -446,8 +463,9 @@ static int coord(int argc, char **argv)
 		}
 		nat_par = par[mid];
 		nat_max = slow[mid];
-		printf("native, all %d in parallel: %.3f s = %.2f x the slowest alone (%.3f s), median of %d rounds\n",
-		       n, nat_par, nat_par / nat_max, nat_max, rounds);
+		printf("native, all %d in parallel: %.3f s = %.2f x the slowest alone (%.3f s), median of %d rounds; "
+		       "%.2f x the sum of all alone (what a serial loop takes)\n",
+		       n, nat_par, nat_par / nat_max, nat_max, rounds, nat_par / sum[mid]);
 		free(v);
 	}
 	topo = calloc((size_t)n, sizeof(*topo));
