@@ -1,30 +1,116 @@
 /*
  * The device connection: this process's link to fakecuda-devd, its
  * /dev/nvidia* equivalent (CRIU cannot dump a process holding it, because its
- * peer is outside the dumped tree), and the device arenas (G.arena, one memfd
- * per device) that devd hands over at HELLO and that every window maps.
- * G.conn_lock serializes messages; it nests inside G.lock.  A request waits
- * for its response; a one-way message (conn_send) does not, and devd
- * processes it before any later message of this connection.  The restore
- * thread uses conn_rpc_unlocked on a descriptor of its own making.
+ * peer is outside the dumped tree), the device arenas (G.arena, arena.c) that
+ * devd hands over at HELLO, and the queue of one-way messages.
+ *
+ * G.conn_lock serializes messages and protects the queue; it nests inside
+ * G.lock (and q_lock of stream.c nests inside it).  A request waits for its
+ * response; a one-way message does not, and devd processes it before any
+ * later message of this connection.  The restore thread uses
+ * conn_rpc_unlocked on a descriptor of its own making, and flushes the queue
+ * without the lock only while the API gate is closed (see conn_flush_gated).
+ *
+ * The queue.  Every one-way message wakes devd on the other CPU (~15 us), so
+ * FKW_DROP and FKW_IMPORT_REF are queued here and sent in batches: several
+ * records on one sendmsg, with the IMPORT_REF descriptors attached to it.  A
+ * batch goes out
+ *   - before any synchronous request, on the same sendmsg (so devd sees the
+ *     queued messages first: cuMemGetInfo in the releasing process is exact),
+ *   - before a FKW_EXPORT, which is never delayed (below),
+ *   - when the queue is full,
+ *   - within FK_FLUSH_NS of its oldest record, by the worker thread (so that
+ *     other processes polling devd see a release about as soon as before),
+ *   - at native lock and checkpoint (before the connection closes),
+ *   - at fork (the prepare handler; the child discards its copy).
+ * What is still queued when the process exits is moot: the hangup drops
+ * every reference of the connection anyway, queued IMPORT_REFs included.
+ *
+ * Why a queued IMPORT_REF is safe (devd.c do_import_ref has the argument for
+ * one in flight): the importer's handle exists before devd takes its
+ * reference, so the export must stay alive until then.  An export FD keeps
+ * its object alive while any copy of the application's end is open, and the
+ * application may close its copy as soon as the import returns.  So the queue
+ * holds its own copy (dup) of the export FD, attached to the batch when it is
+ * sent and closed only after sendmsg returned: from the import to devd's
+ * processing of the record, some copy is always open (ours, then the one in
+ * flight, which devd closes after taking the reference).  Our DROP of the same
+ * object is queued behind the IMPORT_REF, so it cannot overtake it.
+ *
+ * Why FKW_EXPORT is not delayed: the export FD is returned to the
+ * application, which may pass it on and _exit at once.  devd must hold the
+ * export reference (or have the EXPORT queued on the socket, ahead of the
+ * hangup) by then, or an importer's IMPORT_REF could find the object gone.
+ * Once sendmsg returned, the record is in the socket: devd handles it before
+ * the hangup.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "fake.h"
 
-CUresult conn_rpc_unlocked(int fd, const struct fkw_req *q, int sendfd, struct fkw_resp *r, int *fds, int maxfds)
+#define FK_QMAX	    512
+#define FK_FLUSH_NS 1000000 /* the worker sends a batch at most 1 ms old */
+
+/* G.conn_lock (or the closed gate, for the restore thread). */
+static struct {
+	struct fkw_req rec[FK_QMAX];
+	int nrec;
+	int fd[FKW_MAX_FDS]; /* ours: closed once the batch is sent */
+	int nfd;
+} oq;
+static atomic_llong oq_since; /* when the oldest queued record was queued, 0: empty */
+
+/* Sends the queue, then extra (if any), on one sendmsg; empties the queue. */
+static int flush_locked(int fd, const struct fkw_req *extra, int extra_fd)
 {
-	int nfds = 0, i;
+	struct iovec iov[2] = {
+		{.iov_base = oq.rec, .iov_len = sizeof(oq.rec[0]) * (size_t)oq.nrec},
+		{.iov_base = (void *)extra, .iov_len = extra ? sizeof(*extra) : 0},
+	};
+	int err = 0;
+
+	if (extra_fd >= 0)
+		oq.fd[oq.nfd++] = extra_fd; /* a slot was kept free for it */
+	if (fd < 0)
+		err = -ENOTCONN;
+	else if (oq.nrec || extra)
+		err = fkw_sendv(fd, iov, 2, oq.fd, oq.nfd);
+	if (extra_fd >= 0)
+		oq.nfd--; /* the caller owns it */
+	for (int i = 0; i < oq.nfd; i++)
+		close(oq.fd[i]);
+	oq.nrec = 0;
+	oq.nfd = 0;
+	atomic_store(&oq_since, 0);
+	return err;
+}
+
+CUresult conn_rpc_unlocked(int fd, const struct fkw_req *q, struct fkw_resp *r, int *fds, int maxfds)
+{
+	int nfds = 0;
 
 	if (fd < 0)
 		return CUDA_ERROR_DEVICE_UNAVAILABLE;
-	if (fkw_send(fd, q, sizeof(*q), sendfd >= 0 ? &sendfd : NULL, sendfd >= 0) < 0)
+	if (fkw_send(fd, q, sizeof(*q), NULL, 0) < 0)
 		return CUDA_ERROR_DEVICE_UNAVAILABLE;
-	if (fkw_recv(fd, r, fkw_resp_len(q->op), fds, maxfds, &nfds) < 0)
-		return CUDA_ERROR_DEVICE_UNAVAILABLE;
+	return conn_recv_resp(fd, q, r, fds, maxfds, &nfds) ? CUDA_ERROR_DEVICE_UNAVAILABLE
+							     : conn_check_resp(r, fds, nfds);
+}
+
+int conn_recv_resp(int fd, const struct fkw_req *q, struct fkw_resp *r, int *fds, int maxfds, int *nfds)
+{
+	return fkw_recv(fd, r, fkw_resp_len(q->op), fds, maxfds, nfds) < 0 ? -1 : 0;
+}
+
+CUresult conn_check_resp(struct fkw_resp *r, int *fds, int nfds)
+{
 	if ((int)r->nfds != nfds || r->result != CUDA_SUCCESS) {
-		for (i = 0; i < nfds; i++)
+		for (int i = 0; i < nfds; i++)
 			close(fds[i]);
 		if (r->result == CUDA_SUCCESS)
 			return CUDA_ERROR_OPERATING_SYSTEM; /* out of descriptors */
@@ -32,12 +118,17 @@ CUresult conn_rpc_unlocked(int fd, const struct fkw_req *q, int sendfd, struct f
 	return (CUresult)r->result;
 }
 
-CUresult conn_rpc(const struct fkw_req *q, int sendfd, struct fkw_resp *r, int *fds, int maxfds)
+CUresult conn_rpc(const struct fkw_req *q, struct fkw_resp *r, int *fds, int maxfds)
 {
 	CUresult res;
+	int nfds = 0;
 
 	pthread_mutex_lock(&G.conn_lock);
-	res = conn_rpc_unlocked(G.conn, q, sendfd, r, fds, maxfds);
+	/* the queued one-way messages and the request: one sendmsg, one wakeup */
+	if (flush_locked(G.conn, q, -1) < 0 || conn_recv_resp(G.conn, q, r, fds, maxfds, &nfds) < 0)
+		res = CUDA_ERROR_DEVICE_UNAVAILABLE;
+	else
+		res = conn_check_resp(r, fds, nfds);
 	pthread_mutex_unlock(&G.conn_lock);
 	return res;
 }
@@ -47,9 +138,105 @@ CUresult conn_send(const struct fkw_req *q, int sendfd)
 	int err;
 
 	pthread_mutex_lock(&G.conn_lock);
-	err = G.conn < 0 ? -1 : fkw_send(G.conn, q, sizeof(*q), sendfd >= 0 ? &sendfd : NULL, sendfd >= 0);
+	if (sendfd >= 0 && oq.nfd == FKW_MAX_FDS)
+		flush_locked(G.conn, NULL, -1);
+	err = flush_locked(G.conn, q, sendfd);
 	pthread_mutex_unlock(&G.conn_lock);
 	return err ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_SUCCESS;
+}
+
+CUresult conn_queue(const struct fkw_req *q, int fd)
+{
+	int kick = 0, dup_fd = -1;
+
+	pthread_mutex_lock(&G.conn_lock);
+	if (G.conn < 0) {
+		pthread_mutex_unlock(&G.conn_lock);
+		return CUDA_ERROR_DEVICE_UNAVAILABLE;
+	}
+	if (oq.nrec == FK_QMAX || (fd >= 0 && oq.nfd == FKW_MAX_FDS))
+		flush_locked(G.conn, NULL, -1);
+	if (fd >= 0) {
+		dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+		if (dup_fd < 0 && oq.nfd > 0) {
+			flush_locked(G.conn, NULL, -1); /* gives our copies back */
+			dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+		}
+		if (dup_fd < 0) {
+			/* no descriptor to spare: send it now, as the application's copy is open */
+			int err = flush_locked(G.conn, q, fd);
+
+			pthread_mutex_unlock(&G.conn_lock);
+			return err ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_SUCCESS;
+		}
+		oq.fd[oq.nfd++] = dup_fd;
+	}
+	oq.rec[oq.nrec++] = *q;
+	if (oq.nrec == 1) {
+		atomic_store(&oq_since, fk_now_ns());
+		kick = 1;
+	}
+	pthread_mutex_unlock(&G.conn_lock);
+	if (kick)
+		stream_kick(); /* the worker flushes it within FK_FLUSH_NS */
+	return CUDA_SUCCESS;
+}
+
+int64_t conn_flush_due(void)
+{
+	int64_t since = atomic_load(&oq_since);
+
+	return since ? since + FK_FLUSH_NS : 0;
+}
+
+/*
+ * The worker's timed flush.  It enters the API gate like a call, so that a
+ * native lock waits for it and, once the gate is closed, no flush runs
+ * behind the restore thread's back; a closed gate skips it (the lock flushed).
+ */
+int conn_flush_async(void)
+{
+	if (!gate_try_enter())
+		return -1;
+	pthread_mutex_lock(&G.conn_lock);
+	if (oq.nrec)
+		flush_locked(G.conn, NULL, -1);
+	pthread_mutex_unlock(&G.conn_lock);
+	gate_leave();
+	return 0;
+}
+
+/* The restore thread, with the gate closed (nobody else is in the API, and
+ * the worker's flush enters the gate): no lock, only system calls. */
+void conn_flush_gated(void)
+{
+	if (oq.nrec || oq.nfd)
+		flush_locked(G.conn, NULL, -1);
+}
+
+/* Fork: the parent sends what is queued and keeps the lock across fork, so
+ * that the child gets a consistent (empty) queue and a lock it can drop. */
+void conn_fork_prepare(void)
+{
+	pthread_mutex_lock(&G.conn_lock);
+	if (G.conn >= 0 && oq.nrec)
+		flush_locked(G.conn, NULL, -1);
+}
+
+void conn_fork_parent(void)
+{
+	pthread_mutex_unlock(&G.conn_lock);
+}
+
+/* The child: its copies of queued descriptors must not keep exports alive. */
+void conn_fork_child(void)
+{
+	for (int i = 0; i < oq.nfd; i++)
+		close(oq.fd[i]);
+	oq.nrec = 0;
+	oq.nfd = 0;
+	atomic_store(&oq_since, 0);
+	pthread_mutex_unlock(&G.conn_lock);
 }
 
 /*
@@ -69,7 +256,7 @@ CUresult conn_open(int *fdp, struct fk_devices *dev, struct fk_arena *arenas)
 	q.op = FKW_HELLO;
 	q.n = FKW_VERSION;
 	q.pid = getpid();
-	res = conn_rpc_unlocked(fd, &q, -1, &r, afd, FKW_MAX_DEV);
+	res = conn_rpc_unlocked(fd, &q, &r, afd, FKW_MAX_DEV);
 	if (res == CUDA_SUCCESS && r.nfds != r.n) {
 		for (i = 0; i < (int)r.nfds; i++)
 			close(afd[i]);
@@ -104,7 +291,7 @@ void conn_close_all(void)
 	arena_drop(G.arena, FKW_MAX_DEV);
 }
 
-/* One-way: the caller validated the reference against its own tables. */
+/* One-way, queued: the caller validated the reference against its own tables. */
 void conn_drop(int kind, uint64_t id)
 {
 	struct fkw_req q;
@@ -113,5 +300,5 @@ void conn_drop(int kind, uint64_t id)
 	q.op = FKW_DROP;
 	q.kind = (uint32_t)kind;
 	q.id = id;
-	conn_send(&q, -1);
+	conn_queue(&q, -1);
 }

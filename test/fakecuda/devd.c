@@ -110,12 +110,26 @@ static unsigned bucket(uint64_t v, unsigned n)
 	return (unsigned)(v & (n - 1));
 }
 
+/*
+ * The library sends one-way messages in batches (many records on one
+ * sendmsg, the descriptors of their EXPORT/IMPORT_REF records on its first
+ * byte), so devd reads a connection through a buffer, many records per
+ * recvmsg, and keeps the descriptors that arrived in a FIFO from which those
+ * records take theirs in order.
+ */
+#define IN_CAP	(64u << 10)
+#define FDQ_CAP 1024u
+
 struct conn {
 	struct ev ev;
 	struct conn *next;
 	int fd;
 	pid_t pid;
 	struct ref *refs[NREFBUCK]; /* by (kind, id) */
+	size_t in_off, in_len;	    /* unread bytes: in[in_off, in_len) */
+	unsigned fdq_head, fdq_n;
+	int fdq[FDQ_CAP];
+	unsigned char in[IN_CAP];
 };
 
 static struct {
@@ -377,6 +391,96 @@ static int conn_holds(struct conn *c, int kind, uint64_t id)
 	return 0;
 }
 
+/*
+ * Reads what the socket has (waiting for something if block) into c->in,
+ * descriptors into the FIFO.  >0 bytes read, 0 EOF, -1 nothing now or error
+ * (errno).
+ */
+static ssize_t conn_fill(struct conn *c, int block)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * FKW_MAX_FDS)];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov;
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+	struct cmsghdr *cm;
+	ssize_t n;
+
+	if (c->in_off > 0) {
+		memmove(c->in, c->in + c->in_off, c->in_len - c->in_off);
+		c->in_len -= c->in_off;
+		c->in_off = 0;
+	}
+	iov.iov_base = c->in + c->in_len;
+	iov.iov_len = IN_CAP - c->in_len;
+	do {
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = sizeof(ctl.buf);
+		n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | (block ? 0 : MSG_DONTWAIT));
+	} while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -1;
+	for (cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+		int cnt = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		for (int k = 0; k < cnt; k++) {
+			int v;
+
+			memcpy(&v, CMSG_DATA(cm) + sizeof(int) * (size_t)k, sizeof(v));
+			if (c->fdq_n < FDQ_CAP) {
+				c->fdq[(c->fdq_head + c->fdq_n) % FDQ_CAP] = v;
+				c->fdq_n++;
+			} else {
+				logf_("pid %d: too many descriptors in flight, one dropped\n", (int)c->pid);
+				close(v);
+			}
+		}
+	}
+	if (mh.msg_flags & MSG_CTRUNC)
+		logf_("pid %d: descriptors truncated\n", (int)c->pid);
+	c->in_len += (size_t)n;
+	return n;
+}
+
+/* Exactly len bytes of c's stream (from the buffer, then waiting for the rest). */
+static int conn_read(struct conn *c, void *buf, size_t len)
+{
+	unsigned char *p = buf;
+
+	while (len > 0) {
+		size_t k = c->in_len - c->in_off;
+
+		if (k == 0) {
+			if (conn_fill(c, 1) <= 0)
+				return -1;
+			continue;
+		}
+		if (k > len)
+			k = len;
+		memcpy(p, c->in + c->in_off, k);
+		c->in_off += k;
+		p += k;
+		len -= k;
+	}
+	return 0;
+}
+
+/* The next descriptor that came with c's messages, or -1. */
+static int conn_pop_fd(struct conn *c)
+{
+	int fd;
+
+	if (c->fdq_n == 0)
+		return -1;
+	fd = c->fdq[c->fdq_head];
+	c->fdq_head = (c->fdq_head + 1) % FDQ_CAP;
+	c->fdq_n--;
+	return fd;
+}
+
 static void conn_close(struct conn *c)
 {
 	struct conn **pp;
@@ -386,6 +490,8 @@ static void conn_close(struct conn *c)
 	*pp = c->next;
 	epoll_ctl(D.epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
+	while (c->fdq_n > 0)
+		close(conn_pop_fd(c));
 	for (unsigned b = 0; b < NREFBUCK; b++) {
 		while (c->refs[b]) {
 			struct ref *r = c->refs[b];
@@ -482,7 +588,7 @@ static int do_alloc_batch(struct conn *c, const struct fkw_req *q, struct fkw_re
 	if (q->n) {
 		ent = malloc(sizeof(*ent) * q->n);
 		ret = malloc(sizeof(*ret) * q->n);
-		if (!ent || !ret || fkw_recv(c->fd, ent, sizeof(*ent) * q->n, NULL, 0, NULL) < 0) {
+		if (!ent || !ret || conn_read(c, ent, sizeof(*ent) * q->n) < 0) {
 			free(ent);
 			free(ret);
 			return -1;
@@ -549,9 +655,11 @@ static void do_export(struct conn *c, const struct fkw_req *q, int infd)
  * export reference, or it has not yet processed the exporter's EXPORT, and
  * then not its later DROP either (one connection's messages are processed in
  * order, its hangup last), so the exporter's own reference is still held.
- * The export cannot have reached EOF meanwhile: the copy of the application's
- * end attached to this message was open all along (in flight it counts as
- * open), and is closed only now, after the reference is taken.
+ * The export cannot have reached EOF meanwhile: the importer's copy of the
+ * application's end that came with this message was open all along (while
+ * the record waited in the importer's queue, its own dup of it; in flight it
+ * counts as open; see conn.c), and is closed only now, after the reference
+ * is taken.
  */
 static void do_import_ref(struct conn *c, const struct fkw_req *q, int infd)
 {
@@ -727,26 +835,22 @@ static int handle_request(struct conn *c)
 	struct fkw_resp r;
 	struct fkw_alloc_ret *ret = NULL;
 	int fds[FKW_MAX_DEV];
-	int infd = -1, nin = 0, res;
+	int res;
 
-	if (fkw_recv(c->fd, &q, sizeof(q), &infd, 1, &nin) < 0) {
+	if (conn_read(c, &q, sizeof(q)) < 0) {
 		conn_close(c);
 		return -1;
 	}
-	if (nin == 0)
-		infd = -1;
 	switch (q.op) { /* one-way messages: no response */
 	case FKW_DROP:
 		if (conn_unref(c, (int)q.kind, q.id))
 			logf_("pid %d: release of %llu it does not hold\n", (int)c->pid, (unsigned long long)q.id);
-		if (infd >= 0)
-			close(infd);
 		return 0;
 	case FKW_EXPORT:
-		do_export(c, &q, infd);
+		do_export(c, &q, conn_pop_fd(c));
 		return 0;
 	case FKW_IMPORT_REF:
-		do_import_ref(c, &q, infd);
+		do_import_ref(c, &q, conn_pop_fd(c));
 		return 0;
 	}
 	memset(&r, 0, sizeof(r));
@@ -833,8 +937,6 @@ static int handle_request(struct conn *c)
 		res = CUDA_ERROR_NOT_SUPPORTED;
 		break;
 	}
-	if (infd >= 0)
-		close(infd);
 	r.result = res;
 	if (res != CUDA_SUCCESS)
 		r.nfds = 0;
@@ -849,19 +951,34 @@ static int handle_request(struct conn *c)
 }
 
 /*
- * Everything c has queued, then (at EOF) its hangup: one-way messages sent
+ * Everything c has sent, then (at EOF) its hangup: one-way messages sent
  * just before a process exits are never lost, since the EOF comes after them
- * on the stream.  A bounded number per wakeup keeps other connections served.
+ * on the stream.  A bounded number of reads per wakeup keeps other
+ * connections served; what is already in the buffer is always handled (epoll
+ * would not report it again).
  */
 static void serve_conn(struct conn *c)
 {
-	char b;
+	for (int reads = 0;;) {
+		if (c->in_len - c->in_off < sizeof(struct fkw_req)) {
+			ssize_t n;
 
-	for (int k = 0; k < 256; k++) {
+			if (reads++ >= 64 && c->in_len == c->in_off)
+				return; /* level-triggered: epoll reports the rest */
+			n = conn_fill(c, 0);
+			if (n == 0 && c->in_len == c->in_off) {
+				conn_close(c);
+				return;
+			}
+			if (n < 0 && c->in_len == c->in_off) {
+				if (errno != EAGAIN && errno != EWOULDBLOCK)
+					conn_close(c);
+				return;
+			}
+			/* a partial record waits (blocking) for its rest in conn_read */
+		}
 		if (handle_request(c) < 0)
 			return;
-		if (recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0)
-			return; /* nothing queued (or an error epoll reports again) */
 	}
 }
 

@@ -231,7 +231,7 @@ static CUresult mem_get_info(size_t *free_, size_t *total)
 	if (!free_ || !total)
 		return CUDA_ERROR_INVALID_VALUE;
 	q.dev = (uint32_t)dev_phys(c->ord);
-	res = conn_rpc(&q, -1, &r, NULL, 0);
+	res = conn_rpc(&q, &r, NULL, 0);
 	if (res)
 		return res;
 	*free_ = r.size;

@@ -184,7 +184,7 @@ CUresult mc_refresh(struct fk_mc *m)
 
 	q.id = m->devd_id;
 	q.gen = m->bgen;
-	res = conn_rpc(&q, -1, &r, NULL, 0);
+	res = conn_rpc(&q, &r, NULL, 0);
 	if (res)
 		return res;
 	if (r.gen == m->bgen)

@@ -258,6 +258,7 @@ int64_t fk_now_ns(void);
 /* gate.c: the API gate the checkpoint lock closes. */
 void gate_enter(void);
 void gate_leave(void);
+int gate_try_enter(void); /* 1 entered, 0 closed (does not wait) */
 int gate_close(unsigned int timeout_ms); /* restore thread; 0 or -ETIMEDOUT */
 void gate_open(void);
 
@@ -266,9 +267,21 @@ void faults_init(void);
 CUresult faults_check(const char *api);
 
 /* conn.c: requests to devd. */
-CUresult conn_rpc(const struct fkw_req *q, int sendfd, struct fkw_resp *r, int *fds, int maxfds);
-CUresult conn_rpc_unlocked(int fd, const struct fkw_req *q, int sendfd, struct fkw_resp *r, int *fds, int maxfds);
-CUresult conn_send(const struct fkw_req *q, int sendfd); /* one-way */
+/* A synchronous request (after everything queued, on the same sendmsg). */
+CUresult conn_rpc(const struct fkw_req *q, struct fkw_resp *r, int *fds, int maxfds);
+CUresult conn_rpc_unlocked(int fd, const struct fkw_req *q, struct fkw_resp *r, int *fds, int maxfds);
+int conn_recv_resp(int fd, const struct fkw_req *q, struct fkw_resp *r, int *fds, int maxfds, int *nfds);
+CUresult conn_check_resp(struct fkw_resp *r, int *fds, int nfds);
+/* One-way, sent now after everything queued; sendfd stays the caller's. */
+CUresult conn_send(const struct fkw_req *q, int sendfd);
+/* One-way, queued (sent in a batch); fd (-1: none) is duplicated into the queue. */
+CUresult conn_queue(const struct fkw_req *q, int fd);
+int64_t conn_flush_due(void); /* when the queue must go out (ns), 0: empty */
+int conn_flush_async(void);   /* the worker: 0 flushed, -1 the gate is closed */
+void conn_flush_gated(void);  /* the restore thread, gate closed */
+void conn_fork_prepare(void);
+void conn_fork_parent(void);
+void conn_fork_child(void);
 CUresult conn_open(int *fdp, struct fk_devices *dev, struct fk_arena *arenas);
 void conn_close_all(void);
 void conn_drop(int kind, uint64_t id); /* one-way */
@@ -335,6 +348,7 @@ struct fk_op {
 	uint32_t delay_us;
 };
 void stream_init(void);
+void stream_kick(void); /* the worker looks at the one-way queue's deadline */
 CUresult stream_resolve(CUstream s, struct fk_stream **out);
 CUresult stream_enqueue(struct fk_op *op, struct fk_stream *s);
 CUresult stream_sync_seq(uint64_t seq);

@@ -42,6 +42,16 @@ void gate_enter(void)
 	}
 }
 
+int gate_try_enter(void)
+{
+	atomic_fetch_add(&inflight, 1);
+	if (!atomic_load(&gate_closed))
+		return 1;
+	if (atomic_fetch_sub(&inflight, 1) == 1)
+		futex_wake_private(&inflight);
+	return 0;
+}
+
 void gate_leave(void)
 {
 	if (atomic_fetch_sub(&inflight, 1) == 1 && atomic_load(&gate_closed))

@@ -48,12 +48,26 @@ void fk_leave(void)
 	gate_leave();
 }
 
+static void atfork_prepare(void)
+{
+	conn_fork_prepare();
+}
+
+static void atfork_parent(void)
+{
+	conn_fork_parent();
+}
+
 static void atfork_child(void)
 {
-	if (!atomic_load(&G.initialized))
+	if (!atomic_load(&G.initialized)) {
+		conn_fork_child();
 		return;
+	}
 	forked_child = 1;
-	/* The child must not keep the parent's device connection alive or answer for its mailbox. */
+	/* The child must not keep the parent's device connection alive (nor
+	 * copies of export FDs queued by it) or answer for its mailbox. */
+	conn_fork_child();
 	conn_close_all();
 	rt_after_fork_child();
 }
@@ -97,7 +111,7 @@ FK_API CUresult CUDAAPI cuInit(unsigned int flags)
 		return CUDA_ERROR_OPERATING_SYSTEM;
 	}
 	if (!atfork_done) {
-		pthread_atfork(NULL, NULL, atfork_child);
+		pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 		atfork_done = 1;
 	}
 	{

@@ -42,7 +42,7 @@ static CUresult ipc_get(CUipcMemHandle *handle, CUdeviceptr dptr)
 	}
 	a = &G.alloc[m->slot];
 	q.id = a->devd_id;
-	res = conn_rpc(&q, -1, &r, NULL, 0);
+	res = conn_rpc(&q, &r, NULL, 0);
 	if (!res) {
 		a->dflags |= FKW_AF_IPC;
 		ih.pid = G.pid;
@@ -100,7 +100,7 @@ static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int
 	a = &G.alloc[slot];
 	q.id = ih.id;
 	q.token = ih.token;
-	res = conn_rpc(&q, -1, &r, NULL, 0);
+	res = conn_rpc(&q, &r, NULL, 0);
 	if (res) {
 		a->used = 0;
 		goto out;

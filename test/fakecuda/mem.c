@@ -45,7 +45,7 @@ static CUresult mem_alloc(CUdeviceptr *dptr, size_t bytesize)
 	a = &G.alloc[slot];
 	q.dev = (uint32_t)dev_phys(c->ord);
 	q.size = size;
-	res = conn_rpc(&q, -1, &r, NULL, 0);
+	res = conn_rpc(&q, &r, NULL, 0);
 	if (res)
 		goto err_slot;
 	a->devd_id = r.id;

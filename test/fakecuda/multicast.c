@@ -55,7 +55,7 @@ static CUresult mc_create(CUmemGenericAllocationHandle *h, const CUmulticastObje
 	q.n = prop->numDevices;
 	q.size = prop->size;
 	q.flags = (uint32_t)prop->handleTypes;
-	res = conn_rpc(&q, -1, &r, NULL, 0);
+	res = conn_rpc(&q, &r, NULL, 0);
 	if (res) {
 		m->used = 0;
 		UNLOCK();
@@ -93,7 +93,7 @@ static CUresult mc_add(CUmemGenericAllocationHandle h, CUdevice dev)
 	}
 	q.id = G.mc[slot].devd_id;
 	q.dev = (uint32_t)dev_phys(dev);
-	res = conn_rpc(&q, -1, &r, NULL, 0);
+	res = conn_rpc(&q, &r, NULL, 0);
 	if (!res)
 		ctx_note_use(dev);
 	UNLOCK();
@@ -150,7 +150,7 @@ static CUresult mc_bind(CUmemGenericAllocationHandle mch, int dev, size_t mcoff,
 		q.off = mcoff;
 		q.off2 = memoff;
 		q.size = size;
-		res = conn_rpc(&q, -1, &r, NULL, 0);
+		res = conn_rpc(&q, &r, NULL, 0);
 		UNLOCK();
 		if (res != CUDA_ERROR_NOT_READY)
 			return res;
@@ -204,7 +204,7 @@ static CUresult mc_unbind(CUmemGenericAllocationHandle h, CUdevice dev, size_t m
 	q.dev = (uint32_t)dev_phys(dev);
 	q.off = mcoff;
 	q.size = size;
-	res = conn_rpc(&q, -1, &r, NULL, 0);
+	res = conn_rpc(&q, &r, NULL, 0);
 	UNLOCK();
 	return res;
 }

@@ -40,6 +40,8 @@ static CUresult rt_lock(void)
 		return CUDA_ERROR_ILLEGAL_STATE;
 	if (gate_close(mb->timeout_ms) < 0)
 		return CUDA_ERROR_NOT_READY; /* the timeout: left RUNNING */
+	/* devd sees every queued release and import before the process stops */
+	conn_flush_gated();
 	__atomic_store_n(&mb->state, CU_PROCESS_STATE_LOCKED, __ATOMIC_RELEASE);
 	return CUDA_SUCCESS;
 }
@@ -135,7 +137,10 @@ static CUresult rt_checkpoint(void)
 	}
 	/* Releasing the device connection drops every device-side reference at
 	 * once; the arena mappings and descriptors go too, so that CRIU finds no
-	 * device memory to dump. */
+	 * device memory to dump.  The queue is empty (the lock flushed it and
+	 * the gate stayed closed); flushing again closes any copy of an export
+	 * FD it could hold. */
+	conn_flush_gated();
 	conn_close_all();
 	pace(bytes);
 	rt_refusal = refusal;

@@ -16,6 +16,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fake.h"
@@ -66,6 +67,35 @@ static void run(struct fk_op *op, uint64_t seq)
 	pthread_mutex_unlock(&q_lock);
 }
 
+/*
+ * Idle, the worker also sends the connection's queue of one-way messages
+ * once its oldest record is FK_FLUSH_NS old (conn.c), so that devd sees a
+ * release soon without one wakeup per message.  q_lock held.
+ */
+static void idle_wait(void)
+{
+	int64_t due = conn_flush_due(), now;
+	struct timespec ts;
+
+	if (!due) {
+		pthread_cond_wait(&q_work, &q_lock);
+		return;
+	}
+	now = fk_now_ns();
+	if (now >= due) {
+		pthread_mutex_unlock(&q_lock);
+		if (conn_flush_async() == 0) {
+			pthread_mutex_lock(&q_lock);
+			return;
+		}
+		pthread_mutex_lock(&q_lock);
+		due = now + 1000000; /* the gate is closed: the lock flushed; look again later */
+	}
+	ts.tv_sec = (time_t)(due / 1000000000);
+	ts.tv_nsec = (long)(due % 1000000000);
+	pthread_cond_clockwait(&q_work, &q_lock, CLOCK_MONOTONIC, &ts);
+}
+
 static void *worker(void *arg)
 {
 	pthread_setname_np(pthread_self(), "fakecuda-work");
@@ -75,11 +105,18 @@ static void *worker(void *arg)
 
 		pthread_mutex_lock(&q_lock);
 		while (!take(&op, &seq))
-			pthread_cond_wait(&q_work, &q_lock);
+			idle_wait();
 		pthread_mutex_unlock(&q_lock);
 		run(&op, seq);
 	}
 	return NULL;
+}
+
+void stream_kick(void)
+{
+	pthread_mutex_lock(&q_lock);
+	pthread_cond_broadcast(&q_work);
+	pthread_mutex_unlock(&q_lock);
 }
 
 void stream_init(void)

@@ -12,9 +12,10 @@
  * the object (struct fkw_export_rec) into devd's end, so that it waits at the
  * application's end, then hands devd its end (one-way FKW_EXPORT); an
  * importer peeks at the record, makes its handle, and sends devd a one-way
- * FKW_IMPORT_REF with the FD attached (devd.c says why that is safe).  Both
- * messages go out under G.lock, so a later release of the same process is
- * queued behind them.
+ * FKW_IMPORT_REF with the FD attached (devd.c says why that is safe).  The
+ * EXPORT is sent at once; the IMPORT_REF is queued with a copy of the FD and
+ * sent in a batch (conn.c says why both are safe).  Both are issued under
+ * G.lock, so a later release of the same process goes behind them.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -94,7 +95,7 @@ static CUresult mem_create(CUmemGenericAllocationHandle *handle, size_t size, co
 	q.flags = prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ? FKW_AF_POSIX : 0;
 	if (prop->allocFlags.gpuDirectRDMACapable)
 		q.flags |= FKW_AF_GPUDIRECT;
-	res = conn_rpc(&q, -1, &r, NULL, 0);
+	res = conn_rpc(&q, &r, NULL, 0);
 	if (res) {
 		a->used = 0;
 		UNLOCK();
@@ -576,7 +577,7 @@ static CUresult import_handle(CUmemGenericAllocationHandle *h, void *osHandle, C
 			goto out;
 		}
 		m = &G.mc[slot];
-		res = conn_send(&q, fd);
+		res = conn_queue(&q, fd);
 		if (res) {
 			m->used = 0;
 			goto out;
@@ -603,7 +604,7 @@ static CUresult import_handle(CUmemGenericAllocationHandle *h, void *osHandle, C
 			res = CUDA_ERROR_OUT_OF_MEMORY;
 			goto out;
 		}
-		res = conn_send(&q, fd);
+		res = conn_queue(&q, fd);
 		if (res) {
 			a->win = NULL;
 			a->used = 0;

@@ -15,22 +15,25 @@
 
 #include "wire.h"
 
-int fkw_send(int fd, const void *buf, size_t len, const int *fds, int nfds)
+int fkw_sendv(int fd, struct iovec *iov, int niov, const int *fds, int nfds)
 {
 	union {
 		char buf[CMSG_SPACE(sizeof(int) * FKW_MAX_FDS)];
 		struct cmsghdr align;
 	} ctl;
-	const char *p = buf;
 	int first = 1;
 
 	if (nfds > FKW_MAX_FDS)
 		return -EINVAL;
-	while (len > 0) {
-		struct iovec iov = {.iov_base = (void *)p, .iov_len = len};
-		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+	while (niov > 0) {
+		struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
 		ssize_t n;
 
+		if (iov->iov_len == 0) {
+			iov++;
+			niov--;
+			continue;
+		}
 		if (first && nfds > 0) {
 			struct cmsghdr *c;
 
@@ -49,11 +52,25 @@ int fkw_send(int fd, const void *buf, size_t len, const int *fds, int nfds)
 				continue;
 			return -errno;
 		}
-		first = 0;
-		p += n;
-		len -= n;
+		first = 0; /* the descriptors travel with the first byte */
+		while (niov > 0 && (size_t)n >= iov->iov_len) {
+			n -= (ssize_t)iov->iov_len;
+			iov++;
+			niov--;
+		}
+		if (niov > 0) {
+			iov->iov_base = (char *)iov->iov_base + n;
+			iov->iov_len -= (size_t)n;
+		}
 	}
 	return 0;
+}
+
+int fkw_send(int fd, const void *buf, size_t len, const int *fds, int nfds)
+{
+	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+
+	return fkw_sendv(fd, &iov, 1, fds, nfds);
 }
 
 int fkw_recv(int fd, void *buf, size_t len, int *fds, int maxfds, int *nfds)

@@ -6,7 +6,10 @@
  * (FKW_DROP, FKW_EXPORT, FKW_IMPORT_REF) get none, and devd processes a
  * connection's messages in order, all of them before its hangup, so a later
  * synchronous request on the same connection is ordered after them (another
- * connection's is not).  Responses carry only the header (fkw_resp_len) except
+ * connection's is not).  The library queues one-way messages and sends them
+ * in batches, several fkw_req records on one sendmsg (conn.c); EXPORT and
+ * IMPORT_REF records each take one descriptor, in record order, from those
+ * the batch carries; no other record carries one.  Responses carry only the header (fkw_resp_len) except
  * for the ops that fill the union.  Descriptors (the device arenas at HELLO,
  * export sockets) travel as SCM_RIGHTS.
  *
@@ -23,10 +26,13 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define FKW_VERSION  4
+#define FKW_VERSION  5
 #define FKW_MAX_DEV  16
 #define FKW_MAX_BIND 64
-#define FKW_MAX_FDS  FKW_MAX_BIND
+/* Descriptors on one message: the kernel's SCM_MAX_FD.  A batch of one-way
+ * messages carries the descriptors of its EXPORT/IMPORT_REF records in
+ * record order, on its first byte. */
+#define FKW_MAX_FDS 253
 
 /* Device memory granularity: the VMM minimum and recommended granularity. */
 #define FKW_GRANULARITY (2ul << 20)
@@ -165,6 +171,9 @@ struct fkw_export_rec {
  * process may be frozen.
  */
 int fkw_send(int fd, const void *buf, size_t len, const int *fds, int nfds);
+/* The same for several buffers (consumed: iov is advanced); fds go on the first byte. */
+struct iovec;
+int fkw_sendv(int fd, struct iovec *iov, int niov, const int *fds, int nfds);
 /* Receives exactly len bytes; received descriptors (close-on-exec) go to fds. */
 int fkw_recv(int fd, void *buf, size_t len, int *fds, int maxfds, int *nfds);
 /* The socket path: $FAKECUDA_SOCKET or the built-in default. */
