@@ -1,0 +1,29 @@
+/*
+ * digest.h - a 64-bit digest of what VERIFY compares in a process state.
+ *
+ * VERIFY checks, after a restore, that every allocation (identity, owner,
+ * origin, size) and every mapping (address, size, offset, allocation, access
+ * per location) the interposer now tracks is the one the checkpoint holds.
+ * Shipping the whole expected state to each process for that costs an
+ * encode and a decode of every record; both sides hashing the same fields
+ * in the same canonical order (allocations by identity, mappings by
+ * address, access entries by location and address) and comparing 8 bytes
+ * costs neither. Records are hashed, not matched: a mismatch says only that
+ * something differs, and the caller asks for the full comparison to learn
+ * what. Multicast objects are not covered (their verification needs the
+ * whole state).
+ *
+ * Reads the state, never changes it; allocates scratch arrays (returns
+ * false on allocation failure).
+ */
+#ifndef CUIP_DIGEST_H
+#define CUIP_DIGEST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cuinterpose.pb-c.h"
+
+bool cuip_state_digest(const Cuip__ProcessState *st, uint64_t *out);
+
+#endif

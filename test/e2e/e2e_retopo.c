@@ -1,0 +1,46 @@
+/*
+ * e2e_retopo - `e2e_retopo DIR NAME`: rewrite the topology image NAME in
+ * DIR with one record changed (the access flags of its first mapping with
+ * an access entry), framed and checksummed like the plugin writes it: an
+ * image that reads back fine but no longer matches the process it
+ * describes. Used by t-verify-mismatch-killed.sh.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "cuinterpose.pb-c.h"
+#include "wire.h"
+
+int main(int argc, char **argv)
+{
+	Cuip__Topology *t;
+	char err[256];
+	int dirfd;
+
+	if (argc != 3 || (dirfd = open(argv[1], O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		fprintf(stderr, "usage: e2e_retopo DIR NAME\n");
+		return 2;
+	}
+	if (cuip_image_read(dirfd, argv[2], CUIP_KIND_TOPOLOGY, &cuip__topology__descriptor, NULL,
+			    (ProtobufCMessage **)&t, err, sizeof(err))) {
+		fprintf(stderr, "e2e_retopo: %s\n", err);
+		return 1;
+	}
+	for (size_t i = 0; i < t->state->n_mappings; i++) {
+		Cuip__Mapping *m = t->state->mappings[i];
+
+		if (!m->n_access)
+			continue;
+		m->access[0]->flags ^= 1;
+		printf("mapping at %#llx: access flags %u -> %u\n", (unsigned long long)m->va, m->access[0]->flags ^ 1,
+		       m->access[0]->flags);
+		if (cuip_image_write(dirfd, argv[2], CUIP_KIND_TOPOLOGY, &t->base)) {
+			fprintf(stderr, "e2e_retopo: cannot write %s\n", argv[2]);
+			return 1;
+		}
+		return 0;
+	}
+	fprintf(stderr, "e2e_retopo: no mapping with an access entry in %s\n", argv[2]);
+	return 1;
+}
