@@ -19,7 +19,7 @@
  *     queued messages first: cuMemGetInfo in the releasing process is exact),
  *   - before a FKW_EXPORT, which is never delayed (below),
  *   - when the queue is full,
- *   - within FK_FLUSH_NS of its oldest record, by the worker thread (so that
+ *   - within 1 ms of its oldest record, by the worker thread (so that
  *     other processes polling devd see a release about as soon as before),
  *   - at native lock and checkpoint (before the connection closes),
  *   - at fork (the prepare handler; the child discards its copy).
@@ -46,6 +46,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -53,8 +54,19 @@
 
 #include "fake.h"
 
-#define FK_QMAX	    512
-#define FK_FLUSH_NS 1000000 /* the worker sends a batch at most 1 ms old */
+#define FK_QMAX 512
+
+/* The worker sends a batch at most this old (FAKECUDA_FLUSH_US, default 1 ms;
+ * tests lengthen it to prove the other flush points). */
+static int64_t flush_ns = 1000000;
+
+void conn_setup(void)
+{
+	const char *v = getenv("FAKECUDA_FLUSH_US");
+
+	if (v && *v)
+		flush_ns = (int64_t)strtoll(v, NULL, 10) * 1000;
+}
 
 /* G.conn_lock (or the closed gate, for the restore thread). */
 static struct {
@@ -178,7 +190,7 @@ CUresult conn_queue(const struct fkw_req *q, int fd)
 	}
 	pthread_mutex_unlock(&G.conn_lock);
 	if (kick)
-		stream_kick(); /* the worker flushes it within FK_FLUSH_NS */
+		stream_kick(); /* the worker flushes it within flush_ns */
 	return CUDA_SUCCESS;
 }
 
@@ -186,7 +198,7 @@ int64_t conn_flush_due(void)
 {
 	int64_t since = atomic_load(&oq_since);
 
-	return since ? since + FK_FLUSH_NS : 0;
+	return since ? since + flush_ns : 0;
 }
 
 /*

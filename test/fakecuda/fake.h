@@ -267,6 +267,7 @@ void faults_init(void);
 CUresult faults_check(const char *api);
 
 /* conn.c: requests to devd. */
+void conn_setup(void); /* cuInit: FAKECUDA_FLUSH_US */
 /* A synchronous request (after everything queued, on the same sendmsg). */
 CUresult conn_rpc(const struct fkw_req *q, struct fkw_resp *r, int *fds, int maxfds);
 CUresult conn_rpc_unlocked(int fd, const struct fkw_req *q, struct fkw_resp *r, int *fds, int maxfds);

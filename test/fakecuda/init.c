@@ -94,6 +94,7 @@ FK_API CUresult CUDAAPI cuInit(unsigned int flags)
 	G.pid = getpid();
 	fkw_socket_path(G.sockpath, sizeof(G.sockpath));
 	arena_setup();
+	conn_setup();
 	r = conn_open(&fd, &G.dev, G.arena);
 	if (r != CUDA_SUCCESS) {
 		UNLOCK();

@@ -603,6 +603,68 @@ START_TEST(thousands_of_allocations_survive_native_checkpoint)
 }
 END_TEST
 
+/* A target whose release is still queued (flushes held off for 10 s) when it is locked. */
+static int queued_target(int s, void *arg)
+{
+	CUmemGenericAllocationHandle keep, gone;
+	CUdeviceptr va;
+	char m;
+	int ok;
+
+	setenv("FAKECUDA_FLUSH_US", "10000000", 1);
+	fkt_init_ctx(0);
+	keep = fkt_vmm_create(4 * MiB, 0, 0);
+	gone = fkt_vmm_create(4 * MiB, 0, 0);
+	va = fkt_vmm_map(keep, 4 * MiB, 0);
+	fkt_fill(buf, NW, 0x9090);
+	CK(cuMemcpyHtoD(va + MiB, buf, sizeof(buf)));
+	fkt_free_mem(); /* devd has both allocations */
+	CK(cuMemRelease(gone)); /* queued */
+	fkt_send(s, "r", 1);
+	if (fkt_recv(s, &m, 1)) /* 'v': verify */
+		return 2;
+	memset(buf, 0, sizeof(buf));
+	CK(cuMemcpyDtoH(buf, va + MiB, sizeof(buf)));
+	ok = fkt_check(buf, NW, 0x9090);
+	fkt_send(s, &ok, sizeof(ok));
+	CK(cuMemUnmap(va, 4 * MiB));
+	CK(cuMemRelease(keep));
+	return ok ? 0 : 3;
+}
+
+/* Lock sends the queued one-way messages; checkpoint/restore carry on from there. */
+START_TEST(lock_sends_queued_releases_before_checkpoint)
+{
+	size_t before, tot;
+	int64_t t0;
+	int s, ok = 0;
+	char m;
+	pid_t pid;
+
+	SKIP_UNLESS_ROOT();
+	pid = fkt_spawn(queued_target, NULL, &s);
+	fkt_init_ctx(0);
+	CK(cuMemGetInfo(&before, &tot));
+	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
+	ck_assert_uint_eq(fkt_free_mem(), tot - 8 * MiB); /* the release waits in the target's queue */
+	t0 = fkt_now_ms();
+	CK(cuCheckpointProcessLock(pid, NULL));
+	ck_assert_uint_eq(fkt_free_mem_settles(tot - 4 * MiB), tot - 4 * MiB);
+	ck_assert_int_lt(fkt_now_ms() - t0, 5000); /* long before the 10 s flush */
+	CK(cuCheckpointProcessCheckpoint(pid, NULL));
+	ck_assert_uint_eq(fkt_free_mem_settles(tot), tot);
+	ck_assert_int_eq(arena_fds(pid), 0);
+	CK(cuCheckpointProcessRestore(pid, NULL));
+	ck_assert_uint_eq(fkt_free_mem(), tot - 4 * MiB); /* only what the target still holds */
+	CK(cuCheckpointProcessUnlock(pid, NULL));
+	fkt_send(s, "v", 1);
+	ck_assert_int_eq(fkt_recv(s, &ok, sizeof(ok)), 0);
+	ck_assert_int_eq(ok, 1);
+	ck_assert_int_eq(fkt_wait(pid), 0);
+	ck_assert_uint_eq(fkt_free_mem_settles(tot), tot);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("fakecuda-checkpoint");
@@ -618,6 +680,7 @@ static Suite *suite(void)
 	tcase_add_loop_test(t1, sharing_processes_fail_native_checkpoint_as_measured, 0, 4);
 	tcase_add_test(t1, lock_waits_for_device_work_times_out_and_blocks_api_calls);
 	tcase_add_test(t1, thousands_of_allocations_survive_native_checkpoint);
+	tcase_add_test(t1, lock_sends_queued_releases_before_checkpoint);
 	tcase_add_test(t2, restore_remaps_gpus_by_uuid);
 	suite_add_tcase(s, t1);
 	suite_add_tcase(s, t2);

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -579,13 +580,262 @@ START_TEST(import_of_a_non_export_fd_is_invalid_value)
 }
 END_TEST
 
+/* Lines of /proc/self/maps: the process's VMAs. */
+static int vma_count(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	int n = 0, c;
+
+	ck_assert_ptr_nonnull(f);
+	while ((c = fgetc(f)) != EOF)
+		n += c == '\n';
+	fclose(f);
+	return n;
+}
+
+#define VMA_MANY 4000
+
+/* Allocations are offsets of one arena mapping: create, import and release map nothing. */
+START_TEST(thousands_of_creates_imports_releases_keep_vmas_flat)
+{
+	static CUmemGenericAllocationHandle h[VMA_MANY], imp[VMA_MANY / 8];
+	static int fd[VMA_MANY / 8];
+	const size_t g = 4096;
+	CUdeviceptr va;
+	size_t before;
+	int v0, v1, k = 0;
+
+	setenv("FAKECUDA_VMM_GRANULARITY_KB", "4", 1);
+	fkt_init_ctx(0);
+	before = fkt_free_mem();
+	CK(cuMemAddressReserve(&va, VMA_MANY * g, 0, 0, 0));
+	h[0] = fkt_vmm_create(g, 0, 1); /* the arena gets mapped */
+	v0 = vma_count();
+	for (int i = 1; i < VMA_MANY; i++)
+		h[i] = fkt_vmm_create(g, 0, i % 8 == 0);
+	for (int i = 0; i < VMA_MANY; i += 8, k++) {
+		CK(cuMemExportToShareableHandle(&fd[k], h[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+		CK(cuMemImportFromShareableHandle(&imp[k], (void *)(intptr_t)fd[k],
+						  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+		close(fd[k]);
+	}
+	ck_assert_int_eq(vma_count(), v0);
+	/* bytes written through one handle's mapping are read through the import's */
+	for (int i = 0, j = 0; i < VMA_MANY; i += 8 * 50, j += 50) {
+		uint32_t w = 0x5eed0000u + (uint32_t)i, r = 0;
+		CUdeviceptr a = fkt_vmm_map(h[i], g, 0), b = fkt_vmm_map(imp[j], g, 0);
+
+		CK(cuMemcpyHtoD(a + 100, &w, sizeof(w)));
+		CK(cuMemcpyDtoH(&r, b + 100, sizeof(r)));
+		ck_assert_uint_eq(r, w);
+		CK(cuMemUnmap(a, g));
+		CK(cuMemUnmap(b, g));
+		CK(cuMemAddressFree(a, g));
+		CK(cuMemAddressFree(b, g));
+	}
+	ck_assert_uint_eq(fkt_free_mem(), before - VMA_MANY * g);
+	v1 = vma_count();
+	for (int i = 0; i < VMA_MANY; i++)
+		CK(cuMemRelease(h[i]));
+	for (int j = 0; j < k; j++)
+		CK(cuMemRelease(imp[j]));
+	ck_assert_int_eq(vma_count(), v1);
+	ck_assert_int_eq(v1, v0);
+	ck_assert_uint_eq(fkt_free_mem_settles(before), before);
+	CK(cuMemAddressFree(va, VMA_MANY * g));
+}
+END_TEST
+
+/* Another process polls free memory; it answers how long the release took to show. */
+static int observer(int s, void *arg)
+{
+	size_t want, fr, tot;
+	int64_t t0, ms = -1;
+
+	fkt_init_ctx(0);
+	if (fkt_recv(s, &want, sizeof(want)))
+		return 2;
+	t0 = fkt_now_ms();
+	while (fkt_now_ms() - t0 < 5000) {
+		CK(cuMemGetInfo(&fr, &tot));
+		if (fr == want) {
+			ms = fkt_now_ms() - t0;
+			break;
+		}
+	}
+	fkt_send(s, &ms, sizeof(ms));
+	return 0;
+}
+
+/* Releases are queued, but another process sees one within a few milliseconds. */
+START_TEST(queued_release_is_seen_by_another_process_soon)
+{
+	CUmemGenericAllocationHandle h;
+	size_t before, want;
+	int64_t ms;
+	int s;
+	pid_t pid = fkt_spawn(observer, NULL, &s);
+
+	fkt_init_ctx(0);
+	before = fkt_free_mem();
+	h = fkt_vmm_create(64 * MiB, 0, 0);
+	ck_assert_uint_eq(fkt_free_mem(), before - 64 * MiB);
+	CK(cuMemRelease(h)); /* queued; no request of ours follows */
+	want = before;
+	fkt_send(s, &want, sizeof(want));
+	ck_assert_int_eq(fkt_recv(s, &ms, sizeof(ms)), 0);
+	ck_assert_int_ge(ms, 0);
+	ck_assert_int_lt(ms, 250); /* the worker flushes within 1 ms; slack for a loaded machine */
+	ck_assert_int_eq(fkt_wait(pid), 0);
+}
+END_TEST
+
+/* The creator: exports, passes the FD, closes it and releases at once. */
+static int quick_creator(int s, void *arg)
+{
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va;
+	int fd;
+	char m;
+
+	fkt_init_ctx(0);
+	h = fkt_vmm_create(2 * MiB, 0, 1);
+	va = fkt_vmm_map(h, 2 * MiB, 0);
+	fkt_fill(buf, N, 0x4242);
+	CK(cuMemcpyHtoD(va + MiB, buf, sizeof(buf)));
+	CK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	if (fkt_send_fd(s, fd, "f", 1))
+		return 2;
+	close(fd);
+	CK(cuMemUnmap(va, 2 * MiB));
+	CK(cuMemRelease(h));
+	fkt_free_mem(); /* devd has processed our release */
+	if (fkt_recv(s, &m, 1)) /* wait for the importer's go */
+		return 3;
+	fkt_send(s, "d", 1);
+	return 0;
+}
+
+/*
+ * The importer's IMPORT_REF waits in its queue (flushes held off for 10 s)
+ * while every application copy of the export FD is closed and the creator
+ * released: the queue's own copy keeps the allocation alive.
+ */
+START_TEST(queued_import_keeps_the_allocation_when_every_fd_is_closed)
+{
+	CUmemGenericAllocationHandle imp;
+	CUdeviceptr va;
+	size_t before, tot;
+	int s, fd;
+	char m;
+	pid_t pid = fkt_spawn(quick_creator, NULL, &s);
+
+	setenv("FAKECUDA_FLUSH_US", "10000000", 1);
+	fkt_init_ctx(0);
+	CK(cuMemGetInfo(&before, &tot));
+	before = tot; /* devd is ours and the creator's only */
+	ck_assert_int_eq(fkt_recv_fd(s, &fd, &m, 1), 0);
+	CK(cuMemImportFromShareableHandle(&imp, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+	close(fd);
+	fkt_send(s, "g", 1);
+	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
+	ck_assert_int_eq(fkt_wait(pid), 0); /* the creator is gone too */
+	usleep(20000); /* devd would have freed it by now if nothing held it */
+	va = fkt_vmm_map(imp, 2 * MiB, 0);
+	memset(buf, 0, sizeof(buf));
+	CK(cuMemcpyDtoH(buf, va + MiB, sizeof(buf)));
+	ck_assert(fkt_check(buf, N, 0x4242));
+	ck_assert_uint_eq(fkt_free_mem(), before - 2 * MiB); /* our request sent the IMPORT_REF first */
+	CK(cuMemUnmap(va, 2 * MiB));
+	CK(cuMemRelease(imp));
+	ck_assert_uint_eq(fkt_free_mem_settles(before), before);
+	CK(cuMemAddressFree(va, 2 * MiB));
+}
+END_TEST
+
+/* fork sends the parent's queue (the child cannot, and must not keep its descriptors). */
+START_TEST(fork_sends_queued_releases_and_the_child_has_no_device)
+{
+	CUmemGenericAllocationHandle h, imp;
+	size_t before, after_create, fr, tot;
+	int64_t ms;
+	int s, fd, st;
+	pid_t child, pid = fkt_spawn(observer, NULL, &s);
+
+	setenv("FAKECUDA_FLUSH_US", "10000000", 1);
+	fkt_init_ctx(0);
+	before = fkt_free_mem();
+	h = fkt_vmm_create(64 * MiB, 0, 1);
+	CK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	after_create = fkt_free_mem();
+	ck_assert_uint_eq(after_create, before - 64 * MiB);
+	/* queued: an import (with its copy of the FD), then both releases */
+	CK(cuMemImportFromShareableHandle(&imp, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+	close(fd);
+	CK(cuMemRelease(h));
+	CK(cuMemRelease(imp));
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		/* no device state: every call, and no arena mapping or descriptor */
+		int bad = cuMemGetInfo(&fr, &tot) != CUDA_ERROR_NOT_INITIALIZED;
+		FILE *f = fopen("/proc/self/maps", "r");
+		char line[512];
+
+		while (f && fgets(line, sizeof(line), f))
+			bad |= strstr(line, "fakecuda-dev") != NULL;
+		if (f)
+			fclose(f);
+		_exit(bad);
+	}
+	ck_assert_int_eq(waitpid(child, &st, 0), child);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	/* the observer sees the releases long before the 10 s flush delay */
+	fkt_send(s, &before, sizeof(before));
+	ck_assert_int_eq(fkt_recv(s, &ms, sizeof(ms)), 0);
+	ck_assert_int_ge(ms, 0);
+	ck_assert_int_lt(ms, 1000);
+	ck_assert_int_eq(fkt_wait(pid), 0);
+}
+END_TEST
+
+/* An arena offset beyond the process's reservation is refused cleanly. */
+START_TEST(offset_beyond_the_arena_reservation_is_out_of_memory)
+{
+	CUmemGenericAllocationHandle h[4], extra;
+	CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+	CUdeviceptr va;
+	size_t before;
+
+	setenv("FAKECUDA_ARENA_SPAN_MB", "8", 1); /* a fresh devd: offsets 0, 2, 4, 6 MiB fit */
+	fkt_init_ctx(0);
+	before = fkt_free_mem();
+	for (int i = 0; i < 4; i++)
+		h[i] = fkt_vmm_create(2 * MiB, 0, 0);
+	CK_ERR(cuMemCreate(&extra, 2 * MiB, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
+	ck_assert_uint_eq(fkt_free_mem(), before - 8 * MiB); /* devd's allocation was given back */
+	va = fkt_vmm_map(h[3], 2 * MiB, 0);
+	CK(cuMemsetD32(va, 0x01020304, 2 * MiB / 4));
+	CK(cuMemcpyDtoH(buf, va + 2 * MiB - 16, 16));
+	ck_assert_uint_eq(buf[3], 0x01020304);
+	CK(cuMemUnmap(va, 2 * MiB));
+	CK(cuMemAddressFree(va, 2 * MiB));
+	for (int i = 0; i < 4; i++)
+		CK(cuMemRelease(h[i]));
+	ck_assert_uint_eq(fkt_free_mem(), before);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("fakecuda-share");
 	TCase *t1 = tcase_create("one-device"), *t2 = tcase_create("two-devices");
+	TCase *t3 = tcase_create("arena-span");
 
 	tcase_add_unchecked_fixture(t1, fkt_devd1, fkt_devd_stop);
 	tcase_add_unchecked_fixture(t2, fkt_devd2, fkt_devd_stop);
+	tcase_add_unchecked_fixture(t3, fkt_devd1, fkt_devd_stop);
 	tcase_set_timeout(t1, 30);
 	tcase_set_timeout(t2, 30);
 	tcase_add_test(t1, vmm_map_access_unmap_release_and_refcounts);
@@ -596,11 +846,17 @@ static Suite *suite(void)
 	tcase_add_test(t1, one_way_release_is_seen_by_mem_get_info);
 	tcase_add_test(t1, import_after_creator_released_sees_the_bytes);
 	tcase_add_test(t1, import_of_a_non_export_fd_is_invalid_value);
+	tcase_add_test(t1, thousands_of_creates_imports_releases_keep_vmas_flat);
+	tcase_add_test(t1, queued_release_is_seen_by_another_process_soon);
+	tcase_add_test(t1, queued_import_keeps_the_allocation_when_every_fd_is_closed);
+	tcase_add_test(t1, fork_sends_queued_releases_and_the_child_has_no_device);
+	tcase_add_test(t3, offset_beyond_the_arena_reservation_is_out_of_memory);
 	tcase_add_test(t2, multicast_across_two_processes);
 	tcase_add_test(t1, multicast_read_spans_slices_bound_separately);
 	tcase_add_loop_test(t2, multicast_capacity_rounding, 0, 2);
 	suite_add_tcase(s, t1);
 	suite_add_tcase(s, t2);
+	suite_add_tcase(s, t3);
 	return s;
 }
 
