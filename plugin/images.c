@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,30 +36,62 @@ void cuip_carrier_name(pid_t vpid, char *buf, size_t len)
 	snprintf(buf, len, CUIP_CARRIER_FMT, (int)vpid);
 }
 
+/* One participant's topology image, on a thread of its own: encoding,
+ * checksumming and the fsync of each image overlap with the others'. */
+struct topo_job {
+	int dirfd;
+	const uint8_t *ckpt_id;
+	const struct cuip_img_proc *p;
+	char name[64];
+	pthread_t th;
+	bool started;
+	int ret;
+};
+
+static void *topo_write(void *arg)
+{
+	struct topo_job *j = arg;
+	Cuip__Topology t = CUIP__TOPOLOGY__INIT;
+
+	t.checkpoint_id.data = (uint8_t *)j->ckpt_id;
+	t.checkpoint_id.len = 16;
+	t.state = (Cuip__ProcessState *)j->p->st;
+	t.carriers = j->p->carriers;
+	t.n_carriers = j->p->n_carriers;
+	j->ret = cuip_image_write(j->dirfd, j->name, CUIP_KIND_TOPOLOGY, &t.base);
+	return NULL;
+}
+
 int cuip_images_write(int dirfd, const uint8_t ckpt_id[16], const struct cuip_img_proc *p, size_t n,
 		      uint64_t carried_bytes, char *err, size_t errlen)
 {
 	Cuip__Inventory inv = CUIP__INVENTORY__INIT;
+	struct topo_job *jobs = calloc(n ? n : 1, sizeof(*jobs));
 	Cuip__ProcessId **ids;
 	struct timespec ts;
 	int ret = 0;
 
+	if (!jobs)
+		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
-		Cuip__Topology t = CUIP__TOPOLOGY__INIT;
-		char name[64];
-
-		t.checkpoint_id.data = (uint8_t *)ckpt_id;
-		t.checkpoint_id.len = 16;
-		t.state = (Cuip__ProcessState *)p[i].st;
-		t.carriers = p[i].carriers;
-		t.n_carriers = p[i].n_carriers;
-		snprintf(name, sizeof(name), CUIP_TOPOLOGY_FMT, (int)p[i].st->self->pid);
-		ret = cuip_image_write(dirfd, name, CUIP_KIND_TOPOLOGY, &t.base);
-		if (ret) {
-			errfmt(err, errlen, "cannot write %s: %s", name, strerror(-ret));
-			return ret;
+		jobs[i] = (struct topo_job){.dirfd = dirfd, .ckpt_id = ckpt_id, .p = &p[i]};
+		snprintf(jobs[i].name, sizeof(jobs[i].name), CUIP_TOPOLOGY_FMT, (int)p[i].st->self->pid);
+		jobs[i].started = pthread_create(&jobs[i].th, NULL, topo_write, &jobs[i]) == 0;
+		if (!jobs[i].started)
+			topo_write(&jobs[i]); /* no thread: here, the result is the same */
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (jobs[i].started)
+			pthread_join(jobs[i].th, NULL);
+		if (jobs[i].ret && !ret) {
+			ret = jobs[i].ret;
+			errfmt(err, errlen, "cannot write %s: %s", jobs[i].name, strerror(-ret));
 		}
 	}
+	free(jobs);
+	/* The inventory last: its presence says every topology image is there. */
+	if (ret)
+		return ret;
 	ids = calloc(n ? n : 1, sizeof(*ids));
 	if (!ids)
 		return -ENOMEM;
