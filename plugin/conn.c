@@ -5,7 +5,10 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -38,6 +41,8 @@ const char *cuip_request_name(int c)
 		return "RESUME";
 	case CUIP__REQUEST__BODY_FETCH:
 		return "FETCH";
+	case CUIP__REQUEST__BODY_FETCH_MANY:
+		return "FETCH_MANY";
 	case CUIP__REQUEST__BODY_BYE:
 		return "BYE";
 	}
@@ -51,29 +56,126 @@ static void set_rcvtimeo(int sock, unsigned ms)
 	setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 }
 
+/*
+ * Responses are decoded into an arena: an INSPECT answer holds tens of
+ * thousands of records, and protobuf-c's default allocator makes a malloc
+ * (and later a free) per record, field array and byte string. The arena
+ * takes 1 MiB blocks, frees nothing until the whole response goes, and is
+ * found again through a short list of live responses (a few per
+ * participant; phases decode on several threads, hence the lock).
+ */
+#define ARENA_BLOCK (1u << 20)
+
+struct arena_block {
+	struct arena_block *next;
+	size_t used, cap;
+	max_align_t data[];
+};
+
+struct arena {
+	struct arena *next; /* in the live list */
+	const Cuip__Response *resp;
+	struct arena_block *head;
+};
+
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct arena *live;
+
+static void *arena_alloc(void *data, size_t n)
+{
+	struct arena *a = data;
+	struct arena_block *b = a->head;
+	void *p;
+
+	n = (n + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
+	if (!b || b->cap - b->used < n) {
+		size_t cap = n > ARENA_BLOCK ? n : ARENA_BLOCK;
+
+		b = malloc(sizeof(*b) + cap);
+		if (!b)
+			return NULL;
+		b->next = a->head;
+		b->used = 0;
+		b->cap = cap;
+		a->head = b;
+	}
+	p = (char *)b->data + b->used;
+	b->used += n;
+	return p;
+}
+
+static void arena_free(void *data, void *p)
+{
+	(void)data;
+	(void)p; /* everything goes with the arena */
+}
+
+static void arena_destroy(struct arena *a)
+{
+	while (a->head) {
+		struct arena_block *b = a->head;
+
+		a->head = b->next;
+		free(b);
+	}
+	free(a);
+}
+
 void cuip_response_free(Cuip__Response *resp)
 {
-	if (resp)
+	struct arena **pp, *a = NULL;
+
+	if (!resp)
+		return;
+	pthread_mutex_lock(&live_lock);
+	for (pp = &live; *pp; pp = &(*pp)->next) {
+		if ((*pp)->resp == resp) {
+			a = *pp;
+			*pp = a->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&live_lock);
+	if (a)
+		arena_destroy(a);
+	else
 		protobuf_c_message_free_unpacked(&resp->base, NULL);
 }
 
 int cuip_call(int sock, const Cuip__Request *req, int fd_out, unsigned timeout_ms, Cuip__Response **resp, char *err,
 	      size_t errlen)
 {
+	struct arena *a = calloc(1, sizeof(*a));
+	ProtobufCAllocator alloc = {.alloc = arena_alloc, .free = arena_free, .allocator_data = a};
 	ProtobufCMessage *m = NULL;
 	char why[256] = "";
 	int ret, fd_in = -1;
 
 	*resp = NULL;
+	if (!a) {
+		snprintf(err, errlen, "%s: out of memory", cuip_request_name(req->body_case));
+		return -ENOMEM;
+	}
 	set_rcvtimeo(sock, timeout_ms);
 	ret = cuip_msg_send(sock, CUIP_KIND_REQUEST, &req->base, fd_out);
 	if (ret) {
+		free(a);
 		snprintf(err, errlen, "sending %s: %s", cuip_request_name(req->body_case), strerror(-ret));
 		return ret;
 	}
-	ret = cuip_msg_recv(sock, CUIP_KIND_RESPONSE, &cuip__response__descriptor, NULL, &m, &fd_in, why, sizeof(why));
+	ret = cuip_msg_recv(sock, CUIP_KIND_RESPONSE, &cuip__response__descriptor, &alloc, &m, &fd_in, why,
+			    sizeof(why));
 	if (fd_in >= 0)
 		close(fd_in); /* no response carries a descriptor to the plugin */
+	if (ret)
+		arena_destroy(a);
+	else {
+		a->resp = (Cuip__Response *)m;
+		pthread_mutex_lock(&live_lock);
+		a->next = live;
+		live = a;
+		pthread_mutex_unlock(&live_lock);
+	}
 	if (ret) {
 		if (ret == -EAGAIN || ret == -EWOULDBLOCK)
 			snprintf(err, errlen, "no reply to %s within %u ms", cuip_request_name(req->body_case),
