@@ -166,8 +166,9 @@ CUresult conn_queue(const struct fkw_req *q, int fd)
 		pthread_mutex_unlock(&G.conn_lock);
 		return CUDA_ERROR_DEVICE_UNAVAILABLE;
 	}
-	if (oq.nrec == FK_QMAX || (fd >= 0 && oq.nfd == FKW_MAX_FDS))
-		flush_locked(G.conn, NULL, -1);
+	if (oq.nrec == FK_QMAX || (fd >= 0 && oq.nfd == FKW_MAX_FDS) ||
+	    (oq.nrec && fk_now_ns() >= atomic_load(&oq_since) + flush_ns))
+		flush_locked(G.conn, NULL, -1); /* full, or overdue while the worker is busy */
 	if (fd >= 0) {
 		dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 		if (dup_fd < 0 && oq.nfd > 0) {

@@ -51,8 +51,16 @@ static void run(struct fk_op *op, uint64_t seq)
 {
 	CUresult r;
 
-	if (op->delay_us)
-		usleep(op->delay_us);
+	/* a long kernel must not hold back the one-way queue's timed flush */
+	for (uint32_t left = op->delay_us; left > 0;) {
+		uint32_t us = left < 1000 ? left : 1000;
+		int64_t due = conn_flush_due();
+
+		usleep(us);
+		left -= us;
+		if (due && fk_now_ns() >= due)
+			conn_flush_async();
+	}
 	LOCK();
 	r = op_execute(op);
 	if (r != CUDA_SUCCESS && G.sticky == CUDA_SUCCESS)

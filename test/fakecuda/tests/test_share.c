@@ -619,7 +619,9 @@ START_TEST(thousands_of_creates_imports_releases_keep_vmas_flat)
 						  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
 		close(fd[k]);
 	}
-	ck_assert_int_eq(vma_count(), v0);
+	/* flat: a window per allocation would be thousands (slack for the
+	 * allocator of a sanitizer build) */
+	ck_assert_int_le(vma_count(), v0 + 8);
 	/* bytes written through one handle's mapping are read through the import's */
 	for (int i = 0, j = 0; i < VMA_MANY; i += 8 * 50, j += 50) {
 		uint32_t w = 0x5eed0000u + (uint32_t)i, r = 0;
@@ -639,8 +641,8 @@ START_TEST(thousands_of_creates_imports_releases_keep_vmas_flat)
 		CK(cuMemRelease(h[i]));
 	for (int j = 0; j < k; j++)
 		CK(cuMemRelease(imp[j]));
-	ck_assert_int_eq(vma_count(), v1);
-	ck_assert_int_eq(v1, v0);
+	ck_assert_int_le(vma_count(), v1 + 8);
+	ck_assert_int_le(v1, v0 + 8);
 	ck_assert_uint_eq(fkt_free_mem_settles(before), before);
 	CK(cuMemAddressFree(va, VMA_MANY * g));
 }
