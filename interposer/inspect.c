@@ -5,6 +5,7 @@
  * driver handle or FD. Runs on the op thread under the state lock; memory
  * comes from the op thread's reply arena.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,25 +13,51 @@
 
 /* ---- reply arena (op thread only) ---------------------------------------- */
 
-static void **arena;
-static size_t narena, caparena;
+/*
+ * A reply describes tens of thousands of records, each a handful of small
+ * protobuf structs: they are carved from 1 MiB blocks (calloc'd, so zeroed)
+ * instead of one calloc each, and all go at once after the reply is sent.
+ */
+#define ARENA_BLOCK (1u << 20)
+
+struct arena_block {
+	struct arena_block *next;
+	size_t used, cap;
+	max_align_t data[];
+};
+
+static struct arena_block *arena;
 
 void *cuip_zalloc(size_t size)
 {
+	struct arena_block *b = arena;
 	void *p;
 
-	if (narena == caparena) {
-		size_t c = caparena ? caparena * 2 : 256;
-		void **n = realloc(arena, c * sizeof(*n));
-		if (!n)
+	size = (size ? size : 1);
+	size = (size + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
+	if (!b || b->cap - b->used < size) {
+		size_t cap = size > ARENA_BLOCK ? size : ARENA_BLOCK;
+
+		b = calloc(1, sizeof(*b) + cap);
+		if (!b)
 			return NULL;
-		arena = n;
-		caparena = c;
+		b->cap = cap;
+		b->next = arena;
+		arena = b;
 	}
-	p = calloc(1, size ? size : 1);
-	if (p)
-		arena[narena++] = p;
+	p = (char *)b->data + b->used;
+	b->used += size;
 	return p;
+}
+
+void cuip_arena_release(void)
+{
+	while (arena) {
+		struct arena_block *b = arena;
+
+		arena = b->next;
+		free(b);
+	}
 }
 
 char *cuip_strdup(const char *s)
@@ -40,18 +67,6 @@ char *cuip_strdup(const char *s)
 	if (p)
 		strcpy(p, s);
 	return p;
-}
-
-void cuip_arena_release(void)
-{
-	for (size_t i = 0; i < narena; i++)
-		free(arena[i]);
-	narena = 0;
-	if (caparena > 4096) {
-		free(arena);
-		arena = NULL;
-		caparena = 0;
-	}
 }
 
 #define NEW(T, init)                            \
@@ -73,16 +88,14 @@ static Cuip__AllocId *alloc_id(uint64_t creator, uint64_t serial)
 	return id;
 }
 
+/* The UUID bytes stay in the device table (it outlives every reply). */
 static bool uuid_field(int ordinal, ProtobufCBinaryData *b, protobuf_c_boolean *has)
 {
 	const uint8_t *u = cuip_dev_uuid(ordinal);
 
 	if (!u)
 		return false;
-	b->data = cuip_zalloc(16);
-	if (!b->data)
-		return false;
-	memcpy(b->data, u, 16);
+	b->data = (uint8_t *)u;
 	b->len = 16;
 	*has = 1;
 	return true;
