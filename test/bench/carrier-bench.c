@@ -67,6 +67,7 @@ static struct {
 	int device;
 	int fsync_plain;
 	int verify;
+	uint64_t item; /* -i: bytes per item (0: one item per file) */
 } opt = {
 	.size = 1024 * MIB,
 	.dir = "/tmp",
@@ -325,11 +326,14 @@ struct crun {
 };
 
 /* The carrier files and items of one run: the device bytes split into
- * opt.files equal items, item k in file k (carrier_save_files), as a caller
- * that stripes a large allocation over several carrier files would. */
+ * opt.files equal parts, part k in file k (carrier_save_files), as a caller
+ * that stripes a large allocation over several carrier files would; with
+ * -i each part is cut further into items of opt.item bytes, as a job with
+ * many small allocations has. */
 struct cfiles {
 	struct carrier_config cfg;
-	struct carrier_item it[CARRIER_FILES_MAX];
+	struct carrier_item *it;
+	size_t n;
 	int fds[CARRIER_FILES_MAX];
 	unsigned nf;
 };
@@ -348,12 +352,21 @@ static void cfiles_open(struct cfiles *c, unsigned threads)
 	c->cfg.threads = threads;
 	c->cfg.progress = on_progress;
 	c->cfg.progress_every = 64 * MIB;
+	c->it = calloc(opt.item ? (opt.size + opt.item - 1) / opt.item + c->nf : c->nf, sizeof(*c->it));
+	c->n = 0;
 	for (unsigned k = 0; k < c->nf; k++) {
 		uint64_t off = k * per, len = off >= opt.size ? 0 : opt.size - off < per ? opt.size - off : per;
 
-		c->it[k] = (struct carrier_item){.va = dev + off, .size = len, .name = "bench", .file = k};
-		c->it[k].ncrc = carrier_nchunks(len, c->cfg.chunk_size);
-		c->it[k].crc = calloc(c->it[k].ncrc + 1, sizeof(uint32_t));
+		for (uint64_t o = 0; o < len || (!o && !len); o += opt.item ? opt.item : len) {
+			uint64_t l = opt.item && len - o > opt.item ? opt.item : len - o;
+			struct carrier_item *it = &c->it[c->n++];
+
+			*it = (struct carrier_item){.va = dev + off + o, .size = l, .name = "bench", .file = k};
+			it->ncrc = carrier_nchunks(l, c->cfg.chunk_size);
+			it->crc = calloc(it->ncrc + 1, sizeof(uint32_t));
+			if (!len)
+				break;
+		}
 		snprintf(path, sizeof(path), "%s.%u", carrier_path, k);
 		unlink(path);
 		c->fds[k] = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
@@ -369,7 +382,7 @@ static void cfiles_save(struct cfiles *c, struct crun *out)
 
 	anon_base = anon_peak = status_kb("RssAnon");
 	reset_hwm();
-	if (carrier_save_files(&ops, &c->cfg, c->fds, c->nf, 0, c->it, c->nf, &out->save_st, err, sizeof(err)))
+	if (carrier_save_files(&ops, &c->cfg, c->fds, c->nf, 0, c->it, c->n, &out->save_st, err, sizeof(err)))
 		die("%s", err);
 	out->save_hwm = status_kb("VmHWM") - base;
 	out->save_anon = anon_peak - anon_base;
@@ -388,7 +401,7 @@ static void cfiles_load(struct cfiles *c, struct crun *out, int verify)
 	base = status_kb("VmRSS");
 	anon_base = anon_peak = status_kb("RssAnon");
 	reset_hwm();
-	if (carrier_load_files(&ops, &c->cfg, c->fds, c->nf, c->it, c->nf, &out->load_st, err, sizeof(err)))
+	if (carrier_load_files(&ops, &c->cfg, c->fds, c->nf, c->it, c->n, &out->load_st, err, sizeof(err)))
 		die("%s", err);
 	out->load_hwm = status_kb("VmHWM") - base;
 	out->load_anon = anon_peak - anon_base;
@@ -403,8 +416,10 @@ static void cfiles_close(struct cfiles *c)
 		close(c->fds[k]);
 		snprintf(path, sizeof(path), "%s.%u", carrier_path, k);
 		unlink(path);
-		free(c->it[k].crc);
 	}
+	for (size_t i = 0; i < c->n; i++)
+		free(c->it[i].crc);
+	free(c->it);
 }
 
 /* One save and one load of the device bytes. */
@@ -632,6 +647,8 @@ static void usage(void)
 		"default)\n"
 		"  -w  plain I/O: best of 2..W parallel threads (8)  -r  runs, median reported (3)\n"
 		"  -F  carrier over this many files, the device bytes split evenly (1)\n"
+		"  -i  carrier items of this many bytes each (suffixes K M G; default one per file); prints\n"
+		"      the cost per item\n"
 		"  -f  fdatasync the plain writes  -n  skip verifying device bytes after load\n"
 		"  -P  instead: P processes at once, each SIZE/P on its own device, against one process\n");
 	exit(2);
@@ -646,7 +663,7 @@ int main(int argc, char **argv)
 	CUdevice d;
 	int c;
 
-	while ((c = getopt(argc, argv, "s:d:S:c:t:w:F:r:D:l:P:fnh")) != -1) {
+	while ((c = getopt(argc, argv, "s:d:S:c:t:w:F:r:D:l:P:i:fnh")) != -1) {
 		switch (c) {
 		case 's':
 			opt.size = parse_size(optarg);
@@ -681,6 +698,9 @@ int main(int argc, char **argv)
 			break;
 		case 'l':
 			opt.lib = optarg;
+			break;
+		case 'i':
+			opt.item = parse_size(optarg);
 			break;
 		case 'P':
 			procs = (unsigned)strtoul(optarg, NULL, 10);
@@ -809,6 +829,14 @@ int main(int argc, char **argv)
 		       last.save_st.setup_seconds, last.save_st.copy_wait_seconds, last.save_st.io_seconds,
 		       last.save_st.crc_seconds, last.load_st.setup_seconds, last.load_st.copy_wait_seconds,
 		       last.load_st.io_seconds, last.load_st.crc_seconds);
+		if (opt.item) {
+			double items = (double)((opt.size + opt.item - 1) / opt.item);
+
+			/* From the median throughputs: seconds = bytes / rate. */
+			printf("                      %.0f items of %" PRIu64 " bytes: save %.1f us, load %.1f us "
+			       "per item\n",
+			       items, opt.item, 1e6 * opt.size / (ms * GB) / items, 1e6 * opt.size / (ml * GB) / items);
+		}
 	}
 	if (opt.verify)
 		printf("\ndevice bytes verified after the last load of each thread count\n");
