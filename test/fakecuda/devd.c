@@ -50,8 +50,39 @@ struct ev {
 	enum ev_type type;
 };
 
+/*
+ * Records come one malloc each, or many in one block (the allocations of an
+ * FKW_ALLOC_BATCH and their connection references: a native restore creates
+ * thousands at once).  A block is freed with its last live record; blk is
+ * NULL for a record of its own.
+ */
+struct blk {
+	size_t live;
+};
+
+static void *blk_new(size_t n, size_t recsz, struct blk **out)
+{
+	size_t hdr = (sizeof(struct blk) + 15) / 16 * 16;
+	struct blk *b = calloc(1, hdr + n * recsz);
+
+	if (!b)
+		return NULL;
+	b->live = n;
+	*out = b;
+	return (char *)b + hdr;
+}
+
+static void rec_free(void *rec, struct blk *b)
+{
+	if (!b)
+		free(rec);
+	else if (--b->live == 0)
+		free(b);
+}
+
 struct alloc {
 	struct alloc *next;
+	struct blk *blk;
 	uint64_t id;
 	int dev;
 	uint64_t size;
@@ -94,14 +125,18 @@ struct export
 
 struct ref {
 	struct ref *next;
+	struct blk *blk;
 	int kind;
 	uint64_t id;
 };
 
 /* Hash tables: jobs hold tens of thousands of allocations (issue 11), so
- * every lookup by id or by reference is a bucket walk. */
-#define NBUCKET	 (1u << 16)
-#define NREFBUCK 1024u
+ * every lookup by id or by reference is a bucket walk.  Both kinds double
+ * (x4) when they hold more than two records per bucket, so walks stay short
+ * however many a job holds; a failed resize keeps the old table (slower, as
+ * correct). */
+#define NBUCKET0  (1u << 16)
+#define NREFBUCK0 256u
 static unsigned bucket(uint64_t v, unsigned n)
 {
 	v ^= v >> 33;
@@ -125,11 +160,19 @@ struct conn {
 	struct conn *next;
 	int fd;
 	pid_t pid;
-	struct ref *refs[NREFBUCK]; /* by (kind, id) */
+	struct ref **refs; /* by (kind, id): nrefbuck buckets */
+	unsigned nrefbuck;
+	size_t nrefs;
 	size_t in_off, in_len;	    /* unread bytes: in[in_off, in_len) */
 	unsigned fdq_head, fdq_n;
 	int fdq[FDQ_CAP];
 	unsigned char in[IN_CAP];
+};
+
+/* A freed arena range waiting to be punched out. */
+struct range {
+	uint64_t off, len;
+	int dev;
 };
 
 static struct {
@@ -142,8 +185,11 @@ static struct {
 	uint64_t arena_len[FKW_MAX_DEV]; /* its size (grown with ftruncate) */
 	uint64_t arena_next[FKW_MAX_DEV]; /* bump pointer: offsets are never reused */
 	uint64_t page;
-	struct alloc *allocs[NBUCKET]; /* by id */
+	struct alloc **allocs; /* by id: nbucket buckets */
+	unsigned nbucket;
 	uint64_t nallocs;
+	struct range *punch; /* freed arena ranges not yet punched out (punch_flush) */
+	size_t npunch, punch_cap;
 	struct mcobj *mcs;
 	struct export *exports; /* doubly linked: any one closes in O(1) */
 	uint64_t nexports;
@@ -213,6 +259,66 @@ static void arena_punch(int dev, uint64_t off, uint64_t size)
 		      (unsigned long long)off, dev, strerror(errno));
 }
 
+/*
+ * Freed ranges are punched out in bulk.  A closing connection (an exit, a
+ * native checkpoint) frees thousands of allocations at once, mostly adjacent
+ * in the arena (the bump pointer hands a batch out in order), and every
+ * fallocate walks each process's mapping of the arena (unmap_mapping_range)
+ * besides freeing the pages.  So a free only queues its range; punch_flush
+ * sorts the queue, merges adjacent ranges and punches each merged range once.
+ * It runs before any response is sent (a process that asks after its
+ * release finds the pages gone) and at the end of every epoll wakeup.
+ */
+static void arena_free(int dev, uint64_t off, uint64_t size)
+{
+	uint64_t len = (size + D.page - 1) / D.page * D.page; /* what arena_take handed out */
+
+	if (D.npunch == D.punch_cap) {
+		size_t cap = D.punch_cap ? D.punch_cap * 2 : 1024;
+		struct range *q = realloc(D.punch, cap * sizeof(*q));
+
+		if (!q) {
+			arena_punch(dev, off, len);
+			return;
+		}
+		D.punch = q;
+		D.punch_cap = cap;
+	}
+	D.punch[D.npunch++] = (struct range){.off = off, .len = len, .dev = dev};
+}
+
+static int range_cmp(const void *pa, const void *pb)
+{
+	const struct range *a = pa, *b = pb;
+
+	if (a->dev != b->dev)
+		return a->dev < b->dev ? -1 : 1;
+	return a->off < b->off ? -1 : a->off > b->off;
+}
+
+static void punch_flush(void)
+{
+	size_t i, n = D.npunch;
+
+	if (n == 0)
+		return;
+	qsort(D.punch, n, sizeof(*D.punch), range_cmp);
+	for (i = 0; i < n;) {
+		struct range m = D.punch[i];
+
+		for (i++; i < n && D.punch[i].dev == m.dev && D.punch[i].off <= m.off + m.len; i++)
+			if (D.punch[i].off + D.punch[i].len > m.off + m.len)
+				m.len = D.punch[i].off + D.punch[i].len - m.off;
+		arena_punch(m.dev, m.off, m.len);
+	}
+	D.npunch = 0;
+	if (D.punch_cap > 65536) { /* a huge close is over: give the queue back */
+		free(D.punch);
+		D.punch = NULL;
+		D.punch_cap = 0;
+	}
+}
+
 static uint64_t splitmix(uint64_t *s)
 {
 	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -255,11 +361,38 @@ static void setup_devices(void)
 	}
 }
 
+static void allocs_index(struct alloc *a)
+{
+	unsigned b = bucket(a->id, D.nbucket);
+
+	a->next = D.allocs[b];
+	D.allocs[b] = a;
+	D.nallocs++;
+	if (D.nallocs > 2ull * D.nbucket) {
+		unsigned nb = D.nbucket * 4;
+		struct alloc **t = calloc(nb, sizeof(*t));
+
+		if (!t)
+			return;
+		for (unsigned i = 0; i < D.nbucket; i++)
+			while (D.allocs[i]) {
+				struct alloc *x = D.allocs[i];
+
+				D.allocs[i] = x->next;
+				x->next = t[bucket(x->id, nb)];
+				t[bucket(x->id, nb)] = x;
+			}
+		free(D.allocs);
+		D.allocs = t;
+		D.nbucket = nb;
+	}
+}
+
 static struct alloc *find_alloc(uint64_t id)
 {
 	struct alloc *a;
 
-	for (a = D.allocs[bucket(id, NBUCKET)]; a; a = a->next)
+	for (a = D.allocs[bucket(id, D.nbucket)]; a; a = a->next)
 		if (a->id == id)
 			return a;
 	return NULL;
@@ -281,15 +414,15 @@ static void alloc_unref(struct alloc *a)
 
 	if (--a->refs > 0)
 		return;
-	for (pp = &D.allocs[bucket(a->id, NBUCKET)]; *pp != a; pp = &(*pp)->next)
+	for (pp = &D.allocs[bucket(a->id, D.nbucket)]; *pp != a; pp = &(*pp)->next)
 		;
 	*pp = a->next;
 	D.used[a->dev] -= a->size;
 	D.nallocs--;
-	arena_punch(a->dev, a->off, a->size);
+	arena_free(a->dev, a->off, a->size);
 	logf_("freed allocation %llu (%llu bytes on device %d)\n", (unsigned long long)a->id,
 	      (unsigned long long)a->size, a->dev);
-	free(a);
+	rec_free(a, a->blk);
 }
 
 static void mc_unref(struct mcobj *m)
@@ -348,32 +481,72 @@ static void obj_unref(int kind, uint64_t id)
 	}
 }
 
-/* The connection takes one reference on an object it was just handed. */
-static int conn_ref(struct conn *c, int kind, uint64_t id)
+static unsigned ref_bucket(const struct conn *c, int kind, uint64_t id)
 {
-	struct ref *r = calloc(1, sizeof(*r));
+	return bucket((uint64_t)kind << 56 ^ id, c->nrefbuck);
+}
 
-	if (!r || obj_ref(kind, id)) {
-		free(r);
+static void refs_grow(struct conn *c)
+{
+	unsigned nb = c->nrefbuck * 4;
+	struct ref **t = calloc(nb, sizeof(*t));
+
+	if (!t)
+		return;
+	for (unsigned i = 0; i < c->nrefbuck; i++)
+		while (c->refs[i]) {
+			struct ref *x = c->refs[i];
+			unsigned b = bucket((uint64_t)x->kind << 56 ^ x->id, nb);
+
+			c->refs[i] = x->next;
+			x->next = t[b];
+			t[b] = x;
+		}
+	free(c->refs);
+	c->refs = t;
+	c->nrefbuck = nb;
+}
+
+/*
+ * The connection takes one reference on an object it was just handed, in r
+ * (a record of a block, see struct blk) or in a record of its own (r NULL).
+ */
+static int conn_ref_in(struct conn *c, int kind, uint64_t id, struct ref *r)
+{
+	unsigned b;
+
+	if (!r && !(r = calloc(1, sizeof(*r))))
+		return -1;
+	if (obj_ref(kind, id)) {
+		rec_free(r, r->blk);
 		return -1;
 	}
 	r->kind = kind;
 	r->id = id;
-	r->next = c->refs[bucket((uint64_t)kind << 56 ^ id, NREFBUCK)];
-	c->refs[bucket((uint64_t)kind << 56 ^ id, NREFBUCK)] = r;
+	b = ref_bucket(c, kind, id);
+	r->next = c->refs[b];
+	c->refs[b] = r;
+	if (++c->nrefs > 2ull * c->nrefbuck)
+		refs_grow(c);
 	return 0;
+}
+
+static int conn_ref(struct conn *c, int kind, uint64_t id)
+{
+	return conn_ref_in(c, kind, id, NULL);
 }
 
 static int conn_unref(struct conn *c, int kind, uint64_t id)
 {
 	struct ref **pp;
 
-	for (pp = &c->refs[bucket((uint64_t)kind << 56 ^ id, NREFBUCK)]; *pp; pp = &(*pp)->next) {
+	for (pp = &c->refs[ref_bucket(c, kind, id)]; *pp; pp = &(*pp)->next) {
 		struct ref *r = *pp;
 
 		if (r->kind == kind && r->id == id) {
 			*pp = r->next;
-			free(r);
+			c->nrefs--;
+			rec_free(r, r->blk);
 			obj_unref(kind, id);
 			return 0;
 		}
@@ -385,7 +558,7 @@ static int conn_holds(struct conn *c, int kind, uint64_t id)
 {
 	struct ref *r;
 
-	for (r = c->refs[bucket((uint64_t)kind << 56 ^ id, NREFBUCK)]; r; r = r->next)
+	for (r = c->refs[ref_bucket(c, kind, id)]; r; r = r->next)
 		if (r->kind == kind && r->id == id)
 			return 1;
 	return 0;
@@ -492,16 +665,17 @@ static void conn_close(struct conn *c)
 	close(c->fd);
 	while (c->fdq_n > 0)
 		close(conn_pop_fd(c));
-	for (unsigned b = 0; b < NREFBUCK; b++) {
+	for (unsigned b = 0; b < c->nrefbuck; b++) {
 		while (c->refs[b]) {
 			struct ref *r = c->refs[b];
 
 			c->refs[b] = r->next;
 			obj_unref(r->kind, r->id);
-			free(r);
+			rec_free(r, r->blk);
 		}
 	}
 	logf_("pid %d disconnected\n", (int)c->pid);
+	free(c->refs);
 	free(c);
 }
 
@@ -520,25 +694,30 @@ static void export_close(struct export *e)
 	free(e);
 }
 
-/* A new allocation with one reference held by c, or a CUresult. */
-static int alloc_new(struct conn *c, uint32_t dev, uint64_t size, uint32_t flags, struct alloc **out)
+/*
+ * A new allocation with one reference held by c, or a CUresult.  Its record
+ * and c's reference record are a and r when the caller has them (records of
+ * a block, zeroed), else allocated here.
+ */
+static int alloc_new(struct conn *c, uint32_t dev, uint64_t size, uint32_t flags, struct alloc *a, struct ref *r,
+		     struct alloc **out)
 {
-	struct alloc *a;
-	int64_t off;
+	int64_t off = -1;
+	int res = CUDA_ERROR_OUT_OF_MEMORY;
 
 	if (dev >= (uint32_t)D.ndev)
-		return CUDA_ERROR_INVALID_DEVICE;
-	if (size == 0)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (size > D.capacity - D.used[dev])
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	a = calloc(1, sizeof(*a));
-	if (!a)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	off = arena_take((int)dev, size);
-	if (off < 0) {
-		free(a);
-		return CUDA_ERROR_OUT_OF_MEMORY;
+		res = CUDA_ERROR_INVALID_DEVICE;
+	else if (size == 0)
+		res = CUDA_ERROR_INVALID_VALUE;
+	else if (size <= D.capacity - D.used[dev] && (a || (a = calloc(1, sizeof(*a)))) &&
+		 (off = arena_take((int)dev, size)) >= 0)
+		res = CUDA_SUCCESS;
+	if (res != CUDA_SUCCESS) {
+		if (a)
+			rec_free(a, a->blk);
+		if (r)
+			rec_free(r, r->blk);
+		return res;
 	}
 	a->id = D.next_id++;
 	a->off = (uint64_t)off;
@@ -546,11 +725,9 @@ static int alloc_new(struct conn *c, uint32_t dev, uint64_t size, uint32_t flags
 	a->size = size;
 	a->flags = flags;
 	a->creator_pid = c->pid;
-	a->next = D.allocs[bucket(a->id, NBUCKET)];
-	D.allocs[bucket(a->id, NBUCKET)] = a;
+	allocs_index(a);
 	D.used[a->dev] += a->size;
-	D.nallocs++;
-	if (conn_ref(c, FKW_KIND_ALLOC, a->id)) {
+	if (conn_ref_in(c, FKW_KIND_ALLOC, a->id, r)) {
 		a->refs = 1;
 		alloc_unref(a);
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -562,7 +739,7 @@ static int alloc_new(struct conn *c, uint32_t dev, uint64_t size, uint32_t flags
 static int do_alloc(struct conn *c, const struct fkw_req *q, struct fkw_resp *r)
 {
 	struct alloc *a;
-	int res = alloc_new(c, q->dev, q->size, q->flags, &a);
+	int res = alloc_new(c, q->dev, q->size, q->flags, NULL, NULL, &a);
 
 	if (res == CUDA_SUCCESS) {
 		r->id = a->id;
@@ -573,13 +750,17 @@ static int do_alloc(struct conn *c, const struct fkw_req *q, struct fkw_resp *r)
 
 /*
  * Native restore re-creates all of a process's allocations at once: one
- * round trip however many there are.  All or nothing: a failure takes back
- * what this request created.  The entries follow the request on the stream.
+ * round trip however many there are, their records and c's references in two
+ * blocks (struct blk).  All or nothing: a failure takes back what this
+ * request created.  The entries follow the request on the stream.
  */
 static int do_alloc_batch(struct conn *c, const struct fkw_req *q, struct fkw_resp *r, struct fkw_alloc_ret **out)
 {
 	struct fkw_alloc_ent *ent = NULL;
 	struct fkw_alloc_ret *ret = NULL;
+	struct alloc *arec = NULL;
+	struct ref *rrec = NULL;
+	struct blk *ablk = NULL, *rblk = NULL;
 	uint32_t i;
 	int res = CUDA_SUCCESS;
 
@@ -593,17 +774,37 @@ static int do_alloc_batch(struct conn *c, const struct fkw_req *q, struct fkw_re
 			free(ret);
 			return -1;
 		}
+		arec = blk_new(q->n, sizeof(*arec), &ablk);
+		rrec = blk_new(q->n, sizeof(*rrec), &rblk);
+		if (!arec || !rrec) {
+			/* no blocks: records of their own, as for single requests */
+			free(ablk);
+			free(rblk);
+			arec = NULL;
+			rrec = NULL;
+		}
+		for (i = 0; arec && i < q->n; i++) {
+			arec[i].blk = ablk;
+			rrec[i].blk = rblk;
+		}
 	}
 	for (i = 0; i < q->n && res == CUDA_SUCCESS; i++) {
 		struct alloc *a;
 
-		res = alloc_new(c, ent[i].dev, ent[i].size, ent[i].flags, &a);
+		res = alloc_new(c, ent[i].dev, ent[i].size, ent[i].flags, arec ? &arec[i] : NULL, rrec ? &rrec[i] : NULL,
+				&a);
 		if (res == CUDA_SUCCESS) {
 			ret[i].id = a->id;
 			ret[i].off = a->off;
 		}
 	}
 	if (res != CUDA_SUCCESS) {
+		/* Records i..n-1 were never used: drop them from the blocks' counts
+		 * (entry i-1, the failed one, alloc_new released itself). */
+		for (uint32_t k = i; arec && k < q->n; k++) {
+			rec_free(&arec[k], ablk);
+			rec_free(&rrec[k], rblk);
+		}
 		while (--i > 0)
 			conn_unref(c, FKW_KIND_ALLOC, ret[i - 1].id);
 		free(ret);
@@ -940,6 +1141,7 @@ static int handle_request(struct conn *c)
 	r.result = res;
 	if (res != CUDA_SUCCESS)
 		r.nfds = 0;
+	punch_flush(); /* what this connection freed is gone before it hears back */
 	if (fkw_send(c->fd, &r, fkw_resp_len(q.op), fds, (int)r.nfds) < 0 ||
 	    (ret && fkw_send(c->fd, ret, sizeof(*ret) * r.n, NULL, 0) < 0)) {
 		free(ret);
@@ -991,7 +1193,12 @@ static void accept_conn(int lfd)
 	if (fd < 0)
 		return;
 	c = calloc(1, sizeof(*c));
-	if (!c) {
+	if (c) {
+		c->nrefbuck = NREFBUCK0;
+		c->refs = calloc(c->nrefbuck, sizeof(*c->refs));
+	}
+	if (!c || !c->refs) {
+		free(c);
 		close(fd);
 		return;
 	}
@@ -1074,7 +1281,9 @@ int main(int argc, char **argv)
 	if (getenv("FAKECUDA_DEVD_VERBOSE"))
 		D.verbose = 1;
 	setup_devices();
-	if (setup_arenas() < 0)
+	D.nbucket = NBUCKET0;
+	D.allocs = calloc(D.nbucket, sizeof(*D.allocs));
+	if (!D.allocs || setup_arenas() < 0)
 		return 1;
 	snprintf(lockpath, sizeof(lockpath), "%s.lock", path);
 	snprintf(pidpath, sizeof(pidpath), "%s.pid", path);
@@ -1155,8 +1364,10 @@ int main(int argc, char **argv)
 	}
 	logf_("serving %d device(s) of %llu MiB on %s\n", D.ndev, (unsigned long long)(D.capacity >> 20), path);
 	while (!D.stop) {
-		struct epoll_event evs[64];
-		int i, n = epoll_wait(D.epfd, evs, 64, -1);
+		/* Many ready events per wakeup: a job closing thousands of export
+		 * FDs (or exiting) makes as many hangups. */
+		struct epoll_event evs[512];
+		int i, n = epoll_wait(D.epfd, evs, 512, -1);
 
 		for (i = 0; i < n && !D.stop; i++) {
 			struct ev *e = evs[i].data.ptr;
@@ -1170,14 +1381,18 @@ int main(int argc, char **argv)
 				serve_conn(c);
 				/* serve_conn may have freed c: never touch it again here */
 			} else {
-				/* Any event on an export socket means its last application copy is gone. */
+				/* The last application copy of an export is gone: a
+				 * hangup says so without a read; anything else is data
+				 * written into the application's end (read and dropped)
+				 * or the EOF. */
 				char buf[16];
 				struct export *x = (struct export *)e;
 
-				if (read(x->fd, buf, sizeof(buf)) <= 0)
+				if ((evs[i].events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) || read(x->fd, buf, sizeof(buf)) <= 0)
 					export_close(x);
 			}
 		}
+		punch_flush();
 	}
 	unlink(path);
 	unlink(pidpath);
