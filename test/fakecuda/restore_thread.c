@@ -13,6 +13,7 @@
  * State: the mailbox page (shared with callers), rt_refusal (what a later
  * restore must fail with), and G's tables while LOCKED.
  */
+#include <assert.h>
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
@@ -78,29 +79,74 @@ static void pace(uint64_t bytes)
 			;
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
 /*
  * The bytes of every saved allocation while CHECKPOINTED: one anonymous
- * mapping (CRIU dumps it as ordinary memory), each allocation's at a->save.
+ * mapping (CRIU dumps it as ordinary memory), each allocation's at a->save,
+ * followed by the list of the saved slots (save_slot[save_n], in slot
+ * order), so that restore visits those instead of the whole table (65536
+ * slots, 8 MiB, per pass).
  */
 static unsigned char *save_buf;
 static size_t save_len;
+static uint32_t *save_slot;
+static uint32_t save_n;
 
 static void save_free(void)
 {
+	for (uint32_t k = 0; k < save_n; k++)
+		G.alloc[save_slot[k]].save = NULL;
 	if (save_buf)
 		munmap(save_buf, save_len);
 	save_buf = NULL;
 	save_len = 0;
-	for (int i = 0; i < FK_MAX_ALLOC; i++)
-		G.alloc[i].save = NULL;
+	save_slot = NULL;
+	save_n = 0;
+}
+
+/*
+ * Host memory for len bytes, populated at once rather than one page fault
+ * per 4 KiB page while copying, in huge pages where the kernel allows
+ * (transparent huge pages "madvise" or "always": 512 times fewer pages to
+ * allocate and free).  Either madvise may be refused (older kernels: EINVAL);
+ * the copy then faults the pages in as before.
+ */
+static void *save_map(size_t len)
+{
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return NULL;
+	madvise(p, len, MADV_HUGEPAGE);
+	madvise(p, len, MADV_POPULATE_WRITE);
+	return p;
+}
+
+/* Bytes that are contiguous on both sides of a copy. */
+struct run {
+	unsigned char *dst;
+	const unsigned char *src;
+	size_t len;
+};
+
+static void run_copy(struct run *r)
+{
+	if (r->len)
+		memcpy(r->dst, r->src, r->len);
+	r->len = 0;
 }
 
 static CUresult rt_checkpoint(void)
 {
+	struct run run = {0};
 	uint64_t bytes = 0;
 	CUresult refusal = CUDA_SUCCESS;
-	size_t len = 0;
-	void *p;
+	size_t len = 0, slots;
+	uint32_t n = 0;
+	unsigned char *p;
 	int i;
 
 	if (mb->state != CU_PROCESS_STATE_LOCKED)
@@ -110,15 +156,21 @@ static CUresult rt_checkpoint(void)
 			return CUDA_ERROR_NOT_SUPPORTED; /* multicast is not checkpointable natively */
 	/* First get all the host memory, so that failing leaves everything as it was. */
 	for (i = 0; i < FK_MAX_ALLOC; i++)
-		if (saved(&G.alloc[i]))
+		if (saved(&G.alloc[i])) {
 			len += G.alloc[i].size;
-	if (len) {
-		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (p == MAP_FAILED)
+			n++;
+		}
+	if (n) {
+		slots = (len + 7) / 8 * 8;
+		p = save_map(slots + sizeof(*save_slot) * n);
+		if (!p)
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		save_buf = p;
-		save_len = len;
+		save_len = slots + sizeof(*save_slot) * n;
+		save_slot = (uint32_t *)(p + slots);
 	}
+	/* Allocations next to each other in the arena (the usual case: a bump
+	 * pointer hands them out in order) are copied as one run. */
 	for (i = 0; i < FK_MAX_ALLOC; i++) {
 		struct fk_alloc *a = &G.alloc[i];
 
@@ -129,12 +181,19 @@ static CUresult rt_checkpoint(void)
 		if (a->imported)
 			refusal = CUDA_ERROR_NOT_SUPPORTED;
 		if (saved(a)) {
+			save_slot[save_n++] = (uint32_t)i;
 			a->save = save_buf + bytes;
-			memcpy(a->save, a->win, a->size);
+			if (run.len && run.src + run.len == a->win) {
+				run.len += a->size;
+			} else {
+				run_copy(&run);
+				run = (struct run){.dst = a->save, .src = a->win, .len = a->size};
+			}
 			bytes += a->size;
 		}
 		a->win = NULL;
 	}
+	run_copy(&run);
 	/* Releasing the device connection drops every device-side reference at
 	 * once; the arena mappings and descriptors go too, so that CRIU finds no
 	 * device memory to dump.  The queue is empty (the lock flushed it and
@@ -197,42 +256,75 @@ static CUresult remap(const struct fk_devices *nd, int *ord2phys)
 	return CUDA_SUCCESS;
 }
 
+/* Saved bytes contiguous in the save buffer and in one new arena. */
+struct arun {
+	struct fk_arena *ar;
+	uint64_t off;
+	const unsigned char *src;
+	size_t len;
+};
+
+/*
+ * Copies a run back through the arena's file (pwrite), not its mapping: the
+ * pages come into the arena in bulk, without a page fault per 4 KiB page and
+ * without being zeroed first (the process's page tables fill later, on
+ * touch).  The mapping is the fallback.
+ */
+static void arun_copy(struct arun *r)
+{
+	const unsigned char *src = r->src;
+	uint64_t off = r->off;
+	size_t len = r->len;
+
+	while (len) {
+		ssize_t n = pwrite(r->ar->fd, src, len, (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			memcpy(r->ar->base + off, src, len);
+			break;
+		}
+		src += n;
+		off += (uint64_t)n;
+		len -= (size_t)n;
+	}
+	r->len = 0;
+}
+
 /*
  * Re-creates every saved allocation with one FKW_ALLOC_BATCH round trip,
  * however many there are (entries and results share one mmap'd buffer: no
- * malloc here), and copies the bytes into the new arenas' mappings.
+ * malloc here), and copies the bytes into the new arenas, one run per range
+ * of allocations that are contiguous in both (the batch is handed out in
+ * order, so usually a few runs for all of them).
  */
 static CUresult recreate(int fd, struct fk_arena *arenas, const int *ord2phys, uint64_t *bytes)
 {
 	struct fkw_req q = {.op = FKW_ALLOC_BATCH};
 	struct fkw_resp r;
+	struct arun run = {0};
 	union slot {
 		struct fkw_alloc_ent ent;
 		struct fkw_alloc_ret ret;
 	} *buf;
 	size_t len;
-	uint32_t n = 0, k;
+	uint32_t n = save_n, k;
 	CUresult res = CUDA_SUCCESS;
-	int i;
 
-	for (i = 0; i < FK_MAX_ALLOC; i++)
-		if (G.alloc[i].used && G.alloc[i].save)
-			n++;
 	if (n == 0)
 		return CUDA_SUCCESS;
 	len = sizeof(*buf) * n;
 	buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (buf == MAP_FAILED)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	for (i = 0, k = 0; i < FK_MAX_ALLOC; i++) {
-		struct fk_alloc *a = &G.alloc[i];
+	for (k = 0; k < n; k++) {
+		struct fk_alloc *a = &G.alloc[save_slot[k]];
 
-		if (!a->used || !a->save)
-			continue;
+		assert(a->used && a->save);
 		buf[k].ent.dev = (uint32_t)ord2phys[a->ord];
 		buf[k].ent.size = a->size;
 		buf[k].ent.flags = a->dflags & (FKW_AF_POSIX | FKW_AF_LINEAR | FKW_AF_GPUDIRECT);
-		k++;
 	}
 	q.n = n;
 	if (fkw_send(fd, &q, sizeof(q), NULL, 0) < 0 || fkw_send(fd, buf, len, NULL, 0) < 0 ||
@@ -245,11 +337,9 @@ static CUresult recreate(int fd, struct fk_arena *arenas, const int *ord2phys, u
 		res = CUDA_ERROR_DEVICE_UNAVAILABLE;
 	if (res)
 		goto out;
-	for (i = 0, k = 0; i < FK_MAX_ALLOC; i++) {
-		struct fk_alloc *a = &G.alloc[i];
+	for (k = 0; k < n; k++) {
+		struct fk_alloc *a = &G.alloc[save_slot[k]];
 
-		if (!a->used || !a->save)
-			continue;
 		a->win = arena_ptr(&arenas[ord2phys[a->ord]], buf[k].ret.off, a->size);
 		if (!a->win) {
 			res = CUDA_ERROR_OUT_OF_MEMORY;
@@ -257,10 +347,16 @@ static CUresult recreate(int fd, struct fk_arena *arenas, const int *ord2phys, u
 		}
 		a->devd_id = buf[k].ret.id;
 		a->aoff = buf[k].ret.off;
-		memcpy(a->win, a->save, a->size);
+		if (run.len && run.ar == &arenas[ord2phys[a->ord]] && run.off + run.len == a->aoff &&
+		    run.src + run.len == a->save) {
+			run.len += a->size;
+		} else {
+			arun_copy(&run);
+			run = (struct arun){.ar = &arenas[ord2phys[a->ord]], .off = a->aoff, .src = a->save, .len = a->size};
+		}
 		*bytes += a->size;
-		k++;
 	}
+	arun_copy(&run);
 out:
 	munmap(buf, len);
 	return res;
@@ -273,6 +369,7 @@ static CUresult rt_restore(void)
 	int ord2phys[FKW_MAX_DEV];
 	uint64_t bytes = 0;
 	CUresult res;
+	uint32_t k;
 	int fd, i;
 
 	if (mb->state != CU_PROCESS_STATE_CHECKPOINTED)
@@ -290,13 +387,9 @@ static CUresult rt_restore(void)
 		goto err;
 	pace(bytes);
 	/* Commit: nothing can fail from here on. */
+	for (k = 0; k < save_n; k++)
+		G.alloc[save_slot[k]].dflags &= ~FKW_AF_IPC; /* a new allocation is no IPC source */
 	save_free();
-	for (i = 0; i < FK_MAX_ALLOC; i++) {
-		struct fk_alloc *a = &G.alloc[i];
-
-		if (a->used && a->kind != FK_A_IPC && !a->imported)
-			a->dflags &= ~FKW_AF_IPC;
-	}
 	memcpy(G.dev.phys, nd.phys, sizeof(nd.phys));
 	G.dev.mc_gran = nd.mc_gran;
 	G.dev.mc_rec_gran = nd.mc_rec_gran;
