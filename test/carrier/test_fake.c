@@ -279,17 +279,23 @@ END_TEST
 /*
  * Calls one transfer of the set makes with cfg(1 MiB, 64 KiB, 3 threads):
  * six 168 KiB slots (1 MiB / 6, page-aligned down) carry two 64 KiB chunks
- * per slice; each slice is one async copy and one stream wait, teardown
+ * of a large item per slice, and allocs 0-3 (135 KiB) as one run. Each
+ * slice is one async copy per item in it and one stream wait; teardown
  * waits on every slot's stream in both contexts.
  */
 #define SLOTS 6
-static unsigned slices(void)
+static unsigned slices(void) /* async copies */
 {
 	unsigned k = 0;
 
 	for (size_t i = 0; i < N; i++)
 		k += (unsigned)((sizes[i] + 128 * KIB - 1) / (128 * KIB));
 	return k;
+}
+
+static unsigned waits(void) /* stream waits, teardown's left out */
+{
+	return slices() - 3; /* allocs 0-3 share one */
 }
 
 /*
@@ -342,7 +348,8 @@ END_TEST
 
 START_TEST(injected_sync_failure_clean_error)
 {
-	injected("cuStreamSynchronize", slices() + 2 * SLOTS, 2, 0, -EIO, "device copy of bytes");
+	injected("cuStreamSynchronize", waits() + 2 * SLOTS, 2, 0, -EIO,
+		 "device cop"); /* "y of bytes" or "ies of the run" */
 }
 END_TEST
 
@@ -436,6 +443,333 @@ START_TEST(staging_bound_for_item_8x_staging)
 }
 END_TEST
 
+/*
+ * Many small allocations, as PyTorch and vLLM make them: 1,000 items of
+ * 4 KiB with a few odd sizes among them and three large items of several
+ * chunks, in blocks of 100 alternating between the two devices. Small
+ * contiguous items of one device travel in runs (one stream wait and one
+ * pwrite/pread per run); nothing about the file may show it.
+ */
+#define MANY	   1000
+#define MANY_CHUNK (64 * KIB)
+
+struct many {
+	CUcontext ctx[2];
+	CUdeviceptr base[2];
+	uint64_t span[2];
+	struct carrier_item items[MANY];
+	uint32_t *crc;
+	char name[MANY][16];
+	uint64_t total;
+};
+
+static uint64_t many_size(size_t i)
+{
+	switch (i) {
+	case 7:
+		return 4096 + 100;
+	case 8:
+		return 1;
+	case 9:
+		return 5;
+	case 300:
+		return 3 * MANY_CHUNK + 7; /* several chunks, a short last one */
+	case 650:
+		return 1 * MiB + 3; /* several buffers: its 3-byte tail starts a run */
+	case 998:
+		return 200 * KIB;
+	default:
+		return 4096;
+	}
+}
+
+static int many_dev(size_t i)
+{
+	return (int)(i / 100 % 2);
+}
+
+/* Items carved from one allocation per device, 4 KiB apart or more (not
+ * adjacent in device memory), filled with pattern seed i + 1 (or v >= 0). */
+static void many_init(struct many *m, CUcontext c0, CUcontext c1)
+{
+	uint64_t at[2] = {0, 0};
+
+	memset(m, 0, sizeof(*m));
+	m->ctx[0] = c0;
+	m->ctx[1] = c1;
+	m->crc = calloc((size_t)MANY * 32, sizeof(uint32_t));
+	for (size_t i = 0; i < MANY; i++)
+		m->span[many_dev(i)] += (many_size(i) + 2 * 4096 - 1) / 4096 * 4096;
+	for (int d = 0; d < 2; d++) {
+		CK(cuCtxSetCurrent(m->ctx[d]));
+		CK(cuMemAlloc(&m->base[d], m->span[d]));
+	}
+	for (size_t i = 0; i < MANY; i++) {
+		struct carrier_item *it = &m->items[i];
+		int d = many_dev(i);
+
+		snprintf(m->name[i], sizeof(m->name[i]), "alloc %zu", i);
+		it->name = m->name[i];
+		it->size = many_size(i);
+		it->ctx = m->ctx[d];
+		it->va = m->base[d] + at[d];
+		it->crc = m->crc + i * 32;
+		it->ncrc = 32;
+		at[d] += (it->size + 2 * 4096 - 1) / 4096 * 4096;
+		m->total += it->size;
+	}
+	CK(cuCtxSetCurrent(c0));
+}
+
+static void many_fill(const struct many *m, int v)
+{
+	uint8_t *b = malloc(2 * MiB);
+
+	for (size_t i = 0; i < MANY; i++) {
+		const struct carrier_item *it = &m->items[i];
+
+		if (v >= 0)
+			memset(b, v, it->size);
+		else
+			pattern_fill(b, it->size, (uint32_t)i + 1);
+		CK(cuCtxSetCurrent(it->ctx));
+		CK(cuMemcpyHtoD(it->va, b, it->size));
+	}
+	CK(cuCtxSetCurrent(m->ctx[0]));
+	free(b);
+}
+
+/* The first item whose device bytes are not the pattern (v < 0) or v, or -1. */
+static long many_check(const struct many *m, int v)
+{
+	uint8_t *b = malloc(2 * MiB);
+	long bad = -1;
+
+	for (size_t i = 0; i < MANY && bad < 0; i++) {
+		const struct carrier_item *it = &m->items[i];
+
+		CK(cuCtxSetCurrent(it->ctx));
+		CK(cuMemcpyDtoH(b, it->va, it->size));
+		if (v >= 0 ? bytes_check(b, it->size, (uint8_t)v) != -1
+			   : pattern_check(b, it->size, (uint32_t)i + 1) != -1)
+			bad = (long)i;
+	}
+	CK(cuCtxSetCurrent(m->ctx[0]));
+	free(b);
+	return bad;
+}
+
+static void many_world(struct many *m)
+{
+	CUdevice d1;
+	CUcontext c0, c1;
+
+	resolve();
+	c0 = fkt_init_ctx(0);
+	CK(cuDeviceGet(&d1, 1));
+	CK(cuDevicePrimaryCtxRetain(&c1, d1));
+	many_init(m, c0, c1);
+	many_fill(m, -1);
+}
+
+/* Save with 2 threads, 1 MiB staging (256 KiB buffers): runs of up to 64
+ * small items; the index and file are checked by many_roundtrip. */
+static void many_save(struct many *m, int fd, unsigned threads)
+{
+	struct carrier_config c = cfg_make(1 * MiB, MANY_CHUNK, threads);
+	struct carrier_stats st;
+	char err[512];
+
+	ck_assert_msg(carrier_save(&ops, &c, fd, 0, m->items, MANY, &st, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(st.bytes, m->total);
+	ck_assert_uint_le(st.staging_bytes, 1 * MiB);
+}
+
+START_TEST(many_small_items_two_devices_same_file_and_crcs_as_one_by_one)
+{
+	static const unsigned threads[] = {1, 2, 3};
+	struct many m;
+	int fd = scratch_fd(), ref = scratch_fd();
+	uint8_t *file, *want;
+	uint32_t *crc1 = calloc((size_t)MANY * 32, sizeof(uint32_t));
+	char err[512];
+
+	many_world(&m);
+	/* Reference: each item in a transfer of its own (nothing to batch)
+	 * at the offset a whole transfer gives it, back to back from 0. */
+	for (size_t i = 0, off = 0; i < MANY; off += m.items[i].size, i++) {
+		struct carrier_config c = cfg_make(1 * MiB, MANY_CHUNK, 1);
+
+		ck_assert_msg(carrier_save(&ops, &c, ref, off, &m.items[i], 1, NULL, err, sizeof(err)) == 0, "%s", err);
+		ck_assert_uint_eq(m.items[i].offset, off);
+	}
+	memcpy(crc1, m.crc, (size_t)MANY * 32 * sizeof(uint32_t));
+	want = mmap(NULL, m.total, PROT_READ, MAP_SHARED, ref, 0);
+	ck_assert_ptr_ne(want, MAP_FAILED);
+	for (size_t t = 0; t < 3; t++) {
+		struct carrier_config c = cfg_make(1 * MiB, MANY_CHUNK, threads[t]);
+		struct carrier_stats st;
+		uint64_t off = 0;
+
+		memset(m.crc, 0, (size_t)MANY * 32 * sizeof(uint32_t));
+		ck_assert_int_eq(ftruncate(fd, 0), 0);
+		many_save(&m, fd, threads[t]);
+		file = mmap(NULL, m.total, PROT_READ, MAP_SHARED, fd, 0);
+		ck_assert_ptr_ne(file, MAP_FAILED);
+		ck_assert_int_eq(memcmp(file, want, m.total), 0);
+		for (size_t i = 0; i < MANY; i++) {
+			const struct carrier_item *it = &m.items[i];
+
+			ck_assert_uint_eq(it->offset, off);
+			ck_assert_uint_eq(it->chunk_size, MANY_CHUNK);
+			ck_assert_uint_eq(it->ncrc, carrier_nchunks(it->size, MANY_CHUNK));
+			ck_assert_msg(pattern_check(file + off, it->size, (uint32_t)i + 1) == -1, "alloc %zu", i);
+			for (size_t k = 0; k < it->ncrc; k++) {
+				uint64_t o = k * MANY_CHUNK, l = it->size - o < MANY_CHUNK ? it->size - o : MANY_CHUNK;
+
+				ck_assert_uint_eq(it->crc[k], ref_crc32c(file + off + o, l));
+				ck_assert_uint_eq(it->crc[k], crc1[i * 32 + k]);
+			}
+			off += it->size;
+		}
+		munmap(file, m.total);
+
+		many_fill(&m, 0x5a);
+		ck_assert_msg(carrier_load(&ops, &c, fd, m.items, MANY, &st, err, sizeof(err)) == 0, "%s", err);
+		ck_assert_uint_eq(st.bytes, m.total);
+		ck_assert_int_eq(many_check(&m, -1), -1);
+	}
+	munmap(want, m.total);
+	free(crc1);
+	free(m.crc);
+	close(fd);
+	close(ref);
+}
+END_TEST
+
+/* With one thread, copies are issued in item order, one per item (the
+ * large ones one per slice): the n-th cuMemcpy*Async is item n - 1's for
+ * n <= 300. Failing it in the middle of a run names that item and its
+ * bytes; the copies of the run before it were issued, nothing is loaded
+ * past it, and the transfer reports fewer bytes than asked for. */
+static void many_injected(const char *api, int load)
+{
+	struct carrier_config c = cfg_make(1 * MiB, MANY_CHUNK, 1);
+	struct carrier_stats st;
+	struct many m;
+	char spec[64], err[512] = "";
+	int fd = scratch_fd(), rc;
+
+	snprintf(spec, sizeof(spec), "%s:%d", api, 150);
+	setenv("FAKECUDA_FAIL", spec, 1);
+	many_world(&m);
+	if (load) {
+		/* Saved from a second, unfailing view: the save issues no HtoD. */
+		many_save(&m, fd, 1);
+		many_fill(&m, 0x5a);
+		rc = carrier_load(&ops, &c, fd, m.items, MANY, &st, err, sizeof(err));
+	} else {
+		rc = carrier_save(&ops, &c, fd, 0, m.items, MANY, &st, err, sizeof(err));
+	}
+	ck_assert_msg(rc == -EIO, "%d: %s", rc, err);
+	snprintf(spec, sizeof(spec), "alloc 149: %s of bytes 0-4095 ", api);
+	ck_assert_msg(strstr(err, spec), "'%s' lacks '%s'", err, spec);
+	ck_assert_uint_lt(st.bytes, st.total);
+	if (load) {
+		uint8_t b[4096];
+
+		/* Runs are at most 64 items: the one holding alloc 149 ends
+		 * before alloc 200, and nothing from alloc 200 on was loaded. */
+		for (size_t i = 200; i < 300; i++) {
+			CK(cuCtxSetCurrent(m.items[i].ctx));
+			CK(cuMemcpyDtoH(b, m.items[i].va, sizeof(b)));
+			ck_assert_msg(bytes_check(b, sizeof(b), 0x5a) == -1, "alloc %zu was loaded", i);
+		}
+	}
+	free(m.crc);
+	close(fd);
+}
+
+START_TEST(many_injected_dtoh_failure_in_a_run_names_the_item)
+{
+	many_injected("cuMemcpyDtoHAsync", 0);
+}
+END_TEST
+
+START_TEST(many_injected_htod_failure_in_a_run_names_the_item)
+{
+	many_injected("cuMemcpyHtoDAsync", 1);
+}
+END_TEST
+
+/* A failed stream wait covers a whole run: the message names its first and
+ * last items and their file range. */
+START_TEST(many_injected_sync_failure_names_the_run)
+{
+	struct carrier_config c = cfg_make(1 * MiB, MANY_CHUNK, 1);
+	struct many m;
+	char err[512] = "";
+	int fd = scratch_fd(), rc;
+
+	setenv("FAKECUDA_FAIL", "cuStreamSynchronize:2", 1);
+	many_world(&m);
+	rc = carrier_save(&ops, &c, fd, 0, m.items, MANY, NULL, err, sizeof(err));
+	ck_assert_msg(rc == -EIO, "%d: %s", rc, err);
+	ck_assert_msg(strstr(err, "carrier save: alloc ") && strstr(err, " through alloc ") &&
+			      strstr(err, "items): device copies of the run (file offsets "),
+		      "%s", err);
+	free(m.crc);
+	close(fd);
+}
+END_TEST
+
+/* A corrupt byte inside a run, and a file cut short inside one: both are
+ * refused naming the item, and no device byte of the corrupt item (nor,
+ * for the short file, of any item) changes. */
+START_TEST(many_corrupt_and_truncated_name_the_item)
+{
+	struct carrier_config c = cfg_make(1 * MiB, MANY_CHUNK, 2);
+	const struct carrier_item *it;
+	struct many m;
+	char err[512], want[96];
+	int fd = scratch_fd();
+	uint8_t b;
+
+	many_world(&m);
+	many_save(&m, fd, 2);
+	many_fill(&m, 0x5a);
+	it = &m.items[777];
+	ck_assert_int_eq(pread(fd, &b, 1, it->offset + 1234), 1);
+	b = ~b;
+	ck_assert_int_eq(pwrite(fd, &b, 1, it->offset + 1234), 1);
+	ck_assert_int_eq(carrier_load(&ops, &c, fd, m.items, MANY, NULL, err, sizeof(err)), -EBADMSG);
+	snprintf(want, sizeof(want), "alloc 777: chunk 0 (bytes 0-4095, file offset %llu)",
+		 (unsigned long long)it->offset);
+	ck_assert_msg(strstr(err, want), "'%s' lacks '%s'", err, want);
+	{
+		uint8_t d[4096];
+
+		CK(cuCtxSetCurrent(it->ctx));
+		CK(cuMemcpyDtoH(d, it->va, sizeof(d)));
+		ck_assert_int_eq(bytes_check(d, sizeof(d), 0x5a), -1);
+	}
+	b = ~b;
+	ck_assert_int_eq(pwrite(fd, &b, 1, it->offset + 1234), 1);
+
+	many_fill(&m, 0x5a);
+	it = &m.items[900];
+	ck_assert_int_eq(ftruncate(fd, (off_t)(it->offset + 100)), 0);
+	ck_assert_int_eq(carrier_load(&ops, &c, fd, m.items, MANY, NULL, err, sizeof(err)), -ENODATA);
+	snprintf(want, sizeof(want), "alloc 900: needs file bytes %llu-%llu, the file has %llu",
+		 (unsigned long long)it->offset, (unsigned long long)(it->offset + it->size - 1),
+		 (unsigned long long)(it->offset + 100));
+	ck_assert_msg(strstr(err, want), "'%s' lacks '%s'", err, want);
+	ck_assert_int_eq(many_check(&m, 0x5a), -1);
+	free(m.crc);
+	close(fd);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("carrier-fake");
@@ -453,6 +787,11 @@ static Suite *suite(void)
 	tcase_add_test(t, injected_pinning_failure_clean_error);
 	tcase_add_test(t, write_enospc_clean_error);
 	tcase_add_test(t, staging_bound_for_item_8x_staging);
+	tcase_add_test(t, many_small_items_two_devices_same_file_and_crcs_as_one_by_one);
+	tcase_add_test(t, many_injected_dtoh_failure_in_a_run_names_the_item);
+	tcase_add_test(t, many_injected_htod_failure_in_a_run_names_the_item);
+	tcase_add_test(t, many_injected_sync_failure_names_the_run);
+	tcase_add_test(t, many_corrupt_and_truncated_name_the_item);
 	suite_add_tcase(s, t);
 	return s;
 }

@@ -184,6 +184,90 @@ START_TEST(roundtrip_mixed_sizes_every_byte_and_crc)
 }
 END_TEST
 
+/*
+ * 1,000 items of 4 KiB (a few empty, one of 4 KiB + 100) over two files,
+ * alternating: each file's items are contiguous in it, so they travel in
+ * runs of up to 64 (256 KiB buffers) that skip the other file's items. One
+ * async copy per item, one stream wait per run, every byte and CRC where a
+ * one-item-at-a-time carrier puts it.
+ */
+#define NSMALL 1000
+
+START_TEST(small_items_in_runs_one_wait_per_run_every_byte_and_crc)
+{
+	struct carrier_config c = cfg_make(1 * MIB, 64 * KIB, 1);
+	static struct carrier_item items[NSMALL], back[NSMALL];
+	static uint32_t crc[NSMALL][2], crc2[NSMALL][2];
+	uint64_t off[2] = {0, 0}, size[NSMALL];
+	uint8_t *mem = mmap(NULL, NSMALL * 8 * KIB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint8_t *mem2 = mmap(NULL, NSMALL * 8 * KIB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	int fds[2] = {scratch_fd(), scratch_fd()};
+	struct stub_counts cnt;
+	char err[512] = "";
+	size_t nonempty = 0;
+
+	ck_assert_ptr_ne(mem, MAP_FAILED);
+	ck_assert_ptr_ne(mem2, MAP_FAILED);
+	for (size_t i = 0; i < NSMALL; i++) {
+		size[i] = i % 97 == 5 ? 0 : i == 501 ? 4 * KIB + 100 : 4 * KIB;
+		pattern_fill(mem + i * 8 * KIB, size[i], (uint32_t)i + 1);
+		items[i] = (struct carrier_item){.va = (CUdeviceptr)(uintptr_t)(mem + i * 8 * KIB),
+						 .size = size[i],
+						 .ctx = STUB_CTX,
+						 .file = (unsigned)(i % 2),
+						 .crc = crc[i],
+						 .ncrc = 2};
+		nonempty += size[i] != 0;
+	}
+	ck_assert_msg(carrier_save_files(&stub_ops, &c, fds, 2, 0, items, NSMALL, NULL, err, sizeof(err)) == 0, "%s",
+		      err);
+	stub_get(&cnt);
+	ck_assert_int_eq(cnt.calls[STUB_DTOH], (int64_t)nonempty);
+	/* 64 items a run, at most one run per file split off by the 4 KiB +
+	 * 100 item, and the teardown's wait on each of the two slots. */
+	ck_assert_int_le(cnt.calls[STUB_SYNC], (int64_t)(nonempty / 64 + 2 + 2 + 2));
+	for (size_t i = 0; i < NSMALL; i++) {
+		const struct carrier_item *it = &items[i];
+		uint8_t b[4 * KIB + 100];
+
+		ck_assert_uint_eq(it->offset, off[i % 2]);
+		ck_assert_int_eq(pread(fds[i % 2], b, size[i], (off_t)it->offset), (ssize_t)size[i]);
+		ck_assert_msg(pattern_check(b, size[i], (uint32_t)i + 1) == -1, "alloc %zu", i);
+		ck_assert_uint_eq(it->ncrc, size[i] ? 1 : 0);
+		if (size[i])
+			ck_assert_uint_eq(it->crc[0], ref_crc32c(b, size[i]));
+		off[i % 2] += size[i];
+	}
+	/* The same items one transfer each (nothing to batch): same CRCs. */
+	for (size_t i = 0; i < NSMALL; i++) {
+		struct carrier_item one = items[i];
+		int tmp = scratch_fd();
+
+		one.crc = crc2[i];
+		one.file = 0;
+		ck_assert_int_eq(carrier_save(&stub_ops, &c, tmp, items[i].offset, &one, 1, NULL, err, sizeof(err)), 0);
+		ck_assert_mem_eq(crc2[i], crc[i], items[i].ncrc * sizeof(uint32_t));
+		close(tmp);
+	}
+
+	memcpy(back, items, sizeof(items));
+	for (size_t i = 0; i < NSMALL; i++)
+		back[i].va = (CUdeviceptr)(uintptr_t)(mem2 + i * 8 * KIB);
+	stub_reset();
+	ck_assert_msg(carrier_load_files(&stub_ops, &c, fds, 2, back, NSMALL, NULL, err, sizeof(err)) == 0, "%s", err);
+	stub_get(&cnt);
+	ck_assert_int_eq(cnt.calls[STUB_HTOD], (int64_t)nonempty);
+	ck_assert_int_le(cnt.calls[STUB_SYNC], (int64_t)(nonempty / 64 + 2 + 2 + 2));
+	for (size_t i = 0; i < NSMALL; i++)
+		ck_assert_msg(pattern_check(mem2 + i * 8 * KIB, size[i], (uint32_t)i + 1) == -1, "alloc %zu", i);
+	assert_no_leak();
+	munmap(mem, NSMALL * 8 * KIB);
+	munmap(mem2, NSMALL * 8 * KIB);
+	close(fds[0]);
+	close(fds[1]);
+}
+END_TEST
+
 START_TEST(roundtrip_chunk_not_dividing_buffer)
 {
 	/* 96 KiB buffers (three slots of 288 KiB / 3) hold one 80 KiB chunk;
@@ -730,6 +814,7 @@ static Suite *suite(void)
 	tcase_add_checked_fixture(t, setup, NULL);
 	tcase_set_timeout(t, 60);
 	tcase_add_test(t, roundtrip_mixed_sizes_every_byte_and_crc);
+	tcase_add_test(t, small_items_in_runs_one_wait_per_run_every_byte_and_crc);
 	tcase_add_test(t, roundtrip_chunk_not_dividing_buffer);
 	tcase_add_test(t, roundtrip_staging_smaller_than_chunk);
 	tcase_add_test(t, several_files_roundtrip_and_refusals);
