@@ -289,3 +289,30 @@ int fkt_check(const uint32_t *p, size_t n, uint32_t seed)
 			return 0;
 	return 1;
 }
+
+long long fkt_arena_bytes(void)
+{
+	char dir[64], path[400], link[128];
+	struct dirent *d;
+	long long bytes = -1;
+	DIR *dp;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)fkt_devd_pid());
+	dp = opendir(dir);
+	ck_assert_ptr_nonnull(dp);
+	while ((d = readdir(dp))) {
+		ssize_t n;
+
+		snprintf(path, sizeof(path), "%s/%s", dir, d->d_name);
+		n = readlink(path, link, sizeof(link) - 1);
+		if (n > 0 && (link[n] = 0, strstr(link, "memfd:fakecuda-dev0"))) {
+			struct stat st;
+
+			ck_assert_int_eq(stat(path, &st), 0);
+			bytes = (long long)st.st_blocks * 512;
+		}
+	}
+	closedir(dp);
+	ck_assert_int_ge(bytes, 0);
+	return bytes;
+}

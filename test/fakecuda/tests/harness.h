@@ -72,5 +72,7 @@ size_t fkt_free_mem_settles(size_t want);
 /* Entries of /proc/PID/fd, and devd's pid (from SOCKET.pid). */
 int fkt_count_fds(pid_t pid);
 pid_t fkt_devd_pid(void);
+/* Bytes allocated in devd's arena of device 0 (its memfd, through /proc/DEVD/fd). */
+long long fkt_arena_bytes(void);
 
 #endif

@@ -604,6 +604,85 @@ START_TEST(thousands_of_allocations_survive_native_checkpoint)
 }
 END_TEST
 
+#define SCATTER 4000
+
+/* Linear memory, 4 KiB each (every 7th a little more: not a whole number of
+ * pages), then every third freed and created again: the arena ranges are not
+ * contiguous any more, nor in slot order. */
+static size_t scatter_size(int i)
+{
+	return i % 7 == 0 ? 4096 + 100 : 4096;
+}
+
+static int scatter_target(int s, void *arg)
+{
+	static CUdeviceptr p[SCATTER];
+	static uint32_t w[(4096 + 100) / 4];
+	char m;
+	int bad = 0;
+
+	fkt_init_ctx(0);
+	for (int i = 0; i < SCATTER; i++) {
+		CK(cuMemAlloc(&p[i], scatter_size(i)));
+		fkt_fill(w, scatter_size(i) / 4, 0x5000u + (uint32_t)i);
+		CK(cuMemcpyHtoD(p[i], w, scatter_size(i)));
+	}
+	for (int i = 0; i < SCATTER; i += 3) {
+		CK(cuMemFree(p[i]));
+		CK(cuMemAlloc(&p[i], scatter_size(i)));
+		fkt_fill(w, scatter_size(i) / 4, 0x9000u + (uint32_t)i);
+		CK(cuMemcpyHtoD(p[i], w, scatter_size(i)));
+	}
+	fkt_send(s, "r", 1);
+	if (fkt_recv(s, &m, 1)) /* 'v': verify */
+		return 2;
+	for (int i = 0; i < SCATTER; i++) {
+		CK(cuMemcpyDtoH(w, p[i], scatter_size(i)));
+		bad += !fkt_check(w, scatter_size(i) / 4, (i % 3 ? 0x5000u : 0x9000u) + (uint32_t)i);
+	}
+	fkt_send(s, &bad, sizeof(bad));
+	return bad ? 3 : 0;
+}
+
+/* Bytes checked after two native cycles of thousands of scattered
+ * allocations; every checkpoint gives devd's arena pages back (the freed
+ * ranges are punched out merged). */
+START_TEST(scattered_allocations_survive_native_cycles_and_arena_pages_return)
+{
+	long long idle;
+	size_t before, held = 0;
+	int s, bad = -1;
+	char m;
+	pid_t pid;
+
+	SKIP_UNLESS_ROOT();
+	for (int i = 0; i < SCATTER; i++)
+		held += (scatter_size(i) + 4095) / 4096 * 4096; /* cuMemAlloc counts whole pages */
+	idle = fkt_arena_bytes();
+	pid = fkt_spawn(scatter_target, NULL, &s);
+	fkt_init_ctx(0);
+	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
+	before = fkt_free_mem();
+	ck_assert_int_ge(fkt_arena_bytes(), idle + SCATTER * 4096ll);
+	for (int round = 0; round < 2; round++) {
+		CK(cuCheckpointProcessLock(pid, NULL));
+		CK(cuCheckpointProcessCheckpoint(pid, NULL));
+		ck_assert_uint_eq(fkt_free_mem_settles(before + held), before + held);
+		ck_assert_int_le(fkt_arena_bytes(), idle); /* devd punched out every range */
+		CK(cuCheckpointProcessRestore(pid, NULL));
+		ck_assert_uint_eq(fkt_free_mem(), before);
+		ck_assert_int_ge(fkt_arena_bytes(), idle + SCATTER * 4096ll);
+		CK(cuCheckpointProcessUnlock(pid, NULL));
+	}
+	fkt_send(s, "v", 1);
+	ck_assert_int_eq(fkt_recv(s, &bad, sizeof(bad)), 0);
+	ck_assert_int_eq(bad, 0);
+	ck_assert_int_eq(fkt_wait(pid), 0);
+	ck_assert_uint_eq(fkt_free_mem_settles(before + held), before + held);
+	ck_assert_int_le(fkt_arena_bytes(), idle);
+}
+END_TEST
+
 /* A target whose release is still queued (flushes held off for 10 s) when it is locked. */
 static int queued_target(int s, void *arg)
 {
@@ -682,6 +761,7 @@ static Suite *suite(void)
 	tcase_add_test(t1, lock_waits_for_device_work_times_out_and_blocks_api_calls);
 	tcase_add_test(t1, thousands_of_allocations_survive_native_checkpoint);
 	tcase_add_test(t1, lock_sends_queued_releases_before_checkpoint);
+	tcase_add_test(t1, scattered_allocations_survive_native_cycles_and_arena_pages_return);
 	tcase_add_test(t2, restore_remaps_gpus_by_uuid);
 	suite_add_tcase(s, t1);
 	suite_add_tcase(s, t2);

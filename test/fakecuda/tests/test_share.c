@@ -374,34 +374,6 @@ START_TEST(multicast_read_spans_slices_bound_separately)
 }
 END_TEST
 
-/* devd's arena of device 0 (its descriptor in devd, opened through /proc): allocated bytes. */
-static long long arena_bytes(void)
-{
-	char dir[64], path[400], link[128];
-	struct dirent *d;
-	long long bytes = -1;
-	DIR *dp;
-
-	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)fkt_devd_pid());
-	dp = opendir(dir);
-	ck_assert_ptr_nonnull(dp);
-	while ((d = readdir(dp))) {
-		ssize_t n;
-
-		snprintf(path, sizeof(path), "%s/%s", dir, d->d_name);
-		n = readlink(path, link, sizeof(link) - 1);
-		if (n > 0 && (link[n] = 0, strstr(link, "memfd:fakecuda-dev0"))) {
-			struct stat st;
-
-			ck_assert_int_eq(stat(path, &st), 0);
-			bytes = (long long)st.st_blocks * 512;
-		}
-	}
-	closedir(dp);
-	ck_assert_int_ge(bytes, 0);
-	return bytes;
-}
-
 #define MANY 3000
 
 /* Every allocation is a range of one arena: devd's descriptors do not grow with them. */
@@ -455,16 +427,16 @@ START_TEST(freed_memory_returns_to_the_system)
 	long long idle, busy;
 
 	fkt_init_ctx(0);
-	idle = arena_bytes();
+	idle = fkt_arena_bytes();
 	h = fkt_vmm_create(32 * MiB, 0, 0);
 	va = fkt_vmm_map(h, 32 * MiB, 0);
 	CK(cuMemsetD32(va, 0xdeadbeef, 8 * MiB));
-	busy = arena_bytes();
+	busy = fkt_arena_bytes();
 	ck_assert_int_ge(busy, idle + 32 * (long long)MiB);
 	CK(cuMemUnmap(va, 32 * MiB));
 	CK(cuMemRelease(h));
 	fkt_free_mem(); /* a request on our connection: devd has processed the release */
-	ck_assert_int_le(arena_bytes(), idle);
+	ck_assert_int_le(fkt_arena_bytes(), idle);
 	/* a new allocation never reuses the range: it reads zeros */
 	h = fkt_vmm_create(32 * MiB, 0, 0);
 	CK(cuMemMap(va, 32 * MiB, 0, h, 0));
