@@ -292,18 +292,18 @@ int fkt_check(const uint32_t *p, size_t n, uint32_t seed)
 
 long long fkt_arena_bytes(void)
 {
-	char dir[64], path[400], link[128];
+	char fddir[64], path[400], link[128];
 	struct dirent *d;
 	long long bytes = -1;
 	DIR *dp;
 
-	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)fkt_devd_pid());
-	dp = opendir(dir);
+	snprintf(fddir, sizeof(fddir), "/proc/%d/fd", (int)fkt_devd_pid());
+	dp = opendir(fddir);
 	ck_assert_ptr_nonnull(dp);
 	while ((d = readdir(dp))) {
 		ssize_t n;
 
-		snprintf(path, sizeof(path), "%s/%s", dir, d->d_name);
+		snprintf(path, sizeof(path), "%s/%s", fddir, d->d_name);
 		n = readlink(path, link, sizeof(link) - 1);
 		if (n > 0 && (link[n] = 0, strstr(link, "memfd:fakecuda-dev0"))) {
 			struct stat st;
