@@ -67,16 +67,47 @@ static int saved(const struct fk_alloc *a)
 	return a->used && a->kind != FK_A_IPC && !a->imported;
 }
 
-/* FAKECUDA_CKPT_US_PER_MB: a real driver moves device memory at 2-4 GB/s;
- * take as long for `bytes` (no lock, no malloc: restore-thread safe). */
-static void pace(uint64_t bytes)
-{
-	uint64_t us = (bytes >> 20) * fk_ckpt_us_per_mb;
-	struct timespec ts = {.tv_sec = (time_t)(us / 1000000), .tv_nsec = (long)(us % 1000000) * 1000};
+/*
+ * FAKECUDA_CKPT_US_PER_MB: a real driver moves device memory at 2-4 GB/s
+ * with its copy engines while the CPU mostly waits. The pacer models that:
+ * the copies go in steps of PACE_STEP bytes, and after each one the thread
+ * sleeps until the modelled transfer has caught up with it, so the CPU work
+ * of several processes checkpointing at once interleaves with the others'
+ * waiting, as DMA would (one sleep after all the copying would instead make
+ * every process's CPU work collide at the start).  No lock, no malloc:
+ * restore-thread safe.
+ */
+#define PACE_STEP (1u << 20)
 
-	if (us)
-		while (nanosleep(&ts, &ts) && errno == EINTR)
-			;
+struct pacer {
+	struct timespec t0;
+	uint64_t bytes;
+};
+
+static void pace_start(struct pacer *pc)
+{
+	clock_gettime(CLOCK_MONOTONIC, &pc->t0);
+	pc->bytes = 0;
+}
+
+/* `bytes` more were moved: wait until the model says they are done. */
+static void pace(struct pacer *pc, uint64_t bytes)
+{
+	uint64_t us;
+	struct timespec until;
+
+	pc->bytes += bytes;
+	if (!fk_ckpt_us_per_mb)
+		return;
+	us = pc->bytes * fk_ckpt_us_per_mb >> 20;
+	until.tv_sec = pc->t0.tv_sec + (time_t)(us / 1000000);
+	until.tv_nsec = pc->t0.tv_nsec + (long)(us % 1000000) * 1000;
+	if (until.tv_nsec >= 1000000000) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000;
+	}
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) == EINTR)
+		;
 }
 
 #ifndef MADV_POPULATE_WRITE
@@ -132,16 +163,21 @@ struct run {
 	size_t len;
 };
 
-static void run_copy(struct run *r)
+static void run_copy(struct run *r, struct pacer *pc)
 {
-	if (r->len)
-		memcpy(r->dst, r->src, r->len);
+	for (size_t o = 0; o < r->len; o += PACE_STEP) {
+		size_t n = r->len - o < PACE_STEP ? r->len - o : PACE_STEP;
+
+		memcpy(r->dst + o, r->src + o, n);
+		pace(pc, n);
+	}
 	r->len = 0;
 }
 
 static CUresult rt_checkpoint(void)
 {
 	struct run run = {0};
+	struct pacer pc;
 	uint64_t bytes = 0;
 	CUresult refusal = CUDA_SUCCESS;
 	size_t len = 0, slots;
@@ -154,6 +190,7 @@ static CUresult rt_checkpoint(void)
 	for (i = 0; i < FK_MAX_MC; i++)
 		if (G.mc[i].used)
 			return CUDA_ERROR_NOT_SUPPORTED; /* multicast is not checkpointable natively */
+	pace_start(&pc); /* the model's clock runs from the start of the step */
 	/* First get all the host memory, so that failing leaves everything as it was. */
 	for (i = 0; i < FK_MAX_ALLOC; i++)
 		if (saved(&G.alloc[i])) {
@@ -186,14 +223,14 @@ static CUresult rt_checkpoint(void)
 			if (run.len && run.src + run.len == a->win) {
 				run.len += a->size;
 			} else {
-				run_copy(&run);
+				run_copy(&run, &pc);
 				run = (struct run){.dst = a->save, .src = a->win, .len = a->size};
 			}
 			bytes += a->size;
 		}
 		a->win = NULL;
 	}
-	run_copy(&run);
+	run_copy(&run, &pc);
 	/* Releasing the device connection drops every device-side reference at
 	 * once; the arena mappings and descriptors go too, so that CRIU finds no
 	 * device memory to dump.  The queue is empty (the lock flushed it and
@@ -201,7 +238,6 @@ static CUresult rt_checkpoint(void)
 	 * FD it could hold. */
 	conn_flush_gated();
 	conn_close_all();
-	pace(bytes);
 	rt_refusal = refusal;
 	__atomic_store_n(&mb->state, CU_PROCESS_STATE_CHECKPOINTED, __ATOMIC_RELEASE);
 	return CUDA_SUCCESS;
@@ -270,21 +306,24 @@ struct arun {
  * without being zeroed first (the process's page tables fill later, on
  * touch).  The mapping is the fallback.
  */
-static void arun_copy(struct arun *r)
+static void arun_copy(struct arun *r, struct pacer *pc)
 {
 	const unsigned char *src = r->src;
 	uint64_t off = r->off;
 	size_t len = r->len;
 
 	while (len) {
-		ssize_t n = pwrite(r->ar->fd, src, len, (off_t)off);
+		size_t step = len < PACE_STEP ? len : PACE_STEP;
+		ssize_t n = pwrite(r->ar->fd, src, step, (off_t)off);
 
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
 			memcpy(r->ar->base + off, src, len);
+			pace(pc, len);
 			break;
 		}
+		pace(pc, (uint64_t)n);
 		src += n;
 		off += (uint64_t)n;
 		len -= (size_t)n;
@@ -299,7 +338,7 @@ static void arun_copy(struct arun *r)
  * of allocations that are contiguous in both (the batch is handed out in
  * order, so usually a few runs for all of them).
  */
-static CUresult recreate(int fd, struct fk_arena *arenas, const int *ord2phys, uint64_t *bytes)
+static CUresult recreate(int fd, struct fk_arena *arenas, const int *ord2phys, uint64_t *bytes, struct pacer *pc)
 {
 	struct fkw_req q = {.op = FKW_ALLOC_BATCH};
 	struct fkw_resp r;
@@ -351,12 +390,12 @@ static CUresult recreate(int fd, struct fk_arena *arenas, const int *ord2phys, u
 		    run.src + run.len == a->save) {
 			run.len += a->size;
 		} else {
-			arun_copy(&run);
+			arun_copy(&run, pc);
 			run = (struct arun){.ar = &arenas[ord2phys[a->ord]], .off = a->aoff, .src = a->save, .len = a->size};
 		}
 		*bytes += a->size;
 	}
-	arun_copy(&run);
+	arun_copy(&run, pc);
 out:
 	munmap(buf, len);
 	return res;
@@ -364,6 +403,7 @@ out:
 
 static CUresult rt_restore(void)
 {
+	struct pacer pc;
 	struct fk_devices nd;
 	struct fk_arena arenas[FKW_MAX_DEV];
 	int ord2phys[FKW_MAX_DEV];
@@ -376,16 +416,16 @@ static CUresult rt_restore(void)
 		return CUDA_ERROR_ILLEGAL_STATE;
 	if (rt_refusal != CUDA_SUCCESS)
 		return rt_refusal;
+	pace_start(&pc);
 	res = conn_open(&fd, &nd, arenas);
 	if (res)
 		return res;
 	res = remap(&nd, ord2phys);
 	if (res)
 		goto err;
-	res = recreate(fd, arenas, ord2phys, &bytes);
+	res = recreate(fd, arenas, ord2phys, &bytes, &pc);
 	if (res)
 		goto err;
-	pace(bytes);
 	/* Commit: nothing can fail from here on. */
 	for (k = 0; k < save_n; k++)
 		G.alloc[save_slot[k]].dflags &= ~FKW_AF_IPC; /* a new allocation is no IPC source */
