@@ -158,15 +158,14 @@ out:
 	return fd;
 }
 
-int cuip_fetch_many_on(int s, uint64_t creator, struct cuip_fetch_item *items, size_t n, char *err, size_t errlen)
+int cuip_fetch_many_send(int s, uint64_t creator, const struct cuip_fetch_item *items, size_t n, char *err,
+			 size_t errlen)
 {
 	Cuip__Request req = CUIP__REQUEST__INIT;
 	Cuip__FetchMany fm = CUIP__FETCH_MANY__INIT;
 	Cuip__Fetch *fv = NULL, **fp = NULL;
 	Cuip__AllocId *ids = NULL;
-	Cuip__Response *resp = NULL;
-	int fds[CUIP_MSG_MAX_FDS];
-	size_t nfds = 0, used = 0, i;
+	size_t i;
 	int ret;
 
 	if (n == 0 || n > CUIP_MSG_MAX_FDS) {
@@ -196,14 +195,26 @@ int cuip_fetch_many_on(int s, uint64_t creator, struct cuip_fetch_item *items, s
 	req.body_case = CUIP__REQUEST__BODY_FETCH_MANY;
 	req.fetch_many = &fm;
 	ret = cuip_msg_send(s, CUIP_KIND_REQUEST, &req.base, -1);
-	if (ret) {
+	if (ret)
 		snprintf(err, errlen, "sending the request: %s", strerror(-ret));
-		goto out;
-	}
+out:
+	free(fv);
+	free(fp);
+	free(ids);
+	return ret;
+}
+
+int cuip_fetch_many_recv(int s, struct cuip_fetch_item *items, size_t n, char *err, size_t errlen)
+{
+	Cuip__Response *resp = NULL;
+	int fds[CUIP_MSG_MAX_FDS];
+	size_t nfds = 0, used = 0, i;
+	int ret;
+
 	ret = cuip_msg_recvv(s, CUIP_KIND_RESPONSE, &cuip__response__descriptor, NULL, (ProtobufCMessage **)&resp, fds,
 			     n, &nfds, err, errlen);
 	if (ret)
-		goto out;
+		return ret;
 	if (resp->status) {
 		ret = resp->status;
 		snprintf(err, errlen, "creator refused: %s", resp->error ? resp->error : strerror(-ret));
@@ -231,10 +242,13 @@ int cuip_fetch_many_on(int s, uint64_t creator, struct cuip_fetch_item *items, s
 out:
 	while (nfds)
 		close(fds[--nfds]);
-	if (resp)
-		cuip__response__free_unpacked(resp, NULL);
-	free(fv);
-	free(fp);
-	free(ids);
+	cuip__response__free_unpacked(resp, NULL);
 	return ret;
+}
+
+int cuip_fetch_many_on(int s, uint64_t creator, struct cuip_fetch_item *items, size_t n, char *err, size_t errlen)
+{
+	int ret = cuip_fetch_many_send(s, creator, items, n, err, errlen);
+
+	return ret ? ret : cuip_fetch_many_recv(s, items, n, err, errlen);
 }

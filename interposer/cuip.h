@@ -375,6 +375,11 @@ struct cuip_fetch_item {
 /* Why a creator refused a fetch (its negative errno), in words. */
 const char *cuip_fetch_refusal(int err);
 int cuip_fetch_many_on(int s, uint64_t creator, struct cuip_fetch_item *items, size_t n, char *err, size_t errlen);
+/* The two halves, so that a caller can have the next batch in flight while
+ * it imports this one; the reply to each send must be received in order. */
+int cuip_fetch_many_send(int s, uint64_t creator, const struct cuip_fetch_item *items, size_t n, char *err,
+			 size_t errlen);
+int cuip_fetch_many_recv(int s, struct cuip_fetch_item *items, size_t n, char *err, size_t errlen);
 
 /* ---- inspection and operations (inspect.c, ops.c) ----------------------- */
 

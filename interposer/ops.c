@@ -650,11 +650,25 @@ static Cuip__Response *import_batch(struct cuip_alloc **v, struct cuip_fetch_ite
  * CUIP_MSG_MAX_FDS allocations (thousands of imports cost tens of round
  * trips, not thousands), then the driver imports, then one remap pass.
  */
+/* Ask creator of v[k..j) (one creator) for the next batch, from v[k]. */
+static int fetch_send(int s, struct cuip_alloc **v, size_t k, size_t j, struct cuip_fetch_item *it, char *why,
+		      size_t whylen)
+{
+	size_t m = j - k < CUIP_MSG_MAX_FDS ? j - k : CUIP_MSG_MAX_FDS;
+
+	for (size_t x = 0; x < m; x++)
+		it[x] = (struct cuip_fetch_item){
+			.serial = v[k + x]->serial, .token = v[k + x]->token, .toklen = sizeof(v[k + x]->token), .fd = -1};
+	return cuip_fetch_many_send(s, v[k]->creator, it, m, why, whylen);
+}
+
 static Cuip__Response *rebuild_importers(const Cuip__Rebuild *rb)
 {
-	struct cuip_fetch_item it[CUIP_MSG_MAX_FDS];
+	static struct cuip_fetch_item it[2][CUIP_MSG_MAX_FDS]; /* op thread only */
 	struct cuip_alloc **v;
-	size_t n = 0, i, j, k;
+	size_t n = 0, i, j, k, failed;
+	unsigned b;
+	int ret;
 	Cuip__Response *err = NULL;
 
 	for (struct cuip_alloc *a = vmm.head; a; a = a->next)
@@ -686,23 +700,28 @@ static Cuip__Response *rebuild_importers(const Cuip__Rebuild *rb)
 				    why);
 			break;
 		}
-		for (k = i; k < j && !err; k += CUIP_MSG_MAX_FDS) {
+		/* Batch b+1 is asked for before batch b is imported: the creator
+		 * dups and sends while this process imports. */
+		failed = i;
+		ret = fetch_send(s, v, i, j, it[0], why, sizeof(why));
+		for (k = i, b = 0; k < j && !err && !ret; k += CUIP_MSG_MAX_FDS, b ^= 1) {
 			size_t m = j - k < CUIP_MSG_MAX_FDS ? j - k : CUIP_MSG_MAX_FDS;
-			int ret;
 
-			for (size_t x = 0; x < m; x++)
-				it[x] = (struct cuip_fetch_item){.serial = v[k + x]->serial,
-								 .token = v[k + x]->token,
-								 .toklen = sizeof(v[k + x]->token),
-								 .fd = -1};
-			ret = cuip_fetch_many_on(s, a->creator, it, m, why, sizeof(why));
+			failed = k;
+			ret = cuip_fetch_many_recv(s, it[b], m, why, sizeof(why));
+			if (!ret && k + m < j && (ret = fetch_send(s, v, k + m, j, it[b ^ 1], why, sizeof(why))))
+				failed = k + m;
 			if (ret)
-				err = reply(ret, "pid %d: allocation " ID_FMT " from pid %d: %s", self.pid, ID(v[k]),
-					    a->creator_pid, why);
-			else
-				err = import_batch(v + k, it, m);
+				for (size_t x = 0; x < m; x++) /* received but not to be imported */
+					if (it[b][x].fd >= 0)
+						close(it[b][x].fd);
+			if (!ret)
+				err = import_batch(v + k, it[b], m);
 		}
-		close(s);
+		if (ret && !err)
+			err = reply(ret, "pid %d: allocation " ID_FMT " from pid %d: %s", self.pid, ID(v[failed]),
+				    a->creator_pid, why);
+		close(s); /* a reply still in flight goes, with its descriptors */
 	}
 	free(v);
 	return err ? err : remap(imported_here);
