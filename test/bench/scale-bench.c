@@ -3,7 +3,8 @@
  * tracked allocations (issue 11), on the fake driver.
  *
  *   scale-bench worker DIR RANK NPROC NALLOC SHARE_EVERY
- *	run under the interposer (LD_PRELOAD) and fakecuda-run: create NALLOC
+ *	run under the interposer (LD_PRELOAD) and fakecuda-run, on GPU RANK
+ *	modulo the device count: create NALLOC
  *	POSIX-capable allocations of one granule each, map them, tag each with
  *	8 bytes, export every SHARE_EVERY-th (the rest stay private) and import
  *	and map every other rank's shared ones. Then write DIR/rRANK.ready
@@ -124,7 +125,7 @@ static int worker(int argc, char **argv)
 	size_t gran;
 	CUcontext ctx;
 	CUdevice dev;
-	int *tickets;
+	int *tickets, ndev = 1;
 	char *line;
 	size_t cap, len = 0;
 
@@ -140,12 +141,14 @@ static int worker(int argc, char **argv)
 	signal(SIGUSR1, on_sig);
 	signal(SIGTERM, on_sig);
 	CK(cuInit(0));
-	CK(cuDeviceGet(&dev, 0));
+	CK(cuDeviceGetCount(&ndev));
+	CK(cuDeviceGet(&dev, rank % (ndev > 0 ? ndev : 1))); /* rank r on GPU r mod count */
 	CK(cuDevicePrimaryCtxRetain(&ctx, dev));
 	CK(cuCtxSetCurrent(ctx));
 	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
 	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
 	prop.location.id = dev;
+	acc.location.id = dev; /* imported memory of another GPU: through peer access */
 	prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 	CK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
 	m = calloc((size_t)(nalloc + nshared * nproc), sizeof(*m));
