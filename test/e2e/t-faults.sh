@@ -59,11 +59,12 @@ intact() {
 	[ "$(answers $N)" = "$before" ] || fail "$1: addresses changed"
 	# Descriptors and windows of released objects go away asynchronously
 	# (the interposer's threads, the fake's device worker): give them 2 s.
+	same=0
 	for _ in $(seq 20); do
-		[ "$(snapshot)" = "$snap" ] && break
+		[ "$(snapshot)" = "$snap" ] && { same=1; break; }
 		sleep 0.1
 	done
-	[ "$(snapshot)" = "$snap" ] || fail "$1: FDs or mappings leaked: before
+	[ $same = 1 ] || fail "$1: FDs or mappings leaked: before
 $snap
 after
 $(snapshot)
