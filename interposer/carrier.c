@@ -434,8 +434,9 @@ static void slice_done(struct worker *w)
 
 /* ---- save --------------------------------------------------------------- */
 
-/* One device->host copy per item of the slot's slice, all on one stream. */
-static int save_issue(struct worker *w, struct slot *sl)
+/* One copy per item of the slot's slice, all on one stream: device->host
+ * for save, host->device for load. A failed copy names its item and bytes. */
+static int issue(struct worker *w, struct slot *sl, bool to_host)
 {
 	struct xfer *x = w->x;
 	CUstream st = slot_stream(x, sl);
@@ -446,17 +447,20 @@ static int save_issue(struct worker *w, struct slot *sl)
 		return -1;
 	for (size_t i = sl->s.item; i <= sl->s.last; i++) {
 		const struct carrier_item *it = &x->items[i];
+		uint8_t *host;
 
 		if (!piece(x, &sl->s, i, &off, &len, &boff))
 			continue;
-		rc = x->ops->memcpy_dtoh_async((uint8_t *)sl->buf + boff, it->va + off, len, st);
+		host = (uint8_t *)sl->buf + boff;
+		rc = to_host ? x->ops->memcpy_dtoh_async(host, it->va + off, len, st)
+			     : x->ops->memcpy_htod_async(it->va + off, host, len, st);
 		if (rc != CUDA_SUCCESS) {
 			char nb[32];
 			fail(x, -EIO,
-			     "carrier save: %s: cuMemcpyDtoHAsync of bytes %" PRIu64 "-%" PRIu64
-			     " at %#llx failed: %s (%d)",
-			     item_name(it, i, nb, sizeof(nb)), off, off + len - 1, (unsigned long long)(it->va + off),
-			     cu_name(x->ops, rc), rc);
+			     "carrier %s: %s: %s of bytes %" PRIu64 "-%" PRIu64 " %s %#llx failed: %s (%d)",
+			     to_host ? "save" : "load", item_name(it, i, nb, sizeof(nb)),
+			     to_host ? "cuMemcpyDtoHAsync" : "cuMemcpyHtoDAsync", off, off + len - 1,
+			     to_host ? "at" : "to", (unsigned long long)(it->va + off), cu_name(x->ops, rc), rc);
 			return -1;
 		}
 	}
@@ -525,11 +529,11 @@ static void save_worker(struct worker *w)
 {
 	struct xfer *x = w->x;
 	struct slot *a = w->slot[0], *b = w->slot[1];
-	bool have_a = claim(x, &a->s) && !save_issue(w, a);
+	bool have_a = claim(x, &a->s) && !issue(w, a, true);
 
 	while (have_a) {
 		struct slot *t;
-		bool have_b = claim(x, &b->s) && !save_issue(w, b);
+		bool have_b = claim(x, &b->s) && !issue(w, b, true);
 
 		if (save_finish(w, a))
 			return;
@@ -640,32 +644,10 @@ static int load_read(struct worker *w, struct slot *sl)
 	return rc;
 }
 
-/* One host->device copy per item of the slot's slice, all on one stream. */
 static int load_issue(struct worker *w, struct slot *sl)
 {
-	struct xfer *x = w->x;
-	CUstream st = slot_stream(x, sl);
-	uint64_t off, len, boff;
-	CUresult rc;
-
-	if (use_ctx(w, sl->s.item))
+	if (issue(w, sl, false))
 		return -1;
-	for (size_t i = sl->s.item; i <= sl->s.last; i++) {
-		const struct carrier_item *it = &x->items[i];
-
-		if (!piece(x, &sl->s, i, &off, &len, &boff))
-			continue;
-		rc = x->ops->memcpy_htod_async(it->va + off, (uint8_t *)sl->buf + boff, len, st);
-		if (rc != CUDA_SUCCESS) {
-			char nb[32];
-			fail(x, -EIO,
-			     "carrier load: %s: cuMemcpyHtoDAsync of bytes %" PRIu64 "-%" PRIu64
-			     " to %#llx failed: %s (%d)",
-			     item_name(it, i, nb, sizeof(nb)), off, off + len - 1, (unsigned long long)(it->va + off),
-			     cu_name(x->ops, rc), rc);
-			return -1;
-		}
-	}
 	sl->busy = true;
 	return 0;
 }
