@@ -5,59 +5,26 @@
  * driver handle or FD. Runs on the op thread under the state lock; memory
  * comes from the op thread's reply arena.
  */
-#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "arena.h"
 #include "cuip.h"
 
 /* ---- reply arena (op thread only) ---------------------------------------- */
 
-/*
- * A reply describes tens of thousands of records, each a handful of small
- * protobuf structs: they are carved from 1 MiB blocks (calloc'd, so zeroed)
- * instead of one calloc each, and all go at once after the reply is sent.
- */
-#define ARENA_BLOCK (1u << 20)
-
-struct arena_block {
-	struct arena_block *next;
-	size_t used, cap;
-	max_align_t data[];
-};
-
-static struct arena_block *arena;
+/* A reply's records are carved from arena blocks (arena.h) and all go at
+ * once after the reply is sent. */
+static struct cuip_arena reply_arena;
 
 void *cuip_zalloc(size_t size)
 {
-	struct arena_block *b = arena;
-	void *p;
-
-	size = (size ? size : 1);
-	size = (size + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
-	if (!b || b->cap - b->used < size) {
-		size_t cap = size > ARENA_BLOCK ? size : ARENA_BLOCK;
-
-		b = calloc(1, sizeof(*b) + cap);
-		if (!b)
-			return NULL;
-		b->cap = cap;
-		b->next = arena;
-		arena = b;
-	}
-	p = (char *)b->data + b->used;
-	b->used += size;
-	return p;
+	return cuip_arena_alloc(&reply_arena, size);
 }
 
 void cuip_arena_release(void)
 {
-	while (arena) {
-		struct arena_block *b = arena;
-
-		arena = b->next;
-		free(b);
-	}
+	cuip_arena_clear(&reply_arena);
 }
 
 char *cuip_strdup(const char *s)

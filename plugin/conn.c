@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +13,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "arena.h"
 #include "conn.h"
 
 const char *cuip_request_name(int c)
@@ -57,51 +57,24 @@ static void set_rcvtimeo(int sock, unsigned ms)
 }
 
 /*
- * Responses are decoded into an arena: an INSPECT answer holds tens of
- * thousands of records, and protobuf-c's default allocator makes a malloc
- * (and later a free) per record, field array and byte string. The arena
- * takes 1 MiB blocks, frees nothing until the whole response goes, and is
- * found again through a short list of live responses (a few per
- * participant; phases decode on several threads, hence the lock).
+ * Responses are decoded into an arena (arena.h): an INSPECT answer holds
+ * tens of thousands of records, and protobuf-c's default allocator makes a
+ * malloc (and later a free) per record, field array and byte string. The
+ * arena of a response is found again through a short list of live responses
+ * (a few per participant; phases decode on several threads, hence the lock).
  */
-#define ARENA_BLOCK (1u << 20)
-
-struct arena_block {
-	struct arena_block *next;
-	size_t used, cap;
-	max_align_t data[];
-};
-
-struct arena {
-	struct arena *next; /* in the live list */
+struct live {
+	struct live *next;
 	const Cuip__Response *resp;
-	struct arena_block *head;
+	struct cuip_arena mem;
 };
 
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct arena *live;
+static struct live *live;
 
 static void *arena_alloc(void *data, size_t n)
 {
-	struct arena *a = data;
-	struct arena_block *b = a->head;
-	void *p;
-
-	n = (n + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
-	if (!b || b->cap - b->used < n) {
-		size_t cap = n > ARENA_BLOCK ? n : ARENA_BLOCK;
-
-		b = malloc(sizeof(*b) + cap);
-		if (!b)
-			return NULL;
-		b->next = a->head;
-		b->used = 0;
-		b->cap = cap;
-		a->head = b;
-	}
-	p = (char *)b->data + b->used;
-	b->used += n;
-	return p;
+	return cuip_arena_alloc(&((struct live *)data)->mem, n);
 }
 
 static void arena_free(void *data, void *p)
@@ -110,20 +83,15 @@ static void arena_free(void *data, void *p)
 	(void)p; /* everything goes with the arena */
 }
 
-static void arena_destroy(struct arena *a)
+static void arena_destroy(struct live *a)
 {
-	while (a->head) {
-		struct arena_block *b = a->head;
-
-		a->head = b->next;
-		free(b);
-	}
+	cuip_arena_clear(&a->mem);
 	free(a);
 }
 
 void cuip_response_free(Cuip__Response *resp)
 {
-	struct arena **pp, *a = NULL;
+	struct live **pp, *a = NULL;
 
 	if (!resp)
 		return;
@@ -145,7 +113,7 @@ void cuip_response_free(Cuip__Response *resp)
 int cuip_call(int sock, const Cuip__Request *req, int fd_out, unsigned timeout_ms, Cuip__Response **resp, char *err,
 	      size_t errlen)
 {
-	struct arena *a = calloc(1, sizeof(*a));
+	struct live *a = calloc(1, sizeof(*a));
 	ProtobufCAllocator alloc = {.alloc = arena_alloc, .free = arena_free, .allocator_data = a};
 	ProtobufCMessage *m = NULL;
 	char why[256] = "";

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <dirent.h>
 
+#include "arena.h"
 #include "wire.h"
 
 static int count_fds(void)
@@ -240,6 +241,38 @@ START_TEST(message_carries_many_fds_and_refuses_too_many)
 }
 END_TEST
 
+START_TEST(arena_gives_zeroed_aligned_memory_across_blocks)
+{
+	struct cuip_arena a = {0};
+	unsigned char *p, *prev = NULL, *big;
+
+	/* Enough small pieces to fill several 1 MiB blocks: each zeroed,
+	 * aligned, and not overlapping the previous one. */
+	for (int i = 0; i < 40000; i++) {
+		p = cuip_arena_alloc(&a, 1 + (size_t)(i % 97));
+		ck_assert_ptr_nonnull(p);
+		ck_assert_uint_eq((uintptr_t)p % _Alignof(max_align_t), 0);
+		for (int k = 0; k < 1 + i % 97; k++)
+			ck_assert_uint_eq(p[k], 0);
+		memset(p, 0xa5, 1 + (size_t)(i % 97));
+		ck_assert(!prev || p >= prev + 1 || p + 97 <= prev);
+		prev = p;
+	}
+	/* Bigger than a block: a block of its own. */
+	big = cuip_arena_alloc(&a, 3u << 20);
+	ck_assert_ptr_nonnull(big);
+	ck_assert_uint_eq(big[0], 0);
+	ck_assert_uint_eq(big[(3u << 20) - 1], 0);
+	cuip_arena_clear(&a);
+	ck_assert_ptr_null(a.head);
+	/* Usable again after clearing. */
+	p = cuip_arena_alloc(&a, 16);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_uint_eq(p[15], 0);
+	cuip_arena_clear(&a);
+}
+END_TEST
+
 /* Send raw bytes with `nfds` descriptors attached, as a hostile peer would. */
 static void send_raw(int sock, const void *buf, size_t len, const int *fds, int nfds)
 {
@@ -402,6 +435,7 @@ static Suite *wire_suite(void)
 	tcase_add_test(tc, decode_refuses_bad_input_with_reasons);
 	tcase_add_test(tc, message_carries_one_fd_close_on_exec);
 	tcase_add_test(tc, message_carries_many_fds_and_refuses_too_many);
+	tcase_add_test(tc, arena_gives_zeroed_aligned_memory_across_blocks);
 	tcase_add_test(tc, malformed_messages_leak_no_descriptor);
 	tcase_add_test(tc, send_to_a_closed_peer_returns_epipe_without_signal);
 	tcase_add_test(tc, image_files_are_atomic_and_checked);
