@@ -17,10 +17,8 @@ static uint64_t mix(uint64_t h, uint64_t v)
 	return h ^ (h >> 29);
 }
 
-static int by_id(const void *x, const void *y)
+int cuip_alloc_id_cmp(const Cuip__AllocId *a, const Cuip__AllocId *b)
 {
-	const Cuip__AllocId *a = (*(Cuip__Allocation *const *)x)->id, *b = (*(Cuip__Allocation *const *)y)->id;
-
 	if (!a || !b)
 		return !a - !b;
 	if (a->creator != b->creator)
@@ -28,14 +26,19 @@ static int by_id(const void *x, const void *y)
 	return a->serial < b->serial ? -1 : a->serial > b->serial;
 }
 
-static int by_va(const void *x, const void *y)
+int cuip_cmp_alloc_by_id(const void *x, const void *y)
+{
+	return cuip_alloc_id_cmp((*(Cuip__Allocation *const *)x)->id, (*(Cuip__Allocation *const *)y)->id);
+}
+
+int cuip_cmp_mapping_by_va(const void *x, const void *y)
 {
 	const Cuip__Mapping *a = *(Cuip__Mapping *const *)x, *b = *(Cuip__Mapping *const *)y;
 
 	return a->va < b->va ? -1 : a->va > b->va;
 }
 
-static int by_location(const void *x, const void *y)
+int cuip_cmp_access_by_location(const void *x, const void *y)
 {
 	const Cuip__Access *a = *(Cuip__Access *const *)x, *b = *(Cuip__Access *const *)y;
 
@@ -60,8 +63,8 @@ static void *sorted(void *const *v, size_t n, size_t size, int (*cmp)(const void
 
 bool cuip_state_digest(const Cuip__ProcessState *st, uint64_t *out)
 {
-	Cuip__Allocation **al = sorted((void *const *)st->allocations, st->n_allocations, sizeof(*al), by_id);
-	Cuip__Mapping **mp = sorted((void *const *)st->mappings, st->n_mappings, sizeof(*mp), by_va);
+	Cuip__Allocation **al = sorted((void *const *)st->allocations, st->n_allocations, sizeof(*al), cuip_cmp_alloc_by_id);
+	Cuip__Mapping **mp = sorted((void *const *)st->mappings, st->n_mappings, sizeof(*mp), cuip_cmp_mapping_by_va);
 	Cuip__Access *acc[64];
 	uint64_t h = mix(0, 0x43555650u); /* "CUIP" */
 	bool ok = al && mp;
@@ -93,7 +96,7 @@ bool cuip_state_digest(const Cuip__ProcessState *st, uint64_t *out)
 				break;
 			}
 			memcpy(ac, m->access, m->n_access * sizeof(*ac));
-			qsort(ac, m->n_access, sizeof(*ac), by_location);
+			qsort(ac, m->n_access, sizeof(*ac), cuip_cmp_access_by_location);
 		}
 		for (size_t k = 0; k < m->n_access; k++) {
 			h = mix(h, ac[k]->va);

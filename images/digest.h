@@ -26,4 +26,14 @@
 
 bool cuip_state_digest(const Cuip__ProcessState *st, uint64_t *out);
 
+/* The canonical orders, as qsort comparators over arrays of pointers:
+ * allocations by identity (creator, serial), mappings by address, access
+ * entries by location (type, id) then address. VERIFY's record-by-record
+ * comparison sorts with the same ones. */
+int cuip_cmp_alloc_by_id(const void *x, const void *y);
+/* The identity order itself (a missing identity sorts last). */
+int cuip_alloc_id_cmp(const Cuip__AllocId *a, const Cuip__AllocId *b);
+int cuip_cmp_mapping_by_va(const void *x, const void *y);
+int cuip_cmp_access_by_location(const void *x, const void *y);
+
 #endif

@@ -760,46 +760,17 @@ static Cuip__Response *op_rebuild(const Cuip__Rebuild *rb)
 
 /* ---- VERIFY ---------------------------------------------------------------- */
 
-static int acc_cmp(const void *x, const void *y)
-{
-	const Cuip__Access *a = *(Cuip__Access *const *)x, *b = *(Cuip__Access *const *)y;
-
-	if (a->location_type != b->location_type)
-		return a->location_type < b->location_type ? -1 : 1;
-	if (a->location_id != b->location_id)
-		return a->location_id < b->location_id ? -1 : 1;
-	return a->va < b->va ? -1 : a->va > b->va;
-}
-
 static bool same_access(Cuip__Access **x, size_t nx, Cuip__Access **y, size_t ny)
 {
 	if (nx != ny)
 		return false;
-	qsort(x, nx, sizeof(*x), acc_cmp);
-	qsort(y, ny, sizeof(*y), acc_cmp);
+	qsort(x, nx, sizeof(*x), cuip_cmp_access_by_location);
+	qsort(y, ny, sizeof(*y), cuip_cmp_access_by_location);
 	for (size_t i = 0; i < nx; i++)
 		if (x[i]->va != y[i]->va || x[i]->size != y[i]->size || x[i]->location_type != y[i]->location_type ||
 		    x[i]->location_id != y[i]->location_id || x[i]->flags != y[i]->flags)
 			return false;
 	return true;
-}
-
-static int alloc_id_cmp(const void *x, const void *y)
-{
-	const Cuip__AllocId *a = (*(Cuip__Allocation *const *)x)->id, *b = (*(Cuip__Allocation *const *)y)->id;
-
-	if (!a || !b)
-		return !a - !b;
-	if (a->creator != b->creator)
-		return a->creator < b->creator ? -1 : 1;
-	return a->serial < b->serial ? -1 : a->serial > b->serial;
-}
-
-static int map_va_cmp(const void *x, const void *y)
-{
-	const Cuip__Mapping *a = *(Cuip__Mapping *const *)x, *b = *(Cuip__Mapping *const *)y;
-
-	return a->va < b->va ? -1 : a->va > b->va;
 }
 
 /* What VERIFY checks before comparing records: nothing may still be
@@ -877,10 +848,10 @@ static Cuip__Response *op_verify(Cuip__Verify *v)
 		return err;
 	/* Matched by sorting both sides (identity, address): linear after the
 	 * sort, where a search per record was quadratic in the record count. */
-	qsort(now->allocations, now->n_allocations, sizeof(*now->allocations), alloc_id_cmp);
-	qsort(exp->allocations, exp->n_allocations, sizeof(*exp->allocations), alloc_id_cmp);
-	qsort(now->mappings, now->n_mappings, sizeof(*now->mappings), map_va_cmp);
-	qsort(exp->mappings, exp->n_mappings, sizeof(*exp->mappings), map_va_cmp);
+	qsort(now->allocations, now->n_allocations, sizeof(*now->allocations), cuip_cmp_alloc_by_id);
+	qsort(exp->allocations, exp->n_allocations, sizeof(*exp->allocations), cuip_cmp_alloc_by_id);
+	qsort(now->mappings, now->n_mappings, sizeof(*now->mappings), cuip_cmp_mapping_by_va);
+	qsort(exp->mappings, exp->n_mappings, sizeof(*exp->mappings), cuip_cmp_mapping_by_va);
 	for (size_t i = 0; i < exp->n_allocations; i++) {
 		const Cuip__Allocation *e = exp->allocations[i];
 		const Cuip__Allocation *f = now->allocations[i];

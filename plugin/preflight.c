@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "digest.h"
 #include "log.h"
 #include "preflight.h"
 
@@ -63,23 +64,9 @@ static int same_id(const Cuip__AllocId *a, const Cuip__AllocId *b)
 	return a && b && a->creator == b->creator && a->serial == b->serial;
 }
 
-static int id_cmp(const Cuip__AllocId *a, const Cuip__AllocId *b)
-{
-	if (!a || !b)
-		return !a - !b;
-	if (a->creator != b->creator)
-		return a->creator < b->creator ? -1 : 1;
-	return a->serial < b->serial ? -1 : a->serial > b->serial;
-}
-
-static int alloc_cmp(const void *x, const void *y)
-{
-	return id_cmp((*(Cuip__Allocation *const *)x)->id, (*(Cuip__Allocation *const *)y)->id);
-}
-
 void cuip_sort_allocs(Cuip__ProcessState *st)
 {
-	qsort(st->allocations, st->n_allocations, sizeof(*st->allocations), alloc_cmp);
+	qsort(st->allocations, st->n_allocations, sizeof(*st->allocations), cuip_cmp_alloc_by_id);
 }
 
 /*
@@ -94,7 +81,7 @@ const Cuip__Allocation *cuip_find_alloc(const Cuip__ProcessState *st, const Cuip
 		return NULL;
 	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;
-		int c = id_cmp(st->allocations[mid]->id, id);
+		int c = cuip_alloc_id_cmp(st->allocations[mid]->id, id);
 
 		if (!c)
 			return st->allocations[mid];
