@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "client.h" /* interposer/client.c, linked into the tests */
 #include "wire.h"
 
 #define MiB	  (1ul << 20)
@@ -69,20 +70,6 @@ int h_connect(pid_t pid);
 Cuip__ProcessState *h_state(pid_t pid);
 void h_state_free(Cuip__ProcessState *st);
 int h_request(int sock, Cuip__Request *req, int fd_in, Cuip__Response **resp, int *fd_out);
-
-/* interposer/client.c, linked into the tests */
-int cuip_client_connect(const char *path);
-int cuip_client_call(int sock, const Cuip__Request *req, int fd_in, Cuip__Response **resp, int *fd_out, char *err,
-		     size_t errlen);
-int cuip_client_handshake(int sock, const char *client, Cuip__ProcessId *self_out, char *err, size_t errlen);
-struct cuip_fetch_item {
-	uint64_t serial;
-	const uint8_t *token;
-	size_t toklen;
-	int fd;
-};
-int cuip_fetch_many_on(int s, uint64_t creator, struct cuip_fetch_item *items, size_t n, char *err, size_t errlen);
-const char *cuip_fetch_refusal(int err);
 
 /* Descriptor passing between test processes. */
 int h_send_fd(int sock, int fd, const void *buf, size_t len);
