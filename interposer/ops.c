@@ -727,14 +727,26 @@ static Cuip__Response *rebuild_importers(const Cuip__Rebuild *rb)
 	return err ? err : remap(imported_here);
 }
 
+/* A REBUILD or VERIFY that names another process (the coordinator talking
+ * to the wrong socket) is refused before it touches anything. */
+static bool not_us(const Cuip__ProcessId *id)
+{
+	return id && id->id != self.id;
+}
+
+static Cuip__Response *wrong_process(const char *op, const Cuip__ProcessId *id)
+{
+	return reply(-ESRCH, "pid %d: %s names process %016llx, this is %016llx", self.pid, op,
+		     (unsigned long long)id->id, (unsigned long long)self.id);
+}
+
 static Cuip__Response *op_rebuild(const Cuip__Rebuild *rb)
 {
 	Cuip__Phase ph = cuip_phase();
 	Cuip__Response *err = NULL;
 
-	if (rb->self && rb->self->id != self.id)
-		return reply(-ESRCH, "pid %d: REBUILD names process %016llx, this is %016llx", self.pid,
-			     (unsigned long long)rb->self->id, (unsigned long long)self.id);
+	if (not_us(rb->self))
+		return wrong_process("REBUILD", rb->self);
 	/* QUIESCED with multicast detached: a rollback after PREPARE_MULTICAST. */
 	if (ph == CUIP__PHASE__PHASE_ACTIVE || (ph == CUIP__PHASE__PHASE_QUIESCED && !cuip_mc_any_detached()))
 		return reply(-EBUSY, "pid %d: REBUILD in phase %s (shared memory is attached)", self.pid,
@@ -810,9 +822,8 @@ static Cuip__Response *verify_digest(const Cuip__Verify *v)
 	if (!v->has_digest || !v->has_allocations || !v->has_mappings)
 		return reply(-EINVAL, "pid %d: VERIFY without an expected state or a digest with its counts",
 			     self.pid);
-	if (v->self && v->self->id != self.id)
-		return reply(-ESRCH, "pid %d: VERIFY names process %016llx, this is %016llx", self.pid,
-			     (unsigned long long)v->self->id, (unsigned long long)self.id);
+	if (not_us(v->self))
+		return wrong_process("VERIFY", v->self);
 	now = cuip_state_build();
 	if (!now)
 		return reply(-ENOMEM, "pid %d: out of memory", self.pid);
@@ -837,9 +848,8 @@ static Cuip__Response *op_verify(Cuip__Verify *v)
 
 	if (!exp)
 		return verify_digest(v);
-	if (exp->self && exp->self->id != self.id)
-		return reply(-ESRCH, "pid %d: VERIFY names process %016llx, this is %016llx", self.pid,
-			     (unsigned long long)exp->self->id, (unsigned long long)self.id);
+	if (not_us(exp->self))
+		return wrong_process("VERIFY", exp->self);
 	now = cuip_state_build();
 	if (!now)
 		return reply(-ENOMEM, "pid %d: out of memory", self.pid);
