@@ -63,7 +63,8 @@ static void *sorted(void *const *v, size_t n, size_t size, int (*cmp)(const void
 
 bool cuip_state_digest(const Cuip__ProcessState *st, uint64_t *out)
 {
-	Cuip__Allocation **al = sorted((void *const *)st->allocations, st->n_allocations, sizeof(*al), cuip_cmp_alloc_by_id);
+	Cuip__Allocation **al =
+		sorted((void *const *)st->allocations, st->n_allocations, sizeof(*al), cuip_cmp_alloc_by_id);
 	Cuip__Mapping **mp = sorted((void *const *)st->mappings, st->n_mappings, sizeof(*mp), cuip_cmp_mapping_by_va);
 	Cuip__Access *acc[64];
 	uint64_t h = mix(0, 0x43555650u); /* "CUIP" */

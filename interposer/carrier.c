@@ -456,8 +456,7 @@ static int issue(struct worker *w, struct slot *sl, bool to_host)
 			     : x->ops->memcpy_htod_async(it->va + off, host, len, st);
 		if (rc != CUDA_SUCCESS) {
 			char nb[32];
-			fail(x, -EIO,
-			     "carrier %s: %s: %s of bytes %" PRIu64 "-%" PRIu64 " %s %#llx failed: %s (%d)",
+			fail(x, -EIO, "carrier %s: %s: %s of bytes %" PRIu64 "-%" PRIu64 " %s %#llx failed: %s (%d)",
 			     to_host ? "save" : "load", item_name(it, i, nb, sizeof(nb)),
 			     to_host ? "cuMemcpyDtoHAsync" : "cuMemcpyHtoDAsync", off, off + len - 1,
 			     to_host ? "at" : "to", (unsigned long long)(it->va + off), cu_name(x->ops, rc), rc);

@@ -77,7 +77,7 @@ int cuip_client_handshake(int sock, const char *client, Cuip__ProcessId *self_ou
 
 const char *cuip_fetch_refusal(int err)
 {
-	return err == -ENOENT ? "not exported here (released, or never created by this process)"
+	return err == -ENOENT	? "not exported here (released, or never created by this process)"
 	       : err == -EACCES ? "token does not match"
 				: strerror(-err);
 }

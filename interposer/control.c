@@ -219,8 +219,7 @@ static int do_fetch(struct conn *c, const Cuip__Fetch *f)
 	fd = cuip_xc_dup(f->alloc->creator, f->alloc->serial, f->token.data, f->token.len);
 	if (fd < 0) {
 		snprintf(msg, sizeof(msg), "allocation %016llx:%llu: %s", (unsigned long long)f->alloc->creator,
-			 (unsigned long long)f->alloc->serial,
-			 cuip_fetch_refusal(fd));
+			 (unsigned long long)f->alloc->serial, cuip_fetch_refusal(fd));
 		return reply_status(c->fd, fd, msg);
 	}
 	ret = cuip_msg_send(c->fd, CUIP_KIND_RESPONSE, &r.base, fd);

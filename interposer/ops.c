@@ -629,8 +629,8 @@ static Cuip__Response *import_batch(struct cuip_alloc **v, struct cuip_fetch_ite
 			continue;
 		}
 		if (it[i].fd < 0) {
-			err = reply(it[i].fd, "pid %d: allocation " ID_FMT " from pid %d: creator refused: %s", self.pid,
-				    ID(a), a->creator_pid, cuip_fetch_refusal(it[i].fd));
+			err = reply(it[i].fd, "pid %d: allocation " ID_FMT " from pid %d: creator refused: %s",
+				    self.pid, ID(a), a->creator_pid, cuip_fetch_refusal(it[i].fd));
 			continue;
 		}
 		r = real.cuMemImportFromShareableHandle(&a->drv, (void *)(uintptr_t)it[i].fd,
@@ -657,8 +657,10 @@ static int fetch_send(int s, struct cuip_alloc **v, size_t k, size_t j, struct c
 	size_t m = j - k < CUIP_MSG_MAX_FDS ? j - k : CUIP_MSG_MAX_FDS;
 
 	for (size_t x = 0; x < m; x++)
-		it[x] = (struct cuip_fetch_item){
-			.serial = v[k + x]->serial, .token = v[k + x]->token, .toklen = sizeof(v[k + x]->token), .fd = -1};
+		it[x] = (struct cuip_fetch_item){.serial = v[k + x]->serial,
+						 .token = v[k + x]->token,
+						 .toklen = sizeof(v[k + x]->token),
+						 .fd = -1};
 	return cuip_fetch_many_send(s, v[k]->creator, it, m, why, whylen);
 }
 
@@ -820,8 +822,7 @@ static Cuip__Response *verify_digest(const Cuip__Verify *v)
 	uint64_t d;
 
 	if (!v->has_digest || !v->has_allocations || !v->has_mappings)
-		return reply(-EINVAL, "pid %d: VERIFY without an expected state or a digest with its counts",
-			     self.pid);
+		return reply(-EINVAL, "pid %d: VERIFY without an expected state or a digest with its counts", self.pid);
 	if (not_us(v->self))
 		return wrong_process("VERIFY", v->self);
 	now = cuip_state_build();

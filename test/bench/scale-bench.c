@@ -451,7 +451,8 @@ static int coord(int argc, char **argv)
 				return 1;
 			par[k] = grp[4];
 			ratio[k] = par[k] / slow[k];
-			printf(" s\n  all %d in parallel: %.3f s = %.2f x the slowest alone (%.3f s), %.2f x their sum (%.3f s)\n"
+			printf(" s\n  all %d in parallel: %.3f s = %.2f x the slowest alone (%.3f s), %.2f x their sum "
+			       "(%.3f s)\n"
 			       "  per step, all at once / slowest alone: lock %.3f/%.3f checkpoint %.3f/%.3f restore "
 			       "%.3f/%.3f unlock %.3f/%.3f\n",
 			       n, par[k], ratio[k], slow[k], par[k] / sum[k], sum[k], grp[0], smax[0], grp[1], smax[1],

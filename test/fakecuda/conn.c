@@ -111,7 +111,7 @@ CUresult conn_rpc_unlocked(int fd, const struct fkw_req *q, struct fkw_resp *r, 
 	if (fkw_send(fd, q, sizeof(*q), NULL, 0) < 0)
 		return CUDA_ERROR_DEVICE_UNAVAILABLE;
 	return conn_recv_resp(fd, q, r, fds, maxfds, &nfds) ? CUDA_ERROR_DEVICE_UNAVAILABLE
-							     : conn_check_resp(r, fds, nfds);
+							    : conn_check_resp(r, fds, nfds);
 }
 
 int conn_recv_resp(int fd, const struct fkw_req *q, struct fkw_resp *r, int *fds, int maxfds, int *nfds)

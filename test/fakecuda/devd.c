@@ -163,7 +163,7 @@ struct conn {
 	struct ref **refs; /* by (kind, id): nrefbuck buckets */
 	unsigned nrefbuck;
 	size_t nrefs;
-	size_t in_off, in_len;	    /* unread bytes: in[in_off, in_len) */
+	size_t in_off, in_len; /* unread bytes: in[in_off, in_len) */
 	unsigned fdq_head, fdq_n;
 	int fdq[FDQ_CAP];
 	unsigned char in[IN_CAP];
@@ -181,8 +181,8 @@ static struct {
 	uint64_t used[FKW_MAX_DEV];
 	struct fkw_dev_info info[FKW_MAX_DEV];
 	uint64_t mc_gran, mc_rec_gran, mc_round;
-	int arena[FKW_MAX_DEV];		 /* one sparse memfd per device */
-	uint64_t arena_len[FKW_MAX_DEV]; /* its size (grown with ftruncate) */
+	int arena[FKW_MAX_DEV];		  /* one sparse memfd per device */
+	uint64_t arena_len[FKW_MAX_DEV];  /* its size (grown with ftruncate) */
 	uint64_t arena_next[FKW_MAX_DEV]; /* bump pointer: offsets are never reused */
 	uint64_t page;
 	struct alloc **allocs; /* by id: nbucket buckets */
@@ -791,8 +791,8 @@ static int do_alloc_batch(struct conn *c, const struct fkw_req *q, struct fkw_re
 	for (i = 0; i < q->n && res == CUDA_SUCCESS; i++) {
 		struct alloc *a;
 
-		res = alloc_new(c, ent[i].dev, ent[i].size, ent[i].flags, arec ? &arec[i] : NULL, rrec ? &rrec[i] : NULL,
-				&a);
+		res = alloc_new(c, ent[i].dev, ent[i].size, ent[i].flags, arec ? &arec[i] : NULL,
+				rrec ? &rrec[i] : NULL, &a);
 		if (res == CUDA_SUCCESS) {
 			ret[i].id = a->id;
 			ret[i].off = a->off;
@@ -1388,7 +1388,8 @@ int main(int argc, char **argv)
 				char buf[16];
 				struct export *x = (struct export *)e;
 
-				if ((evs[i].events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) || read(x->fd, buf, sizeof(buf)) <= 0)
+				if ((evs[i].events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) ||
+				    read(x->fd, buf, sizeof(buf)) <= 0)
 					export_close(x);
 			}
 		}

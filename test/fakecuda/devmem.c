@@ -198,9 +198,8 @@ CUresult mc_refresh(struct fk_mc *m)
 		b->memoff = r.u.b[i].memoff;
 		b->size = r.u.b[i].size;
 		b->alloc_size = r.u.b[i].alloc_size;
-		b->win = r.u.b[i].adev < FKW_MAX_DEV
-				 ? arena_ptr(&G.arena[r.u.b[i].adev], r.u.b[i].aoff, b->alloc_size)
-				 : NULL;
+		b->win = r.u.b[i].adev < FKW_MAX_DEV ? arena_ptr(&G.arena[r.u.b[i].adev], r.u.b[i].aoff, b->alloc_size)
+						     : NULL;
 		if (b->win)
 			m->nb++;
 	}

@@ -93,7 +93,7 @@ struct fk_alloc {
 	enum fk_akind kind;
 	uint64_t devd_id;
 	uint64_t aoff; /* offset in devd's arena of its device */
-	int ord; /* device ordinal as the application sees it */
+	int ord;       /* device ordinal as the application sees it */
 	size_t size;
 	uint32_t dflags; /* FKW_AF_* */
 	int imported;	 /* VMM import (cuMemImportFromShareableHandle) */
@@ -210,7 +210,7 @@ struct fk_global {
 	pthread_mutex_t lock;
 	atomic_int initialized;
 	pid_t pid;
-	int conn; /* the device connection, -1 when closed (checkpointed) */
+	int conn;			    /* the device connection, -1 when closed (checkpointed) */
 	struct fk_arena arena[FKW_MAX_DEV]; /* per physical device */
 	pthread_mutex_t conn_lock;
 	char sockpath[108];
@@ -258,7 +258,7 @@ int64_t fk_now_ns(void);
 /* gate.c: the API gate the checkpoint lock closes. */
 void gate_enter(void);
 void gate_leave(void);
-int gate_try_enter(void); /* 1 entered, 0 closed (does not wait) */
+int gate_try_enter(void);		 /* 1 entered, 0 closed (does not wait) */
 int gate_close(unsigned int timeout_ms); /* restore thread; 0 or -ETIMEDOUT */
 void gate_open(void);
 

@@ -190,7 +190,7 @@ static CUresult rt_checkpoint(void)
 	for (i = 0; i < FK_MAX_MC; i++)
 		if (G.mc[i].used)
 			return CUDA_ERROR_NOT_SUPPORTED; /* multicast is not checkpointable natively */
-	pace_start(&pc); /* the model's clock runs from the start of the step */
+	pace_start(&pc);				 /* the model's clock runs from the start of the step */
 	/* First get all the host memory, so that failing leaves everything as it was. */
 	for (i = 0; i < FK_MAX_ALLOC; i++)
 		if (saved(&G.alloc[i])) {
@@ -346,7 +346,7 @@ static CUresult recreate(int fd, struct fk_arena *arenas, const int *ord2phys, u
 	union slot {
 		struct fkw_alloc_ent ent;
 		struct fkw_alloc_ret ret;
-	} *buf;
+	} * buf;
 	size_t len;
 	uint32_t n = save_n, k;
 	CUresult res = CUDA_SUCCESS;
@@ -391,7 +391,8 @@ static CUresult recreate(int fd, struct fk_arena *arenas, const int *ord2phys, u
 			run.len += a->size;
 		} else {
 			arun_copy(&run, pc);
-			run = (struct arun){.ar = &arenas[ord2phys[a->ord]], .off = a->aoff, .src = a->save, .len = a->size};
+			run = (struct arun){
+				.ar = &arenas[ord2phys[a->ord]], .off = a->aoff, .src = a->save, .len = a->size};
 		}
 		*bytes += a->size;
 	}

@@ -164,7 +164,7 @@ static void load(int s, Cuip__SaveReply *sr, int fd)
 }
 
 static Cuip__Response *rebuild_call(int s, Cuip__Stage stage, Cuip__ProcessState *exp, Cuip__PeerSocket **peers,
-				     size_t np)
+				    size_t np)
 {
 	Cuip__Request req = CUIP__REQUEST__INIT;
 	Cuip__Rebuild rb = CUIP__REBUILD__INIT;

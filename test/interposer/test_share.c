@@ -683,7 +683,8 @@ START_TEST(batched_fetch_answers_every_item_in_order)
 	ck_assert_int_eq(cuip_fetch_many_on(s, t[0]->alloc->creator, it, 6, err, sizeof(err)), 0);
 	ck_assert_int_eq(it[2].fd, -EACCES);
 	ck_assert_int_eq(it[4].fd, -ENOENT);
-	ck_assert_str_eq(cuip_fetch_refusal(it[4].fd), "not exported here (released, or never created by this process)");
+	ck_assert_str_eq(cuip_fetch_refusal(it[4].fd),
+			 "not exported here (released, or never created by this process)");
 	for (int i = 0; i < 6; i++) {
 		if (i == 2 || i == 4)
 			continue;

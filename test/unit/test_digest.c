@@ -101,16 +101,16 @@ START_TEST(every_compared_field_counts)
 
 	build(f);
 	base = digest(f);
-#define CHANGED(stmt, undo)                                           \
-	do {                                                          \
-		stmt;                                                 \
-		seen[n] = digest(f);                                  \
+#define CHANGED(stmt, undo)                                               \
+	do {                                                              \
+		stmt;                                                     \
+		seen[n] = digest(f);                                      \
 		ck_assert_msg(seen[n] != base, "%s: same digest", #stmt); \
-		for (int j = 0; j < n; j++)                           \
-			ck_assert_uint_ne(seen[j], seen[n]);          \
-		n++;                                                  \
-		undo;                                                 \
-		ck_assert_uint_eq(digest(f), base);                   \
+		for (int j = 0; j < n; j++)                               \
+			ck_assert_uint_ne(seen[j], seen[n]);              \
+		n++;                                                      \
+		undo;                                                     \
+		ck_assert_uint_eq(digest(f), base);                       \
 	} while (0)
 	CHANGED(f->id[1].serial = 99, f->id[1].serial = 2);
 	CHANGED(f->id[3].creator = 0x2222, f->id[3].creator = 0x1112);

@@ -524,7 +524,7 @@ START_TEST(lock_waits_for_device_work_times_out_and_blocks_api_calls)
 }
 END_TEST
 
-#define MANY 3000
+#define MANY  3000
 #define SMALL (64 << 10)
 
 /* Target with MANY small private allocations, each with its own bytes at one reservation. */
@@ -580,7 +580,7 @@ START_TEST(thousands_of_allocations_survive_native_checkpoint)
 	ck_assert_int_eq(arena_fds(pid), 1);
 	device_footprint(pid, &w, &k);
 	ck_assert_int_eq(w, 1); /* the arena is mapped once, however many allocations */
-	vm0 = vm_gib(pid); /* with the arena's reservation (terabytes) */
+	vm0 = vm_gib(pid);	/* with the arena's reservation (terabytes) */
 	CK(cuCheckpointProcessLock(pid, NULL));
 	CK(cuCheckpointProcessCheckpoint(pid, NULL));
 	/* nothing of device memory is left in the process for CRIU to dump,
@@ -698,7 +698,7 @@ static int queued_target(int s, void *arg)
 	va = fkt_vmm_map(keep, 4 * MiB, 0);
 	fkt_fill(buf, NW, 0x9090);
 	CK(cuMemcpyHtoD(va + MiB, buf, sizeof(buf)));
-	fkt_free_mem(); /* devd has both allocations */
+	fkt_free_mem();		/* devd has both allocations */
 	CK(cuMemRelease(gone)); /* queued */
 	fkt_send(s, "r", 1);
 	if (fkt_recv(s, &m, 1)) /* 'v': verify */

@@ -683,7 +683,7 @@ static int quick_creator(int s, void *arg)
 	close(fd);
 	CK(cuMemUnmap(va, 2 * MiB));
 	CK(cuMemRelease(h));
-	fkt_free_mem(); /* devd has processed our release */
+	fkt_free_mem();		/* devd has processed our release */
 	if (fkt_recv(s, &m, 1)) /* wait for the importer's go */
 		return 3;
 	fkt_send(s, "d", 1);
@@ -714,7 +714,7 @@ START_TEST(queued_import_keeps_the_allocation_when_every_fd_is_closed)
 	fkt_send(s, "g", 1);
 	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
 	ck_assert_int_eq(fkt_wait(pid), 0); /* the creator is gone too */
-	usleep(20000); /* devd would have freed it by now if nothing held it */
+	usleep(20000);			    /* devd would have freed it by now if nothing held it */
 	va = fkt_vmm_map(imp, 2 * MiB, 0);
 	memset(buf, 0, sizeof(buf));
 	CK(cuMemcpyDtoH(buf, va + MiB, sizeof(buf)));
