@@ -2,8 +2,8 @@
  * client.c - talking to a process's control socket: used by importers to
  * fetch export FDs from creators, by the CLI (inspect) and by tests. Plain
  * functions over wire.c, no state. Every request on a connection follows a
- * HANDSHAKE; a FETCH is answered with the FD attached, or a negative errno;
- * a FETCH_MANY with one status per item and the FDs of the good ones.
+ * HANDSHAKE; a FETCH_MANY is answered with one status per item and the FDs
+ * of the good ones (a single fetch is a batch of one).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -124,38 +124,15 @@ int cuip_fetch(const char *path, uint64_t creator, uint64_t serial, const uint8_
 int cuip_fetch_on(int s, uint64_t creator, uint64_t serial, const uint8_t *token, size_t toklen, char *err,
 		  size_t errlen)
 {
-	Cuip__Request req = CUIP__REQUEST__INIT;
-	Cuip__Fetch f = CUIP__FETCH__INIT;
-	Cuip__AllocId id = CUIP__ALLOC_ID__INIT;
-	Cuip__Response *resp = NULL;
-	int fd = -1, ret;
+	struct cuip_fetch_item it = {.serial = serial, .token = token, .toklen = toklen, .fd = -1};
+	int ret = cuip_fetch_many_on(s, creator, &it, 1, err, errlen);
 
-	id.creator = creator;
-	id.serial = serial;
-	f.alloc = &id;
-	f.token.data = (uint8_t *)token;
-	f.token.len = toklen;
-	req.body_case = CUIP__REQUEST__BODY_FETCH;
-	req.fetch = &f;
-	ret = cuip_client_call(s, &req, -1, &resp, &fd, err, errlen);
 	if (ret)
-		goto out;
-	if (resp->status) {
-		ret = resp->status;
-		snprintf(err, errlen, "creator refused: %s", resp->error ? resp->error : strerror(-ret));
-	} else if (fd < 0) {
-		ret = -EPROTO;
-		snprintf(err, errlen, "creator answered without a descriptor");
-	}
-out:
-	if (resp)
-		cuip__response__free_unpacked(resp, NULL);
-	if (ret) {
-		if (fd >= 0)
-			close(fd);
 		return ret;
-	}
-	return fd;
+	if (it.fd < 0)
+		snprintf(err, errlen, "creator refused: allocation %016llx:%llu: %s", (unsigned long long)creator,
+			 (unsigned long long)serial, cuip_fetch_refusal(it.fd));
+	return it.fd;
 }
 
 int cuip_fetch_many_send(int s, uint64_t creator, const struct cuip_fetch_item *items, size_t n, char *err,

@@ -7,8 +7,8 @@
  * connection's peer must be root or our own uid (SO_PEERCRED).
  *
  * "cuip-ctl" accepts connections and reads requests. It answers HANDSHAKE,
- * FETCH (a dup of a cached export, xcache.c), FETCH_MANY (as many dups on
- * one reply) and BYE itself: none of them
+ * FETCH_MANY (dups of cached exports, xcache.c, on one reply) and BYE
+ * itself: none of them
  * takes the state lock or calls the driver, so an importer is served even
  * while the application or our own op thread is busy. Everything else goes
  * to "cuip-op", one request at a time per connection; that connection is
@@ -208,27 +208,6 @@ static int do_handshake(struct conn *c, const Cuip__Handshake *hs)
 	return cuip_msg_send(c->fd, CUIP_KIND_RESPONSE, &r.base, -1);
 }
 
-static int do_fetch(struct conn *c, const Cuip__Fetch *f)
-{
-	Cuip__Response r = CUIP__RESPONSE__INIT;
-	char msg[160];
-	int fd, ret;
-
-	if (!f->alloc)
-		return reply_status(c->fd, -EINVAL, "fetch names no allocation");
-	fd = cuip_xc_dup(f->alloc->creator, f->alloc->serial, f->token.data, f->token.len);
-	if (fd < 0) {
-		snprintf(msg, sizeof(msg), "allocation %016llx:%llu: %s", (unsigned long long)f->alloc->creator,
-			 (unsigned long long)f->alloc->serial, cuip_fetch_refusal(fd));
-		return reply_status(c->fd, fd, msg);
-	}
-	ret = cuip_msg_send(c->fd, CUIP_KIND_RESPONSE, &r.base, fd);
-	close(fd);
-	if (!ret)
-		cuip_xc_served();
-	return ret;
-}
-
 /* One status per item and the FDs of the good ones, in order; a bad item
  * costs only its own status. */
 static int do_fetch_many(struct conn *c, const Cuip__FetchMany *fm)
@@ -293,9 +272,6 @@ static bool serve_one(int idx)
 	switch (req->body_case) {
 	case CUIP__REQUEST__BODY_HANDSHAKE:
 		ret = do_handshake(c, req->handshake);
-		break;
-	case CUIP__REQUEST__BODY_FETCH:
-		ret = do_fetch(c, req->fetch);
 		break;
 	case CUIP__REQUEST__BODY_FETCH_MANY:
 		ret = do_fetch_many(c, req->fetch_many);

@@ -39,8 +39,6 @@ const char *cuip_request_name(int c)
 		return "VERIFY";
 	case CUIP__REQUEST__BODY_RESUME:
 		return "RESUME";
-	case CUIP__REQUEST__BODY_FETCH:
-		return "FETCH";
 	case CUIP__REQUEST__BODY_FETCH_MANY:
 		return "FETCH_MANY";
 	case CUIP__REQUEST__BODY_BYE:

@@ -42,7 +42,8 @@ static size_t seeds(uint8_t *out[5], size_t lens[5])
 	Cuip__ProcessId *parts[1] = {&self};
 	Cuip__Ticket t = CUIP__TICKET__INIT;
 	Cuip__Request req = CUIP__REQUEST__INIT;
-	Cuip__Fetch fetch = CUIP__FETCH__INIT;
+	Cuip__Fetch fetch = CUIP__FETCH__INIT, *fetchp[1] = {&fetch};
+	Cuip__FetchMany fm = CUIP__FETCH_MANY__INIT;
 	Cuip__Response resp = CUIP__RESPONSE__INIT;
 
 	self.id = 77;
@@ -91,8 +92,10 @@ static size_t seeds(uint8_t *out[5], size_t lens[5])
 	t.creator_socket = "/run/cuinterpose/1234-000000000000004d.sock";
 	fetch.alloc = &id;
 	fetch.token = t.token;
-	req.body_case = CUIP__REQUEST__BODY_FETCH;
-	req.fetch = &fetch;
+	fm.n_items = 1;
+	fm.items = fetchp;
+	req.body_case = CUIP__REQUEST__BODY_FETCH_MANY;
+	req.fetch_many = &fm;
 	resp.status = 0;
 	resp.body_case = CUIP__RESPONSE__BODY_STATE;
 	resp.state = &st;
