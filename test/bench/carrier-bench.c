@@ -472,6 +472,23 @@ static void verify_device(void)
 	free(want);
 }
 
+/* On opt.device: the primary context, opt.size device bytes filled with the
+ * pattern, and the pinned buffer the baselines and checks use. */
+static void device_setup(void)
+{
+	CUcontext ctx;
+	CUdevice d;
+
+	CK(cu.device_get(&d, opt.device));
+	CK(cu.primary_retain(&ctx, d));
+	CK(cu.ctx_set(ctx));
+	CK(cu.mem_alloc(&dev, opt.size));
+	pinned_len = opt.size < 1024 * MIB ? opt.size : 1024 * MIB;
+	CK(cu.host_alloc((void **)&pinned, pinned_len, CU_MEMHOSTALLOC_PORTABLE));
+	fill_device();
+	CK(cu.ctx_sync());
+}
+
 /* ---- several processes at once (-P) -------------------------------------- */
 
 /*
@@ -507,8 +524,6 @@ static void overlap_child(unsigned i, unsigned k, int go, int back)
 	struct cfiles c;
 	struct crun cr = {0};
 	struct pmsg m = {1, 0};
-	CUcontext ctx;
-	CUdevice d;
 	int n = 1;
 	char b;
 
@@ -517,14 +532,7 @@ static void overlap_child(unsigned i, unsigned k, int go, int back)
 	*(void **)&count = sym("cuDeviceGetCount");
 	CK(count(&n));
 	opt.device = (opt.device + (int)i) % (n ? n : 1);
-	CK(cu.device_get(&d, opt.device));
-	CK(cu.primary_retain(&ctx, d));
-	CK(cu.ctx_set(ctx));
-	CK(cu.mem_alloc(&dev, opt.size));
-	pinned_len = opt.size < 1024 * MIB ? opt.size : 1024 * MIB;
-	CK(cu.host_alloc((void **)&pinned, pinned_len, CU_MEMHOSTALLOC_PORTABLE));
-	fill_device();
-	CK(cu.ctx_sync());
+	device_setup();
 	snprintf(carrier_path, sizeof(carrier_path), "%s/carrier-bench-p%u-of-%u.%d", opt.dir, i, k, getpid());
 	cfiles_open(&c, 0);
 	xwrite(back, &m, sizeof(m)); /* ready */
@@ -659,8 +667,6 @@ int main(int argc, char **argv)
 	double d2h[MAX_RUNS], h2d[MAX_RUNS], w1[MAX_RUNS], r1[MAX_RUNS], wn[MAX_RUNS], rn[MAX_RUNS];
 	unsigned wbest = 1, rbest = 1;
 	unsigned procs = 0;
-	CUcontext ctx;
-	CUdevice d;
 	int c;
 
 	while ((c = getopt(argc, argv, "s:d:S:c:t:w:F:r:D:l:P:i:fnh")) != -1) {
@@ -725,14 +731,7 @@ int main(int argc, char **argv)
 
 	load_driver();
 	CK(cu.init(0));
-	CK(cu.device_get(&d, opt.device));
-	CK(cu.primary_retain(&ctx, d));
-	CK(cu.ctx_set(ctx));
-	CK(cu.mem_alloc(&dev, opt.size));
-	pinned_len = opt.size < 1024 * MIB ? opt.size : 1024 * MIB;
-	CK(cu.host_alloc((void **)&pinned, pinned_len, CU_MEMHOSTALLOC_PORTABLE));
-	fill_device();
-	CK(cu.ctx_sync());
+	device_setup();
 
 	printf("carrier-bench: %.2f GiB device memory on device %d via %s; files in %s\n", opt.size / (1024.0 * MIB),
 	       opt.device, opt.lib, opt.dir);
