@@ -117,7 +117,6 @@ struct mcobj {
 struct export
 {
 	struct ev ev;
-	struct export *next, *prev;
 	int fd;
 	int kind;
 	uint64_t id;
@@ -166,6 +165,7 @@ struct conn {
 	size_t in_off, in_len; /* unread bytes: in[in_off, in_len) */
 	unsigned fdq_head, fdq_n;
 	int fdq[FDQ_CAP];
+	int broken; /* a descriptor was lost: the FIFO no longer matches the records */
 	unsigned char in[IN_CAP];
 };
 
@@ -191,8 +191,7 @@ static struct {
 	struct range *punch; /* freed arena ranges not yet punched out (punch_flush) */
 	size_t npunch, punch_cap;
 	struct mcobj *mcs;
-	struct export *exports; /* doubly linked: any one closes in O(1) */
-	uint64_t nexports;
+	uint64_t nexports; /* live exports (each held by its socket's epoll entry) */
 	struct conn *conns;
 	uint64_t next_id;
 	int epfd;
@@ -607,14 +606,21 @@ static ssize_t conn_fill(struct conn *c, int block)
 				c->fdq[(c->fdq_head + c->fdq_n) % FDQ_CAP] = v;
 				c->fdq_n++;
 			} else {
-				logf_("pid %d: too many descriptors in flight, one dropped\n", (int)c->pid);
 				close(v);
+				c->broken = 1;
 			}
 		}
 	}
-	if (mh.msg_flags & MSG_CTRUNC)
-		logf_("pid %d: descriptors truncated\n", (int)c->pid);
+	c->broken |= (mh.msg_flags & MSG_CTRUNC) != 0;
 	c->in_len += (size_t)n;
+	if (c->broken) {
+		/* Descriptors pair with records in order: after a lost one,
+		 * every later EXPORT/IMPORT_REF would take the wrong one. */
+		logf_("pid %d: a descriptor was lost (truncated or too many in flight): dropping the connection\n",
+		      (int)c->pid);
+		errno = EPROTO;
+		return -1;
+	}
 	return n;
 }
 
@@ -627,7 +633,7 @@ static int conn_read(struct conn *c, void *buf, size_t len)
 		size_t k = c->in_len - c->in_off;
 
 		if (k == 0) {
-			if (conn_fill(c, 1) <= 0)
+			if (c->broken || conn_fill(c, 1) <= 0)
 				return -1;
 			continue;
 		}
@@ -681,12 +687,6 @@ static void conn_close(struct conn *c)
 
 static void export_close(struct export *e)
 {
-	if (e->prev)
-		e->prev->next = e->next;
-	else
-		D.exports = e->next;
-	if (e->next)
-		e->next->prev = e->prev;
 	D.nexports--;
 	epoll_ctl(D.epfd, EPOLL_CTL_DEL, e->fd, NULL);
 	close(e->fd);
@@ -841,10 +841,6 @@ static void do_export(struct conn *c, const struct fkw_req *q, int infd)
 	obj_ref(e->kind, e->id);
 	ee.data.ptr = e;
 	epoll_ctl(D.epfd, EPOLL_CTL_ADD, e->fd, &ee);
-	e->next = D.exports;
-	if (e->next)
-		e->next->prev = e;
-	D.exports = e;
 	D.nexports++;
 }
 
@@ -1168,6 +1164,10 @@ static void serve_conn(struct conn *c)
 			if (reads++ >= 64 && c->in_len == c->in_off)
 				return; /* level-triggered: epoll reports the rest */
 			n = conn_fill(c, 0);
+			if (c->broken) {
+				conn_close(c);
+				return;
+			}
 			if (n == 0 && c->in_len == c->in_off) {
 				conn_close(c);
 				return;
