@@ -102,6 +102,22 @@ static int flush_locked(int fd, const struct fkw_req *extra, int extra_fd)
 	return err;
 }
 
+static int conn_recv_resp(int fd, const struct fkw_req *q, struct fkw_resp *r, int *fds, int maxfds, int *nfds)
+{
+	return fkw_recv(fd, r, fkw_resp_len(q->op), fds, maxfds, nfds) < 0 ? -1 : 0;
+}
+
+static CUresult conn_check_resp(struct fkw_resp *r, int *fds, int nfds)
+{
+	if ((int)r->nfds != nfds || r->result != CUDA_SUCCESS) {
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		if (r->result == CUDA_SUCCESS)
+			return CUDA_ERROR_OPERATING_SYSTEM; /* out of descriptors */
+	}
+	return (CUresult)r->result;
+}
+
 CUresult conn_rpc_unlocked(int fd, const struct fkw_req *q, struct fkw_resp *r, int *fds, int maxfds)
 {
 	int nfds = 0;
@@ -112,22 +128,6 @@ CUresult conn_rpc_unlocked(int fd, const struct fkw_req *q, struct fkw_resp *r, 
 		return CUDA_ERROR_DEVICE_UNAVAILABLE;
 	return conn_recv_resp(fd, q, r, fds, maxfds, &nfds) ? CUDA_ERROR_DEVICE_UNAVAILABLE
 							    : conn_check_resp(r, fds, nfds);
-}
-
-int conn_recv_resp(int fd, const struct fkw_req *q, struct fkw_resp *r, int *fds, int maxfds, int *nfds)
-{
-	return fkw_recv(fd, r, fkw_resp_len(q->op), fds, maxfds, nfds) < 0 ? -1 : 0;
-}
-
-CUresult conn_check_resp(struct fkw_resp *r, int *fds, int nfds)
-{
-	if ((int)r->nfds != nfds || r->result != CUDA_SUCCESS) {
-		for (int i = 0; i < nfds; i++)
-			close(fds[i]);
-		if (r->result == CUDA_SUCCESS)
-			return CUDA_ERROR_OPERATING_SYSTEM; /* out of descriptors */
-	}
-	return (CUresult)r->result;
 }
 
 CUresult conn_rpc(const struct fkw_req *q, struct fkw_resp *r, int *fds, int maxfds)
@@ -145,16 +145,22 @@ CUresult conn_rpc(const struct fkw_req *q, struct fkw_resp *r, int *fds, int max
 	return res;
 }
 
+/* Sends q (with sendfd) now, after what is queued; G.conn_lock held. */
+static CUresult send_now_locked(const struct fkw_req *q, int sendfd)
+{
+	if (sendfd >= 0 && oq.nfd == FKW_MAX_FDS)
+		flush_locked(G.conn, NULL, -1); /* a descriptor slot for sendfd */
+	return flush_locked(G.conn, q, sendfd) ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_SUCCESS;
+}
+
 CUresult conn_send(const struct fkw_req *q, int sendfd)
 {
-	int err;
+	CUresult res;
 
 	pthread_mutex_lock(&G.conn_lock);
-	if (sendfd >= 0 && oq.nfd == FKW_MAX_FDS)
-		flush_locked(G.conn, NULL, -1);
-	err = flush_locked(G.conn, q, sendfd);
+	res = send_now_locked(q, sendfd);
 	pthread_mutex_unlock(&G.conn_lock);
-	return err ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_SUCCESS;
+	return res;
 }
 
 CUresult conn_queue(const struct fkw_req *q, int fd)
@@ -166,8 +172,7 @@ CUresult conn_queue(const struct fkw_req *q, int fd)
 		pthread_mutex_unlock(&G.conn_lock);
 		return CUDA_ERROR_DEVICE_UNAVAILABLE;
 	}
-	if (oq.nrec == FK_QMAX || (fd >= 0 && oq.nfd == FKW_MAX_FDS) ||
-	    (oq.nrec && fk_now_ns() >= atomic_load(&oq_since) + flush_ns))
+	if (oq.nrec == FK_QMAX || (fd >= 0 && oq.nfd == FKW_MAX_FDS) || (oq.nrec && fk_now_ns() >= conn_flush_due()))
 		flush_locked(G.conn, NULL, -1); /* full, or overdue while the worker is busy */
 	if (fd >= 0) {
 		dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
@@ -177,10 +182,10 @@ CUresult conn_queue(const struct fkw_req *q, int fd)
 		}
 		if (dup_fd < 0) {
 			/* no descriptor to spare: send it now, as the application's copy is open */
-			int err = flush_locked(G.conn, q, fd);
+			CUresult res = send_now_locked(q, fd);
 
 			pthread_mutex_unlock(&G.conn_lock);
-			return err ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_SUCCESS;
+			return res;
 		}
 		oq.fd[oq.nfd++] = dup_fd;
 	}
@@ -219,12 +224,17 @@ int conn_flush_async(void)
 	return 0;
 }
 
-/* The restore thread, with the gate closed (nobody else is in the API, and
- * the worker's flush enters the gate): no lock, only system calls. */
+/* The restore thread, with the gate closed: nobody else is in the API and
+ * the worker's flush enters the gate, but fork's prepare handler runs outside
+ * it. Only a try: if that handler holds the lock, it is sending the queue
+ * itself, and blocking here could wait on a thread CRIU has frozen. */
 void conn_flush_gated(void)
 {
+	if (pthread_mutex_trylock(&G.conn_lock))
+		return;
 	if (oq.nrec || oq.nfd)
 		flush_locked(G.conn, NULL, -1);
+	pthread_mutex_unlock(&G.conn_lock);
 }
 
 /* Fork: the parent sends what is queued and keeps the lock across fork, so
@@ -232,8 +242,8 @@ void conn_flush_gated(void)
 void conn_fork_prepare(void)
 {
 	pthread_mutex_lock(&G.conn_lock);
-	if (G.conn >= 0 && oq.nrec)
-		flush_locked(G.conn, NULL, -1);
+	if (oq.nrec || oq.nfd)
+		flush_locked(G.conn, NULL, -1); /* without a connection: only closes our copies */
 }
 
 void conn_fork_parent(void)
@@ -241,14 +251,10 @@ void conn_fork_parent(void)
 	pthread_mutex_unlock(&G.conn_lock);
 }
 
-/* The child: its copies of queued descriptors must not keep exports alive. */
+/* The child: the prepare handler emptied the queue (no copy of an export
+ * FD of ours is left to keep an export alive); only the lock remains. */
 void conn_fork_child(void)
 {
-	for (int i = 0; i < oq.nfd; i++)
-		close(oq.fd[i]);
-	oq.nrec = 0;
-	oq.nfd = 0;
-	atomic_store(&oq_since, 0);
 	pthread_mutex_unlock(&G.conn_lock);
 }
 

@@ -271,8 +271,6 @@ void conn_setup(void); /* cuInit: FAKECUDA_FLUSH_US */
 /* A synchronous request (after everything queued, on the same sendmsg). */
 CUresult conn_rpc(const struct fkw_req *q, struct fkw_resp *r, int *fds, int maxfds);
 CUresult conn_rpc_unlocked(int fd, const struct fkw_req *q, struct fkw_resp *r, int *fds, int maxfds);
-int conn_recv_resp(int fd, const struct fkw_req *q, struct fkw_resp *r, int *fds, int maxfds, int *nfds);
-CUresult conn_check_resp(struct fkw_resp *r, int *fds, int nfds);
 /* One-way, sent now after everything queued; sendfd stays the caller's. */
 CUresult conn_send(const struct fkw_req *q, int sendfd);
 /* One-way, queued (sent in a batch); fd (-1: none) is duplicated into the queue. */

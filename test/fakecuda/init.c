@@ -65,8 +65,9 @@ static void atfork_child(void)
 		return;
 	}
 	forked_child = 1;
-	/* The child must not keep the parent's device connection alive (nor
-	 * copies of export FDs queued by it) or answer for its mailbox. */
+	/* The child must not keep the parent's device connection alive or
+	 * answer for its mailbox (the prepare handler already sent the queue,
+	 * with its copies of export FDs). */
 	conn_fork_child();
 	conn_close_all();
 	rt_after_fork_child();

@@ -14,6 +14,7 @@
  * readable without it.
  * Execution takes G.lock per work item (never across a kernel's delay).
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -51,15 +52,23 @@ static void run(struct fk_op *op, uint64_t seq)
 {
 	CUresult r;
 
-	/* a long kernel must not hold back the one-way queue's timed flush */
-	for (uint32_t left = op->delay_us; left > 0;) {
-		uint32_t us = left < 1000 ? left : 1000;
-		int64_t due = conn_flush_due();
+	/* The kernel's delay, to an absolute end (no drift from steps); a long
+	 * kernel must not hold back the one-way queue's timed flush. */
+	if (op->delay_us) {
+		int64_t end = fk_now_ns() + (int64_t)op->delay_us * 1000;
+		int flushing = 1; /* until the gate refuses it (a lock flushed) */
 
-		usleep(us);
-		left -= us;
-		if (due && fk_now_ns() >= due)
-			conn_flush_async();
+		for (;;) {
+			int64_t due = flushing ? conn_flush_due() : 0, until = due && due < end ? due : end;
+			struct timespec ts = {.tv_sec = (time_t)(until / 1000000000),
+					      .tv_nsec = (long)(until % 1000000000)};
+
+			while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+				;
+			if (until == end)
+				break;
+			flushing = conn_flush_async() == 0;
+		}
 	}
 	LOCK();
 	r = op_execute(op);
@@ -77,7 +86,7 @@ static void run(struct fk_op *op, uint64_t seq)
 
 /*
  * Idle, the worker also sends the connection's queue of one-way messages
- * once its oldest record is FK_FLUSH_NS old (conn.c), so that devd sees a
+ * once its oldest record is FAKECUDA_FLUSH_US old (1 ms; conn.c), so that devd sees a
  * release soon without one wakeup per message.  q_lock held.
  */
 static void idle_wait(void)
