@@ -235,22 +235,41 @@ size_t fkt_free_mem_settles(size_t want)
 	return f;
 }
 
-int fkt_count_fds(pid_t pid)
+int fkt_fds_like(pid_t pid, const char *like, long long *bytes)
 {
-	char path[64];
+	char fddir[64], path[400], link[128];
 	struct dirent *d;
 	DIR *dp;
 	int n = 0;
 
-	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-	dp = opendir(path);
+	snprintf(fddir, sizeof(fddir), "/proc/%d/fd", (int)pid);
+	dp = opendir(fddir);
 	if (!dp)
 		return -1;
-	while ((d = readdir(dp)))
-		if (d->d_name[0] != '.')
-			n++;
+	while ((d = readdir(dp))) {
+		ssize_t k;
+
+		if (d->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", fddir, d->d_name);
+		k = like ? readlink(path, link, sizeof(link) - 1) : 0;
+		if (like && (k <= 0 || (link[k] = 0, !strstr(link, like))))
+			continue;
+		n++;
+		if (bytes) {
+			struct stat st;
+
+			ck_assert_int_eq(stat(path, &st), 0);
+			*bytes = (long long)st.st_blocks * 512;
+		}
+	}
 	closedir(dp);
 	return n;
+}
+
+int fkt_count_fds(pid_t pid)
+{
+	return fkt_fds_like(pid, NULL, NULL);
 }
 
 pid_t fkt_devd_pid(void)
@@ -292,27 +311,9 @@ int fkt_check(const uint32_t *p, size_t n, uint32_t seed)
 
 long long fkt_arena_bytes(void)
 {
-	char fddir[64], path[400], link[128];
-	struct dirent *d;
 	long long bytes = -1;
-	DIR *dp;
 
-	snprintf(fddir, sizeof(fddir), "/proc/%d/fd", (int)fkt_devd_pid());
-	dp = opendir(fddir);
-	ck_assert_ptr_nonnull(dp);
-	while ((d = readdir(dp))) {
-		ssize_t n;
-
-		snprintf(path, sizeof(path), "%s/%s", fddir, d->d_name);
-		n = readlink(path, link, sizeof(link) - 1);
-		if (n > 0 && (link[n] = 0, strstr(link, "memfd:fakecuda-dev0"))) {
-			struct stat st;
-
-			ck_assert_int_eq(stat(path, &st), 0);
-			bytes = (long long)st.st_blocks * 512;
-		}
-	}
-	closedir(dp);
+	ck_assert_int_eq(fkt_fds_like(fkt_devd_pid(), "memfd:fakecuda-dev0", &bytes), 1);
 	ck_assert_int_ge(bytes, 0);
 	return bytes;
 }

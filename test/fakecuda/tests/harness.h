@@ -71,6 +71,9 @@ size_t fkt_free_mem(void);
 size_t fkt_free_mem_settles(size_t want);
 /* Entries of /proc/PID/fd, and devd's pid (from SOCKET.pid). */
 int fkt_count_fds(pid_t pid);
+/* Descriptors of pid whose link contains `like` (all if NULL); with bytes,
+ * the allocated size of the (last) matching file. -1: no such process. */
+int fkt_fds_like(pid_t pid, const char *like, long long *bytes);
 pid_t fkt_devd_pid(void);
 /* Bytes allocated in devd's arena of device 0 (its memfd, through /proc/DEVD/fd). */
 long long fkt_arena_bytes(void);

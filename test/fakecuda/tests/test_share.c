@@ -5,12 +5,14 @@
  * forked before the test's own cuInit and talk over a socketpair.
  */
 #include <dirent.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -751,19 +753,31 @@ START_TEST(fork_sends_queued_releases_and_the_child_has_no_device)
 	child = fork();
 	ck_assert_int_ge(child, 0);
 	if (child == 0) {
-		/* no device state: every call, and no arena mapping or descriptor */
+		/* No device state: every call fails, no arena mapping or
+		 * descriptor, and no socket connected to devd (the device
+		 * connection) is left open. */
 		int bad = cuMemGetInfo(&fr, &tot) != CUDA_ERROR_NOT_INITIALIZED;
+		const char *devd = getenv("FAKECUDA_SOCKET");
 		FILE *f = fopen("/proc/self/maps", "r");
 		char line[512];
 
 		while (f && fgets(line, sizeof(line), f))
-			bad |= strstr(line, "fakecuda-dev") != NULL;
+			bad |= (strstr(line, "fakecuda-dev") != NULL) << 1;
 		if (f)
 			fclose(f);
+		bad |= (fkt_fds_like(getpid(), "memfd:fakecuda-dev", NULL) != 0) << 2;
+		for (int i = 0; i < 1024; i++) {
+			struct sockaddr_un sa;
+			socklen_t len = sizeof(sa);
+
+			if (!getpeername(i, (struct sockaddr *)&sa, &len) && sa.sun_family == AF_UNIX && devd &&
+			    len > offsetof(struct sockaddr_un, sun_path) && !strcmp(sa.sun_path, devd))
+				bad |= 8;
+		}
 		_exit(bad);
 	}
 	ck_assert_int_eq(waitpid(child, &st, 0), child);
-	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %#x", st);
 	/* the observer sees the releases long before the 10 s flush delay */
 	fkt_send(s, &before, sizeof(before));
 	ck_assert_int_eq(fkt_recv(s, &ms, sizeof(ms)), 0);
