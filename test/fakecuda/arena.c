@@ -115,3 +115,8 @@ void arena_drop(struct fk_arena *ar, int n)
 	}
 	arena_reset(ar, n);
 }
+
+unsigned char *arena_at(unsigned dev, uint64_t off, size_t size)
+{
+	return dev < FKW_MAX_DEV ? arena_ptr(&G.arena[dev], off, size) : NULL;
+}

@@ -198,8 +198,7 @@ CUresult mc_refresh(struct fk_mc *m)
 		b->memoff = r.u.b[i].memoff;
 		b->size = r.u.b[i].size;
 		b->alloc_size = r.u.b[i].alloc_size;
-		b->win = r.u.b[i].adev < FKW_MAX_DEV ? arena_ptr(&G.arena[r.u.b[i].adev], r.u.b[i].aoff, b->alloc_size)
-						     : NULL;
+		b->win = arena_at(r.u.b[i].adev, r.u.b[i].aoff, b->alloc_size);
 		if (b->win)
 			m->nb++;
 	}

@@ -290,6 +290,9 @@ void arena_setup(void);
 void arena_reset(struct fk_arena *ar, int n);
 /* The bytes [off, off+size) of the arena, mapping what is new; NULL if out of the reservation. */
 unsigned char *arena_ptr(struct fk_arena *ar, uint64_t off, size_t size);
+/* The same in this process's arena of physical device `dev` (NULL when dev
+ * is out of range: a value that came from devd or an export record). */
+unsigned char *arena_at(unsigned dev, uint64_t off, size_t size);
 void arena_drop(struct fk_arena *ar, int n); /* unmaps and closes */
 
 /* device.c */

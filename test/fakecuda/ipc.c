@@ -107,7 +107,7 @@ static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int
 	}
 	a->devd_id = r.id;
 	a->aoff = r.off;
-	a->win = r.dev < FKW_MAX_DEV ? arena_ptr(&G.arena[r.dev], r.off, r.size) : NULL;
+	a->win = arena_at(r.dev, r.off, r.size);
 	va = va_reserve(r.size, 2ul << 20, 0);
 	if (!a->win || !va || map_add(va, r.size, 0, slot, 0, ~0u) < 0) {
 		if (va)

@@ -50,7 +50,7 @@ static CUresult mem_alloc(CUdeviceptr *dptr, size_t bytesize)
 		goto err_slot;
 	a->devd_id = r.id;
 	a->aoff = r.off;
-	a->win = arena_ptr(&G.arena[q.dev], r.off, size);
+	a->win = arena_at(q.dev, r.off, size);
 	va = va_reserve(size, LINEAR_ALIGN, 0);
 	if (!a->win || !va || map_add(va, size, 0, slot, 0, ~0u) < 0) {
 		res = CUDA_ERROR_OUT_OF_MEMORY;

@@ -103,7 +103,7 @@ static CUresult mem_create(CUmemGenericAllocationHandle *handle, size_t size, co
 	}
 	a->devd_id = r.id;
 	a->aoff = r.off;
-	a->win = arena_ptr(&G.arena[q.dev], r.off, size);
+	a->win = arena_at(q.dev, r.off, size);
 	if (!a->win) {
 		conn_drop(FKW_KIND_ALLOC, a->devd_id);
 		a->used = 0;
@@ -598,7 +598,7 @@ static CUresult import_handle(CUmemGenericAllocationHandle *h, void *osHandle, C
 			goto out;
 		}
 		a = &G.alloc[slot];
-		a->win = arena_ptr(&G.arena[rec.dev], rec.off, rec.size);
+		a->win = arena_at(rec.dev, rec.off, rec.size);
 		if (!a->win) {
 			a->used = 0;
 			res = CUDA_ERROR_OUT_OF_MEMORY;
