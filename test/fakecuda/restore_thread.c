@@ -157,26 +157,58 @@ static void *save_map(size_t len)
 }
 
 /* Bytes that are contiguous on both sides of a copy. */
+/*
+ * A run of allocations contiguous on both sides, copied in PACE_STEP steps
+ * with the modelled transfer paced between them. With an arena file (fd >=
+ * 0: restore), the bytes go in through pwrite at off, not through the
+ * mapping: the pages come into the arena in bulk, without a page fault per
+ * 4 KiB page and without being zeroed first (the process's page tables fill
+ * later, on touch); the mapping (dst) is the fallback.
+ */
 struct run {
 	unsigned char *dst;
 	const unsigned char *src;
 	size_t len;
+	int fd;
+	uint64_t off;
 };
 
 static void run_copy(struct run *r, struct pacer *pc)
 {
-	for (size_t o = 0; o < r->len; o += PACE_STEP) {
-		size_t n = r->len - o < PACE_STEP ? r->len - o : PACE_STEP;
+	size_t done = 0;
 
-		memcpy(r->dst + o, r->src + o, n);
-		pace(pc, n);
+	while (done < r->len) {
+		size_t step = r->len - done < PACE_STEP ? r->len - done : PACE_STEP;
+		ssize_t n = r->fd >= 0 ? pwrite(r->fd, r->src + done, step, (off_t)(r->off + done)) : -1;
+
+		if (n < 0 && r->fd >= 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			memcpy(r->dst + done, r->src + done, step);
+			n = (ssize_t)step;
+		}
+		pace(pc, (uint64_t)n);
+		done += (size_t)n;
 	}
 	r->len = 0;
 }
 
+/* Extends r by len bytes when both sides (and the file) continue it; else
+ * copies r first and starts a new run. */
+static void run_add(struct run *r, unsigned char *dst, const unsigned char *src, size_t len, int fd, uint64_t off,
+		    struct pacer *pc)
+{
+	if (r->len && r->dst + r->len == dst && r->src + r->len == src && r->fd == fd) {
+		r->len += len;
+		return;
+	}
+	run_copy(r, pc);
+	*r = (struct run){.dst = dst, .src = src, .len = len, .fd = fd, .off = off};
+}
+
 static CUresult rt_checkpoint(void)
 {
-	struct run run = {0};
+	struct run run = {.fd = -1};
 	struct pacer pc;
 	uint64_t bytes = 0;
 	CUresult refusal = CUDA_SUCCESS;
@@ -220,12 +252,7 @@ static CUresult rt_checkpoint(void)
 		if (saved(a)) {
 			save_slot[save_n++] = (uint32_t)i;
 			a->save = save_buf + bytes;
-			if (run.len && run.src + run.len == a->win) {
-				run.len += a->size;
-			} else {
-				run_copy(&run, &pc);
-				run = (struct run){.dst = a->save, .src = a->win, .len = a->size};
-			}
+			run_add(&run, a->save, a->win, a->size, -1, 0, &pc);
 			bytes += a->size;
 		}
 		a->win = NULL;
@@ -293,44 +320,6 @@ static CUresult remap(const struct fk_devices *nd, int *ord2phys)
 }
 
 /* Saved bytes contiguous in the save buffer and in one new arena. */
-struct arun {
-	struct fk_arena *ar;
-	uint64_t off;
-	const unsigned char *src;
-	size_t len;
-};
-
-/*
- * Copies a run back through the arena's file (pwrite), not its mapping: the
- * pages come into the arena in bulk, without a page fault per 4 KiB page and
- * without being zeroed first (the process's page tables fill later, on
- * touch).  The mapping is the fallback.
- */
-static void arun_copy(struct arun *r, struct pacer *pc)
-{
-	const unsigned char *src = r->src;
-	uint64_t off = r->off;
-	size_t len = r->len;
-
-	while (len) {
-		size_t step = len < PACE_STEP ? len : PACE_STEP;
-		ssize_t n = pwrite(r->ar->fd, src, step, (off_t)off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			memcpy(r->ar->base + off, src, len);
-			pace(pc, len);
-			break;
-		}
-		pace(pc, (uint64_t)n);
-		src += n;
-		off += (uint64_t)n;
-		len -= (size_t)n;
-	}
-	r->len = 0;
-}
-
 /*
  * Re-creates every saved allocation with one FKW_ALLOC_BATCH round trip,
  * however many there are (entries and results share one mmap'd buffer: no
@@ -342,7 +331,7 @@ static CUresult recreate(int fd, struct fk_arena *arenas, const int *ord2phys, u
 {
 	struct fkw_req q = {.op = FKW_ALLOC_BATCH};
 	struct fkw_resp r;
-	struct arun run = {0};
+	struct run run = {.fd = -1};
 	union slot {
 		struct fkw_alloc_ent ent;
 		struct fkw_alloc_ret ret;
@@ -386,17 +375,10 @@ static CUresult recreate(int fd, struct fk_arena *arenas, const int *ord2phys, u
 		}
 		a->devd_id = buf[k].ret.id;
 		a->aoff = buf[k].ret.off;
-		if (run.len && run.ar == &arenas[ord2phys[a->ord]] && run.off + run.len == a->aoff &&
-		    run.src + run.len == a->save) {
-			run.len += a->size;
-		} else {
-			arun_copy(&run, pc);
-			run = (struct arun){
-				.ar = &arenas[ord2phys[a->ord]], .off = a->aoff, .src = a->save, .len = a->size};
-		}
+		run_add(&run, a->win, a->save, a->size, arenas[ord2phys[a->ord]].fd, a->aoff, pc);
 		*bytes += a->size;
 	}
-	arun_copy(&run, pc);
+	run_copy(&run, pc);
 out:
 	munmap(buf, len);
 	return res;
