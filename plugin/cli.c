@@ -94,21 +94,18 @@ int cli_run(int argc, char **argv)
 	char lib[PATH_MAX], *pre = NULL;
 	const char *old = getenv("LD_PRELOAD");
 	const char *asan = NULL;
-	int i = 1;
+	int i = 1, given = 0;
 
 #ifdef CUIP_ASAN_RUNTIME
 	asan = CUIP_ASAN_RUNTIME;
 #endif
-	if (cli_find_lib(lib, sizeof(lib))) {
-		fprintf(stderr, "cuinterpose run: libcuinterpose.so not found (%s); set CUINTERPOSE_LIB\n", lib);
-		return 1;
-	}
 	for (; i < argc; i++) {
 		if (!strcmp(argv[i], "--")) {
 			i++;
 			break;
 		} else if (!strcmp(argv[i], "--lib") && i + 1 < argc) {
 			snprintf(lib, sizeof(lib), "%s", argv[++i]);
+			given = 1;
 		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			usage(stdout);
 			return 0;
@@ -123,6 +120,11 @@ int cli_run(int argc, char **argv)
 		fprintf(stderr, "cuinterpose run: no command given\n");
 		usage(stderr);
 		return 2;
+	}
+	if (given ? !exists(lib) : cli_find_lib(lib, sizeof(lib)) != 0) {
+		fprintf(stderr, "cuinterpose run: libcuinterpose.so not found (%s); %s\n", lib,
+			given ? "check the --lib path" : "set CUINTERPOSE_LIB or use --lib PATH");
+		return 1;
 	}
 	if (!preload_has(old, lib)) {
 		/* An ASan-built interposer needs the ASan runtime loaded first. */
