@@ -66,6 +66,7 @@ copy_libs interposer/.libs/libcuinterpose.so plugin/.libs/cuinterpose_plugin.so 
 bash "$top/test/gpu/build.sh" "$build" "$out/workloads"
 copy_libs "$out"/workloads/*
 cp "$top"/test/gpu/*.sh "$top"/test/gpu/*.c "$top"/test/gpu/*.cu "$out/scripts/"
+cp -r "$top/test/gpu/frameworks" "$out/scripts/"
 strip --strip-debug "$out"/bin/* "$out"/lib/* "$out"/plugins/* "$out"/workloads/* 2>/dev/null || true
 {
 	echo "commit=$(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$top" diff --quiet HEAD 2>/dev/null || echo -dirty)"

@@ -24,6 +24,9 @@
 #  bench   dump+restore of a 2-process job sharing S GiB vs the same bytes
 #          held privately through cuda_plugin; the creator's extra RSS
 #  micro   interposition cost, with and without LD_PRELOAD
+#  fw      the real-framework jobs (fw.sh): PyTorch IPC and expandable
+#          segments, cudaMallocAsync, a transformers LLM, CuPy IPC and small
+#          arrays, against CRIU's upstream cuda_plugin
 #  scale   scale-bench: SCALE_PROCS (4) processes x SCALE_ALLOCS (256) allocations,
 #          every SCALE_EVERY-th (4) shared: the coordinator's phases, native
 #          lock/checkpoint/restore/unlock of each process alone and of all at
@@ -578,6 +581,8 @@ run_scale() {
 	done
 }
 
+. "$S/fw.sh"
+
 finish() {
 	[ -n "${FINISHED:-}" ] && return
 	FINISHED=1
@@ -623,6 +628,7 @@ want base && run_base
 want micro && run_micro
 want bench && run_bench
 want scale && run_scale
+want fw && run_fw
 
 finish
 ! grep -qP '\t(FAIL|UNEXPECTED-PASS)\t' "$RESULTS"
