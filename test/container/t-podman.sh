@@ -180,6 +180,11 @@ grep -q "cuinterpose: dump of tree $(ctr_pid job): $N processes, $N participants
 grep -q "cuinterpose: SAVE: " "$T/dump1.log" || fail "no SAVE line in dump.log: $(grep cuinterpose "$T/dump1.log" | tail -3)"
 tar -tzf "$T/ck1.tar.gz" >"$T/ck1.list" || fail "the export is not a gzip tar"
 grep -q "^checkpoint/cuinterpose-inventory.img$" "$T/ck1.list" || fail "the export holds no cuinterpose images"
+mkdir "$T/ck1"
+tar -C "$T/ck1" -xzf "$T/ck1.tar.gz" checkpoint || fail "cannot unpack the export's checkpoint/"
+"$B/plugin/cuinterpose" show "$T/ck1/checkpoint" >"$T/show.txt" 2>&1 || fail "cuinterpose show: $(tail -3 "$T/show.txt")"
+grep -q "$N participants" "$T/show.txt" || fail "cuinterpose show: $(head -3 "$T/show.txt")"
+grep -q "^OK: every image decodes" "$T/show.txt" || fail "cuinterpose show: $(tail -3 "$T/show.txt")"
 [ "$(ctr_state job)" = running ] || fail "after --leave-running the container is $(ctr_state job)"
 cmd $N verify 1
 [ "$(answers $N)" = "$before" ] || fail "addresses changed after --leave-running: $(answers $N) vs $before"
