@@ -33,6 +33,9 @@ done
 OUTSIDE=$B/test/container/ctr_outside
 [ -x "$OUTSIDE" ] || skip "ctr_outside not built ($OUTSIDE)"
 RUNC=$(command -v runc)
+if command -v crun >/dev/null && ! crun --version | grep -q '+CRIU'; then
+	echo "note: $(crun --version | head -1) is built without CRIU ($(crun --version | grep '^+')); using runc"
+fi
 N=3
 IMAGE=localhost/cuinterpose-test:1
 
