@@ -30,6 +30,11 @@ PACKAGES=(
 	xz-utils ca-certificates debian-archive-keyring
 	# fuzzing (libFuzzer)
 	clang
+	# containers (test/container): podman runs runc, which execs the criu
+	# on PATH (Debian's crun is built without CRIU); vfs storage and
+	# --network none need nothing else, the rest is podman's usual company
+	podman runc crun conmon catatonit uidmap fuse-overlayfs slirp4netns
+	netavark containernetworking-plugins
 )
 # Packages whose names differ between releases: the first available of each
 # group is installed (Debian 12 names first).
