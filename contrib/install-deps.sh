@@ -8,8 +8,9 @@
 # installed under /usr/local with its plugin directory at /usr/lib/criu.
 # CRIU's own cuda_plugin.so is kept aside in $BASELINE_DIR: it is the baseline
 # for benchmarks and must never sit in the plugin directory next to ours.
-# The CRIU source tree is kept in $CRIU_SRC_DIR with CRIU's own test suite
-# (zdtm) built in it: test/zdtm runs zdtm with and without our plugin.
+# The CRIU source tree is kept in $CRIU_SRC_DIR (CUINTERPOSE_CRIU_SRC, default
+# /usr/local/src/criu-4.1.1) with CRIU's own test suite (zdtm) built in it:
+# test/zdtm runs zdtm with and without our plugin.
 #
 # A second run checks and returns in seconds.
 set -euo pipefail
@@ -21,7 +22,7 @@ CRIU_PREFIX=/usr/local
 CRIU_PLUGINDIR=/usr/lib/criu
 BASELINE_DIR=${CRIU_PREFIX}/lib/cuinterpose/baseline
 CACHE_DIR=${CUINTERPOSE_DEPS_CACHE:-/var/cache/cuinterpose-deps}
-CRIU_SRC_DIR=${CRIU_PREFIX}/src/criu-${CRIU_VERSION}
+CRIU_SRC_DIR=${CUINTERPOSE_CRIU_SRC:-${CRIU_PREFIX}/src/criu-${CRIU_VERSION}}
 
 PACKAGES=(
 	build-essential autoconf automake libtool pkg-config
