@@ -99,7 +99,7 @@ flock -w 1200 9 || fail "another zdtm run holds $ZT/.cuinterpose-zdtm.lock"
 # run_zdtm LABEL: every flavor of the matrix with $T/criu-LABEL; writes
 # "test flavor result" lines to $T/LABEL.res and checks criu's logs.
 run_zdtm() {
-	local label=$1 row f args n t log res d
+	local label=$1 row f args n t log res
 	: >"$T/$label.res"
 	for row in "${MATRIX[@]}"; do
 		f=${row%%:*}
@@ -119,6 +119,8 @@ run_zdtm() {
 				res=PASS
 			elif grep -q "Test $n FAIL at " "$log"; then
 				res="FAIL($(sed -n "s|.*Test $n FAIL at \(.*[^ #]\) *#*$|\1|p" "$log" | head -n 1 | tr ' ' _))"
+			elif grep -q "^Skipping $n " "$log"; then
+				res=SKIP
 			else
 				res=NORESULT
 			fi
@@ -155,7 +157,7 @@ check_logs() {
 			problem "$1 run: $2 ($3): the plugin did not load the fake driver $FAKELIB"
 		fi
 		cp "$dl" "$T/$(echo "$2" | tr / _)-$3-$1-dump.log"
-	elif grep -qs cuinterpose "$dl" "$rl"; then
+	elif grep -qsE 'Plugin "cuinterpose"|cuinterpose: ' "$dl" "$rl"; then
 		problem "$1 run: $2 ($3): criu loaded the plugin without -L"
 	fi
 }
