@@ -8,6 +8,9 @@
 # installed under /usr/local with its plugin directory at /usr/lib/criu.
 # CRIU's own cuda_plugin.so is kept aside in $BASELINE_DIR: it is the baseline
 # for benchmarks and must never sit in the plugin directory next to ours.
+# The CRIU source tree is kept in $CRIU_SRC_DIR (CUINTERPOSE_CRIU_SRC, default
+# /usr/local/src/criu-4.1.1) with CRIU's own test suite (zdtm) built in it:
+# test/zdtm runs zdtm with and without our plugin.
 #
 # A second run checks and returns in seconds.
 set -euo pipefail
@@ -19,6 +22,7 @@ CRIU_PREFIX=/usr/local
 CRIU_PLUGINDIR=/usr/lib/criu
 BASELINE_DIR=${CRIU_PREFIX}/lib/cuinterpose/baseline
 CACHE_DIR=${CUINTERPOSE_DEPS_CACHE:-/var/cache/cuinterpose-deps}
+CRIU_SRC_DIR=${CUINTERPOSE_CRIU_SRC:-${CRIU_PREFIX}/src/criu-${CRIU_VERSION}}
 
 PACKAGES=(
 	build-essential autoconf automake libtool pkg-config
@@ -35,6 +39,9 @@ PACKAGES=(
 	# --network none need nothing else, the rest is podman's usual company
 	podman runc crun conmon catatonit uidmap fuse-overlayfs slirp4netns
 	netavark containernetworking-plugins
+	# CRIU's zdtm suite (test/zdtm): Debian's python3 with yaml, the
+	# ns/h flavors' iptables, netns_sub_veth's libnl-route
+	python3-yaml iptables libnl-route-3-dev
 )
 # Packages whose names differ between releases: the first available of each
 # group is installed (Debian 12 names first).
@@ -131,19 +138,30 @@ fetch_criu_tarball() {
 		die "$CRIU_TARBALL has the wrong sha256 (want $CRIU_SHA256); refusing to build it"
 }
 
+# Unpacks the verified tarball into $CRIU_SRC_DIR, which is kept: CRIU is
+# built and installed from it, and zdtm runs from it.
+unpack_criu_src() {
+	local stamp=$CRIU_SRC_DIR/.cuinterpose-unpacked
+	[ -f "$stamp" ] && return
+	mkdir -p "$CACHE_DIR" "${CRIU_SRC_DIR%/*}"
+	fetch_criu_tarball "$CACHE_DIR"
+	rm -rf "$CRIU_SRC_DIR"
+	tar -C "${CRIU_SRC_DIR%/*}" -xf "$CACHE_DIR/$CRIU_TARBALL"
+	[ -f "$CRIU_SRC_DIR/test/zdtm.py" ] || die "$CRIU_TARBALL did not unpack to $CRIU_SRC_DIR"
+	echo "$CRIU_SHA256" >"$stamp"
+}
+
+CRIU_MAKE=(PREFIX="$CRIU_PREFIX" PLUGINDIR="$CRIU_PLUGINDIR")
+
 install_criu() {
 	if criu_is_recent; then
 		log "CRIU $(criu_version): present"
 		return
 	fi
-	mkdir -p "$CACHE_DIR"
-	fetch_criu_tarball "$CACHE_DIR"
-	local src
-	src=$(mktemp -d)
-	tar -C "$src" -xf "$CACHE_DIR/$CRIU_TARBALL"
-	src="$src/criu-$CRIU_VERSION"
-	log "building CRIU $CRIU_VERSION"
-	local mk=(PREFIX="$CRIU_PREFIX" PLUGINDIR="$CRIU_PLUGINDIR")
+	unpack_criu_src
+	local src=$CRIU_SRC_DIR
+	log "building CRIU $CRIU_VERSION in $src"
+	local mk=("${CRIU_MAKE[@]}")
 	make -C "$src" -j"$(nproc)" "${mk[@]}" criu >"$CACHE_DIR/criu-build.log" 2>&1 ||
 		die "CRIU build failed; see $CACHE_DIR/criu-build.log"
 	make -C "$src" "${mk[@]}" install-criu >>"$CACHE_DIR/criu-build.log" 2>&1 ||
@@ -155,10 +173,33 @@ install_criu() {
 	else
 		log "warning: CRIU's cuda_plugin did not build; the benchmark baseline is unavailable"
 	fi
-	rm -rf "${src%/*}"
 	hash -r
 	criu_is_recent || die "CRIU $CRIU_VERSION installed but '${CRIU_PREFIX}/sbin/criu --version' disagrees"
 	log "CRIU $(criu_version) installed in $CRIU_PREFIX (plugins: $CRIU_PLUGINDIR, baseline cuda_plugin: $BASELINE_DIR)"
+}
+
+# CRIU's test suite in the kept tree: criu, its python library (pycriu,
+# crit) and the zdtm tests. `make -k`: a few of the ~700 tests need what this
+# machine may lack; test/zdtm names the ones it runs and skips without them.
+ZDTM_STAMP=.cuinterpose-zdtm-built
+prepare_zdtm() {
+	local src=$CRIU_SRC_DIR log=$CACHE_DIR/zdtm-build.log
+	if [ -f "$src/$ZDTM_STAMP" ] && [ -x "$src/criu/criu" ] && [ -f "$src/test/zdtm/lib/libzdtmtst.a" ]; then
+		log "zdtm in $src: built"
+		return
+	fi
+	unpack_criu_src
+	mkdir -p "$CACHE_DIR"
+	log "building CRIU's zdtm suite in $src"
+	make -C "$src" -j"$(nproc)" "${CRIU_MAKE[@]}" criu lib >"$log" 2>&1 ||
+		die "CRIU (criu lib) did not build in $src; see $log"
+	make -k -C "$src/test/zdtm" -j"$(nproc)" >>"$log" 2>&1 ||
+		log "warning: some zdtm tests did not build; see $log"
+	make -C "$src/test" umount2 zdtm_ct >>"$log" 2>&1 ||
+		die "zdtm's helpers (umount2, zdtm_ct) did not build in $src; see $log"
+	[ -f "$src/test/zdtm/lib/libzdtmtst.a" ] || die "zdtm's library did not build in $src; see $log"
+	touch "$src/$ZDTM_STAMP"
+	log "zdtm built in $src"
 }
 
 check_plugin_dir() {
@@ -171,4 +212,5 @@ check_plugin_dir() {
 
 install_packages
 install_criu
+prepare_zdtm
 check_plugin_dir

@@ -42,7 +42,10 @@ static bool pv_has(const struct pidvec *pv, pid_t p)
 	return false;
 }
 
-/* Children of every thread of pid (a child's parent is the thread that forked it). */
+/* Children of every thread of pid (a child's parent is the thread that forked
+ * it). The tree is not frozen yet (PAUSE_DEVICES runs before CRIU seizes it):
+ * a process that exits meanwhile has no children left to find, and opening
+ * its task directory fails with ENOENT, or ESRCH while it is exiting. */
 static int add_children(struct pidvec *pv, pid_t pid)
 {
 	char path[64];
@@ -53,7 +56,7 @@ static int add_children(struct pidvec *pv, pid_t pid)
 	snprintf(path, sizeof(path), "/proc/%d/task", pid);
 	d = opendir(path);
 	if (!d)
-		return errno == ENOENT ? 0 : -errno;
+		return errno == ENOENT || errno == ESRCH ? 0 : -errno;
 	while (!ret && (de = readdir(d))) {
 		char cpath[320];
 		FILE *f;
