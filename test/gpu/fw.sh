@@ -25,6 +25,8 @@
 FW_PY=${FW_PY:-python3}
 FW_CACHE_MIB=${FW_CACHE_MIB:-2048}
 FW_ARRAYS=${FW_ARRAYS:-2000}
+FW_ONLY=${FW_ONLY:-torch-ipc,torch-exp,torch-async,llm,cupy-ipc,cupy-small,base}
+fw_want() { case ",$FW_ONLY," in *,"$1",*) return 0 ;; esac; return 1; }
 
 # start_fw NAME KIND NPROCS PRELOAD(0|1) [ENV=VAL...] [-- FWJOB-ARGS]
 start_fw() {
@@ -145,20 +147,24 @@ sc_fwbase() {
 	exit 2
 }
 
+# fw_one KEY NAME KIND NPROCS CYCLES [ENV...] [-- ARGS]: one of ours, if wanted
+fw_one() {
+	local key=$1 name=$2
+	shift 2
+	fw_want "$key" || return 0
+	scenario "$name" fw "$name" "$@"
+	[ $SC_RC = 0 ] && result "$name" PASS "$SC_WHY" || result "$name" FAIL "$SC_WHY"
+}
+
 run_fw() {
 	local s
-	scenario fw-torch-ipc fw fw-torch-ipc torch-ipc 3 2
-	[ $SC_RC = 0 ] && result fw-torch-ipc PASS "$SC_WHY" || result fw-torch-ipc FAIL "$SC_WHY"
-	scenario fw-torch-exp fw fw-torch-exp torch-ipc 3 2 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-	[ $SC_RC = 0 ] && result fw-torch-exp PASS "expandable segments; $SC_WHY" || result fw-torch-exp FAIL "$SC_WHY"
-	scenario fw-torch-async fw fw-torch-async torch-async 1 2 PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
-	[ $SC_RC = 0 ] && result fw-torch-async PASS "$SC_WHY" || result fw-torch-async FAIL "$SC_WHY"
-	scenario fw-llm fw fw-llm llm 1 2 -- --cache-mib "$FW_CACHE_MIB"
-	[ $SC_RC = 0 ] && result fw-llm PASS "$SC_WHY" || result fw-llm FAIL "$SC_WHY"
-	scenario fw-cupy-ipc fw fw-cupy-ipc cupy-ipc 3 2
-	[ $SC_RC = 0 ] && result fw-cupy-ipc PASS "$SC_WHY" || result fw-cupy-ipc FAIL "$SC_WHY"
-	run_fw_small
-	if [ -f "$BASE_PLUGIN" ]; then
+	fw_one torch-ipc fw-torch-ipc torch-ipc 3 2
+	fw_one torch-exp fw-torch-exp torch-ipc 3 2 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+	fw_one torch-async fw-torch-async torch-async 1 2 PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
+	fw_one llm fw-llm llm 1 2 -- --cache-mib "$FW_CACHE_MIB"
+	fw_one cupy-ipc fw-cupy-ipc cupy-ipc 3 2
+	fw_want cupy-small && run_fw_small
+	if fw_want base && [ -f "$BASE_PLUGIN" ]; then
 		for s in torch-ipc llm; do
 			local extra=()
 			[ $s = llm ] && extra=(-- --cache-mib "$FW_CACHE_MIB")
