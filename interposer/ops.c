@@ -429,6 +429,50 @@ static Cuip__Response *op_prepare_unicast(void)
 
 /* ---- LOAD ------------------------------------------------------------------ */
 
+/*
+ * Before anything is recreated: a slab comes in one entry per live piece,
+ * each naming the piece's offset and size, none twice, none missing. Leaves
+ * load_ix -1 everywhere (LOAD sets it to the entry whose temporary mapping
+ * holds the recreated slab; the others load into that mapping).
+ */
+static Cuip__Response *load_check_pieces(const Cuip__Load *l)
+{
+	Cuip__Response *resp = NULL;
+
+	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
+		a->load_ix = -1;
+		for (size_t k = 0; k < a->npieces; k++)
+			a->pieces[k].loaded = false;
+	}
+	for (size_t i = 0; i < l->n_entries; i++) {
+		const Cuip__CarrierEntry *e = l->entries[i];
+		struct cuip_alloc *a = e->alloc ? cuip_alloc_by_id(e->alloc->creator, e->alloc->serial) : NULL;
+		struct cuip_piece *pc;
+
+		if (!a || !a->slab || a->creator != self.id)
+			continue; /* LOAD's own checks */
+		pc = e->has_alloc_offset ? cuip_piece_at(a, e->alloc_offset, true) : NULL;
+		if (!pc || pc->size != e->size || pc->loaded)
+			return reply(
+				-EINVAL,
+				"pid %d: allocation " ID_FMT ": carrier entry %zu (%llu bytes at offset %#llx) is %s",
+				self.pid, ID(a), i, (unsigned long long)e->size, (unsigned long long)e->alloc_offset,
+				pc && pc->loaded ? "a second entry for one piece" : "no live piece of the slab");
+		pc->loaded = true;
+		a->load_ix = -2; /* has entries */
+	}
+	for (struct cuip_alloc *a = vmm.head; a && !resp; a = a->next) {
+		for (size_t k = 0; a->load_ix == -2 && k < a->npieces && !resp; k++)
+			if (!a->pieces[k].loaded)
+				resp = reply(-ENODATA,
+					     "pid %d: allocation " ID_FMT
+					     ": the piece at offset %#llx has no carrier entry",
+					     self.pid, ID(a), (unsigned long long)a->pieces[k].off);
+		a->load_ix = -1;
+	}
+	return resp;
+}
+
 static Cuip__Response *op_load(const Cuip__Load *l, int fd)
 {
 	struct carrier_item *items = NULL;
@@ -468,13 +512,9 @@ static Cuip__Response *op_load(const Cuip__Load *l, int fd)
 		resp = reply(-ENOMEM, "pid %d: out of memory", self.pid);
 		goto out;
 	}
-	/* A slab comes in one entry per live piece: the first one recreates
-	 * and maps it (load_ix), the others load into that mapping. */
-	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
-		a->load_ix = -1;
-		for (size_t k = 0; k < a->npieces; k++)
-			a->pieces[k].loaded = false;
-	}
+	resp = load_check_pieces(l);
+	if (resp)
+		goto out;
 	for (size_t i = 0; i < n; i++) {
 		const Cuip__CarrierEntry *e = l->entries[i];
 		struct cuip_alloc *a = e->alloc ? cuip_alloc_by_id(e->alloc->creator, e->alloc->serial) : NULL;
@@ -493,19 +533,7 @@ static Cuip__Response *op_load(const Cuip__Load *l, int fd)
 			goto out;
 		}
 		if (a->slab) {
-			pc = e->has_alloc_offset ? cuip_piece_at(a, e->alloc_offset, true) : NULL;
-			if (!pc || pc->size != e->size || pc->loaded) {
-				resp = reply(-EINVAL,
-					     "pid %d: allocation " ID_FMT
-					     ": carrier entry %zu (%llu bytes at offset %#llx) "
-					     "is %s",
-					     self.pid, ID(a), i, (unsigned long long)e->size,
-					     (unsigned long long)e->alloc_offset,
-					     pc && pc->loaded ? "a second entry for one piece"
-							      : "no live piece of the slab");
-				goto out;
-			}
-			pc->loaded = true;
+			pc = cuip_piece_at(a, e->alloc_offset, true); /* checked above */
 		} else if (e->size != a->size || e->has_alloc_offset) {
 			resp = reply(-EINVAL,
 				     "pid %d: allocation " ID_FMT ": carrier holds %llu bytes, the allocation %llu",
@@ -563,18 +591,6 @@ item:
 		items[i].crc = e->crc32c;
 		items[i].ncrc = e->n_crc32c;
 		total += e->size;
-	}
-	/* A slab comes back whole: every live piece has its entry. */
-	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
-		for (size_t k = 0; a->load_ix >= 0 && k < a->npieces; k++) {
-			if (!a->pieces[k].loaded) {
-				resp = reply(-ENODATA,
-					     "pid %d: allocation " ID_FMT
-					     ": the piece at offset %#llx has no carrier entry",
-					     self.pid, ID(a), (unsigned long long)a->pieces[k].off);
-				goto out;
-			}
-		}
 	}
 	ret = carrier_load(&ops, &cfg, fd, items, n, &stats, err, sizeof(err));
 	if (ret) {
