@@ -242,6 +242,7 @@ struct cuip_alloc {
 	struct cuip_piece *pieces;
 	size_t npieces, cappieces;
 	uint64_t slab_va;			  /* creator: where its one mapping is */
+	uint64_t slab_used;			  /* creator: bytes its pieces take, PIECE_ALIGN-rounded */
 	struct cuip_alloc *slab_prev, *slab_next; /* creator's slabs (vmm.slabs) */
 	int32_t load_ix;			  /* LOAD: entry whose temporary map holds it, or -1 */
 	struct cuip_alloc *id_next, *log_next;
@@ -282,8 +283,6 @@ void cuip_alloc_release(struct cuip_alloc *a);
 /* Slab pieces (ipc.c, lock held): the piece of a that holds byte offset off
  * (exact: starts there), or NULL. */
 struct cuip_piece *cuip_piece_at(const struct cuip_alloc *a, uint64_t off, bool exact);
-/* Bytes of a that the carrier moves: its live pieces for a slab, else all. */
-uint64_t cuip_alloc_live_bytes(const struct cuip_alloc *a);
 
 /* ---- peer access mirror (peer.c) ----------------------------------------- */
 

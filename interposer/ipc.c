@@ -221,17 +221,6 @@ struct cuip_piece *cuip_piece_at(const struct cuip_alloc *a, uint64_t off, bool 
 	return NULL;
 }
 
-uint64_t cuip_alloc_live_bytes(const struct cuip_alloc *a)
-{
-	uint64_t n = 0;
-
-	if (!a->slab)
-		return a->size;
-	for (size_t i = 0; i < a->npieces; i++)
-		n += a->pieces[i].size;
-	return n;
-}
-
 /* A new piece [off, off+size) in order; NULL when out of memory. */
 static struct cuip_piece *piece_insert(struct cuip_alloc *a, uint64_t off, uint64_t size)
 {
@@ -322,7 +311,9 @@ static CUresult slab_alloc(CUdeviceptr *dptr, size_t bytesize, CUdevice dev, con
 
 	pthread_mutex_lock(&cuip_state_lock);
 	for (a = vmm.slabs; a; a = a->slab_next) {
-		if (a->prop.location.id != dev || !a->drv)
+		/* A slab without that much room in all is skipped unsearched:
+		 * full slabs cost nothing however many there are. */
+		if (a->prop.location.id != dev || !a->drv || a->size - a->slab_used < bytesize)
 			continue;
 		off = slab_fit(a, bytesize);
 		if (off != NO_FIT)
@@ -333,6 +324,7 @@ static CUresult slab_alloc(CUdeviceptr *dptr, size_t bytesize, CUdevice dev, con
 			pthread_mutex_unlock(&cuip_state_lock);
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
+		a->slab_used += align_up(bytesize, PIECE_ALIGN);
 		*dptr = a->slab_va + off;
 		pthread_mutex_unlock(&cuip_state_lock);
 		pr_debug("cuMemAlloc(%zu): piece at %#llx of slab " ID_FMT, bytesize, (unsigned long long)*dptr,
@@ -356,6 +348,7 @@ static CUresult slab_alloc(CUdeviceptr *dptr, size_t bytesize, CUdevice dev, con
 	malloc_record(a, prop, g, h);
 	a->slab = true;
 	a->slab_va = va;
+	a->slab_used = align_up(bytesize, PIECE_ALIGN);
 	if (!piece_insert(a, 0, bytesize) || map_record(a, va, dev)) {
 		cuip_alloc_unlink_if_dead(a);
 		pthread_mutex_unlock(&cuip_state_lock);
@@ -491,6 +484,7 @@ CUIP_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 	}
 	a = m->a;
 	if (a->slab) {
+		a->slab_used -= align_up(p->size, PIECE_ALIGN);
 		piece_remove(a, p);
 		if (a->npieces) {
 			pthread_mutex_unlock(&cuip_state_lock);
