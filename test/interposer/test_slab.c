@@ -235,6 +235,18 @@ static int piece_importer(void *arg, int sock)
 		return 11;
 	if (b2 != b || c - b != (CUdeviceptr)hc.offset - hb.offset)
 		return 12; /* one mapping of the slab, pieces at their offsets */
+	{
+		/* The slab named as a whole allocation while it is open as pieces. */
+		struct ipc_handle whole = hb;
+		CUipcMemHandle wh;
+		CUdeviceptr w = 0;
+
+		whole.flags = 0;
+		whole.offset = 0;
+		memcpy(wh.reserved, &whole, sizeof(whole));
+		if (cuIpcOpenMemHandle_v2(&w, wh, 0) != CUDA_ERROR_INVALID_VALUE || w)
+			return 24;
+	}
 	if (cuMemGetAddressRange(&base, &size, b + x.sb - 1) || base != b || size != x.sb)
 		return 13;
 	if (cuMemGetAddressRange(&base, &size, c) || base != c || size != x.sc)
