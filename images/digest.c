@@ -79,6 +79,12 @@ bool cuip_state_digest(const Cuip__ProcessState *st, uint64_t *out)
 		h = mix(h, a->id ? a->id->serial : 0);
 		h = mix(h, (uint64_t)a->owner << 32 | (uint32_t)a->origin);
 		h = mix(h, a->props ? a->props->size + 1 : 0);
+		h = mix(h, a->n_pieces);
+		for (size_t k = 0; k < a->n_pieces; k++) {
+			h = mix(h, a->pieces[k]->offset);
+			h = mix(h, a->pieces[k]->size);
+			h = mix(h, a->pieces[k]->opens);
+		}
 	}
 	for (size_t i = 0; ok && i < st->n_mappings; i++) {
 		const Cuip__Mapping *m = mp[i];

@@ -2,7 +2,7 @@
  * digest.h - a 64-bit digest of what VERIFY compares in a process state.
  *
  * VERIFY checks, after a restore, that every allocation (identity, owner,
- * origin, size) and every mapping (address, size, offset, allocation, access
+ * origin, size, slab pieces) and every mapping (address, size, offset, allocation, access
  * per location) the interposer now tracks is the one the checkpoint holds.
  * Shipping the whole expected state to each process for that costs an
  * encode and a decode of every record; both sides hashing the same fields

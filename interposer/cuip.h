@@ -16,7 +16,8 @@
  *   client.c   connecting to a control socket (importers, CLI)
  *   inspect.c  ProcessState of this process
  *   ops.c      checkpoint operations run by the op thread
- *   ipc.c      cuMemAlloc converted to POSIX-capable VMM; cuIpc* emulated
+ *   ipc.c      cuMemAlloc converted to POSIX-capable VMM (small requests as
+ *              pieces of shared granularity-sized slabs); cuIpc* emulated
  *   peer.c     cuCtxEnable/DisablePeerAccess mirrored into VMM access
  *   multicast.c multicast objects: devices, bindings, teardown and rebuild
  *
@@ -197,6 +198,15 @@ struct cuip_access {
 
 struct cuip_alloc;
 
+/* A piece of a slab (ipc.c): [off, off+size) of the allocation. The
+ * creator's pieces are its live cuMemAlloc results; an importer's are the
+ * pieces it IPC-opened, with their open counts. Sorted by off, disjoint. */
+struct cuip_piece {
+	uint64_t off, size; /* size: what cuMemAlloc was asked for */
+	uint32_t opens;	    /* importer: opens not yet closed */
+	bool loaded;	    /* LOAD: its carrier entry was read */
+};
+
 struct cuip_mapping {
 	uint64_t va, size, offset;
 	struct cuip_alloc *a;
@@ -228,6 +238,13 @@ struct cuip_alloc {
 	uint32_t ipc_opens;	 /* ... and how many opens it has not closed */
 	struct cuip_mc *mc;	 /* multicast object (multicast.c); NULL: unicast */
 	uint32_t mc_binds;	 /* live multicast bindings of this member */
+	bool slab;		 /* small cuMemAlloc requests share it as pieces (ipc.c) */
+	struct cuip_piece *pieces;
+	size_t npieces, cappieces;
+	uint64_t slab_va;			  /* creator: where its one mapping is */
+	uint64_t slab_used;			  /* creator: bytes its pieces take, PIECE_ALIGN-rounded */
+	struct cuip_alloc *slab_prev, *slab_next; /* creator's slabs (vmm.slabs) */
+	int32_t load_ix;			  /* LOAD: entry whose temporary map holds it, or -1 */
 	struct cuip_alloc *id_next, *log_next;
 	struct cuip_alloc *prev, *next; /* all records, creation order */
 };
@@ -242,7 +259,8 @@ struct cuip_vmm {
 	uint64_t next_logical;
 	uint32_t raw_imports;
 	uint32_t unsupported;
-	uint64_t peer[64]; /* peer.c: bit `to` of peer[from]: from's contexts may access to's memory */
+	uint64_t peer[64];	  /* peer.c: bit `to` of peer[from]: from's contexts may access to's memory */
+	struct cuip_alloc *slabs; /* ipc.c: this process's slabs, newest first */
 };
 extern struct cuip_vmm vmm;
 
@@ -262,6 +280,9 @@ struct cuip_mapping *cuip_map_take(uint64_t va);
 void cuip_map_free(struct cuip_mapping *m);
 bool cuip_alloc_unlink_if_dead(struct cuip_alloc *a);
 void cuip_alloc_release(struct cuip_alloc *a);
+/* Slab pieces (ipc.c, lock held): the piece of a that holds byte offset off
+ * (exact: starts there), or NULL. */
+struct cuip_piece *cuip_piece_at(const struct cuip_alloc *a, uint64_t off, bool exact);
 
 /* ---- peer access mirror (peer.c) ----------------------------------------- */
 

@@ -128,6 +128,25 @@ static Cuip__Allocation *allocation_of(const struct cuip_alloc *a)
 		m->has_ipc_opens = 1;
 		m->ipc_opens = a->ipc_opens;
 	}
+	if (a->slab) {
+		m->has_slab = 1;
+		m->slab = 1;
+		m->pieces = cuip_zalloc(sizeof(*m->pieces) * (a->npieces ? a->npieces : 1));
+		if (!m->pieces)
+			return NULL;
+		for (size_t i = 0; i < a->npieces; i++) {
+			Cuip__Piece *p = NEW(Cuip__Piece, CUIP__PIECE__INIT);
+			if (!p)
+				return NULL;
+			p->offset = a->pieces[i].off;
+			p->size = a->pieces[i].size;
+			if (a->pieces[i].opens) {
+				p->has_opens = 1;
+				p->opens = a->pieces[i].opens;
+			}
+			m->pieces[m->n_pieces++] = p;
+		}
+	}
 	return m;
 }
 

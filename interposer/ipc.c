@@ -4,12 +4,26 @@
  * service, so that an IPC importer can be checkpointed on any driver (a
  * natively checkpointed IPC importer cannot be restored, FACTS.md).
  *
- * cuMemAlloc_v2 creates a granularity-rounded POSIX-capable allocation on
- * the current context's device, reserves a VA range of that size, maps it and
- * gives the device read-write access; the application sees the VA. The record
- * (ORIGIN_MALLOC) stays OWNER_NATIVE (native checkpoint saves it) until
- * cuIpcGetMemHandle shares it; then it is SHARED for life and the creator
- * carries its bytes. cuMemGetAddressRange_v2 reports the requested size.
+ * cuMemAlloc_v2 of at least one granule creates a granularity-rounded
+ * POSIX-capable allocation on the current context's device, reserves a VA
+ * range of that size, maps it and gives the device read-write access; the
+ * application sees the VA. The record (ORIGIN_MALLOC) stays OWNER_NATIVE
+ * (native checkpoint saves it) until cuIpcGetMemHandle shares it; then it is
+ * SHARED for life and the creator carries its bytes.
+ *
+ * Smaller requests cost what they cost natively: the driver packs them into
+ * 2 MiB chunks, 512 bytes apart (FACTS.md), so here they are pieces of a
+ * slab, one granule-sized allocation made and mapped as above (a->slab),
+ * placed first-fit at PIECE_ALIGN. The slab is one record and one mapping;
+ * its pieces (struct cuip_piece) are the live cuMemAlloc results. A freed
+ * piece can be reused at once; the slab whose last piece is freed is
+ * unmapped and released. cuMemGetAddressRange_v2 reports the requested size
+ * and, for a piece, the piece's own base. cuIpcGetMemHandle of a piece shares
+ * its slab (the whole slab becomes SHARED; the carrier saves its live pieces
+ * only, one entry each, so freed pieces are never saved); the handle names
+ * the piece's offset and size, and an importer maps the whole slab once and
+ * gets the piece at its offset, at the same address after a restore since
+ * the slab's mapping is rebuilt there.
  *
  * A CUipcMemHandle minted here is 64 bytes (struct ipc_handle): a magic that
  * tells our handles from the driver's, the creator's identity, pid and the
@@ -39,13 +53,19 @@
 
 #define IPC_MAGIC   0x50495543u /* "CUIP" */
 #define IPC_VERSION 1
+#define IPC_F_PIECE 1u /* a piece of a slab, at `offset` */
+
+/* Small cuMemAlloc results are this far apart at least, as the driver's are
+ * (it guarantees 256 bytes; 512 on every GPU since Kepler). */
+#define PIECE_ALIGN 512u
+#define NO_FIT	    UINT64_MAX
 
 struct ipc_handle {
 	uint32_t magic;
 	uint16_t version;
-	uint16_t flags; /* 0 */
+	uint16_t flags; /* 0 or IPC_F_PIECE */
 	int32_t creator_pid;
-	uint32_t reserved; /* 0 */
+	uint32_t offset; /* IPC_F_PIECE: the piece's offset in the slab, else 0 */
 	uint64_t creator;
 	uint64_t serial;
 	uint64_t size;	    /* backing bytes (granularity-rounded) */
@@ -150,12 +170,204 @@ static int map_record(struct cuip_alloc *a, CUdeviceptr va, CUdevice dev)
 	return 0;
 }
 
-/* The legacy mapping that starts at va, or NULL (lock held). */
-static struct cuip_mapping *legacy_at(CUdeviceptr va)
+/* The legacy mapping that holds va, or NULL (lock held). */
+static struct cuip_mapping *legacy_in(CUdeviceptr va)
 {
 	struct cuip_mapping *m = cuip_mapping_at(va);
 
-	return m && m->legacy && m->va == va ? m : NULL;
+	return m && m->legacy ? m : NULL;
+}
+
+/* ---- slab pieces (lock held) ------------------------------------------- */
+
+static uint64_t align_up(uint64_t v, uint64_t a)
+{
+	return (v + a - 1) / a * a;
+}
+
+/* Index of the first piece starting at or after off. */
+static size_t piece_lower(const struct cuip_alloc *a, uint64_t off)
+{
+	size_t lo = 0, hi = a->npieces;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (a->pieces[mid].off < off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+struct cuip_piece *cuip_piece_at(const struct cuip_alloc *a, uint64_t off, bool exact)
+{
+	size_t i = piece_lower(a, off);
+
+	if (i < a->npieces && a->pieces[i].off == off)
+		return &a->pieces[i];
+	if (exact)
+		return NULL;
+	/* The creator's pieces are disjoint: only the one before can hold off.
+	 * An importer's may overlap (a piece freed and reallocated by the
+	 * creator while still open here): look further back. */
+	while (i-- > 0) {
+		struct cuip_piece *p = &a->pieces[i];
+		if (off < p->off + p->size)
+			return p;
+		if (a->origin != CUIP__ORIGIN__ORIGIN_IPC_OPEN)
+			break;
+	}
+	return NULL;
+}
+
+/* A new piece [off, off+size) in order; NULL when out of memory. */
+static struct cuip_piece *piece_insert(struct cuip_alloc *a, uint64_t off, uint64_t size)
+{
+	size_t i = piece_lower(a, off);
+
+	if (a->npieces == a->cappieces) {
+		size_t cap = a->cappieces ? a->cappieces * 2 : 8;
+		struct cuip_piece *n = realloc(a->pieces, cap * sizeof(*n));
+		if (!n)
+			return NULL;
+		a->pieces = n;
+		a->cappieces = cap;
+	}
+	memmove(&a->pieces[i + 1], &a->pieces[i], (a->npieces - i) * sizeof(*a->pieces));
+	a->pieces[i] = (struct cuip_piece){.off = off, .size = size};
+	a->npieces++;
+	return &a->pieces[i];
+}
+
+static void piece_remove(struct cuip_alloc *a, struct cuip_piece *p)
+{
+	size_t i = (size_t)(p - a->pieces);
+
+	memmove(&a->pieces[i], &a->pieces[i + 1], (a->npieces - i - 1) * sizeof(*a->pieces));
+	a->npieces--;
+}
+
+/* First offset where size bytes fit in slab a at PIECE_ALIGN, or NO_FIT. */
+static uint64_t slab_fit(const struct cuip_alloc *a, uint64_t size)
+{
+	uint64_t end = 0, at;
+
+	for (size_t i = 0; i < a->npieces; i++) {
+		at = align_up(end, PIECE_ALIGN);
+		if (at + size <= a->pieces[i].off)
+			return at;
+		end = a->pieces[i].off + a->pieces[i].size;
+	}
+	at = align_up(end, PIECE_ALIGN);
+	return at + size <= a->size ? at : NO_FIT;
+}
+
+static void slab_link(struct cuip_alloc *a)
+{
+	a->slab_prev = NULL;
+	a->slab_next = vmm.slabs;
+	if (vmm.slabs)
+		vmm.slabs->slab_prev = a;
+	vmm.slabs = a;
+}
+
+static void slab_unlink(struct cuip_alloc *a)
+{
+	if (a->slab_prev)
+		a->slab_prev->slab_next = a->slab_next;
+	else if (vmm.slabs == a)
+		vmm.slabs = a->slab_next;
+	if (a->slab_next)
+		a->slab_next->slab_prev = a->slab_prev;
+	a->slab_prev = a->slab_next = NULL;
+}
+
+/* Fill a new record of this process's legacy memory. */
+static void malloc_record(struct cuip_alloc *a, const CUmemAllocationProp *prop, size_t size,
+			  CUmemGenericAllocationHandle h)
+{
+	a->prop = *prop;
+	a->size = size;
+	a->drv = h;
+	a->origin = CUIP__ORIGIN__ORIGIN_MALLOC;
+	a->owner = CUIP__OWNER__OWNER_NATIVE;
+	a->creator_pid = self.pid;
+	memcpy(a->creator_sock, self.sock, sizeof(a->creator_sock));
+}
+
+/*
+ * A small request: a piece of a slab of this device with room (newest
+ * first), else of a new slab of one granule g. CUDA_ERROR_NOT_SUPPORTED
+ * from cuMemCreate goes back to the caller (native fallback).
+ */
+static CUresult slab_alloc(CUdeviceptr *dptr, size_t bytesize, CUdevice dev, const CUmemAllocationProp *prop, size_t g)
+{
+	CUmemGenericAllocationHandle h;
+	struct cuip_alloc *a;
+	uint64_t off = NO_FIT;
+	CUdeviceptr va;
+	CUresult r;
+
+	pthread_mutex_lock(&cuip_state_lock);
+	for (a = vmm.slabs; a; a = a->slab_next) {
+		/* A slab without that much room in all is skipped unsearched:
+		 * full slabs cost nothing however many there are. */
+		if (a->prop.location.id != dev || !a->drv || a->size - a->slab_used < bytesize)
+			continue;
+		off = slab_fit(a, bytesize);
+		if (off != NO_FIT)
+			break;
+	}
+	if (a) {
+		if (!piece_insert(a, off, bytesize)) {
+			pthread_mutex_unlock(&cuip_state_lock);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		a->slab_used += align_up(bytesize, PIECE_ALIGN);
+		*dptr = a->slab_va + off;
+		pthread_mutex_unlock(&cuip_state_lock);
+		pr_debug("cuMemAlloc(%zu): piece at %#llx of slab " ID_FMT, bytesize, (unsigned long long)*dptr,
+			 (unsigned long long)a->creator, (unsigned long long)a->serial);
+		return CUDA_SUCCESS;
+	}
+	pthread_mutex_unlock(&cuip_state_lock);
+	r = real.cuMemCreate(&h, g, prop, 0);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = map_new(h, g, dev, &va);
+	if (r != CUDA_SUCCESS)
+		goto release;
+	pthread_mutex_lock(&cuip_state_lock);
+	a = cuip_alloc_create(self.id, ++vmm.next_serial);
+	if (!a) {
+		pthread_mutex_unlock(&cuip_state_lock);
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+		goto unmap;
+	}
+	malloc_record(a, prop, g, h);
+	a->slab = true;
+	a->slab_va = va;
+	a->slab_used = align_up(bytesize, PIECE_ALIGN);
+	if (!piece_insert(a, 0, bytesize) || map_record(a, va, dev)) {
+		cuip_alloc_unlink_if_dead(a);
+		pthread_mutex_unlock(&cuip_state_lock);
+		free(a->pieces);
+		free(a);
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+		goto unmap;
+	}
+	slab_link(a);
+	pthread_mutex_unlock(&cuip_state_lock);
+	*dptr = va;
+	pr_debug("cuMemAlloc(%zu): piece at %#llx of new slab " ID_FMT " (%zu bytes)", bytesize, (unsigned long long)va,
+		 (unsigned long long)a->creator, (unsigned long long)a->serial, g);
+	return CUDA_SUCCESS;
+unmap:
+	map_gone(va, g);
+release:
+	real.cuMemRelease(h);
+	return r;
 }
 
 /* ---- cuMemAlloc, cuMemFree, cuMemGetAddressRange ------------------------ */
@@ -187,6 +399,12 @@ CUIP_API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 	r = rl.gran(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
 	if (r != CUDA_SUCCESS || !g)
 		goto native;
+	if (bytesize < g) {
+		r = slab_alloc(dptr, bytesize, dev, &prop, g);
+		if (r == CUDA_ERROR_NOT_SUPPORTED)
+			goto native;
+		goto out;
+	}
 	size = (bytesize + g - 1) / g * g;
 	r = real.cuMemCreate(&h, size, &prop, 0);
 	if (r == CUDA_ERROR_NOT_SUPPORTED)
@@ -203,14 +421,8 @@ CUIP_API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 		goto unmap;
 	}
-	a->prop = prop;
-	a->size = size;
+	malloc_record(a, &prop, size, h);
 	a->requested = bytesize;
-	a->drv = h;
-	a->origin = CUIP__ORIGIN__ORIGIN_MALLOC;
-	a->owner = CUIP__OWNER__OWNER_NATIVE;
-	a->creator_pid = self.pid;
-	memcpy(a->creator_sock, self.sock, sizeof(a->creator_sock));
 	if (map_record(a, va, dev)) {
 		cuip_alloc_unlink_if_dead(a);
 		pthread_mutex_unlock(&cuip_state_lock);
@@ -242,6 +454,7 @@ out:
 CUIP_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 {
 	struct cuip_mapping *m;
+	struct cuip_piece *p;
 	struct cuip_alloc *a;
 	bool dead;
 	CUresult r = enter(&rl.free);
@@ -249,24 +462,39 @@ CUIP_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 	if (r != CUDA_SUCCESS)
 		return r;
 	pthread_mutex_lock(&cuip_state_lock);
-	m = legacy_at(dptr);
+	m = legacy_in(dptr);
 	if (!m || m->a->origin != CUIP__ORIGIN__ORIGIN_MALLOC || m->a->creator != self.id) {
 		pthread_mutex_unlock(&cuip_state_lock);
 		r = rl.free(dptr);
 		goto out;
 	}
 	pthread_mutex_unlock(&cuip_state_lock);
-	/* cuMemFree synchronizes; an unmap under running work would not. */
+	/* cuMemFree synchronizes (a freed piece is reused at once, an
+	 * unmap under running work would fault). */
 	real.cuCtxSynchronize();
 	pthread_mutex_lock(&cuip_state_lock);
-	m = legacy_at(dptr);
-	if (!m || m->a->origin != CUIP__ORIGIN__ORIGIN_MALLOC) {
-		pthread_mutex_unlock(&cuip_state_lock); /* freed by another thread meanwhile */
+	m = legacy_in(dptr);
+	p = m && m->a->slab ? cuip_piece_at(m->a, dptr - m->va, true) : NULL;
+	if (!m || m->a->origin != CUIP__ORIGIN__ORIGIN_MALLOC || m->a->creator != self.id ||
+	    (m->a->slab ? !p : m->va != dptr)) {
+		/* Not an allocation's base, or freed by another thread meanwhile. */
+		pthread_mutex_unlock(&cuip_state_lock);
 		r = CUDA_ERROR_INVALID_VALUE;
 		goto out;
 	}
 	a = m->a;
-	cuip_map_take(dptr);
+	if (a->slab) {
+		a->slab_used -= align_up(p->size, PIECE_ALIGN);
+		piece_remove(a, p);
+		if (a->npieces) {
+			pthread_mutex_unlock(&cuip_state_lock);
+			goto out;
+		}
+		slab_unlink(a); /* empty: released */
+		pr_debug("cuMemFree: slab " ID_FMT " is empty, released", (unsigned long long)a->creator,
+			 (unsigned long long)a->serial);
+	}
+	cuip_map_take(m->va);
 	map_gone(m->va, m->size);
 	cuip_map_free(m);
 	dead = cuip_alloc_unlink_if_dead(a);
@@ -286,8 +514,20 @@ CUIP_API CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *ps
 	if (r != CUDA_SUCCESS)
 		return r;
 	pthread_mutex_lock(&cuip_state_lock);
-	m = cuip_mapping_at(dptr);
-	if (m && m->legacy) {
+	m = legacy_in(dptr);
+	if (m && m->a->slab) {
+		const struct cuip_piece *p = cuip_piece_at(m->a, dptr - m->va, false);
+
+		if (!p)
+			r = CUDA_ERROR_NOT_FOUND; /* as the driver, between allocations */
+		if (p && pbase)
+			*pbase = m->va + p->off;
+		if (p && psize)
+			*psize = p->size;
+		pthread_mutex_unlock(&cuip_state_lock);
+		goto out;
+	}
+	if (m) {
 		if (pbase)
 			*pbase = m->va;
 		if (psize)
@@ -309,6 +549,7 @@ CUIP_API CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr
 	struct ipc_handle ih = {.magic = IPC_MAGIC, .version = IPC_VERSION};
 	struct cuip_mapping *m;
 	struct cuip_alloc *a, snap;
+	uint64_t off = 0, req;
 	CUresult r = enter(&rl.get);
 
 	if (r != CUDA_SUCCESS)
@@ -318,8 +559,18 @@ CUIP_API CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr
 		goto out;
 	}
 	pthread_mutex_lock(&cuip_state_lock);
-	m = legacy_at(dptr);
-	if (!m || m->a->origin != CUIP__ORIGIN__ORIGIN_MALLOC || m->a->creator != self.id) {
+	m = legacy_in(dptr);
+	if (m && m->a->origin == CUIP__ORIGIN__ORIGIN_MALLOC && m->a->creator == self.id) {
+		const struct cuip_piece *p = m->a->slab ? cuip_piece_at(m->a, dptr - m->va, true) : NULL;
+
+		if (m->a->slab ? !p : m->va != dptr) {
+			pthread_mutex_unlock(&cuip_state_lock);
+			r = CUDA_ERROR_INVALID_VALUE; /* not an allocation's base */
+			goto out;
+		}
+		off = p ? p->off : 0;
+		req = p ? p->size : m->a->requested;
+	} else {
 		bool opened = m != NULL;
 		pthread_mutex_unlock(&cuip_state_lock);
 		if (opened) {
@@ -357,7 +608,9 @@ CUIP_API CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr
 	ih.creator = snap.creator;
 	ih.serial = snap.serial;
 	ih.size = snap.size;
-	ih.requested = snap.requested;
+	ih.requested = req;
+	ih.offset = (uint32_t)off;
+	ih.flags = snap.slab ? IPC_F_PIECE : 0;
 	memcpy(ih.token, snap.token, sizeof(ih.token));
 	memset(pHandle, 0, sizeof(*pHandle));
 	memcpy(pHandle->reserved, &ih, sizeof(ih));
@@ -373,6 +626,21 @@ static void creator_socket(const struct ipc_handle *ih, char *buf, size_t len)
 	int dirlen = slash ? (int)(slash - self.sock) : 0;
 
 	snprintf(buf, len, "%.*s/%d-%016llx.sock", dirlen, self.sock, ih->creator_pid, (unsigned long long)ih->creator);
+}
+
+/* Count one more open of the handle's piece in a (lock held): NULL when out
+ * of memory. */
+static struct cuip_piece *piece_open(struct cuip_alloc *a, const struct ipc_handle *ih)
+{
+	struct cuip_piece *p = cuip_piece_at(a, ih->offset, true);
+
+	if (!p)
+		p = piece_insert(a, ih->offset, ih->requested);
+	if (p) {
+		p->size = ih->requested; /* the creator may have reused the offset */
+		p->opens++;
+	}
+	return p;
 }
 
 /* Open (creator, serial) for the first time here: fetch, import, map. */
@@ -434,12 +702,14 @@ static CUresult ipc_open_first(const struct ipc_handle *ih, CUdevice dev, CUdevi
 		creator_socket(ih, a->creator_sock, sizeof(a->creator_sock));
 	}
 	a->owner = CUIP__OWNER__OWNER_SHARED;
-	a->requested = ih->requested;
-	if (map_record(a, va, dev)) {
+	a->slab = ih->flags & IPC_F_PIECE;
+	a->requested = a->slab ? 0 : ih->requested;
+	if ((a->slab && !piece_open(a, ih)) || map_record(a, va, dev)) {
 		bool dead = cuip_alloc_unlink_if_dead(a);
 		pthread_mutex_unlock(&cuip_state_lock);
 		if (dead) {
 			a->drv = 0; /* released below */
+			free(a->pieces);
 			free(a);
 		}
 		r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -448,7 +718,7 @@ static CUresult ipc_open_first(const struct ipc_handle *ih, CUdevice dev, CUdevi
 	a->ipc_va = va;
 	a->ipc_opens = 1;
 	pthread_mutex_unlock(&cuip_state_lock);
-	*pdptr = va;
+	*pdptr = va + ih->offset;
 	return CUDA_SUCCESS;
 unmap:
 	map_gone(va, ih->size);
@@ -474,9 +744,11 @@ static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int
 		       "exporting process under cuinterpose too): its memory could not be checkpointed");
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
-	if (ih.version != IPC_VERSION || !ih.size || ih.requested > ih.size || ih.flags || ih.reserved) {
-		pr_err("cuIpcOpenMemHandle: malformed cuinterpose IPC handle (version %u, size %llu, requested %llu)",
-		       ih.version, (unsigned long long)ih.size, (unsigned long long)ih.requested);
+	if (ih.version != IPC_VERSION || !ih.size || ih.requested > ih.size || (ih.flags & ~IPC_F_PIECE) ||
+	    (ih.flags & IPC_F_PIECE ? !ih.requested || ih.offset > ih.size - ih.requested : ih.offset != 0)) {
+		pr_err("cuIpcOpenMemHandle: malformed cuinterpose IPC handle (version %u, flags %#x, size %llu, "
+		       "piece of %llu bytes at offset %u)",
+		       ih.version, ih.flags, (unsigned long long)ih.size, (unsigned long long)ih.requested, ih.offset);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	r = rl.getdev(&dev);
@@ -489,11 +761,18 @@ static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int
 	pthread_mutex_lock(&cuip_state_lock);
 	a = cuip_alloc_by_id(ih.creator, ih.serial);
 	if (a && a->ipc_opens) {
-		a->ipc_opens++;
-		*pdptr = a->ipc_va;
+		r = CUDA_SUCCESS;
+		if (a->slab != !!(ih.flags & IPC_F_PIECE))
+			r = CUDA_ERROR_INVALID_VALUE; /* a piece of a whole allocation, or the reverse */
+		else if (a->slab && !piece_open(a, &ih))
+			r = CUDA_ERROR_OUT_OF_MEMORY;
+		if (r == CUDA_SUCCESS) {
+			a->ipc_opens++;
+			*pdptr = a->ipc_va + ih.offset;
+		}
 		pthread_mutex_unlock(&cuip_state_lock);
 		pthread_mutex_unlock(&ipc_mu);
-		return CUDA_SUCCESS;
+		return r;
 	}
 	pthread_mutex_unlock(&cuip_state_lock);
 	r = ipc_open_first(&ih, dev, pdptr);
@@ -528,18 +807,31 @@ CUIP_API CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
 		return r;
 	pthread_mutex_lock(&ipc_mu);
 	pthread_mutex_lock(&cuip_state_lock);
-	m = legacy_at(dptr);
-	if (!m || m->a->ipc_va != dptr || !m->a->ipc_opens) {
+	m = legacy_in(dptr);
+	if (!m || m->a->ipc_va != m->va || !m->a->ipc_opens) {
 		r = CUDA_ERROR_INVALID_VALUE;
 		goto unlock;
 	}
 	a = m->a;
+	if (a->slab) {
+		struct cuip_piece *p = cuip_piece_at(a, dptr - m->va, true);
+
+		if (!p || !p->opens) {
+			r = CUDA_ERROR_INVALID_VALUE; /* not what an open returned */
+			goto unlock;
+		}
+		if (--p->opens == 0)
+			piece_remove(a, p);
+	} else if (m->va != dptr) {
+		r = CUDA_ERROR_INVALID_VALUE;
+		goto unlock;
+	}
 	if (--a->ipc_opens)
 		goto unlock;
 	pthread_mutex_unlock(&cuip_state_lock);
 	real.cuCtxSynchronize(); /* as the driver: work using it completes first */
 	pthread_mutex_lock(&cuip_state_lock);
-	cuip_map_take(dptr);
+	cuip_map_take(m->va);
 	map_gone(m->va, m->size);
 	cuip_map_free(m);
 	a->ipc_va = 0;

@@ -212,13 +212,14 @@ static Cuip__Response *op_save(const Cuip__Save *s, int fd)
 	struct carrier_item *items = NULL;
 	struct tmpmap *maps = NULL;
 	struct cuip_alloc **as = NULL;
+	uint64_t *aoff = NULL;
 	struct carrier_ops ops;
 	struct carrier_config cfg;
 	struct carrier_stats stats;
 	Cuip__SaveReply *sr;
 	Cuip__Response *resp = NULL;
-	char err[512] = "", name[64];
-	size_t n = s->n_allocs;
+	char err[512] = "", name[96];
+	size_t n = s->n_allocs, ni = 0;
 	uint64_t total = 0;
 	int ret;
 
@@ -231,16 +232,26 @@ static Cuip__Response *op_save(const Cuip__Save *s, int fd)
 	ret = carrier_setup(&ops, &cfg, err, sizeof(err));
 	if (ret)
 		return reply(ret, "pid %d: carrier: %s", self.pid, err);
-	items = calloc(n ? n : 1, sizeof(*items));
-	maps = calloc(n ? n : 1, sizeof(*maps));
-	as = calloc(n ? n : 1, sizeof(*as));
-	if (!items || !maps || !as) {
-		resp = reply(-ENOMEM, "pid %d: out of memory", self.pid);
-		goto out;
-	}
+	/* One carrier item per allocation, or per live piece of a slab (freed
+	 * pieces are not saved). */
 	for (size_t i = 0; i < n; i++) {
 		const Cuip__AllocId *id = s->allocs[i];
 		struct cuip_alloc *a = id ? cuip_alloc_by_id(id->creator, id->serial) : NULL;
+		ni += a && a->slab ? a->npieces : 1;
+	}
+	items = calloc(ni ? ni : 1, sizeof(*items));
+	maps = calloc(n ? n : 1, sizeof(*maps));
+	as = calloc(ni ? ni : 1, sizeof(*as));
+	aoff = calloc(ni ? ni : 1, sizeof(*aoff));
+	if (!items || !maps || !as || !aoff) {
+		resp = reply(-ENOMEM, "pid %d: out of memory", self.pid);
+		goto out;
+	}
+	ni = 0;
+	for (size_t i = 0; i < n; i++) {
+		const Cuip__AllocId *id = s->allocs[i];
+		struct cuip_alloc *a = id ? cuip_alloc_by_id(id->creator, id->serial) : NULL;
+		size_t np;
 		CUcontext ctx;
 		CUresult r;
 		int ord;
@@ -261,22 +272,33 @@ static Cuip__Response *op_save(const Cuip__Save *s, int fd)
 				     ID(a), cuip_cuerr(r));
 			goto out;
 		}
-		as[i] = a;
-		items[i].va = maps[i].va;
-		items[i].size = a->size;
-		items[i].ctx = ctx;
-		snprintf(name, sizeof(name), "allocation " ID_FMT, ID(a));
-		items[i].name = cuip_strdup(name);
-		items[i].chunk_size = s->chunk_size;
-		items[i].ncrc = carrier_nchunks(a->size, s->chunk_size);
-		items[i].crc = cuip_zalloc(sizeof(uint32_t) * (items[i].ncrc ? items[i].ncrc : 1));
-		if (!items[i].crc || !items[i].name) {
-			resp = reply(-ENOMEM, "pid %d: out of memory", self.pid);
-			goto out;
+		np = a->slab ? a->npieces : 1;
+		for (size_t k = 0; k < np; k++, ni++) {
+			struct carrier_item *it = &items[ni];
+			uint64_t off = a->slab ? a->pieces[k].off : 0;
+
+			as[ni] = a;
+			aoff[ni] = off;
+			it->va = maps[i].va + off;
+			it->size = a->slab ? a->pieces[k].size : a->size;
+			it->ctx = ctx;
+			if (a->slab)
+				snprintf(name, sizeof(name), "allocation " ID_FMT " piece at %#llx", ID(a),
+					 (unsigned long long)off);
+			else
+				snprintf(name, sizeof(name), "allocation " ID_FMT, ID(a));
+			it->name = cuip_strdup(name);
+			it->chunk_size = s->chunk_size;
+			it->ncrc = carrier_nchunks(it->size, s->chunk_size);
+			it->crc = cuip_zalloc(sizeof(uint32_t) * (it->ncrc ? it->ncrc : 1));
+			if (!it->crc || !it->name) {
+				resp = reply(-ENOMEM, "pid %d: out of memory", self.pid);
+				goto out;
+			}
+			total += it->size;
 		}
-		total += a->size;
 	}
-	ret = carrier_save(&ops, &cfg, fd, s->offset, items, n, &stats, err, sizeof(err));
+	ret = carrier_save(&ops, &cfg, fd, s->offset, items, ni, &stats, err, sizeof(err));
 	if (ret) {
 		resp = reply(ret, "pid %d: saving shared memory: %s", self.pid, err);
 		goto out;
@@ -286,10 +308,10 @@ static Cuip__Response *op_save(const Cuip__Save *s, int fd)
 	if (!resp || !sr)
 		goto nomem;
 	cuip__save_reply__init(sr);
-	sr->entries = cuip_zalloc(sizeof(*sr->entries) * (n ? n : 1));
+	sr->entries = cuip_zalloc(sizeof(*sr->entries) * (ni ? ni : 1));
 	if (!sr->entries)
 		goto nomem;
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < ni; i++) {
 		Cuip__CarrierEntry *e = cuip_zalloc(sizeof(*e));
 		Cuip__AllocId *id = cuip_zalloc(sizeof(*id));
 		if (!e || !id)
@@ -305,12 +327,17 @@ static Cuip__Response *op_save(const Cuip__Save *s, int fd)
 		e->chunk_size = items[i].chunk_size;
 		e->crc32c = items[i].crc;
 		e->n_crc32c = items[i].ncrc;
+		if (as[i]->slab) {
+			e->has_alloc_offset = 1;
+			e->alloc_offset = aoff[i];
+		}
 		sr->entries[sr->n_entries++] = e;
 	}
 	sr->bytes = total;
 	resp->body_case = CUIP__RESPONSE__BODY_SAVE;
 	resp->save = sr;
-	pr_info("saved %zu shared allocations, %llu bytes, %.3f s", n, (unsigned long long)total, stats.seconds);
+	pr_info("saved %zu shared allocations (%zu carrier entries), %llu bytes, %.3f s", n, ni,
+		(unsigned long long)total, stats.seconds);
 	goto out;
 nomem:
 	resp = reply(-ENOMEM, "pid %d: out of memory", self.pid);
@@ -321,6 +348,7 @@ out:
 	free(items);
 	free(maps);
 	free(as);
+	free(aoff);
 	return resp;
 }
 
@@ -401,6 +429,50 @@ static Cuip__Response *op_prepare_unicast(void)
 
 /* ---- LOAD ------------------------------------------------------------------ */
 
+/*
+ * Before anything is recreated: a slab comes in one entry per live piece,
+ * each naming the piece's offset and size, none twice, none missing. Leaves
+ * load_ix -1 everywhere (LOAD sets it to the entry whose temporary mapping
+ * holds the recreated slab; the others load into that mapping).
+ */
+static Cuip__Response *load_check_pieces(const Cuip__Load *l)
+{
+	Cuip__Response *resp = NULL;
+
+	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
+		a->load_ix = -1;
+		for (size_t k = 0; k < a->npieces; k++)
+			a->pieces[k].loaded = false;
+	}
+	for (size_t i = 0; i < l->n_entries; i++) {
+		const Cuip__CarrierEntry *e = l->entries[i];
+		struct cuip_alloc *a = e->alloc ? cuip_alloc_by_id(e->alloc->creator, e->alloc->serial) : NULL;
+		struct cuip_piece *pc;
+
+		if (!a || !a->slab || a->creator != self.id)
+			continue; /* LOAD's own checks */
+		pc = e->has_alloc_offset ? cuip_piece_at(a, e->alloc_offset, true) : NULL;
+		if (!pc || pc->size != e->size || pc->loaded)
+			return reply(
+				-EINVAL,
+				"pid %d: allocation " ID_FMT ": carrier entry %zu (%llu bytes at offset %#llx) is %s",
+				self.pid, ID(a), i, (unsigned long long)e->size, (unsigned long long)e->alloc_offset,
+				pc && pc->loaded ? "a second entry for one piece" : "no live piece of the slab");
+		pc->loaded = true;
+		a->load_ix = -2; /* has entries */
+	}
+	for (struct cuip_alloc *a = vmm.head; a && !resp; a = a->next) {
+		for (size_t k = 0; a->load_ix == -2 && k < a->npieces && !resp; k++)
+			if (!a->pieces[k].loaded)
+				resp = reply(-ENODATA,
+					     "pid %d: allocation " ID_FMT
+					     ": the piece at offset %#llx has no carrier entry",
+					     self.pid, ID(a), (unsigned long long)a->pieces[k].off);
+		a->load_ix = -1;
+	}
+	return resp;
+}
+
 static Cuip__Response *op_load(const Cuip__Load *l, int fd)
 {
 	struct carrier_item *items = NULL;
@@ -411,7 +483,7 @@ static Cuip__Response *op_load(const Cuip__Load *l, int fd)
 	uint8_t old_uuid[MAX_DEVICES][16];
 	bool has_uuid[MAX_DEVICES] = {false};
 	Cuip__Response *resp = NULL;
-	char err[512] = "", name[64];
+	char err[512] = "", name[96];
 	size_t n = l->n_entries;
 	uint64_t total = 0;
 	int ret;
@@ -440,9 +512,13 @@ static Cuip__Response *op_load(const Cuip__Load *l, int fd)
 		resp = reply(-ENOMEM, "pid %d: out of memory", self.pid);
 		goto out;
 	}
+	resp = load_check_pieces(l);
+	if (resp)
+		goto out;
 	for (size_t i = 0; i < n; i++) {
 		const Cuip__CarrierEntry *e = l->entries[i];
 		struct cuip_alloc *a = e->alloc ? cuip_alloc_by_id(e->alloc->creator, e->alloc->serial) : NULL;
+		struct cuip_piece *pc = NULL;
 		CUmemAllocationProp prop;
 		CUcontext ctx;
 		CUresult r;
@@ -456,11 +532,18 @@ static Cuip__Response *op_load(const Cuip__Load *l, int fd)
 				     e->alloc ? (unsigned long long)e->alloc->serial : 0ull);
 			goto out;
 		}
-		if (e->size != a->size) {
+		if (a->slab) {
+			pc = cuip_piece_at(a, e->alloc_offset, true); /* checked above */
+		} else if (e->size != a->size || e->has_alloc_offset) {
 			resp = reply(-EINVAL,
 				     "pid %d: allocation " ID_FMT ": carrier holds %llu bytes, the allocation %llu",
 				     self.pid, ID(a), (unsigned long long)e->size, (unsigned long long)a->size);
 			goto out;
+		}
+		if (a->load_ix >= 0) { /* a further piece of a slab loaded here */
+			items[i] = items[a->load_ix];
+			items[i].va = maps[a->load_ix].va + pc->off;
+			goto item;
 		}
 		if (a->drv) {
 			resp = reply(-EBUSY,
@@ -492,16 +575,22 @@ static Cuip__Response *op_load(const Cuip__Load *l, int fd)
 				     ID(a), cuip_cuerr(r));
 			goto out;
 		}
-		items[i].va = maps[i].va;
-		items[i].size = a->size;
+		a->load_ix = (int32_t)i;
+		items[i].va = maps[i].va + (pc ? pc->off : 0);
 		items[i].ctx = ctx;
-		snprintf(name, sizeof(name), "allocation " ID_FMT, ID(a));
+item:
+		if (pc)
+			snprintf(name, sizeof(name), "allocation " ID_FMT " piece at %#llx", ID(a),
+				 (unsigned long long)pc->off);
+		else
+			snprintf(name, sizeof(name), "allocation " ID_FMT, ID(a));
 		items[i].name = cuip_strdup(name);
+		items[i].size = e->size;
 		items[i].chunk_size = e->chunk_size;
 		items[i].offset = e->offset;
 		items[i].crc = e->crc32c;
 		items[i].ncrc = e->n_crc32c;
-		total += a->size;
+		total += e->size;
 	}
 	ret = carrier_load(&ops, &cfg, fd, items, n, &stats, err, sizeof(err));
 	if (ret) {
@@ -519,7 +608,7 @@ static Cuip__Response *op_load(const Cuip__Load *l, int fd)
 	cuip__load_reply__init(resp->load);
 	resp->load->bytes = total;
 	resp->body_case = CUIP__RESPONSE__BODY_LOAD;
-	pr_info("loaded %zu shared allocations, %llu bytes, %.3f s", n, (unsigned long long)total, stats.seconds);
+	pr_info("loaded %zu carrier entries, %llu bytes, %.3f s", n, (unsigned long long)total, stats.seconds);
 out:
 	for (size_t i = 0; maps && i < n; i++)
 		tmp_unmap(&maps[i]);
@@ -787,6 +876,17 @@ static bool same_access(Cuip__Access **x, size_t nx, Cuip__Access **y, size_t ny
 	return true;
 }
 
+static bool same_pieces(const Cuip__Allocation *x, const Cuip__Allocation *y)
+{
+	if (x->slab != y->slab || x->n_pieces != y->n_pieces)
+		return false;
+	for (size_t i = 0; i < x->n_pieces; i++) /* both in offset order (inspect.c) */
+		if (x->pieces[i]->offset != y->pieces[i]->offset || x->pieces[i]->size != y->pieces[i]->size ||
+		    x->pieces[i]->opens != y->pieces[i]->opens)
+			return false;
+	return true;
+}
+
 /* What VERIFY checks before comparing records: nothing may still be
  * detached, and the counts must match. NULL or the failure reply. */
 static Cuip__Response *verify_attached(const Cuip__ProcessState *now, size_t nalloc, size_t nmap)
@@ -870,7 +970,7 @@ static Cuip__Response *op_verify(Cuip__Verify *v)
 		if (!e->id || !f->id || f->id->creator != e->id->creator || f->id->serial != e->id->serial)
 			f = NULL;
 		if (!f || f->owner != e->owner || f->origin != e->origin || !f->props != !e->props ||
-		    (f->props && f->props->size != e->props->size)) {
+		    (f->props && f->props->size != e->props->size) || !same_pieces(f, e)) {
 			cuip_fail("allocation " ID_FMT " %s after the rebuild", ID(e->id),
 				  f ? "differs from the checkpoint" : "is missing");
 			return reply(-EIO, "pid %d: %s", self.pid, cuip_failure());

@@ -170,6 +170,7 @@ static void alloc_destroy(struct cuip_alloc *a)
 	}
 	if (a->mc)
 		cuip_mc_forget(a);
+	free(a->pieces);
 	free(a);
 }
 
@@ -940,6 +941,7 @@ void cuip_vmm_reset(void)
 	for (; a; a = n) {
 		n = a->next;
 		cuip_mc_free(a->mc);
+		free(a->pieces);
 		free(a);
 	}
 	for (int i = 0; i < 256; i++) {

@@ -290,6 +290,19 @@ void cli_print_state(const Cuip__ProcessState *st)
 		printf("\n");
 		if (a->mc)
 			print_mc(st, a);
+		if (a->slab) {
+			uint64_t live = 0;
+			for (size_t k = 0; k < a->n_pieces; k++)
+				live += a->pieces[k]->size;
+			printf("    slab  %zu pieces  %" PRIu64 " bytes in them\n", a->n_pieces, live);
+			for (size_t k = 0; k < a->n_pieces; k++) {
+				printf("      piece +%#" PRIx64 "  size %" PRIu64, a->pieces[k]->offset,
+				       a->pieces[k]->size);
+				if (a->pieces[k]->has_opens)
+					printf("  opens %u", a->pieces[k]->opens);
+				printf("\n");
+			}
+		}
 	}
 	printf("mappings (%zu):\n", st->n_mappings);
 	for (size_t i = 0; i < st->n_mappings; i++) {
@@ -366,6 +379,17 @@ void cli_print_state_json(const Cuip__ProcessState *st)
 		}
 		if (a->mc)
 			print_mc_json(st, a);
+		if (a->slab) {
+			printf(",\"slab\":true,\"pieces\":[");
+			for (size_t k = 0; k < a->n_pieces; k++) {
+				printf("%s{\"offset\":%" PRIu64 ",\"size\":%" PRIu64, k ? "," : "",
+				       a->pieces[k]->offset, a->pieces[k]->size);
+				if (a->pieces[k]->has_opens)
+					printf(",\"opens\":%u", a->pieces[k]->opens);
+				printf("}");
+			}
+			printf("]");
+		}
 		printf("}");
 	}
 	printf("],\"mappings\":[");

@@ -181,12 +181,17 @@ static void show_carriers(struct show *s, const Cuip__Topology *t)
 			       verdict);
 			for (long k = 0; k < nbad && k < SHOW_MAX_BAD; k++)
 				printf("%s%" PRIu64, k ? "," : "", bad[k]);
-			printf("]}");
+			printf("]");
+			if (e->has_alloc_offset)
+				printf(",\"piece_offset\":%" PRIu64, e->alloc_offset);
+			printf("}");
 		} else {
-			printf("  %016" PRIx64 ":%" PRIu64 "  %s  offset %" PRIu64 "  size %" PRIu64 "  chunks %" PRIu64
+			printf("  %016" PRIx64 ":%" PRIu64, e->alloc->creator, e->alloc->serial);
+			if (e->has_alloc_offset)
+				printf(" piece +%#" PRIx64, e->alloc_offset);
+			printf("  %s  offset %" PRIu64 "  size %" PRIu64 "  chunks %" PRIu64
 			       " x %u  checksums %zu  %s\n",
-			       e->alloc->creator, e->alloc->serial, e->file, e->offset, e->size, chunks, e->chunk_size,
-			       e->n_crc32c, verdict);
+			       e->file, e->offset, e->size, chunks, e->chunk_size, e->n_crc32c, verdict);
 		}
 	}
 }

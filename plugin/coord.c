@@ -518,7 +518,7 @@ static int step_save(struct cuip_group *g, struct cuip_part *p, const void *arg)
 	Cuip__Response *resp = NULL;
 	char file[64];
 	struct stat sb;
-	size_t n = 0;
+	size_t n = 0, nent = 0;
 	int fd, ret;
 
 	ids = calloc(st->n_allocations, sizeof(*ids));
@@ -529,7 +529,8 @@ static int step_save(struct cuip_group *g, struct cuip_part *p, const void *arg)
 		if (!cuip_alloc_carried_by(st->allocations[i], st->self->id))
 			continue;
 		ids[n++] = st->allocations[i]->id;
-		p->expected_bytes += cuip_alloc_size(st->allocations[i]);
+		nent += cuip_alloc_carrier_entries(st->allocations[i]);
+		p->expected_bytes += cuip_alloc_carried_bytes(st->allocations[i]);
 	}
 	cuip_carrier_name(p->vpid, file, sizeof(file));
 	fd = openat(g->imgdir, file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -559,8 +560,8 @@ static int step_save(struct cuip_group *g, struct cuip_part *p, const void *arg)
 	uint64_t indexed = 0;
 	for (size_t i = 0; i < resp->save->n_entries; i++) {
 		const Cuip__CarrierEntry *e = resp->save->entries[i];
-		const Cuip__Allocation *a = i < n ? cuip_find_alloc(st, e->alloc) : NULL;
-		int known = a && cuip_alloc_carried_by(a, st->self->id) && cuip_alloc_size(a) == e->size;
+		const Cuip__Allocation *a = i < nent ? cuip_find_alloc(st, e->alloc) : NULL;
+		int known = a && cuip_alloc_carried_by(a, st->self->id) && cuip_carrier_entry_fits(a, e);
 
 		if (!known || !e->file || strcmp(e->file, file)) {
 			part_fail(p, "SAVE returned carrier entry %zu that matches no saved allocation", i);
@@ -569,9 +570,9 @@ static int step_save(struct cuip_group *g, struct cuip_part *p, const void *arg)
 		}
 		indexed += e->size;
 	}
-	if (resp->save->n_entries != n || resp->save->bytes != p->expected_bytes || indexed != p->expected_bytes) {
+	if (resp->save->n_entries != nent || resp->save->bytes != p->expected_bytes || indexed != p->expected_bytes) {
 		part_fail(p, "SAVE moved %" PRIu64 " bytes in %zu entries, expected %" PRIu64 " bytes in %zu",
-			  resp->save->bytes, resp->save->n_entries, p->expected_bytes, n);
+			  resp->save->bytes, resp->save->n_entries, p->expected_bytes, nent);
 		ret = -EIO;
 		goto out;
 	}
@@ -604,7 +605,7 @@ static uint64_t save_total(const struct cuip_group *g, const struct cuip_part *p
 
 	for (size_t i = 0; i < p->st->n_allocations; i++)
 		if (cuip_alloc_carried_by(p->st->allocations[i], p->st->self->id))
-			t += cuip_alloc_size(p->st->allocations[i]);
+			t += cuip_alloc_carried_bytes(p->st->allocations[i]);
 	return t;
 }
 

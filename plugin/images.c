@@ -161,10 +161,20 @@ static int check_carriers(int dirfd, const char *tname, const Cuip__Topology *t,
 			       tname, (unsigned long long)e->alloc->creator, (unsigned long long)e->alloc->serial);
 			return -EBADMSG;
 		}
-		if (e->size != cuip_alloc_size(a)) {
-			errfmt(err, errlen, "%s: carrier entry for %llx:%llu holds %llu bytes, the allocation has %llu",
-			       tname, (unsigned long long)e->alloc->creator, (unsigned long long)e->alloc->serial,
-			       (unsigned long long)e->size, (unsigned long long)cuip_alloc_size(a));
+		if (!cuip_carrier_entry_fits(a, e)) {
+			if (a->slab)
+				errfmt(err, errlen,
+				       "%s: carrier entry for %llx:%llu holds %llu bytes at offset %#llx, which is no "
+				       "live piece of that slab",
+				       tname, (unsigned long long)e->alloc->creator,
+				       (unsigned long long)e->alloc->serial, (unsigned long long)e->size,
+				       (unsigned long long)e->alloc_offset);
+			else
+				errfmt(err, errlen,
+				       "%s: carrier entry for %llx:%llu holds %llu bytes, the allocation has %llu",
+				       tname, (unsigned long long)e->alloc->creator,
+				       (unsigned long long)e->alloc->serial, (unsigned long long)e->size,
+				       (unsigned long long)cuip_alloc_size(a));
 			return -EBADMSG;
 		}
 		if (!e->chunk_size) {
@@ -192,14 +202,20 @@ static int check_carriers(int dirfd, const char *tname, const Cuip__Topology *t,
 	/* Every carried allocation must have an entry. */
 	for (size_t k = 0; k < st->n_allocations; k++) {
 		const Cuip__Allocation *a = st->allocations[k];
-		int found = 0;
+		size_t found = 0;
 
 		if (!cuip_alloc_carried_by(a, st->self->id))
 			continue;
 		for (size_t i = 0; i < t->n_carriers; i++)
 			if (t->carriers[i]->alloc->creator == a->id->creator &&
 			    t->carriers[i]->alloc->serial == a->id->serial)
-				found = 1;
+				found++;
+		if (a->slab && found != a->n_pieces) {
+			errfmt(err, errlen, "%s: shared slab %llx:%llu has %zu live pieces but %zu carrier entries",
+			       tname, (unsigned long long)a->id->creator, (unsigned long long)a->id->serial,
+			       a->n_pieces, found);
+			return -EBADMSG;
+		}
 		if (!found) {
 			errfmt(err, errlen, "%s: shared allocation %llx:%llu has no carrier entry", tname,
 			       (unsigned long long)a->id->creator, (unsigned long long)a->id->serial);

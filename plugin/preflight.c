@@ -59,6 +59,32 @@ int cuip_alloc_carried_by(const Cuip__Allocation *a, uint64_t self)
 	       (a->origin == CUIP__ORIGIN__ORIGIN_VMM_CREATE || a->origin == CUIP__ORIGIN__ORIGIN_MALLOC);
 }
 
+uint64_t cuip_alloc_carried_bytes(const Cuip__Allocation *a)
+{
+	uint64_t n = 0;
+
+	if (!a->slab)
+		return cuip_alloc_size(a);
+	for (size_t i = 0; i < a->n_pieces; i++)
+		n += a->pieces[i]->size;
+	return n;
+}
+
+size_t cuip_alloc_carrier_entries(const Cuip__Allocation *a)
+{
+	return a->slab ? a->n_pieces : 1;
+}
+
+int cuip_carrier_entry_fits(const Cuip__Allocation *a, const Cuip__CarrierEntry *e)
+{
+	if (!a->slab)
+		return !e->has_alloc_offset && e->size == cuip_alloc_size(a);
+	for (size_t i = 0; e->has_alloc_offset && i < a->n_pieces; i++)
+		if (a->pieces[i]->offset == e->alloc_offset)
+			return a->pieces[i]->size == e->size;
+	return 0;
+}
+
 static int same_id(const Cuip__AllocId *a, const Cuip__AllocId *b)
 {
 	return a && b && a->creator == b->creator && a->serial == b->serial;

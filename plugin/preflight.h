@@ -33,6 +33,12 @@ uint64_t cuip_alloc_size(const Cuip__Allocation *a);
 
 /* A shared unicast allocation this process created: its bytes are carried. */
 int cuip_alloc_carried_by(const Cuip__Allocation *a, uint64_t self);
+/* What the carrier moves for a carried allocation: the whole of it, or one
+ * entry per live piece of a slab (freed pieces are not saved). */
+uint64_t cuip_alloc_carried_bytes(const Cuip__Allocation *a);
+size_t cuip_alloc_carrier_entries(const Cuip__Allocation *a);
+/* 1 when e is an entry a's carrier writes (whole, or one live piece). */
+int cuip_carrier_entry_fits(const Cuip__Allocation *a, const Cuip__CarrierEntry *e);
 /* Sort a state's allocations by identity (their order means nothing), then
  * find one by identity in O(log n); NULL when absent. */
 void cuip_sort_allocs(Cuip__ProcessState *st);

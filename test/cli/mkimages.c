@@ -6,6 +6,11 @@
  * (3 and 2 chunks of 4096 bytes, the second one short), participant 200
  * imported them. Carrier bytes: byte i of allocation s is (i * s) & 0xff.
  * Used only by test/cli/test_show.sh.
+ *
+ * `mkimages DIR slab|slab-moved|slab-missing`: one participant (pid 100)
+ * with a shared slab of small cuMemAlloc pieces (4096 bytes at offset 0,
+ * 100 bytes at 0x2000) and one carrier entry per piece; slab-moved names the
+ * second piece at a wrong offset, slab-missing leaves its entry out.
  */
 #include "config.h"
 
@@ -20,6 +25,77 @@
 #define CHUNK 4096
 
 static const uint64_t sizes[2] = {3 * CHUNK, CHUNK + 100};
+
+static int write_slab(int dirfd, const char *mode)
+{
+	static const uint64_t off[2] = {0, 0x2000}, len[2] = {4096, 100};
+	Cuip__ProcessId self = CUIP__PROCESS_ID__INIT;
+	Cuip__ProcessState st = CUIP__PROCESS_STATE__INIT;
+	Cuip__AllocId id = CUIP__ALLOC_ID__INIT;
+	Cuip__AllocProps props = CUIP__ALLOC_PROPS__INIT;
+	Cuip__Allocation al = CUIP__ALLOCATION__INIT, *alp = &al;
+	Cuip__Piece pc[2] = {CUIP__PIECE__INIT, CUIP__PIECE__INIT}, *pcp[2] = {&pc[0], &pc[1]};
+	Cuip__CarrierEntry ce[2] = {CUIP__CARRIER_ENTRY__INIT, CUIP__CARRIER_ENTRY__INIT}, *cep[2] = {&ce[0], &ce[1]};
+	uint32_t crcs[2];
+	struct cuip_img_proc p;
+	uint8_t ckpt[16] = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 1, 2, 3, 4, 5, 6}, buf[CHUNK];
+	char err[256] = "", carrier[64];
+	int fd;
+
+	cuip_carrier_name(100, carrier, sizeof(carrier));
+	fd = openat(dirfd, carrier, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	if (fd < 0)
+		return 1;
+	self.id = 0x1111111111111111ull;
+	self.pid = 100;
+	id.creator = self.id;
+	id.serial = 1;
+	props.size = 2u << 20;
+	props.handle_types = 1;
+	props.location_type = 1;
+	for (int k = 0; k < 2; k++) {
+		pc[k].offset = off[k];
+		pc[k].size = len[k];
+		ce[k].alloc = &id;
+		ce[k].file = carrier;
+		ce[k].offset = k ? len[0] : 0;
+		ce[k].size = len[k];
+		ce[k].chunk_size = CHUNK;
+		ce[k].has_alloc_offset = 1;
+		ce[k].alloc_offset = off[k] + (k && !strcmp(mode, "slab-moved") ? 512 : 0);
+		for (size_t i = 0; i < len[k]; i++)
+			buf[i] = (uint8_t)(i + (size_t)k);
+		crcs[k] = cuip_crc32c(0, buf, len[k]);
+		ce[k].crc32c = &crcs[k];
+		ce[k].n_crc32c = 1;
+		if (write(fd, buf, len[k]) != (ssize_t)len[k])
+			return 1;
+	}
+	close(fd);
+	al.id = &id;
+	al.kind = CUIP__ALLOC_KIND__KIND_UNICAST;
+	al.owner = CUIP__OWNER__OWNER_SHARED;
+	al.origin = CUIP__ORIGIN__ORIGIN_MALLOC;
+	al.props = &props;
+	al.has_slab = 1;
+	al.slab = 1;
+	al.pieces = pcp;
+	al.n_pieces = 2;
+	st.self = &self;
+	st.phase = CUIP__PHASE__PHASE_PREPARED;
+	st.version = (char *)"test";
+	st.allocations = &alp;
+	st.n_allocations = 1;
+	p.st = &st;
+	p.carriers = cep;
+	p.n_carriers = strcmp(mode, "slab-missing") ? 2 : 1;
+	if (cuip_images_write(dirfd, ckpt, &p, 1, len[0] + len[1], err, sizeof(err))) {
+		fprintf(stderr, "mkimages: %s\n", err);
+		return 1;
+	}
+	close(dirfd);
+	return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -36,10 +112,12 @@ int main(int argc, char **argv)
 	uint64_t off = 0;
 	int dirfd, fd;
 
-	if (argc != 2 || (dirfd = open(argv[1], O_RDONLY | O_DIRECTORY)) < 0) {
-		fprintf(stderr, "usage: mkimages DIR\n");
+	if (argc < 2 || argc > 3 || (dirfd = open(argv[1], O_RDONLY | O_DIRECTORY)) < 0) {
+		fprintf(stderr, "usage: mkimages DIR [slab|slab-moved|slab-missing]\n");
 		return 2;
 	}
+	if (argc == 3)
+		return write_slab(dirfd, argv[2]);
 	cuip_carrier_name(100, carrier, sizeof(carrier));
 	fd = openat(dirfd, carrier, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 	if (fd < 0)

@@ -1,9 +1,10 @@
 /*
  * Legacy IPC (cuIpcGetMemHandle / cuIpcOpenMemHandle / cuIpcCloseMemHandle)
  * for cuMemAlloc memory.  The 64-byte handle names the devd allocation, its
- * creator's pid and a random token devd checks.  Opening maps the same
- * physical memory at a new VA; opening the same handle again returns the same
- * VA with a reference count.  Tables under G.lock.
+ * creator's pid and a random token devd checks, and the allocation's offset
+ * in it (small ones share a chunk, mem.c).  Opening maps the same physical
+ * memory at a new VA and answers the allocation at its offset; opening the
+ * same handle again returns the same VA with a reference count.  Tables under G.lock.
  */
 #include <string.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@ struct ipc_handle {
 	uint64_t token;
 	uint64_t size;
 	uint32_t phys;
+	uint64_t off; /* of the allocation in the devd allocation */
 };
 
 _Static_assert(sizeof(struct ipc_handle) <= CU_IPC_HANDLE_SIZE, "IPC handle too large");
@@ -50,6 +52,7 @@ static CUresult ipc_get(CUipcMemHandle *handle, CUdeviceptr dptr)
 		ih.token = r.token;
 		ih.size = a->size;
 		ih.phys = (uint32_t)dev_phys(a->ord);
+		ih.off = m->off;
 		memset(handle, 0, sizeof(*handle));
 		memcpy(handle->reserved, &ih, sizeof(ih));
 	}
@@ -76,7 +79,8 @@ static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int
 	if (res)
 		return res;
 	memcpy(&ih, handle.reserved, sizeof(ih));
-	if (!pdptr || (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) || ih.magic != IPC_MAGIC)
+	if (!pdptr || (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) || ih.magic != IPC_MAGIC ||
+	    ih.off >= ih.size)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (ih.pid == G.pid)
 		return CUDA_ERROR_INVALID_CONTEXT; /* as the real driver: no IPC within one process */
@@ -86,7 +90,7 @@ static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int
 		if (a->used && a->kind == FK_A_IPC && a->devd_id == ih.id && a->ipc_open_refs > 0) {
 			for (int j = 0; j < FK_MAX_MAP; j++)
 				if (G.map[j].used && !G.map[j].is_mc && G.map[j].slot == i)
-					*pdptr = G.map[j].va;
+					*pdptr = G.map[j].va + ih.off;
 			a->ipc_open_refs++;
 			UNLOCK();
 			return CUDA_SUCCESS;
@@ -123,7 +127,7 @@ static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int
 	a->ord = dev_ord_of_phys((int)r.dev);
 	a->ipc_open_refs = 1;
 	a->ctx = c;
-	*pdptr = va;
+	*pdptr = va + ih.off;
 out:
 	UNLOCK();
 	return res;
@@ -148,7 +152,7 @@ static CUresult ipc_close(CUdeviceptr dptr)
 	stream_sync_all();
 	LOCK();
 	m = map_find(dptr);
-	if (!m || m->is_mc || m->va != dptr || G.alloc[m->slot].kind != FK_A_IPC) {
+	if (!m || m->is_mc || G.alloc[m->slot].kind != FK_A_IPC) {
 		r = CUDA_ERROR_INVALID_VALUE;
 		goto out;
 	}

@@ -11,9 +11,21 @@
  *   copy+launch cuMemcpyHtoDAsync of 4 bytes + cuLaunchKernel (fake_add_u32
  *               on 1 word), synchronized every 256 iterations (the API gate)
  *   launch      cuLaunchKernel alone, synchronized every 256 iterations
+ *
+ *   gpu_microbench --small-allocs [N]                 (default 1000)
+ *   gpu_microbench --small-allocs-ratio LIBCUINTERPOSE [N]
+ *
+ * Device memory that N small cuMemAlloc calls take (cuMemGetInfo before and
+ * after), for 4 KiB and for 64 KiB each: --small-allocs measures this
+ * process as it runs ("small-allocs <bytes each> <N> <used bytes>");
+ * --small-allocs-ratio runs that twice, without LD_PRELOAD and with
+ * LD_PRELOAD=LIBCUINTERPOSE, prints native, interposed and the ratio per
+ * size, and exits 1 when a ratio is above 1.1 (issue 22: the interposer
+ * packs small requests into slabs as the driver does).
  */
 #include <cuda.h>
 #include <stdint.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,9 +115,96 @@ static void bench(const char *name, void (*fn)(long), long iters, int reps)
 	fflush(stdout);
 }
 
+static const size_t small_sizes[2] = {4096, 65536};
+
+/* N allocations of each small size in this process: used bytes, printed. */
+static int small_allocs(long n)
+{
+	CUdeviceptr *v = calloc((size_t)n, sizeof(*v));
+	CUdevice dev;
+	CUcontext ctx;
+	size_t f0, f1, t;
+
+	if (!v)
+		return 1;
+	CK(cuInit(0));
+	CK(cuDeviceGet(&dev, 0));
+	CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+	CK(cuCtxSetCurrent(ctx));
+	for (int k = 0; k < 2; k++) {
+		CK(cuCtxSynchronize());
+		CK(cuMemGetInfo(&f0, &t));
+		for (long i = 0; i < n; i++)
+			CK(cuMemAlloc(&v[i], small_sizes[k]));
+		CK(cuCtxSynchronize());
+		CK(cuMemGetInfo(&f1, &t));
+		printf("small-allocs %zu %ld %zu\n", small_sizes[k], n, f0 > f1 ? f0 - f1 : 0);
+		for (long i = 0; i < n; i++)
+			CK(cuMemFree(v[i]));
+	}
+	free(v);
+	return 0;
+}
+
+/* Run --small-allocs natively (preload 0) or interposed; used[] filled. */
+static int small_run(const char *lib, long n, size_t used[2])
+{
+	char cmd[8192], exe[4096], line[256];
+	ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	FILE *p;
+	int got = 0;
+
+	if (len <= 0)
+		return -1;
+	exe[len] = 0;
+	if (lib)
+		snprintf(cmd, sizeof(cmd), "env LD_PRELOAD='%s' '%s' --small-allocs %ld", lib, exe, n);
+	else
+		snprintf(cmd, sizeof(cmd), "env -u LD_PRELOAD '%s' --small-allocs %ld", exe, n);
+	p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	while (fgets(line, sizeof(line), p)) {
+		size_t each, u;
+		long cnt;
+		if (sscanf(line, "small-allocs %zu %ld %zu", &each, &cnt, &u) == 3)
+			for (int k = 0; k < 2; k++)
+				if (each == small_sizes[k]) {
+					used[k] = u;
+					got++;
+				}
+	}
+	return pclose(p) == 0 && got == 2 ? 0 : -1;
+}
+
+static int small_ratio(const char *lib, long n)
+{
+	size_t nat[2], ours[2];
+	int bad = 0;
+
+	if (small_run(NULL, n, nat) || small_run(lib, n, ours)) {
+		fprintf(stderr, "gpu_microbench: a --small-allocs run failed\n");
+		return 2;
+	}
+	for (int k = 0; k < 2; k++) {
+		double r = nat[k] ? (double)ours[k] / (double)nat[k] : 0;
+		printf("small-allocs %ld x %zu KiB: native %.1f MiB, interposed %.1f MiB, ratio %.3f%s\n", n,
+		       small_sizes[k] >> 10, nat[k] / 1048576.0, ours[k] / 1048576.0, r,
+		       r > 1.1 || !nat[k] ? "  (above 1.1x)" : "");
+		bad |= r > 1.1 || !nat[k];
+	}
+	return bad;
+}
+
 int main(int argc, char **argv)
 {
-	long iters = argc > 1 ? atol(argv[1]) : 200000;
+	long iters;
+
+	if (argc > 1 && !strcmp(argv[1], "--small-allocs"))
+		return small_allocs(argc > 2 ? atol(argv[2]) : 1000);
+	if (argc > 2 && !strcmp(argv[1], "--small-allocs-ratio"))
+		return small_ratio(argv[2], argc > 3 ? atol(argv[3]) : 1000);
+	iters = argc > 1 ? atol(argv[1]) : 200000;
 	int reps = argc > 2 ? atoi(argv[2]) : 5;
 	CUmemAllocationProp p;
 	CUdevice dev;

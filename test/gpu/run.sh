@@ -518,6 +518,20 @@ run_micro() {
 		result "micro-$op" "$(awk -v a="$a" -v b="$b" 'BEGIN {print (b / a <= 1.05) ? "MET" : "MISSED"}')" \
 			"$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.1f ns plain, %.1f ns preloaded: ratio %.3f (target <= 1.05)", a, b, b / a}')"
 	done
+	# Device memory of 1,000 small cuMemAlloc (issue 22: slabs, not a
+	# granule each): native and preloaded, target <= 1.1x.
+	timeout 120 "${R[@]}" "$WL/gpu_microbench" --small-allocs-ratio "$INTERPOSER" 1000 >"$T/logs/small-allocs.log" 2>&1
+	local rc=$?
+	for kib in 4 64; do
+		local line
+		line=$(grep "x $kib KiB:" "$T/logs/small-allocs.log")
+		if [ -z "$line" ]; then
+			result "small-allocs-${kib}k" FAIL "no numbers (rc $rc, see small-allocs.log)"
+		else
+			result "small-allocs-${kib}k" "$(echo "$line" | grep -q "above 1.1x" && echo MISSED || echo MET)" \
+				"${line#small-allocs } (target <= 1.1)"
+		fi
+	done
 }
 
 # scale NPROC NALLOC EVERY: scale-bench workers (NALLOC allocations of one

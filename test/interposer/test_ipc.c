@@ -223,10 +223,12 @@ START_TEST(peer_access_is_mirrored_into_existing_and_future_mappings)
 	CK(cuMemGetAccess(&f, &l1, p));
 	ck_assert_uint_eq(f, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
 	CK(cuCtxSetCurrent(c0));
-	CK(cuMemAlloc(&p2, MiB)); /* future mapping */
+	CK(cuMemAlloc(&p2, MiB + MiB / 2)); /* future mapping: no room left in p's slab */
 	CK(cuMemGetAccess(&f, &l1, p2));
 	ck_assert_uint_eq(f, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
 	st = h_state(0);
+	ck_assert_uint_eq(st->n_mappings, 2);
+	ck_assert_uint_eq(st->mappings[1]->n_access, 2);
 	ck_assert_uint_eq(st->n_peer_access, 1);
 	ck_assert_int_eq(st->peer_access[0]->from_device, 1);
 	ck_assert_int_eq(st->peer_access[0]->to_device, 0);
@@ -239,6 +241,7 @@ START_TEST(peer_access_is_mirrored_into_existing_and_future_mappings)
 	st = h_state(0);
 	ck_assert_uint_eq(st->n_peer_access, 0);
 	ck_assert_uint_eq(st->mappings[0]->n_access, 1);
+	ck_assert_uint_eq(st->mappings[1]->n_access, 1);
 	h_state_free(st);
 	CK_ERR(cuCtxDisablePeerAccess(c0), CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
 	CK(cuCtxSetCurrent(c0));
