@@ -299,6 +299,8 @@ void arena_drop(struct fk_arena *ar, int n); /* unmaps and closes */
 CUresult dev_check(CUdevice d);
 int dev_phys(int ord);
 int dev_ord_of_phys(int phys);
+/* FAKECUDA_FABRIC: creation accepts FABRIC handle types (export/import of one still fail). */
+int fk_fabric(void);
 
 /* ctx.c */
 struct fk_ctx *ctx_current(void);

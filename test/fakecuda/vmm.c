@@ -60,9 +60,10 @@ static CUresult check_prop(const CUmemAllocationProp *prop)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	if (dev_check(prop->location.id))
 		return CUDA_ERROR_INVALID_DEVICE;
-	if (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_FABRIC)
-		return CUDA_ERROR_NOT_SUPPORTED; /* no IMEX/fabric on the fake */
-	if (prop->requestedHandleTypes & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+	if (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_FABRIC && !fk_fabric())
+		return CUDA_ERROR_NOT_SUPPORTED; /* no IMEX/fabric unless FAKECUDA_FABRIC */
+	if (prop->requestedHandleTypes &
+	    ~(unsigned)(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR | CU_MEM_HANDLE_TYPE_FABRIC))
 		return CUDA_ERROR_NOT_SUPPORTED;
 	return CUDA_SUCCESS;
 }

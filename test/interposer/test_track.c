@@ -78,23 +78,43 @@ START_TEST(fabric_handle_types_are_tracked_as_unsupported)
 	CUmemAllocationProp p;
 	CUmemGenericAllocationHandle h;
 	Cuip__ProcessState *st;
-	CUresult r;
+	int fabric = -1;
 
 	h_init(0);
 	p = h_prop(0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR | CU_MEM_HANDLE_TYPE_FABRIC);
-	r = cuMemCreate(&h, h_gran(), &p, 0);
-	if (r != CUDA_SUCCESS)
-		return; /* the driver refuses fabric: nothing to track */
+	/* Without IMEX the driver refuses, and nothing is tracked. */
+	unsetenv("FAKECUDA_FABRIC");
+	CK_ERR(cuMemCreate(&h, h_gran(), &p, 0), CUDA_ERROR_NOT_SUPPORTED);
+	st = h_state(0);
+	ck_assert_uint_eq(st->n_allocations, 0);
+	ck_assert_uint_eq(st->counters->unsupported, 0);
+	h_state_free(st);
+	/* A fabric-capable system accepts both kinds; they cannot be carried. */
+	setenv("FAKECUDA_FABRIC", "1", 1);
+	CK(cuDeviceGetAttribute(&fabric, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, 0));
+	ck_assert_int_eq(fabric, 1);
+	CK(cuMemCreate(&h, h_gran(), &p, 0));
 	ck_assert(logical(h));
 	st = h_state(0);
+	ck_assert_uint_eq(st->n_allocations, 1);
 	ck_assert_int_eq(find_alloc(st, 0)->owner, CUIP__OWNER__OWNER_UNSUPPORTED);
-	ck_assert_ptr_nonnull(strstr(find_alloc(st, 0)->unsupported_reason, "FABRIC"));
+	ck_assert_str_eq(find_alloc(st, 0)->unsupported_reason,
+			 "handle types POSIX_FILE_DESCRIPTOR|FABRIC: fabric handles cannot be carried");
+	ck_assert_uint_eq(st->counters->unsupported, 1);
+	h_state_free(st);
+	CK(cuMemRelease(h));
+	p = h_prop(0, CU_MEM_HANDLE_TYPE_FABRIC);
+	CK(cuMemCreate(&h, h_gran(), &p, 0));
+	st = h_state(0);
+	ck_assert_str_eq(find_alloc(st, 0)->unsupported_reason, "handle type FABRIC: fabric handles cannot be carried");
 	ck_assert_uint_eq(st->counters->unsupported, 1);
 	h_state_free(st);
 	CK(cuMemRelease(h));
 	st = h_state(0);
+	ck_assert_uint_eq(st->n_allocations, 0);
 	ck_assert_uint_eq(st->counters->unsupported, 0);
 	h_state_free(st);
+	unsetenv("FAKECUDA_FABRIC");
 }
 END_TEST
 
