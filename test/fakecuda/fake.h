@@ -204,6 +204,7 @@ struct fk_devices {
 	struct fkw_dev_info phys[FKW_MAX_DEV];
 	int ord2phys[FKW_MAX_DEV];
 	uint64_t mc_gran, mc_rec_gran;
+	struct fkw_config cfg; /* the machine devd serves (cuInit checks it) */
 };
 
 struct fk_global {
@@ -250,6 +251,24 @@ void fk_leave(void);
 		r_ = (expr);                  \
 		fk_leave();                   \
 		return r_;                    \
+	} while (0)
+/*
+ * The checkpoint API answers in a process that never called cuInit, as
+ * NVIDIA's driver does (measured on an H200: test/gpu/facts.sh, "no-cuinit"):
+ * it touches no state of the caller, so before cuInit there is no gate to
+ * pass, only the fault table.  *entered: fk_leave is owed.
+ */
+CUresult fk_enter_any(const char *api, int *entered);
+#define FK_CALL_ANY(name, expr)                        \
+	do {                                           \
+		int e_;                                \
+		CUresult r_ = fk_enter_any(name, &e_); \
+		if (r_ != CUDA_SUCCESS)                \
+			return r_;                     \
+		r_ = (expr);                           \
+		if (e_)                                \
+			fk_leave();                    \
+		return r_;                             \
 	} while (0)
 #define LOCK()	 pthread_mutex_lock(&G.lock)
 #define UNLOCK() pthread_mutex_unlock(&G.lock)

@@ -4,6 +4,7 @@
  * Owns G (see fake.h for what protects each table), cuInit, cuDriverGetVersion
  * and fork handling.  cuInit itself serializes on G.lock.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -43,6 +44,21 @@ CUresult fk_enter(const char *api)
 	return CUDA_SUCCESS;
 }
 
+CUresult fk_enter_any(const char *api, int *entered)
+{
+	*entered = 0;
+	if (forked_child)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (atomic_load(&G.initialized)) {
+		CUresult r = fk_enter(api);
+
+		*entered = r == CUDA_SUCCESS;
+		return r;
+	}
+	faults_init();
+	return faults_check(api);
+}
+
 void fk_leave(void)
 {
 	gate_leave();
@@ -73,6 +89,28 @@ static void atfork_child(void)
 	rt_after_fork_child();
 }
 
+/*
+ * A running devd keeps the machine it started with: a process whose
+ * environment asks for another one (FAKECUDA_DEVICES=2 against a devd of 1)
+ * is refused, naming both, rather than run on the wrong machine.  Only cuInit
+ * checks: a process restored onto another machine reconnects, on purpose.
+ */
+static CUresult config_check(int fd)
+{
+	char want[96], running[256];
+
+	if (!fkw_config_mismatch(&G.dev.cfg, want, sizeof(want)))
+		return CUDA_SUCCESS;
+	fkw_config_str(&G.dev.cfg, running, sizeof(running));
+	fprintf(stderr,
+		"fakecuda: pid %d: cuInit refused: the fake device service at %s runs %s, this process asks %s "
+		"(stop it with fakecuda-run --stop, or use another FAKECUDA_SOCKET)\n",
+		(int)getpid(), G.sockpath, running, want);
+	close(fd);
+	arena_drop(G.arena, FKW_MAX_DEV);
+	return CUDA_ERROR_SYSTEM_NOT_READY;
+}
+
 FK_API CUresult CUDAAPI cuInit(unsigned int flags)
 {
 	static int atfork_done;
@@ -97,6 +135,11 @@ FK_API CUresult CUDAAPI cuInit(unsigned int flags)
 	arena_setup();
 	conn_setup();
 	r = conn_open(&fd, &G.dev, G.arena);
+	if (r != CUDA_SUCCESS) {
+		UNLOCK();
+		return r;
+	}
+	r = config_check(fd);
 	if (r != CUDA_SUCCESS) {
 		UNLOCK();
 		return r;

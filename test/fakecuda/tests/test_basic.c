@@ -5,6 +5,7 @@
  */
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -14,13 +15,17 @@
 
 START_TEST(calls_before_init_are_not_initialized)
 {
+	CUprocessState st;
 	CUdevice d;
 	CUdeviceptr p;
 	int v = 0;
 
 	CK_ERR(cuDeviceGet(&d, 0), CUDA_ERROR_NOT_INITIALIZED);
 	CK_ERR(cuMemAlloc(&p, 4096), CUDA_ERROR_NOT_INITIALIZED);
-	CK_ERR(cuCheckpointProcessGetState(getpid(), NULL), CUDA_ERROR_NOT_INITIALIZED);
+	/* The checkpoint API needs no cuInit in the caller (as on the H200): it
+	 * checks its arguments, and this process is no CUDA process to act on. */
+	CK_ERR(cuCheckpointProcessGetState(getpid(), NULL), CUDA_ERROR_INVALID_VALUE);
+	CK_ERR(cuCheckpointProcessGetState(getpid(), &st), CUDA_ERROR_NOT_INITIALIZED);
 	CK(cuDriverGetVersion(&v));
 	ck_assert_int_eq(v, 13000);
 	CK_ERR(cuInit(1), CUDA_ERROR_INVALID_VALUE);
@@ -34,6 +39,66 @@ START_TEST(init_without_devd_reports_no_device)
 {
 	setenv("FAKECUDA_SOCKET", "/nonexistent/devd.sock", 1);
 	CK_ERR(cuInit(0), CUDA_ERROR_NO_DEVICE);
+}
+END_TEST
+
+/* cuInit with stderr captured: its result, what it printed in msg. */
+static CUresult init_capturing(char *msg, size_t len)
+{
+	char path[] = "/tmp/fakecuda-stderr-XXXXXX";
+	int fd = mkstemp(path), saved = dup(2);
+	CUresult r;
+	ssize_t n;
+
+	ck_assert_int_ge(fd, 0);
+	unlink(path);
+	dup2(fd, 2);
+	r = cuInit(0);
+	dup2(saved, 2);
+	close(saved);
+	n = pread(fd, msg, len - 1, 0);
+	msg[n > 0 ? n : 0] = 0;
+	close(fd);
+	return r;
+}
+
+/* The case's devd serves 1 device of 256 MiB (fkt_devd1). */
+START_TEST(devd_of_another_configuration_is_refused_naming_it)
+{
+	static const char *const asks[][2] = {
+		{"FAKECUDA_DEVICES", "2"},
+		{"FAKECUDA_MEM_MB", "4096"},
+		{"FAKECUDA_UUID_SEED", "7"},
+		{"FAKECUDA_MC_GRANULARITY_MB", "4"},
+		{"FAKECUDA_MC_REC_GRANULARITY_MB", "8"},
+		{"FAKECUDA_MC_ROUND_MB", "512"},
+	};
+	char msg[1024], want[128];
+	int n = 0;
+	CUdevice d;
+
+	for (size_t i = 0; i < sizeof(asks) / sizeof(asks[0]); i++) {
+		setenv(asks[i][0], asks[i][1], 1);
+		ck_assert_int_eq(init_capturing(msg, sizeof(msg)), CUDA_ERROR_SYSTEM_NOT_READY);
+		snprintf(want, sizeof(want), "this process asks %s=%s ", asks[i][0], asks[i][1]);
+		ck_assert_msg(strstr(msg, want), "no \"%s\" in: %s", want, msg);
+		ck_assert_msg(strstr(msg, "runs FAKECUDA_DEVICES=1 FAKECUDA_MEM_MB=256 FAKECUDA_UUID_SEED=0 "
+					  "FAKECUDA_MC_GRANULARITY_MB=2 FAKECUDA_MC_REC_GRANULARITY_MB=2 "
+					  "FAKECUDA_MC_ROUND_MB=0, "),
+			      "running configuration not named: %s", msg);
+		ck_assert_ptr_nonnull(strstr(msg, getenv("FAKECUDA_SOCKET")));
+		CK_ERR(cuDeviceGet(&d, 0), CUDA_ERROR_NOT_INITIALIZED);
+		unsetenv(asks[i][0]);
+	}
+	/* What the devd runs, asked for explicitly (another spelling too), is fine. */
+	setenv("FAKECUDA_DEVICES", "1", 1);
+	setenv("FAKECUDA_MEM_MB", "0x100", 1);
+	ck_assert_int_eq(init_capturing(msg, sizeof(msg)), CUDA_SUCCESS);
+	ck_assert_str_eq(msg, "");
+	CK(cuDeviceGetCount(&n));
+	ck_assert_int_eq(n, 1);
+	unsetenv("FAKECUDA_DEVICES");
+	unsetenv("FAKECUDA_MEM_MB");
 }
 END_TEST
 
@@ -382,6 +447,7 @@ static Suite *suite(void)
 	tcase_set_timeout(t2, 30);
 	tcase_add_test(t1, calls_before_init_are_not_initialized);
 	tcase_add_test(t1, init_without_devd_reports_no_device);
+	tcase_add_test(t1, devd_of_another_configuration_is_refused_naming_it);
 	tcase_add_test(t1, linear_memory_copies_and_errors);
 	tcase_add_test(t1, device_addresses_fault_on_host_access);
 	tcase_add_test(t1, host_memory);

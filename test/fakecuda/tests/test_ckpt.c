@@ -189,6 +189,52 @@ START_TEST(private_bytes_survive_checkpoint_at_same_addresses)
 }
 END_TEST
 
+/* NVIDIA's driver answers the checkpoint API in a caller that never called
+ * cuInit (measured on an H200, test/gpu/facts.sh "no-cuinit"); so does the fake. */
+START_TEST(caller_that_never_called_cuinit_drives_the_checkpoint_api)
+{
+	struct addrs a;
+	char path[64], comm[32] = "";
+	int s, tid = 0, tid2 = 0, ok = 0;
+	FILE *f;
+	pid_t pid;
+	CUuuid u;
+	CUdevice d;
+
+	pid = fkt_spawn(private_target, NULL, &s);
+	ck_assert_int_eq(fkt_recv(s, &a, sizeof(a)), 0);
+	/* This process has no CUDA: every other entry point says so. */
+	CK_ERR(cuDeviceGet(&d, 0), CUDA_ERROR_NOT_INITIALIZED);
+	CK(cuCheckpointProcessGetRestoreThreadId(pid, &tid));
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", pid, tid);
+	f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_ptr_nonnull(fgets(comm, sizeof(comm), f));
+	fclose(f);
+	ck_assert_str_eq(comm, "fakecuda-rstr\n");
+	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_RUNNING);
+	CK_ERR(cuCheckpointProcessUnlock(pid, NULL), CUDA_ERROR_ILLEGAL_STATE);
+	CK(cuCheckpointProcessLock(pid, NULL));
+	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_LOCKED);
+	CK(cuCheckpointProcessCheckpoint(pid, NULL));
+	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_CHECKPOINTED);
+	CK(cuCheckpointProcessGetRestoreThreadId(pid, &tid2));
+	ck_assert_int_eq(tid2, tid);
+	CK(cuCheckpointProcessRestore(pid, NULL));
+	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_LOCKED);
+	CK(cuCheckpointProcessUnlock(pid, NULL));
+	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_RUNNING);
+	CK_ERR(cuDeviceGet(&d, 0), CUDA_ERROR_NOT_INITIALIZED); /* still none here */
+	fkt_send(s, "v", 1);
+	ck_assert_int_eq(fkt_recv(s, &ok, sizeof(ok)), 0);
+	ck_assert_int_eq(fkt_recv(s, &u, sizeof(u)), 0);
+	ck_assert_int_eq(ok, 1); /* bytes back at the same addresses */
+	ck_assert_int_eq(fkt_wait(pid), 0);
+	/* A target gone: refused as from an initialized caller. */
+	CK_ERR(cuCheckpointProcessGetState(pid, &(CUprocessState){0}), CUDA_ERROR_INVALID_VALUE);
+}
+END_TEST
+
 /* private_target as pid 1 of a fresh pid namespace (unshare --pid --fork):
  * the intermediate child stays in ours and passes the exit status on. */
 static int ns_target(int s, void *arg)
@@ -724,6 +770,7 @@ static Suite *suite(void)
 	tcase_set_timeout(t2, 30);
 	tcase_add_test(t1, private_bytes_survive_checkpoint_at_same_addresses);
 	tcase_add_test(t1, checkpoint_api_errors_for_other_processes);
+	tcase_add_test(t1, caller_that_never_called_cuinit_drives_the_checkpoint_api);
 	tcase_add_test(t1, caller_drives_a_process_in_a_child_pid_namespace_by_its_own_pid);
 	tcase_add_loop_test(t1, sharing_processes_fail_native_checkpoint_as_measured, 0, 4);
 	tcase_add_test(t1, lock_waits_for_device_work_times_out_and_blocks_api_calls);
