@@ -12,12 +12,22 @@
 
 #include "fake.h"
 
-struct fk_global G = {
-	.lock = PTHREAD_MUTEX_INITIALIZER,
-	.conn_lock = PTHREAD_MUTEX_INITIALIZER,
-	.conn = -1,
-	.arena = {[0 ... FKW_MAX_DEV - 1] = {.fd = -1}},
-};
+/* Zero initialised, so in BSS (an initialiser would put its 12 MB of tables
+ * in the library's data); the rest is set before any call can come. */
+struct fk_global G;
+
+__attribute__((constructor)) static void global_init(void)
+{
+	pthread_mutex_init(&G.lock, NULL);
+	pthread_mutex_init(&G.conn_lock, NULL);
+	G.conn = -1;
+	for (int i = 0; i < FKW_MAX_DEV; i++)
+		G.arena[i].fd = -1;
+	G.resv = FK_TABLE_INIT(struct fk_resv, FK_CAP_RESV);
+	G.ctx = FK_TABLE_INIT(struct fk_ctx, FK_CAP_CTX);
+	G.strm = FK_TABLE_INIT(struct fk_stream, FK_CAP_STRM);
+	G.evt = FK_TABLE_INIT(struct fk_event, FK_CAP_EVT);
+}
 
 static int forked_child; /* a fork of an initialized process: CUDA is unusable, as on a real driver */
 

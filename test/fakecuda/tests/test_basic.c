@@ -269,6 +269,92 @@ START_TEST(host_memory)
 }
 END_TEST
 
+/*
+ * The real driver has no table limits; the fake's tables grow (they were
+ * 4,096 reservations, 64 contexts, 1,024 streams, 4,096 events).  Every
+ * object stays usable, handles stay distinct, and freed entries are reused.
+ */
+#define N_RESV 12000
+#define N_STRM 3000
+#define N_EVT  10000
+#define N_CTX  200
+START_TEST(tables_grow_past_ten_thousand_reservations_and_thousands_of_streams_and_events)
+{
+	static CUdeviceptr va[N_RESV];
+	static CUstream st[N_STRM];
+	static CUevent ev[N_EVT];
+	static CUcontext cx[N_CTX];
+	CUmemAccessDesc d = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	CUmemGenericAllocationHandle h;
+	CUcontext prim, cur;
+	CUdevice dev;
+	uint32_t w[4] = {0};
+	size_t g = 64 << 10;
+	int i;
+
+	setenv("FAKECUDA_VMM_GRANULARITY_KB", "64", 1);
+	prim = fkt_init_ctx(0);
+	for (i = 0; i < N_RESV; i++) {
+		CK(cuMemAddressReserve(&va[i], g, 0, 0, 0));
+		ck_assert(i == 0 || va[i] != va[i - 1]);
+	}
+	/* The last one and the first one work: map, write, read back. */
+	h = fkt_vmm_create(g, 0, 0);
+	for (i = N_RESV - 1; i >= 0; i -= N_RESV - 1) {
+		uint32_t v[4] = {(uint32_t)i, 1, 2, 3};
+
+		CK(cuMemMap(va[i], g, 0, h, 0));
+		CK(cuMemSetAccess(va[i], g, &d, 1));
+		CK(cuMemcpyHtoD(va[i] + g - sizeof(v), v, sizeof(v)));
+		CK(cuMemcpyDtoH(w, va[i] + g - sizeof(w), sizeof(w)));
+		ck_assert_int_eq(memcmp(v, w, sizeof(v)), 0);
+		CK(cuMemUnmap(va[i], g));
+		if (i == 0)
+			break;
+	}
+	CK(cuMemRelease(h));
+	CK_ERR(cuMemAddressFree(va[N_RESV - 1], 2 * g), CUDA_ERROR_INVALID_VALUE);
+	for (i = 0; i < N_RESV; i++)
+		CK(cuMemAddressFree(va[i], g));
+	CK_ERR(cuMemAddressFree(va[0], g), CUDA_ERROR_INVALID_VALUE);
+	CK(cuMemAddressReserve(&va[0], g, 0, 0, 0)); /* a freed entry is taken again */
+	CK(cuMemAddressFree(va[0], g));
+
+	for (i = 0; i < N_STRM; i++)
+		CK(cuStreamCreate(&st[i], CU_STREAM_NON_BLOCKING));
+	for (i = 0; i < N_EVT; i++) {
+		CK(cuEventCreate(&ev[i], 0));
+		CK(cuEventRecord(ev[i], st[i % N_STRM]));
+	}
+	CK(cuStreamWaitEvent(st[0], ev[N_EVT - 1], 0));
+	CK(cuEventSynchronize(ev[N_EVT - 1]));
+	CK(cuStreamSynchronize(st[N_STRM - 1]));
+	CK(cuEventQuery(ev[N_EVT - 1]));
+	for (i = 0; i < N_EVT; i++)
+		CK(cuEventDestroy(ev[i]));
+	CK_ERR(cuEventQuery(ev[0]), CUDA_ERROR_INVALID_HANDLE);
+	for (i = 0; i < N_STRM; i++)
+		CK(cuStreamDestroy(st[i]));
+	CK_ERR(cuStreamSynchronize(st[N_STRM - 1]), CUDA_ERROR_INVALID_HANDLE);
+
+	CK(cuDeviceGet(&dev, 0));
+	for (i = 0; i < N_CTX; i++) {
+		CK(cuCtxCreate(&cx[i], NULL, 0, dev));
+		CK(cuCtxPopCurrent(&cur)); /* the stack stays short; the table grows */
+		ck_assert_ptr_eq(cur, cx[i]);
+		ck_assert(i == 0 || cx[i] != cx[i - 1]);
+	}
+	CK(cuCtxSetCurrent(cx[N_CTX - 1]));
+	CK(cuStreamCreate(&st[0], 0)); /* in the newest context */
+	CK(cuStreamSynchronize(st[0]));
+	for (i = N_CTX - 1; i >= 0; i--)
+		CK(cuCtxDestroy(cx[i]));
+	CK_ERR(cuStreamSynchronize(st[0]), CUDA_ERROR_INVALID_HANDLE); /* went with its context */
+	CK(cuCtxSetCurrent(prim));
+	unsetenv("FAKECUDA_VMM_GRANULARITY_KB");
+}
+END_TEST
+
 START_TEST(streams_run_in_order_and_events_time_them)
 {
 	uint32_t out[256];
@@ -452,6 +538,7 @@ static Suite *suite(void)
 	tcase_add_test(t1, device_addresses_fault_on_host_access);
 	tcase_add_test(t1, host_memory);
 	tcase_add_test(t1, streams_run_in_order_and_events_time_them);
+	tcase_add_test(t1, tables_grow_past_ten_thousand_reservations_and_thousands_of_streams_and_events);
 	tcase_add_test(t1, kernels_do_checkable_work);
 	tcase_add_test(t1, get_proc_address_resolves_by_version);
 	tcase_add_test(t1, error_names_and_strings);
