@@ -69,12 +69,15 @@ static CUresult target_open(int pid, struct target *t)
 	FILE *f;
 	int found = 0;
 
+	/* No such process: CUDA_ERROR_OPERATING_SYSTEM, as NVIDIA's driver
+	 * answers (measured on an H200 for a free and a negative pid, every
+	 * action, with or without cuInit in the caller). */
 	if (pid <= 0)
-		return CUDA_ERROR_INVALID_VALUE;
+		return CUDA_ERROR_OPERATING_SYSTEM;
 	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
 	f = fopen(path, "re");
 	if (!f)
-		return CUDA_ERROR_INVALID_VALUE; /* no such process */
+		return CUDA_ERROR_OPERATING_SYSTEM;
 	while (fgets(line, sizeof(line), f))
 		if (strstr(line, "/memfd:" FK_MB_NAME) && sscanf(line, "%lx-%lx", &lo, &hi) == 2) {
 			found = 1;

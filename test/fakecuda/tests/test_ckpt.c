@@ -231,7 +231,7 @@ START_TEST(caller_that_never_called_cuinit_drives_the_checkpoint_api)
 	ck_assert_int_eq(ok, 1); /* bytes back at the same addresses */
 	ck_assert_int_eq(fkt_wait(pid), 0);
 	/* A target gone: refused as from an initialized caller. */
-	CK_ERR(cuCheckpointProcessGetState(pid, &(CUprocessState){0}), CUDA_ERROR_INVALID_VALUE);
+	CK_ERR(cuCheckpointProcessGetState(pid, &(CUprocessState){0}), CUDA_ERROR_OPERATING_SYSTEM);
 }
 END_TEST
 
@@ -324,7 +324,14 @@ START_TEST(checkpoint_api_errors_for_other_processes)
 	CK_ERR(cuCheckpointProcessLock(pid, NULL), CUDA_ERROR_NOT_INITIALIZED);
 	kill(pid, SIGKILL);
 	fkt_wait(pid);
-	CK_ERR(cuCheckpointProcessGetState(pid, &st), CUDA_ERROR_INVALID_VALUE);
+	/* No such process, as the H200 answers for every action. */
+	CK_ERR(cuCheckpointProcessGetState(pid, &st), CUDA_ERROR_OPERATING_SYSTEM);
+	CK_ERR(cuCheckpointProcessGetRestoreThreadId(pid, &tid), CUDA_ERROR_OPERATING_SYSTEM);
+	CK_ERR(cuCheckpointProcessLock(pid, NULL), CUDA_ERROR_OPERATING_SYSTEM);
+	CK_ERR(cuCheckpointProcessCheckpoint(pid, NULL), CUDA_ERROR_OPERATING_SYSTEM);
+	CK_ERR(cuCheckpointProcessRestore(pid, NULL), CUDA_ERROR_OPERATING_SYSTEM);
+	CK_ERR(cuCheckpointProcessUnlock(pid, NULL), CUDA_ERROR_OPERATING_SYSTEM);
+	CK_ERR(cuCheckpointProcessLock(-5, NULL), CUDA_ERROR_OPERATING_SYSTEM);
 	CK_ERR(cuCheckpointProcessGetState(getpid(), NULL), CUDA_ERROR_INVALID_VALUE);
 }
 END_TEST
