@@ -299,6 +299,45 @@ START_TEST(thousands_of_create_release_rounds_do_not_grow)
 }
 END_TEST
 
+/* Each one-granule cuMemAlloc is a VMM allocation in its own reservation
+ * under the interposer; the fake once ran out of reservations at 4,096
+ * (CUDA_ERROR_OUT_OF_MEMORY from cuMemAddressReserve) where the real driver
+ * has no such limit. */
+START_TEST(ten_thousand_one_granule_allocations_each_reserved)
+{
+	enum { N = 10000 };
+	static CUdeviceptr p[N];
+	uint32_t v[2], w[2];
+	size_t g;
+	int i;
+
+	setenv("FAKECUDA_VMM_GRANULARITY_KB", "64", 1); /* 625 MiB in all */
+	h_init(0);
+	g = h_gran();
+	ck_assert_uint_eq(g, 64 << 10);
+	for (i = 0; i < N; i++) {
+		CK(cuMemAlloc(&p[i], g));
+		ck_assert(i == 0 || p[i] != p[i - 1]);
+	}
+	for (i = 0; i < N; i += N / 4 - 1) {
+		v[0] = (uint32_t)i;
+		v[1] = ~(uint32_t)i;
+		CK(cuMemcpyHtoD(p[i] + g - sizeof(v), v, sizeof(v)));
+	}
+	for (i = 0; i < N; i += N / 4 - 1) {
+		CK(cuMemcpyDtoH(w, p[i] + g - sizeof(w), sizeof(w)));
+		ck_assert_uint_eq(w[0], (uint32_t)i);
+		ck_assert_uint_eq(w[1], ~(uint32_t)i);
+	}
+	for (i = 0; i < N; i++)
+		CK(cuMemFree(p[i]));
+	Cuip__ProcessState *st = h_state(0);
+	ck_assert_uint_eq(st->n_allocations, 0);
+	h_state_free(st);
+	unsetenv("FAKECUDA_VMM_GRANULARITY_KB");
+}
+END_TEST
+
 Suite *track_suite(void);
 Suite *track_suite(void)
 {
@@ -314,6 +353,7 @@ Suite *track_suite(void)
 	tcase_add_test(tc, overlapping_maps_are_refused);
 	tcase_add_test(tc, access_is_merged_per_location_over_any_subrange);
 	tcase_add_test(tc, thousands_of_create_release_rounds_do_not_grow);
+	tcase_add_test(tc, ten_thousand_one_granule_allocations_each_reserved);
 	suite_add_tcase(s, tc);
 	return s;
 }
