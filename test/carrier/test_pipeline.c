@@ -806,7 +806,7 @@ END_TEST
 static Suite *suite(int needs_root)
 {
 	Suite *s = suite_create("carrier-pipeline");
-	TCase *t = tcase_create("pipeline");
+	TCase *t;
 
 	if (needs_root) {
 		t = tcase_create("needs-root");
@@ -816,6 +816,7 @@ static Suite *suite(int needs_root)
 		suite_add_tcase(s, t);
 		return s;
 	}
+	t = tcase_create("pipeline");
 
 	tcase_add_checked_fixture(t, setup, NULL);
 	tcase_set_timeout(t, 60);
