@@ -5,7 +5,8 @@
  * needs root), posts the request and waits for the target's restore thread.
  * GetState and GetRestoreThreadId read the mailbox directly, so they answer
  * even while the target is frozen.  Concurrent callers serialize with flock()
- * on the mailbox; no state of this process is touched.
+ * on the mailbox; no state of this process is touched, so the calls answer
+ * before cuInit too (FK_CALL_ANY), as NVIDIA's driver does.
  *
  * Pids are the caller's, as with the real driver: a target in a child pid
  * namespace stored the pid and restore tid it sees itself in its mailbox, so
@@ -68,12 +69,15 @@ static CUresult target_open(int pid, struct target *t)
 	FILE *f;
 	int found = 0;
 
+	/* No such process: CUDA_ERROR_OPERATING_SYSTEM, as NVIDIA's driver
+	 * answers (measured on an H200 for a free and a negative pid, every
+	 * action, with or without cuInit in the caller). */
 	if (pid <= 0)
-		return CUDA_ERROR_INVALID_VALUE;
+		return CUDA_ERROR_OPERATING_SYSTEM;
 	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
 	f = fopen(path, "re");
 	if (!f)
-		return CUDA_ERROR_INVALID_VALUE; /* no such process */
+		return CUDA_ERROR_OPERATING_SYSTEM;
 	while (fgets(line, sizeof(line), f))
 		if (strstr(line, "/memfd:" FK_MB_NAME) && sscanf(line, "%lx-%lx", &lo, &hi) == 2) {
 			found = 1;
@@ -232,7 +236,7 @@ static CUresult get_restore_tid(int pid, int *tid)
 
 FK_API CUresult CUDAAPI cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
 {
-	FK_CALL("cuCheckpointProcessGetRestoreThreadId", get_restore_tid(pid, tid));
+	FK_CALL_ANY("cuCheckpointProcessGetRestoreThreadId", get_restore_tid(pid, tid));
 }
 
 /*
@@ -249,7 +253,7 @@ static CUresult get_state(int pid, CUprocessState *state)
 
 FK_API CUresult CUDAAPI cuCheckpointProcessGetState(int pid, CUprocessState *state)
 {
-	FK_CALL("cuCheckpointProcessGetState", get_state(pid, state));
+	FK_CALL_ANY("cuCheckpointProcessGetState", get_state(pid, state));
 }
 
 static CUresult ck_lock(int pid, CUcheckpointLockArgs *args)
@@ -261,7 +265,7 @@ static CUresult ck_lock(int pid, CUcheckpointLockArgs *args)
 
 FK_API CUresult CUDAAPI cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
-	FK_CALL("cuCheckpointProcessLock", ck_lock(pid, args));
+	FK_CALL_ANY("cuCheckpointProcessLock", ck_lock(pid, args));
 }
 
 static CUresult ck_checkpoint(int pid, CUcheckpointCheckpointArgs *args)
@@ -273,7 +277,7 @@ static CUresult ck_checkpoint(int pid, CUcheckpointCheckpointArgs *args)
 
 FK_API CUresult CUDAAPI cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
-	FK_CALL("cuCheckpointProcessCheckpoint", ck_checkpoint(pid, args));
+	FK_CALL_ANY("cuCheckpointProcessCheckpoint", ck_checkpoint(pid, args));
 }
 
 static CUresult ck_restore(int pid, CUcheckpointRestoreArgs *args)
@@ -288,7 +292,7 @@ static CUresult ck_restore(int pid, CUcheckpointRestoreArgs *args)
 
 FK_API CUresult CUDAAPI cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
-	FK_CALL("cuCheckpointProcessRestore", ck_restore(pid, args));
+	FK_CALL_ANY("cuCheckpointProcessRestore", ck_restore(pid, args));
 }
 
 static CUresult ck_unlock(int pid, CUcheckpointUnlockArgs *args)
@@ -300,5 +304,5 @@ static CUresult ck_unlock(int pid, CUcheckpointUnlockArgs *args)
 
 FK_API CUresult CUDAAPI cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
 {
-	FK_CALL("cuCheckpointProcessUnlock", ck_unlock(pid, args));
+	FK_CALL_ANY("cuCheckpointProcessUnlock", ck_unlock(pid, args));
 }

@@ -3,8 +3,11 @@
  * cuda.h (the driver API), so it works on the fake and on a real driver.
  *
  *   fakecuda-ckpt --pid P --action lock|checkpoint|restore|unlock|state|tid
- *                 [--timeout MS] [--remap OLDUUID=NEWUUID ...]
+ *                 [--timeout MS] [--remap OLDUUID=NEWUUID ...] [--no-init]
  *   fakecuda-ckpt --uuids      list the UUIDs of the visible devices
+ *
+ * --no-init skips cuInit: the checkpoint API needs none (NVIDIA's driver
+ * answers it in a process that never initialized CUDA, and so does the fake).
  *
  * Prints the state (running/locked/checkpointed/failed) or the restore tid on
  * stdout; on failure prints the CUresult name on stderr and exits 1.
@@ -63,27 +66,25 @@ static void print_uuid(const CUuuid *u)
 static void usage(void)
 {
 	fprintf(stderr, "usage: fakecuda-ckpt --pid P --action lock|checkpoint|restore|unlock|state|tid\n"
-			"                     [--timeout MS] [--remap OLDUUID=NEWUUID ...]\n"
+			"                     [--timeout MS] [--remap OLDUUID=NEWUUID ...] [--no-init]\n"
 			"       fakecuda-ckpt --uuids\n");
 }
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {{"pid", required_argument, NULL, 'p'},
-					     {"action", required_argument, NULL, 'a'},
-					     {"timeout", required_argument, NULL, 't'},
-					     {"remap", required_argument, NULL, 'r'},
-					     {"uuids", no_argument, NULL, 'u'},
-					     {"help", no_argument, NULL, 'h'},
-					     {NULL, 0, NULL, 0}};
+	static const struct option opts[] = {
+		{"pid", required_argument, NULL, 'p'},	   {"action", required_argument, NULL, 'a'},
+		{"timeout", required_argument, NULL, 't'}, {"remap", required_argument, NULL, 'r'},
+		{"uuids", no_argument, NULL, 'u'},	   {"no-init", no_argument, NULL, 'n'},
+		{"help", no_argument, NULL, 'h'},	   {NULL, 0, NULL, 0}};
 	static const char *const states[] = {"running", "locked", "checkpointed", "failed"};
 	CUcheckpointGpuPair pairs[MAX_PAIRS];
 	const char *action = NULL;
 	unsigned int timeout = 0, npairs = 0;
-	int pid = 0, uuids = 0, o;
+	int pid = 0, uuids = 0, init = 1, o;
 	CUresult r;
 
-	while ((o = getopt_long(argc, argv, "p:a:t:r:uh", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, "p:a:t:r:unh", opts, NULL)) != -1) {
 		switch (o) {
 		case 'p':
 			pid = atoi(optarg);
@@ -109,11 +110,16 @@ int main(int argc, char **argv)
 		case 'u':
 			uuids = 1;
 			break;
+		case 'n':
+			init = 0;
+			break;
 		default:
 			goto bad;
 		}
 	}
-	r = cuInit(0);
+	if (uuids && !init)
+		goto bad;
+	r = init ? cuInit(0) : CUDA_SUCCESS;
 	if (r)
 		return fail("cuInit", r);
 	if (uuids) {

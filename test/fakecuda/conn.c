@@ -292,6 +292,7 @@ CUresult conn_open(int *fdp, struct fk_devices *dev, struct fk_arena *arenas)
 	dev->mc_gran = r.mc_gran;
 	dev->mc_rec_gran = r.mc_rec_gran;
 	memcpy(dev->phys, r.u.devs, sizeof(dev->phys));
+	dev->cfg = r.u.cfg;
 	*fdp = fd;
 	return CUDA_SUCCESS;
 }

@@ -1,7 +1,7 @@
 /*
  * Contexts: created and primary contexts, the per-thread current-context
  * stack, peer access between contexts, cuCtxSynchronize.  Context objects live
- * in G.ctx (G.lock); the current-context stack is thread-local.
+ * in G.ctx, a table that grows (G.lock); the current-context stack is thread-local.
  */
 #include <string.h>
 
@@ -14,10 +14,7 @@ static __thread int depth;
 
 int ctx_valid(struct fk_ctx *c)
 {
-	uintptr_t p = (uintptr_t)c, b = (uintptr_t)G.ctx;
-
-	return c && p >= b && p < b + sizeof(G.ctx) && (p - b) % sizeof(G.ctx[0]) == 0 && c->magic == FK_CTX_MAGIC &&
-	       c->used;
+	return table_index(&G.ctx, c) >= 0 && c->magic == FK_CTX_MAGIC && c->used;
 }
 
 struct fk_ctx *ctx_current(void)
@@ -44,21 +41,19 @@ void ctx_note_use(int ord)
 
 static struct fk_ctx *ctx_new(int ord, unsigned int flags, int primary)
 {
-	for (int i = 0; i < FK_MAX_CTX; i++) {
-		struct fk_ctx *c = &G.ctx[i];
+	int i = table_new(&G.ctx);
+	struct fk_ctx *c;
 
-		if (!c->used) {
-			memset(c, 0, sizeof(*c));
-			c->used = 1;
-			c->magic = FK_CTX_MAGIC;
-			c->ord = ord;
-			c->flags = flags;
-			c->primary = primary;
-			ctx_note_use(ord);
-			return c;
-		}
-	}
-	return NULL;
+	if (i < 0)
+		return NULL;
+	c = FK_AT(&G.ctx, struct fk_ctx, i);
+	c->used = 1;
+	c->magic = FK_CTX_MAGIC;
+	c->ord = ord;
+	c->flags = flags;
+	c->primary = primary;
+	ctx_note_use(ord);
+	return c;
 }
 
 /* Frees what the context owns (linear memory, streams, events, modules).  G.lock held. */
@@ -66,12 +61,18 @@ static void ctx_free_resources(struct fk_ctx *c)
 {
 	int i;
 
-	for (i = 0; i < FK_MAX_STRM; i++)
-		if (G.strm[i].used && G.strm[i].ctx == c)
-			memset(&G.strm[i], 0, sizeof(G.strm[i]));
-	for (i = 0; i < FK_MAX_EVT; i++)
-		if (G.evt[i].used && G.evt[i].ctx == c)
-			memset(&G.evt[i], 0, sizeof(G.evt[i]));
+	for (i = 0; i < atomic_load(&G.strm.n); i++) {
+		struct fk_stream *s = FK_AT(&G.strm, struct fk_stream, i);
+
+		if (s->used && s->ctx == c)
+			memset(s, 0, sizeof(*s));
+	}
+	for (i = 0; i < atomic_load(&G.evt.n); i++) {
+		struct fk_event *e = FK_AT(&G.evt, struct fk_event, i);
+
+		if (e->used && e->ctx == c)
+			memset(e, 0, sizeof(*e));
+	}
 	for (i = 0; i < FK_MAX_MOD; i++)
 		if (G.mod[i].used && G.mod[i].ctx == c)
 			memset(&G.mod[i], 0, sizeof(G.mod[i]));
@@ -315,11 +316,11 @@ static CUresult prim_retain(CUcontext *pctx, CUdevice dev)
 		if (!c)
 			r = CUDA_ERROR_OUT_OF_MEMORY;
 		else
-			p->ctx = (int)(c - G.ctx);
+			p->ctx = table_index(&G.ctx, c);
 	}
 	if (!r) {
 		p->refs++;
-		*pctx = (CUcontext)&G.ctx[p->ctx];
+		*pctx = (CUcontext)FK_AT(&G.ctx, struct fk_ctx, p->ctx);
 	}
 	UNLOCK();
 	return r;
@@ -346,7 +347,7 @@ static CUresult prim_release(CUdevice dev)
 		stream_sync_all();
 		LOCK();
 		if (p->refs == 0 && p->ctx >= 0) {
-			ctx_kill(&G.ctx[p->ctx]);
+			ctx_kill(FK_AT(&G.ctx, struct fk_ctx, p->ctx));
 			p->ctx = -1;
 		}
 	}
@@ -374,9 +375,9 @@ static CUresult prim_reset(CUdevice dev)
 	LOCK();
 	p = &G.prim[dev];
 	if (p->ctx >= 0)
-		ctx_free_resources(&G.ctx[p->ctx]);
+		ctx_free_resources(FK_AT(&G.ctx, struct fk_ctx, p->ctx));
 	if (p->ctx >= 0 && p->refs == 0) {
-		ctx_kill(&G.ctx[p->ctx]);
+		ctx_kill(FK_AT(&G.ctx, struct fk_ctx, p->ctx));
 		p->ctx = -1;
 	}
 	UNLOCK();
@@ -420,7 +421,7 @@ static CUresult prim_set_flags(CUdevice dev, unsigned int flags)
 	LOCK();
 	G.prim[dev].flags = flags;
 	if (G.prim[dev].ctx >= 0)
-		G.ctx[G.prim[dev].ctx].flags = flags;
+		FK_AT(&G.ctx, struct fk_ctx, G.prim[dev].ctx)->flags = flags;
 	UNLOCK();
 	return CUDA_SUCCESS;
 }

@@ -176,6 +176,7 @@ struct range {
 };
 
 static struct {
+	struct fkw_config cfg; /* as read at start; handed over at HELLO */
 	int ndev;
 	uint64_t capacity;
 	uint64_t used[FKW_MAX_DEV];
@@ -327,27 +328,18 @@ static uint64_t splitmix(uint64_t *s)
 	return z ^ (z >> 31);
 }
 
-static uint64_t env_u64(const char *name, uint64_t def)
-{
-	const char *v = getenv(name);
-
-	return v && *v ? strtoull(v, NULL, 0) : def;
-}
-
 static void setup_devices(void)
 {
-	uint64_t seed = env_u64("FAKECUDA_UUID_SEED", 0);
+	uint64_t seed;
 	int i;
 
-	D.ndev = (int)env_u64("FAKECUDA_DEVICES", 1);
-	if (D.ndev < 1)
-		D.ndev = 1;
-	if (D.ndev > FKW_MAX_DEV)
-		D.ndev = FKW_MAX_DEV;
-	D.capacity = env_u64("FAKECUDA_MEM_MB", 4096) << 20;
-	D.mc_gran = env_u64("FAKECUDA_MC_GRANULARITY_MB", 2) << 20;
-	D.mc_rec_gran = env_u64("FAKECUDA_MC_REC_GRANULARITY_MB", D.mc_gran >> 20) << 20;
-	D.mc_round = env_u64("FAKECUDA_MC_ROUND_MB", 0) << 20;
+	fkw_config_from_env(&D.cfg);
+	seed = D.cfg.uuid_seed;
+	D.ndev = (int)D.cfg.devices;
+	D.capacity = D.cfg.mem_mb << 20;
+	D.mc_gran = D.cfg.mc_gran_mb << 20;
+	D.mc_rec_gran = D.cfg.mc_rec_gran_mb << 20;
+	D.mc_round = D.cfg.mc_round_mb << 20;
 	for (i = 0; i < D.ndev; i++) {
 		uint64_t s = seed * 1000003u + (uint64_t)i + 0x46414b45ull;
 		uint64_t a = splitmix(&s), b = splitmix(&s);
@@ -1059,6 +1051,7 @@ static int handle_request(struct conn *c)
 		r.mc_rec_gran = D.mc_rec_gran;
 		r.gen = FKW_VERSION;
 		memcpy(r.u.devs, D.info, sizeof(D.info));
+		r.u.cfg = D.cfg;
 		res = q.n == FKW_VERSION ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 		for (int i = 0; i < D.ndev; i++)
 			fds[r.nfds++] = D.arena[i];

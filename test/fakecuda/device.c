@@ -35,6 +35,11 @@ static int env_flag(const char *name)
 	return v && *v && strcmp(v, "0");
 }
 
+int fk_fabric(void)
+{
+	return env_flag("FAKECUDA_FABRIC");
+}
+
 static CUresult device_get(CUdevice *device, int ordinal)
 {
 	if (!device)
@@ -126,6 +131,8 @@ static CUresult device_attr(int *pi, CUdevice_attribute attrib, CUdevice dev)
 		v = !env_flag("FAKECUDA_NO_MULTICAST");
 		break;
 	case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED:
+		v = fk_fabric();
+		break;
 	case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
 	case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED:
 	case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE:

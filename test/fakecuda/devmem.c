@@ -123,9 +123,12 @@ int devmem_is_device(uint64_t va)
 {
 	if (map_find(va))
 		return 1;
-	for (int i = 0; i < FK_MAX_RESV; i++)
-		if (G.resv[i].used && va >= G.resv[i].va && va - G.resv[i].va < G.resv[i].size)
+	for (int i = 0; i < atomic_load(&G.resv.n); i++) {
+		const struct fk_resv *v = FK_AT(&G.resv, struct fk_resv, i);
+
+		if (v->used && va >= v->va && va - v->va < v->size)
 			return 1;
+	}
 	return 0;
 }
 

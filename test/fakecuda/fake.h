@@ -8,9 +8,11 @@
  * it runs only while the process is LOCKED, when the gate guarantees that no
  * thread is inside the API and the queue is drained (restore_thread.c).
  *
- * All tables are fixed-size static arrays so that the restore thread can walk
- * and change them with no allocator (CRIU's plugins resume it alone while the
- * other threads are frozen, possibly inside malloc).
+ * No table comes from malloc, so that the restore thread can walk and change
+ * them with no allocator (CRIU's plugins resume it alone while the other
+ * threads are frozen, possibly inside malloc): the fixed ones are arrays in G,
+ * and those a large job outgrows (reservations, contexts, streams, events)
+ * are struct fk_table, which grows in place (table.c).
  */
 #ifndef FAKECUDA_FAKE_H
 #define FAKECUDA_FAKE_H
@@ -18,6 +20,7 @@
 #include <cuda.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -47,17 +50,42 @@ CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v1(CUdevice dev, unsigned int flags)
 CUresult CUDAAPI cuEventElapsedTime_v1(float *pMilliseconds, CUevent hStart,
 				       CUevent hEnd) __asm__("cuEventElapsedTime");
 
-/* Large jobs hold tens of thousands of allocations (issue 11); untouched
- * slots cost no memory (BSS), and lookups never scan whole tables. */
+/* Large jobs hold tens of thousands of allocations (issue 11); G is zero
+ * initialised (BSS: init.c sets what is not zero in a constructor), so
+ * untouched slots cost no memory, and lookups never scan whole tables. */
 #define FK_MAX_ALLOC 65536
 #define FK_MAX_MAP   65536
-#define FK_MAX_RESV  4096
 #define FK_MAX_MC    64
-#define FK_MAX_CTX   64
-#define FK_MAX_STRM  1024
-#define FK_MAX_EVT   4096
 #define FK_MAX_MOD   256
 #define FK_MAX_HOST  1024
+/* What the growing tables may reach: address space reserved, not memory
+ * (table.c makes it usable 64 KiB at a time). */
+#define FK_CAP_RESV (1 << 22)
+#define FK_CAP_CTX  (1 << 16)
+#define FK_CAP_STRM (1 << 20)
+#define FK_CAP_EVT  (1 << 20)
+
+/*
+ * A table that grows in place (table.c): entries [0, n) are usable, the rest
+ * of the reservation of cap entries is not; entries never move.  Each entry
+ * type has an int `used` (0: free).
+ */
+struct fk_table {
+	unsigned char *base; /* NULL until first grown */
+	size_t esize, used_off;
+	int cap;
+	atomic_int n;
+	size_t made; /* bytes of the reservation made usable */
+	int hint;    /* where table_new looks first */
+};
+#define FK_TABLE_INIT(type, cap_) \
+	((struct fk_table){.esize = sizeof(type), .used_off = offsetof(type, used), .cap = (cap_)})
+#define FK_AT(t, type, i) ((type *)((t)->base + (size_t)(i) * (t)->esize))
+/* A free entry, zeroed, growing the table when none is; -1 when it is full
+ * or the kernel gives no memory.  G.lock held.  The caller sets `used`. */
+int table_new(struct fk_table *t);
+/* Index of the entry p points at, -1 if p is no entry's start.  Any thread. */
+int table_index(const struct fk_table *t, const void *p);
 
 /*
  * Handle values (CUmemGenericAllocationHandle) handed to the application:
@@ -204,6 +232,7 @@ struct fk_devices {
 	struct fkw_dev_info phys[FKW_MAX_DEV];
 	int ord2phys[FKW_MAX_DEV];
 	uint64_t mc_gran, mc_rec_gran;
+	struct fkw_config cfg; /* the machine devd serves (cuInit checks it) */
 };
 
 struct fk_global {
@@ -221,12 +250,12 @@ struct fk_global {
 	struct fk_map map[FK_MAX_MAP];
 	int map_by_va[FK_MAX_MAP]; /* slots of used mappings, sorted by va */
 	int nmap;
-	int alloc_hint; /* where alloc_slot_new looks first */
-	struct fk_resv resv[FK_MAX_RESV];
-	struct fk_ctx ctx[FK_MAX_CTX];
+	int alloc_hint;	      /* where alloc_slot_new looks first */
+	struct fk_table resv; /* struct fk_resv */
+	struct fk_table ctx;  /* struct fk_ctx; CUcontext points at one */
 	struct fk_primary prim[FKW_MAX_DEV];
-	struct fk_stream strm[FK_MAX_STRM];
-	struct fk_event evt[FK_MAX_EVT];
+	struct fk_table strm; /* struct fk_stream; CUstream points at one */
+	struct fk_table evt;  /* struct fk_event; CUevent points at one */
 	struct fk_module mod[FK_MAX_MOD];
 	struct fk_hostmem host[FK_MAX_HOST];
 	CUresult sticky; /* asynchronous error, reported by later synchronizing calls */
@@ -250,6 +279,24 @@ void fk_leave(void);
 		r_ = (expr);                  \
 		fk_leave();                   \
 		return r_;                    \
+	} while (0)
+/*
+ * The checkpoint API answers in a process that never called cuInit, as
+ * NVIDIA's driver does (measured on an H200: test/gpu/facts.sh, "no-cuinit"):
+ * it touches no state of the caller, so before cuInit there is no gate to
+ * pass, only the fault table.  *entered: fk_leave is owed.
+ */
+CUresult fk_enter_any(const char *api, int *entered);
+#define FK_CALL_ANY(name, expr)                        \
+	do {                                           \
+		int e_;                                \
+		CUresult r_ = fk_enter_any(name, &e_); \
+		if (r_ != CUDA_SUCCESS)                \
+			return r_;                     \
+		r_ = (expr);                           \
+		if (e_)                                \
+			fk_leave();                    \
+		return r_;                             \
 	} while (0)
 #define LOCK()	 pthread_mutex_lock(&G.lock)
 #define UNLOCK() pthread_mutex_unlock(&G.lock)
@@ -299,6 +346,8 @@ void arena_drop(struct fk_arena *ar, int n); /* unmaps and closes */
 CUresult dev_check(CUdevice d);
 int dev_phys(int ord);
 int dev_ord_of_phys(int phys);
+/* FAKECUDA_FABRIC: creation accepts FABRIC handle types (export/import of one still fail). */
+int fk_fabric(void);
 
 /* ctx.c */
 struct fk_ctx *ctx_current(void);

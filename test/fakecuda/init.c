@@ -4,6 +4,7 @@
  * Owns G (see fake.h for what protects each table), cuInit, cuDriverGetVersion
  * and fork handling.  cuInit itself serializes on G.lock.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -11,12 +12,22 @@
 
 #include "fake.h"
 
-struct fk_global G = {
-	.lock = PTHREAD_MUTEX_INITIALIZER,
-	.conn_lock = PTHREAD_MUTEX_INITIALIZER,
-	.conn = -1,
-	.arena = {[0 ... FKW_MAX_DEV - 1] = {.fd = -1}},
-};
+/* Zero initialised, so in BSS (an initialiser would put its 12 MB of tables
+ * in the library's data); the rest is set before any call can come. */
+struct fk_global G;
+
+__attribute__((constructor)) static void global_init(void)
+{
+	pthread_mutex_init(&G.lock, NULL);
+	pthread_mutex_init(&G.conn_lock, NULL);
+	G.conn = -1;
+	for (int i = 0; i < FKW_MAX_DEV; i++)
+		G.arena[i].fd = -1;
+	G.resv = FK_TABLE_INIT(struct fk_resv, FK_CAP_RESV);
+	G.ctx = FK_TABLE_INIT(struct fk_ctx, FK_CAP_CTX);
+	G.strm = FK_TABLE_INIT(struct fk_stream, FK_CAP_STRM);
+	G.evt = FK_TABLE_INIT(struct fk_event, FK_CAP_EVT);
+}
 
 static int forked_child; /* a fork of an initialized process: CUDA is unusable, as on a real driver */
 
@@ -41,6 +52,21 @@ CUresult fk_enter(const char *api)
 		return r;
 	}
 	return CUDA_SUCCESS;
+}
+
+CUresult fk_enter_any(const char *api, int *entered)
+{
+	*entered = 0;
+	if (forked_child)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (atomic_load(&G.initialized)) {
+		CUresult r = fk_enter(api);
+
+		*entered = r == CUDA_SUCCESS;
+		return r;
+	}
+	faults_init();
+	return faults_check(api);
 }
 
 void fk_leave(void)
@@ -73,6 +99,28 @@ static void atfork_child(void)
 	rt_after_fork_child();
 }
 
+/*
+ * A running devd keeps the machine it started with: a process whose
+ * environment asks for another one (FAKECUDA_DEVICES=2 against a devd of 1)
+ * is refused, naming both, rather than run on the wrong machine.  Only cuInit
+ * checks: a process restored onto another machine reconnects, on purpose.
+ */
+static CUresult config_check(int fd)
+{
+	char want[96], running[256];
+
+	if (!fkw_config_mismatch(&G.dev.cfg, want, sizeof(want)))
+		return CUDA_SUCCESS;
+	fkw_config_str(&G.dev.cfg, running, sizeof(running));
+	fprintf(stderr,
+		"fakecuda: pid %d: cuInit refused: the fake device service at %s runs %s, this process asks %s "
+		"(stop it with fakecuda-run --stop, or use another FAKECUDA_SOCKET)\n",
+		(int)getpid(), G.sockpath, running, want);
+	close(fd);
+	arena_drop(G.arena, FKW_MAX_DEV);
+	return CUDA_ERROR_SYSTEM_NOT_READY;
+}
+
 FK_API CUresult CUDAAPI cuInit(unsigned int flags)
 {
 	static int atfork_done;
@@ -97,6 +145,11 @@ FK_API CUresult CUDAAPI cuInit(unsigned int flags)
 	arena_setup();
 	conn_setup();
 	r = conn_open(&fd, &G.dev, G.arena);
+	if (r != CUDA_SUCCESS) {
+		UNLOCK();
+		return r;
+	}
+	r = config_check(fd);
 	if (r != CUDA_SUCCESS) {
 		UNLOCK();
 		return r;

@@ -41,7 +41,10 @@ static CUresult mc_create(CUmemGenericAllocationHandle *h, const CUmulticastObje
 
 	if (!h || !prop || prop->numDevices == 0 || prop->size == 0 || prop->flags)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (prop->handleTypes & ~(unsigned long long)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+	if (prop->handleTypes & CU_MEM_HANDLE_TYPE_FABRIC && !fk_fabric())
+		return CUDA_ERROR_NOT_SUPPORTED; /* no IMEX/fabric unless FAKECUDA_FABRIC */
+	if (prop->handleTypes &
+	    ~(unsigned long long)(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR | CU_MEM_HANDLE_TYPE_FABRIC))
 		return CUDA_ERROR_NOT_SUPPORTED;
 	if (getenv("FAKECUDA_NO_MULTICAST") && strcmp(getenv("FAKECUDA_NO_MULTICAST"), "0"))
 		return CUDA_ERROR_NOT_SUPPORTED;

@@ -164,10 +164,7 @@ static int is_default(CUstream s)
 
 static int stream_valid(struct fk_stream *s)
 {
-	uintptr_t p = (uintptr_t)s, b = (uintptr_t)G.strm;
-
-	return p >= b && p < b + sizeof(G.strm) && (p - b) % sizeof(G.strm[0]) == 0 && s->magic == FK_STR_MAGIC &&
-	       s->used && ctx_valid(s->ctx);
+	return table_index(&G.strm, s) >= 0 && s->magic == FK_STR_MAGIC && s->used && ctx_valid(s->ctx);
 }
 
 CUresult stream_resolve(CUstream s, struct fk_stream **out)
@@ -281,31 +278,30 @@ CUresult op_execute(struct fk_op *op)
 
 static CUresult stream_create(CUstream *ph, unsigned int flags, int prio)
 {
+	struct fk_stream *s;
 	struct fk_ctx *c;
 	CUresult r = ctx_require(&c);
+	int i;
 
 	if (r)
 		return r;
 	if (!ph || (flags & ~(unsigned int)CU_STREAM_NON_BLOCKING))
 		return CUDA_ERROR_INVALID_VALUE;
 	LOCK();
-	for (int i = 0; i < FK_MAX_STRM; i++) {
-		struct fk_stream *s = &G.strm[i];
-
-		if (!s->used) {
-			memset(s, 0, sizeof(*s));
-			s->used = 1;
-			s->magic = FK_STR_MAGIC;
-			s->ctx = c;
-			s->flags = flags;
-			s->prio = prio < -5 ? -5 : prio > 0 ? 0 : prio;
-			*ph = (CUstream)s;
-			UNLOCK();
-			return CUDA_SUCCESS;
-		}
+	i = table_new(&G.strm);
+	if (i < 0) {
+		UNLOCK();
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
+	s = FK_AT(&G.strm, struct fk_stream, i);
+	s->used = 1;
+	s->magic = FK_STR_MAGIC;
+	s->ctx = c;
+	s->flags = flags;
+	s->prio = prio < -5 ? -5 : prio > 0 ? 0 : prio;
+	*ph = (CUstream)s;
 	UNLOCK();
-	return CUDA_ERROR_OUT_OF_MEMORY;
+	return CUDA_SUCCESS;
 }
 
 FK_API CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
@@ -380,10 +376,7 @@ FK_API CUresult CUDAAPI cuStreamQuery(CUstream hStream)
 
 static int event_valid(struct fk_event *e)
 {
-	uintptr_t p = (uintptr_t)e, b = (uintptr_t)G.evt;
-
-	return p >= b && p < b + sizeof(G.evt) && (p - b) % sizeof(G.evt[0]) == 0 && e->magic == FK_EVT_MAGIC &&
-	       e->used;
+	return table_index(&G.evt, e) >= 0 && e->magic == FK_EVT_MAGIC && e->used;
 }
 
 static CUresult stream_wait_event(CUstream h, CUevent ev, unsigned int flags)
@@ -411,30 +404,29 @@ FK_API CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsi
 
 static CUresult event_create(CUevent *ph, unsigned int flags)
 {
+	struct fk_event *e;
 	struct fk_ctx *c;
 	CUresult r = ctx_require(&c);
+	int i;
 
 	if (r)
 		return r;
 	if (!ph || (flags & ~0xfu))
 		return CUDA_ERROR_INVALID_VALUE;
 	LOCK();
-	for (int i = 0; i < FK_MAX_EVT; i++) {
-		struct fk_event *e = &G.evt[i];
-
-		if (!e->used) {
-			memset(e, 0, sizeof(*e));
-			e->used = 1;
-			e->magic = FK_EVT_MAGIC;
-			e->ctx = c;
-			e->flags = flags;
-			*ph = (CUevent)e;
-			UNLOCK();
-			return CUDA_SUCCESS;
-		}
+	i = table_new(&G.evt);
+	if (i < 0) {
+		UNLOCK();
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
+	e = FK_AT(&G.evt, struct fk_event, i);
+	e->used = 1;
+	e->magic = FK_EVT_MAGIC;
+	e->ctx = c;
+	e->flags = flags;
+	*ph = (CUevent)e;
 	UNLOCK();
-	return CUDA_ERROR_OUT_OF_MEMORY;
+	return CUDA_SUCCESS;
 }
 
 FK_API CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags)

@@ -60,9 +60,10 @@ static CUresult check_prop(const CUmemAllocationProp *prop)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	if (dev_check(prop->location.id))
 		return CUDA_ERROR_INVALID_DEVICE;
-	if (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_FABRIC)
-		return CUDA_ERROR_NOT_SUPPORTED; /* no IMEX/fabric on the fake */
-	if (prop->requestedHandleTypes & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+	if (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_FABRIC && !fk_fabric())
+		return CUDA_ERROR_NOT_SUPPORTED; /* no IMEX/fabric unless FAKECUDA_FABRIC */
+	if (prop->requestedHandleTypes &
+	    ~(unsigned)(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR | CU_MEM_HANDLE_TYPE_FABRIC))
 		return CUDA_ERROR_NOT_SUPPORTED;
 	return CUDA_SUCCESS;
 }
@@ -183,7 +184,9 @@ static CUresult addr_reserve(CUdeviceptr *ptr, size_t size, size_t alignment, CU
 			     unsigned long long flags)
 {
 	CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+	struct fk_resv *v;
 	uint64_t va;
+	int i;
 
 	if (!ptr || size == 0 || size % fk_granularity() || flags)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -192,21 +195,16 @@ static CUresult addr_reserve(CUdeviceptr *ptr, size_t size, size_t alignment, CU
 	if (alignment & (alignment - 1) || alignment % fk_granularity())
 		return CUDA_ERROR_INVALID_VALUE;
 	LOCK();
-	for (int i = 0; i < FK_MAX_RESV; i++) {
-		struct fk_resv *v = &G.resv[i];
-
-		if (v->used)
-			continue;
-		va = va_reserve(size, alignment, addr);
-		if (!va)
-			break;
+	i = table_new(&G.resv);
+	va = i >= 0 ? va_reserve(size, alignment, addr) : 0;
+	if (va) {
+		v = FK_AT(&G.resv, struct fk_resv, i);
 		v->used = 1;
 		v->va = va;
 		v->size = size;
 		v->vmm = 1;
 		*ptr = va;
 		r = CUDA_SUCCESS;
-		break;
 	}
 	UNLOCK();
 	return r;
@@ -223,8 +221,8 @@ static CUresult addr_free(CUdeviceptr ptr, size_t size)
 	CUresult r = CUDA_ERROR_INVALID_VALUE;
 
 	LOCK();
-	for (int i = 0; i < FK_MAX_RESV; i++) {
-		struct fk_resv *v = &G.resv[i];
+	for (int i = 0; i < atomic_load(&G.resv.n); i++) {
+		struct fk_resv *v = FK_AT(&G.resv, struct fk_resv, i);
 
 		if (!v->used || !v->vmm || v->va != ptr || v->size != size)
 			continue;
@@ -247,8 +245,8 @@ FK_API CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size)
 
 static struct fk_resv *resv_of(uint64_t va, size_t size)
 {
-	for (int i = 0; i < FK_MAX_RESV; i++) {
-		struct fk_resv *v = &G.resv[i];
+	for (int i = 0; i < atomic_load(&G.resv.n); i++) {
+		struct fk_resv *v = FK_AT(&G.resv, struct fk_resv, i);
 
 		if (v->used && v->vmm && va >= v->va && va + size <= v->va + v->size)
 			return v;

@@ -1,11 +1,13 @@
 /*
  * Transport helpers for the private lib <-> devd protocol (see wire.h):
- * full-length send/receive with SCM_RIGHTS and the socket path rule.
+ * full-length send/receive with SCM_RIGHTS, the socket path rule and the
+ * device configuration read from the environment (fkw_config).
  * Called by devd.c, conn.c and restore_thread.c; stateless, so no lock.
  * Only system calls on the send/receive/connect paths: the restore thread
  * uses them while other threads of the process may be frozen.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,6 +134,70 @@ err:;
 	if (nfds)
 		*nfds = 0;
 	return -e;
+}
+
+static const struct {
+	const char *name;
+	size_t off;
+} cfg_vars[] = {
+	{"FAKECUDA_DEVICES", offsetof(struct fkw_config, devices)},
+	{"FAKECUDA_MEM_MB", offsetof(struct fkw_config, mem_mb)},
+	{"FAKECUDA_UUID_SEED", offsetof(struct fkw_config, uuid_seed)},
+	{"FAKECUDA_MC_GRANULARITY_MB", offsetof(struct fkw_config, mc_gran_mb)},
+	{"FAKECUDA_MC_REC_GRANULARITY_MB", offsetof(struct fkw_config, mc_rec_gran_mb)},
+	{"FAKECUDA_MC_ROUND_MB", offsetof(struct fkw_config, mc_round_mb)},
+};
+
+static uint64_t *cfg_field(struct fkw_config *c, size_t i)
+{
+	return (uint64_t *)((char *)c + cfg_vars[i].off);
+}
+
+static uint64_t env_u64(const char *name, uint64_t def)
+{
+	const char *v = getenv(name);
+
+	return v && *v ? strtoull(v, NULL, 0) : def;
+}
+
+void fkw_config_from_env(struct fkw_config *c)
+{
+	c->devices = env_u64("FAKECUDA_DEVICES", 1);
+	if (c->devices < 1)
+		c->devices = 1;
+	if (c->devices > FKW_MAX_DEV)
+		c->devices = FKW_MAX_DEV;
+	c->mem_mb = env_u64("FAKECUDA_MEM_MB", 4096);
+	c->uuid_seed = env_u64("FAKECUDA_UUID_SEED", 0);
+	c->mc_gran_mb = env_u64("FAKECUDA_MC_GRANULARITY_MB", 2);
+	c->mc_rec_gran_mb = env_u64("FAKECUDA_MC_REC_GRANULARITY_MB", c->mc_gran_mb);
+	c->mc_round_mb = env_u64("FAKECUDA_MC_ROUND_MB", 0);
+}
+
+void fkw_config_str(const struct fkw_config *c, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	buf[0] = 0;
+	for (size_t i = 0; i < sizeof(cfg_vars) / sizeof(cfg_vars[0]) && n < len; i++)
+		n += (size_t)snprintf(buf + n, len - n, "%s%s=%llu", i ? " " : "", cfg_vars[i].name,
+				      (unsigned long long)*cfg_field((struct fkw_config *)c, i));
+}
+
+int fkw_config_mismatch(const struct fkw_config *c, char *want, size_t len)
+{
+	struct fkw_config mine;
+
+	fkw_config_from_env(&mine);
+	for (size_t i = 0; i < sizeof(cfg_vars) / sizeof(cfg_vars[0]); i++) {
+		const char *v = getenv(cfg_vars[i].name);
+
+		if (!v || !*v || *cfg_field(&mine, i) == *cfg_field((struct fkw_config *)c, i))
+			continue;
+		snprintf(want, len, "%s=%s", cfg_vars[i].name, v);
+		return 1;
+	}
+	return 0;
 }
 
 const char *fkw_socket_path(char *buf, size_t len)

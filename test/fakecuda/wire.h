@@ -26,7 +26,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define FKW_VERSION  5
+#define FKW_VERSION  6
 #define FKW_MAX_DEV  16
 #define FKW_MAX_BIND 64
 /* Descriptors on one message: the kernel's SCM_MAX_FD.  A batch of one-way
@@ -100,6 +100,23 @@ struct fkw_binding {
 	uint64_t aoff; /* the member allocation's arena offset */
 };
 
+/*
+ * The machine a devd serves, read from its environment when it starts
+ * (FAKECUDA_DEVICES, _MEM_MB, _UUID_SEED, _MC_GRANULARITY_MB,
+ * _MC_REC_GRANULARITY_MB, _MC_ROUND_MB, with devd's defaults).  HELLO hands it
+ * over, and cuInit refuses a devd that differs from what its own environment
+ * sets: a test asking for 2 devices never runs on a devd of 1.
+ */
+struct fkw_config {
+	uint64_t devices, mem_mb, uuid_seed, mc_gran_mb, mc_rec_gran_mb, mc_round_mb;
+};
+void fkw_config_from_env(struct fkw_config *c);
+/* "FAKECUDA_DEVICES=1 FAKECUDA_MEM_MB=4096 ..." */
+void fkw_config_str(const struct fkw_config *c, char *buf, size_t len);
+/* 1 and the first variable this environment sets that c differs from
+ * ("FAKECUDA_DEVICES=2") in want; 0 when they agree. */
+int fkw_config_mismatch(const struct fkw_config *c, char *want, size_t len);
+
 struct fkw_resp {
 	int32_t result; /* a CUresult */
 	uint32_t nfds;
@@ -118,7 +135,10 @@ struct fkw_resp {
 	uint32_t n2;
 	int32_t pid;
 	union {
-		struct fkw_dev_info devs[FKW_MAX_DEV];
+		struct { /* HELLO */
+			struct fkw_dev_info devs[FKW_MAX_DEV];
+			struct fkw_config cfg;
+		};
 		struct fkw_binding b[FKW_MAX_BIND];
 	} u;
 };

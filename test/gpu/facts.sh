@@ -42,16 +42,17 @@ wait_for() {
 	return 1
 }
 
-step() { # step SCENARIO NAME ACTION
-	local pid out
-	pid=$(eval echo "\$pid_$2")
-	out=$($run "$bin/fakecuda-ckpt" --pid "$pid" --action "$3" --timeout 10000 2>&1)
+step() { # step SCENARIO NAME ACTION [FAKECUDA-CKPT ARGS...]
+	local pid out sc=$1 name=$2 action=$3
+	shift 3
+	pid=$(eval echo "\$pid_$name")
+	out=$($run "$bin/fakecuda-ckpt" --pid "$pid" --action "$action" --timeout 10000 "$@" 2>&1)
 	case "$out" in
 	*CUDA_ERROR*) out=$(echo "$out" | grep -o 'CUDA_ERROR_[A-Z_]*' | head -n 1) ;;
 	*) out="ok" ;;
 	esac
-	state=$($run "$bin/fakecuda-ckpt" --pid "$pid" --action state 2>&1 | tail -n 1)
-	printf '%-14s %-8s %-10s %-34s state=%s\n' "$1" "$2" "$3" "$out" "$state"
+	state=$($run "$bin/fakecuda-ckpt" --pid "$pid" --action state "$@" 2>&1 | tail -n 1)
+	printf '%-14s %-8s %-10s %-34s state=%s\n' "$sc" "$name" "$action" "$out" "$state"
 }
 
 afterwards() { # afterwards SCENARIO NAME
@@ -77,6 +78,27 @@ start priv private
 wait_for priv ready 60 || { cat "$work/priv.out"; exit 1; }
 cycle private priv
 afterwards private priv
+
+# The same from a caller that never called cuInit (--no-init): the
+# checkpoint API needs no initialized CUDA in the caller.
+start nipriv private
+wait_for nipriv ready 60 || { cat "$work/nipriv.out"; exit 1; }
+for a in tid lock checkpoint tid restore unlock; do step no-cuinit nipriv $a --no-init; done
+afterwards no-cuinit nipriv
+
+# Targets that are no CUDA process, or no process at all, from callers with
+# and without cuInit.
+sleep 600 &
+pid_plain=$!
+pids+=($pid_plain)
+disown $!
+sh -c 'exit 0' &
+pid_gone=$!
+wait $pid_gone
+for init in "" --no-init; do
+	for a in state tid lock checkpoint restore unlock; do step "no-cuda${init:+-ni}" plain $a $init; done
+	for a in state tid lock checkpoint restore unlock; do step "no-process${init:+-ni}" gone $a $init; done
+done
 
 for keep in close keep; do
 	start vexp$keep vmm-export "$work/vmm-$keep.sock" "$keep"

@@ -219,16 +219,38 @@ START_TEST(fabric_multicast_is_tracked_as_unsupported)
 {
 	CUmulticastObjectProp p = {0};
 	CUmemGenericAllocationHandle h;
+	const Cuip__Allocation *a;
+	Cuip__ProcessState *st;
 
 	h_init(0);
 	p.numDevices = 1;
 	p.size = MC_REQ;
 	p.handleTypes = CU_MEM_HANDLE_TYPE_FABRIC;
-	/* The fake refuses fabric objects, as the driver without IMEX does. */
+	/* Without IMEX the driver refuses fabric objects: nothing is tracked. */
+	unsetenv("FAKECUDA_FABRIC");
 	CK_ERR(cuMulticastCreate(&h, &p), CUDA_ERROR_NOT_SUPPORTED);
-	Cuip__ProcessState *st = h_state(0);
+	st = h_state(0);
 	ck_assert_uint_eq(st->n_allocations, 0);
 	h_state_free(st);
+	/* On a fabric-capable system it is created, tracked, and named unsupported. */
+	setenv("FAKECUDA_FABRIC", "1", 1);
+	CK(cuMulticastCreate(&h, &p));
+	ck_assert_uint_eq((uint64_t)h >> TAG_SHIFT, TAG);
+	st = h_state(0);
+	ck_assert_uint_eq(st->n_allocations, 1);
+	a = find_mc(st);
+	ck_assert_ptr_nonnull(a);
+	ck_assert_int_eq(a->owner, CUIP__OWNER__OWNER_UNSUPPORTED);
+	ck_assert_str_eq(a->unsupported_reason,
+			 "multicast handle type FABRIC: fabric multicast objects cannot be rebuilt");
+	ck_assert_uint_eq(st->counters->unsupported, 1);
+	h_state_free(st);
+	CK(cuMemRelease(h));
+	st = h_state(0);
+	ck_assert_uint_eq(st->n_allocations, 0);
+	ck_assert_uint_eq(st->counters->unsupported, 0);
+	h_state_free(st);
+	unsetenv("FAKECUDA_FABRIC");
 }
 END_TEST
 

@@ -78,23 +78,43 @@ START_TEST(fabric_handle_types_are_tracked_as_unsupported)
 	CUmemAllocationProp p;
 	CUmemGenericAllocationHandle h;
 	Cuip__ProcessState *st;
-	CUresult r;
+	int fabric = -1;
 
 	h_init(0);
 	p = h_prop(0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR | CU_MEM_HANDLE_TYPE_FABRIC);
-	r = cuMemCreate(&h, h_gran(), &p, 0);
-	if (r != CUDA_SUCCESS)
-		return; /* the driver refuses fabric: nothing to track */
+	/* Without IMEX the driver refuses, and nothing is tracked. */
+	unsetenv("FAKECUDA_FABRIC");
+	CK_ERR(cuMemCreate(&h, h_gran(), &p, 0), CUDA_ERROR_NOT_SUPPORTED);
+	st = h_state(0);
+	ck_assert_uint_eq(st->n_allocations, 0);
+	ck_assert_uint_eq(st->counters->unsupported, 0);
+	h_state_free(st);
+	/* A fabric-capable system accepts both kinds; they cannot be carried. */
+	setenv("FAKECUDA_FABRIC", "1", 1);
+	CK(cuDeviceGetAttribute(&fabric, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, 0));
+	ck_assert_int_eq(fabric, 1);
+	CK(cuMemCreate(&h, h_gran(), &p, 0));
 	ck_assert(logical(h));
 	st = h_state(0);
+	ck_assert_uint_eq(st->n_allocations, 1);
 	ck_assert_int_eq(find_alloc(st, 0)->owner, CUIP__OWNER__OWNER_UNSUPPORTED);
-	ck_assert_ptr_nonnull(strstr(find_alloc(st, 0)->unsupported_reason, "FABRIC"));
+	ck_assert_str_eq(find_alloc(st, 0)->unsupported_reason,
+			 "handle types POSIX_FILE_DESCRIPTOR|FABRIC: fabric handles cannot be carried");
+	ck_assert_uint_eq(st->counters->unsupported, 1);
+	h_state_free(st);
+	CK(cuMemRelease(h));
+	p = h_prop(0, CU_MEM_HANDLE_TYPE_FABRIC);
+	CK(cuMemCreate(&h, h_gran(), &p, 0));
+	st = h_state(0);
+	ck_assert_str_eq(find_alloc(st, 0)->unsupported_reason, "handle type FABRIC: fabric handles cannot be carried");
 	ck_assert_uint_eq(st->counters->unsupported, 1);
 	h_state_free(st);
 	CK(cuMemRelease(h));
 	st = h_state(0);
+	ck_assert_uint_eq(st->n_allocations, 0);
 	ck_assert_uint_eq(st->counters->unsupported, 0);
 	h_state_free(st);
+	unsetenv("FAKECUDA_FABRIC");
 }
 END_TEST
 
@@ -279,6 +299,45 @@ START_TEST(thousands_of_create_release_rounds_do_not_grow)
 }
 END_TEST
 
+/* Each one-granule cuMemAlloc is a VMM allocation in its own reservation
+ * under the interposer; the fake once ran out of reservations at 4,096
+ * (CUDA_ERROR_OUT_OF_MEMORY from cuMemAddressReserve) where the real driver
+ * has no such limit. */
+START_TEST(ten_thousand_one_granule_allocations_each_reserved)
+{
+	enum { N = 10000 };
+	static CUdeviceptr p[N];
+	uint32_t v[2], w[2];
+	size_t g;
+	int i;
+
+	setenv("FAKECUDA_VMM_GRANULARITY_KB", "64", 1); /* 625 MiB in all */
+	h_init(0);
+	g = h_gran();
+	ck_assert_uint_eq(g, 64 << 10);
+	for (i = 0; i < N; i++) {
+		CK(cuMemAlloc(&p[i], g));
+		ck_assert(i == 0 || p[i] != p[i - 1]);
+	}
+	for (i = 0; i < N; i += N / 4 - 1) {
+		v[0] = (uint32_t)i;
+		v[1] = ~(uint32_t)i;
+		CK(cuMemcpyHtoD(p[i] + g - sizeof(v), v, sizeof(v)));
+	}
+	for (i = 0; i < N; i += N / 4 - 1) {
+		CK(cuMemcpyDtoH(w, p[i] + g - sizeof(w), sizeof(w)));
+		ck_assert_uint_eq(w[0], (uint32_t)i);
+		ck_assert_uint_eq(w[1], ~(uint32_t)i);
+	}
+	for (i = 0; i < N; i++)
+		CK(cuMemFree(p[i]));
+	Cuip__ProcessState *st = h_state(0);
+	ck_assert_uint_eq(st->n_allocations, 0);
+	h_state_free(st);
+	unsetenv("FAKECUDA_VMM_GRANULARITY_KB");
+}
+END_TEST
+
 Suite *track_suite(void);
 Suite *track_suite(void)
 {
@@ -294,6 +353,7 @@ Suite *track_suite(void)
 	tcase_add_test(tc, overlapping_maps_are_refused);
 	tcase_add_test(tc, access_is_merged_per_location_over_any_subrange);
 	tcase_add_test(tc, thousands_of_create_release_rounds_do_not_grow);
+	tcase_add_test(tc, ten_thousand_one_granule_allocations_each_reserved);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -5,6 +5,7 @@
  */
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -14,13 +15,17 @@
 
 START_TEST(calls_before_init_are_not_initialized)
 {
+	CUprocessState st;
 	CUdevice d;
 	CUdeviceptr p;
 	int v = 0;
 
 	CK_ERR(cuDeviceGet(&d, 0), CUDA_ERROR_NOT_INITIALIZED);
 	CK_ERR(cuMemAlloc(&p, 4096), CUDA_ERROR_NOT_INITIALIZED);
-	CK_ERR(cuCheckpointProcessGetState(getpid(), NULL), CUDA_ERROR_NOT_INITIALIZED);
+	/* The checkpoint API needs no cuInit in the caller (as on the H200): it
+	 * checks its arguments, and this process is no CUDA process to act on. */
+	CK_ERR(cuCheckpointProcessGetState(getpid(), NULL), CUDA_ERROR_INVALID_VALUE);
+	CK_ERR(cuCheckpointProcessGetState(getpid(), &st), CUDA_ERROR_NOT_INITIALIZED);
 	CK(cuDriverGetVersion(&v));
 	ck_assert_int_eq(v, 13000);
 	CK_ERR(cuInit(1), CUDA_ERROR_INVALID_VALUE);
@@ -34,6 +39,66 @@ START_TEST(init_without_devd_reports_no_device)
 {
 	setenv("FAKECUDA_SOCKET", "/nonexistent/devd.sock", 1);
 	CK_ERR(cuInit(0), CUDA_ERROR_NO_DEVICE);
+}
+END_TEST
+
+/* cuInit with stderr captured: its result, what it printed in msg. */
+static CUresult init_capturing(char *msg, size_t len)
+{
+	char path[] = "/tmp/fakecuda-stderr-XXXXXX";
+	int fd = mkstemp(path), saved = dup(2);
+	CUresult r;
+	ssize_t n;
+
+	ck_assert_int_ge(fd, 0);
+	unlink(path);
+	dup2(fd, 2);
+	r = cuInit(0);
+	dup2(saved, 2);
+	close(saved);
+	n = pread(fd, msg, len - 1, 0);
+	msg[n > 0 ? n : 0] = 0;
+	close(fd);
+	return r;
+}
+
+/* The case's devd serves 1 device of 256 MiB (fkt_devd1). */
+START_TEST(devd_of_another_configuration_is_refused_naming_it)
+{
+	static const char *const asks[][2] = {
+		{"FAKECUDA_DEVICES", "2"},
+		{"FAKECUDA_MEM_MB", "4096"},
+		{"FAKECUDA_UUID_SEED", "7"},
+		{"FAKECUDA_MC_GRANULARITY_MB", "4"},
+		{"FAKECUDA_MC_REC_GRANULARITY_MB", "8"},
+		{"FAKECUDA_MC_ROUND_MB", "512"},
+	};
+	char msg[1024], want[128];
+	int n = 0;
+	CUdevice d;
+
+	for (size_t i = 0; i < sizeof(asks) / sizeof(asks[0]); i++) {
+		setenv(asks[i][0], asks[i][1], 1);
+		ck_assert_int_eq(init_capturing(msg, sizeof(msg)), CUDA_ERROR_SYSTEM_NOT_READY);
+		snprintf(want, sizeof(want), "this process asks %s=%s ", asks[i][0], asks[i][1]);
+		ck_assert_msg(strstr(msg, want), "no \"%s\" in: %s", want, msg);
+		ck_assert_msg(strstr(msg, "runs FAKECUDA_DEVICES=1 FAKECUDA_MEM_MB=256 FAKECUDA_UUID_SEED=0 "
+					  "FAKECUDA_MC_GRANULARITY_MB=2 FAKECUDA_MC_REC_GRANULARITY_MB=2 "
+					  "FAKECUDA_MC_ROUND_MB=0, "),
+			      "running configuration not named: %s", msg);
+		ck_assert_ptr_nonnull(strstr(msg, getenv("FAKECUDA_SOCKET")));
+		CK_ERR(cuDeviceGet(&d, 0), CUDA_ERROR_NOT_INITIALIZED);
+		unsetenv(asks[i][0]);
+	}
+	/* What the devd runs, asked for explicitly (another spelling too), is fine. */
+	setenv("FAKECUDA_DEVICES", "1", 1);
+	setenv("FAKECUDA_MEM_MB", "0x100", 1);
+	ck_assert_int_eq(init_capturing(msg, sizeof(msg)), CUDA_SUCCESS);
+	ck_assert_str_eq(msg, "");
+	CK(cuDeviceGetCount(&n));
+	ck_assert_int_eq(n, 1);
+	unsetenv("FAKECUDA_DEVICES");
+	unsetenv("FAKECUDA_MEM_MB");
 }
 END_TEST
 
@@ -204,6 +269,92 @@ START_TEST(host_memory)
 	CK_ERR(cuMemHostRegister(buf + 8, 8, 0), CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
 	CK(cuMemHostUnregister(buf));
 	CK_ERR(cuMemHostUnregister(buf), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+}
+END_TEST
+
+/*
+ * The real driver has no table limits; the fake's tables grow (they were
+ * 4,096 reservations, 64 contexts, 1,024 streams, 4,096 events).  Every
+ * object stays usable, handles stay distinct, and freed entries are reused.
+ */
+#define N_RESV 12000
+#define N_STRM 3000
+#define N_EVT  10000
+#define N_CTX  200
+START_TEST(tables_grow_past_ten_thousand_reservations_and_thousands_of_streams_and_events)
+{
+	static CUdeviceptr va[N_RESV];
+	static CUstream st[N_STRM];
+	static CUevent ev[N_EVT];
+	static CUcontext cx[N_CTX];
+	CUmemAccessDesc d = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	CUmemGenericAllocationHandle h;
+	CUcontext prim, cur;
+	CUdevice dev;
+	uint32_t w[4] = {0};
+	size_t g = 64 << 10;
+	int i;
+
+	setenv("FAKECUDA_VMM_GRANULARITY_KB", "64", 1);
+	prim = fkt_init_ctx(0);
+	for (i = 0; i < N_RESV; i++) {
+		CK(cuMemAddressReserve(&va[i], g, 0, 0, 0));
+		ck_assert(i == 0 || va[i] != va[i - 1]);
+	}
+	/* The last one and the first one work: map, write, read back. */
+	h = fkt_vmm_create(g, 0, 0);
+	for (i = N_RESV - 1; i >= 0; i -= N_RESV - 1) {
+		uint32_t v[4] = {(uint32_t)i, 1, 2, 3};
+
+		CK(cuMemMap(va[i], g, 0, h, 0));
+		CK(cuMemSetAccess(va[i], g, &d, 1));
+		CK(cuMemcpyHtoD(va[i] + g - sizeof(v), v, sizeof(v)));
+		CK(cuMemcpyDtoH(w, va[i] + g - sizeof(w), sizeof(w)));
+		ck_assert_int_eq(memcmp(v, w, sizeof(v)), 0);
+		CK(cuMemUnmap(va[i], g));
+		if (i == 0)
+			break;
+	}
+	CK(cuMemRelease(h));
+	CK_ERR(cuMemAddressFree(va[N_RESV - 1], 2 * g), CUDA_ERROR_INVALID_VALUE);
+	for (i = 0; i < N_RESV; i++)
+		CK(cuMemAddressFree(va[i], g));
+	CK_ERR(cuMemAddressFree(va[0], g), CUDA_ERROR_INVALID_VALUE);
+	CK(cuMemAddressReserve(&va[0], g, 0, 0, 0)); /* a freed entry is taken again */
+	CK(cuMemAddressFree(va[0], g));
+
+	for (i = 0; i < N_STRM; i++)
+		CK(cuStreamCreate(&st[i], CU_STREAM_NON_BLOCKING));
+	for (i = 0; i < N_EVT; i++) {
+		CK(cuEventCreate(&ev[i], 0));
+		CK(cuEventRecord(ev[i], st[i % N_STRM]));
+	}
+	CK(cuStreamWaitEvent(st[0], ev[N_EVT - 1], 0));
+	CK(cuEventSynchronize(ev[N_EVT - 1]));
+	CK(cuStreamSynchronize(st[N_STRM - 1]));
+	CK(cuEventQuery(ev[N_EVT - 1]));
+	for (i = 0; i < N_EVT; i++)
+		CK(cuEventDestroy(ev[i]));
+	CK_ERR(cuEventQuery(ev[0]), CUDA_ERROR_INVALID_HANDLE);
+	for (i = 0; i < N_STRM; i++)
+		CK(cuStreamDestroy(st[i]));
+	CK_ERR(cuStreamSynchronize(st[N_STRM - 1]), CUDA_ERROR_INVALID_HANDLE);
+
+	CK(cuDeviceGet(&dev, 0));
+	for (i = 0; i < N_CTX; i++) {
+		CK(cuCtxCreate(&cx[i], NULL, 0, dev));
+		CK(cuCtxPopCurrent(&cur)); /* the stack stays short; the table grows */
+		ck_assert_ptr_eq(cur, cx[i]);
+		ck_assert(i == 0 || cx[i] != cx[i - 1]);
+	}
+	CK(cuCtxSetCurrent(cx[N_CTX - 1]));
+	CK(cuStreamCreate(&st[0], 0)); /* in the newest context */
+	CK(cuStreamSynchronize(st[0]));
+	for (i = N_CTX - 1; i >= 0; i--)
+		CK(cuCtxDestroy(cx[i]));
+	CK_ERR(cuStreamSynchronize(st[0]), CUDA_ERROR_INVALID_HANDLE); /* went with its context */
+	CK(cuCtxSetCurrent(prim));
+	unsetenv("FAKECUDA_VMM_GRANULARITY_KB");
 }
 END_TEST
 
@@ -385,10 +536,12 @@ static Suite *suite(void)
 	tcase_set_timeout(t2, 30);
 	tcase_add_test(t1, calls_before_init_are_not_initialized);
 	tcase_add_test(t1, init_without_devd_reports_no_device);
+	tcase_add_test(t1, devd_of_another_configuration_is_refused_naming_it);
 	tcase_add_test(t1, linear_memory_copies_and_errors);
 	tcase_add_test(t1, device_addresses_fault_on_host_access);
 	tcase_add_test(t1, host_memory);
 	tcase_add_test(t1, streams_run_in_order_and_events_time_them);
+	tcase_add_test(t1, tables_grow_past_ten_thousand_reservations_and_thousands_of_streams_and_events);
 	tcase_add_test(t1, kernels_do_checkable_work);
 	tcase_add_test(t1, get_proc_address_resolves_by_version);
 	tcase_add_test(t1, error_names_and_strings);

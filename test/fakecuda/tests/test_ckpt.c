@@ -2,8 +2,9 @@
  * The native checkpoint API on the fake driver, driven from this process
  * against forked targets: the state machine, bytes and addresses across
  * checkpoint/restore, GPU remap by UUID, the lock's blocking and timeout, and
- * each refusal measured on the real driver (FACTS.md).  Needs root (the
- * mailbox is reached through /proc/PID/map_files); skipped otherwise.
+ * each refusal measured on the real driver (FACTS.md).  Every test needs root
+ * (the mailbox is reached through /proc/PID/map_files): without it the whole
+ * program exits 77 (skip) before running any.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -28,14 +29,6 @@ static CUprocessState state_of(pid_t pid)
 	CK(cuCheckpointProcessGetState(pid, &st));
 	return st;
 }
-
-#define SKIP_UNLESS_ROOT()                                                                                 \
-	do {                                                                                               \
-		if (!fkt_is_root()) {                                                                      \
-			fprintf(stderr, "skipped: the checkpoint API needs root (/proc/PID/map_files)\n"); \
-			return;                                                                            \
-		}                                                                                          \
-	} while (0)
 
 /* How many mappings of device arenas (devd memfds) and sockets the process holds. */
 static void device_footprint(pid_t pid, int *windows, int *sockets)
@@ -148,7 +141,6 @@ START_TEST(private_bytes_survive_checkpoint_at_same_addresses)
 	pid_t pid;
 	CUuuid u;
 
-	SKIP_UNLESS_ROOT();
 	pid = fkt_spawn(private_target, NULL, &s);
 	fkt_init_ctx(0);
 	ck_assert_int_eq(fkt_recv(s, &a, sizeof(a)), 0);
@@ -197,6 +189,52 @@ START_TEST(private_bytes_survive_checkpoint_at_same_addresses)
 }
 END_TEST
 
+/* NVIDIA's driver answers the checkpoint API in a caller that never called
+ * cuInit (measured on an H200, test/gpu/facts.sh "no-cuinit"); so does the fake. */
+START_TEST(caller_that_never_called_cuinit_drives_the_checkpoint_api)
+{
+	struct addrs a;
+	char path[64], comm[32] = "";
+	int s, tid = 0, tid2 = 0, ok = 0;
+	FILE *f;
+	pid_t pid;
+	CUuuid u;
+	CUdevice d;
+
+	pid = fkt_spawn(private_target, NULL, &s);
+	ck_assert_int_eq(fkt_recv(s, &a, sizeof(a)), 0);
+	/* This process has no CUDA: every other entry point says so. */
+	CK_ERR(cuDeviceGet(&d, 0), CUDA_ERROR_NOT_INITIALIZED);
+	CK(cuCheckpointProcessGetRestoreThreadId(pid, &tid));
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", pid, tid);
+	f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_ptr_nonnull(fgets(comm, sizeof(comm), f));
+	fclose(f);
+	ck_assert_str_eq(comm, "fakecuda-rstr\n");
+	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_RUNNING);
+	CK_ERR(cuCheckpointProcessUnlock(pid, NULL), CUDA_ERROR_ILLEGAL_STATE);
+	CK(cuCheckpointProcessLock(pid, NULL));
+	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_LOCKED);
+	CK(cuCheckpointProcessCheckpoint(pid, NULL));
+	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_CHECKPOINTED);
+	CK(cuCheckpointProcessGetRestoreThreadId(pid, &tid2));
+	ck_assert_int_eq(tid2, tid);
+	CK(cuCheckpointProcessRestore(pid, NULL));
+	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_LOCKED);
+	CK(cuCheckpointProcessUnlock(pid, NULL));
+	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_RUNNING);
+	CK_ERR(cuDeviceGet(&d, 0), CUDA_ERROR_NOT_INITIALIZED); /* still none here */
+	fkt_send(s, "v", 1);
+	ck_assert_int_eq(fkt_recv(s, &ok, sizeof(ok)), 0);
+	ck_assert_int_eq(fkt_recv(s, &u, sizeof(u)), 0);
+	ck_assert_int_eq(ok, 1); /* bytes back at the same addresses */
+	ck_assert_int_eq(fkt_wait(pid), 0);
+	/* A target gone: refused as from an initialized caller. */
+	CK_ERR(cuCheckpointProcessGetState(pid, &(CUprocessState){0}), CUDA_ERROR_OPERATING_SYSTEM);
+}
+END_TEST
+
 /* private_target as pid 1 of a fresh pid namespace (unshare --pid --fork):
  * the intermediate child stays in ours and passes the exit status on. */
 static int ns_target(int s, void *arg)
@@ -229,7 +267,6 @@ START_TEST(caller_drives_a_process_in_a_child_pid_namespace_by_its_own_pid)
 	CUuuid u;
 	FILE *f;
 
-	SKIP_UNLESS_ROOT();
 	mid = fkt_spawn(ns_target, NULL, &s);
 	fkt_init_ctx(0);
 	ck_assert_int_eq(fkt_recv(s, &inner, sizeof(inner)), 0);
@@ -276,7 +313,6 @@ START_TEST(checkpoint_api_errors_for_other_processes)
 	int tid;
 	pid_t pid;
 
-	SKIP_UNLESS_ROOT();
 	pid = fork();
 	if (pid == 0) {
 		pause();
@@ -288,7 +324,14 @@ START_TEST(checkpoint_api_errors_for_other_processes)
 	CK_ERR(cuCheckpointProcessLock(pid, NULL), CUDA_ERROR_NOT_INITIALIZED);
 	kill(pid, SIGKILL);
 	fkt_wait(pid);
-	CK_ERR(cuCheckpointProcessGetState(pid, &st), CUDA_ERROR_INVALID_VALUE);
+	/* No such process, as the H200 answers for every action. */
+	CK_ERR(cuCheckpointProcessGetState(pid, &st), CUDA_ERROR_OPERATING_SYSTEM);
+	CK_ERR(cuCheckpointProcessGetRestoreThreadId(pid, &tid), CUDA_ERROR_OPERATING_SYSTEM);
+	CK_ERR(cuCheckpointProcessLock(pid, NULL), CUDA_ERROR_OPERATING_SYSTEM);
+	CK_ERR(cuCheckpointProcessCheckpoint(pid, NULL), CUDA_ERROR_OPERATING_SYSTEM);
+	CK_ERR(cuCheckpointProcessRestore(pid, NULL), CUDA_ERROR_OPERATING_SYSTEM);
+	CK_ERR(cuCheckpointProcessUnlock(pid, NULL), CUDA_ERROR_OPERATING_SYSTEM);
+	CK_ERR(cuCheckpointProcessLock(-5, NULL), CUDA_ERROR_OPERATING_SYSTEM);
 	CK_ERR(cuCheckpointProcessGetState(getpid(), NULL), CUDA_ERROR_INVALID_VALUE);
 }
 END_TEST
@@ -354,7 +397,6 @@ START_TEST(sharing_processes_fail_native_checkpoint_as_measured)
 	char m;
 	pid_t pid;
 
-	SKIP_UNLESS_ROOT();
 	pid = fkt_spawn(sharing_target, &kind, &s);
 	fkt_init_ctx(0);
 	if (kind == 0) {
@@ -414,7 +456,6 @@ START_TEST(restore_remaps_gpus_by_uuid)
 	int s, ok = 0, dev = 0;
 	pid_t pid;
 
-	SKIP_UNLESS_ROOT();
 	pid = fkt_spawn(private_target, &dev, &s);
 	fkt_init_ctx(1);
 	CK(cuDeviceGetUuid(&u0, 0));
@@ -482,7 +523,6 @@ START_TEST(lock_waits_for_device_work_times_out_and_blocks_api_calls)
 	char m;
 	pid_t pid;
 
-	SKIP_UNLESS_ROOT();
 	pid = fkt_spawn(slow_target, NULL, &s);
 	fkt_init_ctx(0);
 	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
@@ -556,7 +596,6 @@ START_TEST(thousands_of_allocations_survive_native_checkpoint)
 	char m;
 	pid_t pid;
 
-	SKIP_UNLESS_ROOT();
 	pid = fkt_spawn(many_target, NULL, &s);
 	fkt_init_ctx(0);
 	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
@@ -644,7 +683,6 @@ START_TEST(scattered_allocations_survive_native_cycles_and_arena_pages_return)
 	char m;
 	pid_t pid;
 
-	SKIP_UNLESS_ROOT();
 	for (int i = 0; i < SCATTER; i++)
 		live += scatter_size(i);
 	idle = fkt_arena_bytes();
@@ -716,7 +754,6 @@ START_TEST(lock_sends_queued_releases_before_checkpoint)
 	char m;
 	pid_t pid;
 
-	SKIP_UNLESS_ROOT();
 	pid = fkt_spawn(queued_target, NULL, &s);
 	fkt_init_ctx(0);
 	CK(cuMemGetInfo(&before, &tot));
@@ -751,6 +788,7 @@ static Suite *suite(void)
 	tcase_set_timeout(t2, 30);
 	tcase_add_test(t1, private_bytes_survive_checkpoint_at_same_addresses);
 	tcase_add_test(t1, checkpoint_api_errors_for_other_processes);
+	tcase_add_test(t1, caller_that_never_called_cuinit_drives_the_checkpoint_api);
 	tcase_add_test(t1, caller_drives_a_process_in_a_child_pid_namespace_by_its_own_pid);
 	tcase_add_loop_test(t1, sharing_processes_fail_native_checkpoint_as_measured, 0, 4);
 	tcase_add_test(t1, lock_waits_for_device_work_times_out_and_blocks_api_calls);
@@ -765,9 +803,14 @@ static Suite *suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(suite());
+	SRunner *sr;
 	int failed;
 
+	if (!fkt_is_root()) {
+		fprintf(stderr, "SKIP: the checkpoint API needs root (/proc/PID/map_files)\n");
+		return 77;
+	}
+	sr = srunner_create(suite());
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
