@@ -5,7 +5,10 @@
  * as cudaMallocAsync does) on one stream and a block of its own POSIX-capable
  * pool that is never exported (cuMemAllocFromPoolAsync) on another.
  *
- *   e2e_pool DIR NPROCS [--shared]
+ *   e2e_pool DIR NPROCS [--shared] [--mib N]
+ *
+ * --mib N: each block is N MiB (default 2); test/gpu/run.sh runs this same
+ * program on the GPU machine (built there as gpu_pool by test/gpu/build.sh).
  *
  * --shared: rank 0 also makes a POSIX pool, allocates a block from it,
  * exports the pool to every rank (SCM_RIGHTS) and the block
@@ -35,13 +38,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MiB   (1ul << 20)
-#define BLOCK (2 * MiB)
-#define NW    (BLOCK / 4)
+#define MiB (1ul << 20)
 
 static const char *dir;
 static int rank;
-static uint32_t host[NW];
+static size_t block = 2 * MiB, nw;
+static uint32_t *host;
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...)
@@ -122,19 +124,19 @@ static CUmemoryPool new_pool(int dev)
 
 static void fill(CUdeviceptr va, uint32_t g, CUstream st)
 {
-	for (size_t i = 0; i < NW; i++)
+	for (size_t i = 0; i < nw; i++)
 		host[i] = word(g, i);
-	CK(cuMemcpyHtoDAsync(va, host, BLOCK, st));
+	CK(cuMemcpyHtoDAsync(va, host, block, st));
 	CK(cuStreamSynchronize(st));
 }
 
 /* -1: all good, else the first bad word. */
 static long check(CUdeviceptr va, uint32_t g, CUstream st)
 {
-	memset(host, 0, sizeof(host));
-	CK(cuMemcpyDtoHAsync(host, va, BLOCK, st));
+	memset(host, 0, block);
+	CK(cuMemcpyDtoHAsync(host, va, block, st));
 	CK(cuStreamSynchronize(st));
-	for (size_t i = 0; i < NW; i++)
+	for (size_t i = 0; i < nw; i++)
 		if (host[i] != word(g, i))
 			return (long)i;
 	return -1;
@@ -173,9 +175,16 @@ int main(int argc, char **argv)
 	nprocs = atoi(argv[2]);
 	if (nprocs < 1 || nprocs > 16)
 		return 2;
-	for (int i = 3; i < argc; i++)
+	for (int i = 3; i < argc; i++) {
 		if (!strcmp(argv[i], "--shared"))
 			shared = 1;
+		else if (!strcmp(argv[i], "--mib") && i + 1 < argc)
+			block = (size_t)atol(argv[++i]) * MiB;
+	}
+	nw = block / 4;
+	host = malloc(block);
+	if (!nw || !host)
+		return 2;
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	for (int r = 1; r < nprocs; r++) {
 		if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv[r]))
@@ -192,9 +201,9 @@ int main(int argc, char **argv)
 	CK(cuCtxSetCurrent(ctx));
 	CK(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
 	CK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
-	CK(cuMemAllocAsync(&dflt, BLOCK, s1));
+	CK(cuMemAllocAsync(&dflt, block, s1));
 	own = new_pool(0);
-	CK(cuMemAllocFromPoolAsync(&priv, BLOCK, own, s2));
+	CK(cuMemAllocFromPoolAsync(&priv, block, own, s2));
 	fill(dflt, 1000 + (uint32_t)rank, s1);
 	fill(priv, 2000 + (uint32_t)rank, s2);
 
@@ -203,7 +212,7 @@ int main(int argc, char **argv)
 		int fd;
 
 		spool = new_pool(0);
-		CK(cuMemAllocFromPoolAsync(&shr, BLOCK, spool, s1));
+		CK(cuMemAllocFromPoolAsync(&shr, block, spool, s1));
 		fill(shr, 0, s1);
 		CK(cuMemPoolExportToShareableHandle(&fd, spool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
 		CK(cuMemPoolExportPointer(&ed, shr));
@@ -278,10 +287,10 @@ int main(int argc, char **argv)
 		} else if (!strcmp(verb, "churn")) {
 			CUdeviceptr t1, t2;
 
-			CK(cuMemAllocAsync(&t1, BLOCK, s1));
-			CK(cuMemAllocFromPoolAsync(&t2, BLOCK, own, s2));
-			CK(cuMemsetD32Async(t1, 0x5a5a5a5au, NW, s1));
-			CK(cuMemsetD32Async(t2, 0xa5a5a5a5u, NW, s2));
+			CK(cuMemAllocAsync(&t1, block, s1));
+			CK(cuMemAllocFromPoolAsync(&t2, block, own, s2));
+			CK(cuMemsetD32Async(t1, 0x5a5a5a5au, nw, s1));
+			CK(cuMemsetD32Async(t2, 0xa5a5a5a5u, nw, s2));
 			CK(cuMemFreeAsync(t1, s1));
 			CK(cuMemFreeAsync(t2, s2));
 			CK(cuStreamSynchronize(s1));
