@@ -66,8 +66,7 @@ CUresult CUDAAPI cuGetProcAddress_v2_ptsz(const char *symbol, void **pfn, int cu
 
 /* Per-thread-default-stream pool entry points (cuda.h declares them only in that mode). */
 CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
-CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
-					      CUstream hStream);
+CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
 CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
 
 /* ---- logging (runtime.c) ------------------------------------------------ */
