@@ -20,6 +20,8 @@
  *              pieces of shared granularity-sized slabs); cuIpc* emulated
  *   peer.c     cuCtxEnable/DisablePeerAccess mirrored into VMM access
  *   multicast.c multicast objects: devices, bindings, teardown and rebuild
+ *   pool.c     stream-ordered memory pools: tracked, private ones left to native,
+ *              shared ones refused (own leaf lock pool_lock)
  *
  * Locks, outermost first: state_lock (vmm.c: records, mappings, handles),
  * xc_lock (xcache.c), gate lock (gate.c). The control thread takes only
@@ -62,6 +64,11 @@ CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersio
 CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
 CUresult CUDAAPI cuGetProcAddress_v2_ptsz(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
 					  CUdriverProcAddressQueryResult *symbolStatus);
+
+/* Per-thread-default-stream pool entry points (cuda.h declares them only in that mode). */
+CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
+CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
 
 /* ---- logging (runtime.c) ------------------------------------------------ */
 
@@ -387,5 +394,14 @@ Cuip__ProcessState *cuip_state_build(void);
 /* Run one plugin operation (op thread). fd: the FD that came with it (consumed). */
 Cuip__Response *cuip_op_run(const Cuip__Request *req, int fd);
 void cuip_response_free(Cuip__Response *r);
+
+/* ---- stream-ordered memory pools (pool.c) -------------------------------- */
+
+/* A tracked pool block or imported pool pointer at va was freed (cuMemFree). */
+void cuip_pool_freed(uint64_t va);
+/* How many pools are shared (refused); msg names the first with pid and why. */
+int cuip_pool_refusal(char *msg, size_t len);
+/* INSPECT: add the pools (arena memory; caller holds state_lock). 0 or -1. */
+int cuip_pool_state(Cuip__ProcessState *st);
 
 #endif /* CUIP_INTERNAL_H */

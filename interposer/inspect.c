@@ -270,6 +270,8 @@ Cuip__ProcessState *cuip_state_build(void)
 
 	if (cuip_mc_state(st))
 		return NULL;
+	if (cuip_pool_state(st))
+		return NULL;
 	st->peer_access = cuip_zalloc(sizeof(*st->peer_access) * 64 * 64);
 	if (!st->peer_access)
 		return NULL;

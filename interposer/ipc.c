@@ -466,6 +466,8 @@ CUIP_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 	if (!m || m->a->origin != CUIP__ORIGIN__ORIGIN_MALLOC || m->a->creator != self.id) {
 		pthread_mutex_unlock(&cuip_state_lock);
 		r = rl.free(dptr);
+		if (r == CUDA_SUCCESS)
+			cuip_pool_freed(dptr); /* pool memory may be freed with cuMemFree */
 		goto out;
 	}
 	pthread_mutex_unlock(&cuip_state_lock);

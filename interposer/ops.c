@@ -180,7 +180,7 @@ static Cuip__Response *op_quiesce(const Cuip__Quiesce *q)
 	Cuip__Phase ph = cuip_phase();
 	unsigned elapsed;
 	struct timespec t0;
-	char msg[256];
+	char msg[640];
 	int ret;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -192,6 +192,11 @@ static Cuip__Response *op_quiesce(const Cuip__Quiesce *q)
 	if (ret)
 		return reply(ret, "pid %d: CUDA calls still in flight after %u ms; gate reopened", self.pid,
 			     q->timeout_ms);
+	/* A pool shared after the preflight's INSPECT: refused before anything changes. */
+	if (cuip_pool_refusal(msg, sizeof(msg))) {
+		cuip_gate_open();
+		return reply(-EPERM, "%s; gate reopened", msg);
+	}
 	/* Everything queued on the devices completes before anything is torn
 	 * down, within what is left of the timeout (drain.c): work that cannot
 	 * drain (a kernel waiting for a gated peer) reopens the gate. */

@@ -166,6 +166,26 @@ static void check_process(struct pf *pf, const struct cuip_pf_proc *pp)
 		       "them, then checkpoint again",
 		       pp->pid, st->counters->raw_imports);
 
+	/* Stream-ordered pools shared by FD: the driver places their
+	 * allocations itself, so they cannot be rebuilt at the same addresses,
+	 * and native restore loses such a process (interposer/pool.c). */
+	for (size_t i = 0; i < st->n_pools; i++) {
+		const Cuip__Pool *p = st->pools[i];
+
+		if (!p->exported && !p->imported)
+			continue;
+		refuse(pf,
+		       "pid %d memory pool %llu (device %d) is %s%s, %u live pointer(s): a stream-ordered pool shared "
+		       "by FD cannot be checkpointed (pool allocations are placed by the driver, so they cannot "
+		       "be rebuilt at the same addresses, and native restore loses the process's CUDA state); "
+		       "free its pointers and destroy the pool (cuMemPoolDestroy) in every process sharing it, "
+		       "then checkpoint again",
+		       pp->pid, (unsigned long long)p->serial, p->device,
+		       p->imported ? "imported (cuMemPoolImportFromShareableHandle)"
+				   : "exported (cuMemPoolExportToShareableHandle)",
+		       p->destroyed ? " and destroyed" : "", p->live);
+	}
+
 	for (size_t i = 0; i < st->n_allocations; i++) {
 		const Cuip__Allocation *a = st->allocations[i];
 		const struct cuip_pf_proc *cp;

@@ -170,6 +170,44 @@ START_TEST(preflight_refuses_unsupported_allocations_with_the_reason)
 }
 END_TEST
 
+START_TEST(preflight_keeps_private_pools_and_refuses_shared_ones_naming_pid_and_pool)
+{
+	Cuip__Pool priv = CUIP__POOL__INIT, exp = CUIP__POOL__INIT, imp = CUIP__POOL__INIT;
+	Cuip__Pool *cp[2] = {&priv, &exp}, *ip[1] = {&imp};
+	char err[1024] = "";
+
+	two_procs();
+	priv.serial = 1;
+	priv.handle_types = 1; /* CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: capable, never exported */
+	cr.st.pools = cp;
+	cr.st.n_pools = 1;
+	ck_assert_int_eq(preflight2(err, sizeof(err)), 0);
+	ck_assert_str_eq(err, "");
+
+	imp.serial = 4;
+	imp.device = -1;
+	imp.has_imported = imp.imported = 1;
+	imp.has_live = 1;
+	imp.live = 1;
+	im.st.pools = ip;
+	im.st.n_pools = 1;
+	ck_assert_int_eq(preflight2(err, sizeof(err)), -EPERM);
+	ck_assert_ptr_nonnull(strstr(err, "pid 102 memory pool 4 (device -1) is imported"));
+	ck_assert_ptr_nonnull(strstr(err, "cannot be rebuilt at the same addresses"));
+
+	exp.serial = 2;
+	exp.has_exported = exp.exported = 1;
+	exp.has_destroyed = exp.destroyed = 1;
+	cr.st.n_pools = 2;
+	ck_assert_int_eq(preflight2(err, sizeof(err)), -EPERM);
+	/* the first refusal is the one reported: the creator's */
+	ck_assert_ptr_nonnull(strstr(err, "pid 101 memory pool 2 (device 0) is exported"));
+	ck_assert_ptr_nonnull(strstr(err, "and destroyed"));
+	cr.st.n_pools = 0;
+	im.st.n_pools = 0;
+}
+END_TEST
+
 START_TEST(preflight_refuses_a_sharing_peer_outside_the_tree_naming_both)
 {
 	struct cuip_pf_proc p[] = {{102, &im.st}};
@@ -453,6 +491,7 @@ Suite *rules_suite(void)
 	tcase_add_test(t, preflight_accepts_a_creator_and_its_importer);
 	tcase_add_test(t, preflight_refuses_live_raw_imports_naming_the_process);
 	tcase_add_test(t, preflight_refuses_unsupported_allocations_with_the_reason);
+	tcase_add_test(t, preflight_keeps_private_pools_and_refuses_shared_ones_naming_pid_and_pool);
 	tcase_add_test(t, preflight_refuses_a_sharing_peer_outside_the_tree_naming_both);
 	tcase_add_test(t, preflight_refuses_a_missing_creator_anchor);
 	tcase_add_test(t, preflight_refuses_mappings_out_of_bounds);

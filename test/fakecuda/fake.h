@@ -416,6 +416,9 @@ struct fk_kernel {
 	CUresult (*run)(const unsigned char *args, int ord);
 };
 
+/* pool.c: a pool is shared (exported or imported) and live; no lock (restore thread). */
+int pool_shared(void);
+
 /* restore_thread.c */
 int rt_start(void);
 void rt_after_fork_child(void);

@@ -258,6 +258,10 @@ static CUresult rt_checkpoint(void)
 		a->win = NULL;
 	}
 	run_copy(&run, &pc);
+	/* A shared pool keeps a device descriptor open (pool.c): measured on
+	 * the H200, the restore then fails this way and the CUDA state is lost. */
+	if (pool_shared())
+		refusal = CUDA_ERROR_OPERATING_SYSTEM;
 	/* Releasing the device connection drops every device-side reference at
 	 * once; the arena mappings and descriptors go too, so that CRIU finds no
 	 * device memory to dump.  The queue is empty (the lock flushed it and

@@ -49,6 +49,7 @@ cc gpu_job "$src/gpu_job.c"
 cc gpu_microbench -O3 "$src/gpu_microbench.c"
 cc cuda-checkpoint-shim "$src/ckpt-shim.c"
 cc facts-workload "$src/facts-workload.c"
+cc gpu_pool "$top/test/e2e/e2e_pool.c" # the fake-driver e2e twin, same program
 cc fakecuda-ckpt "$top/test/fakecuda/ckpt.c"
 $CC $(mkv AM_CFLAGS_BASE) -o "$out/e2e_reaper" "$top/test/e2e/e2e_reaper.c"
 # The benchmarks: scale-bench drives workers with the plugin's own coordinator
@@ -58,4 +59,4 @@ cc scale-bench -I"$b" -I"$top/plugin" -I"$top/images" -I"$b/images" "$top/test/b
 	"$b/plugin/.libs/libcuipplugin.a" "$b/images/.libs/libcuipimages.a" $PBC $(pkg-config --libs libnl-3.0) -lpthread
 $CC $CFLAGS -O2 -I"$top/interposer" -I"$top/images" -I"$b/images" -o "$out/carrier-bench" \
 	"$top/test/bench/carrier-bench.c" "$top/interposer/carrier.c" "$b/images/.libs/libcuipimages.a" $PBC -ldl -lpthread
-echo "built: $(cd "$out" && echo gpu_job gpu_microbench cuda-checkpoint-shim facts-workload fakecuda-ckpt e2e_reaper scale-bench carrier-bench)"
+echo "built: $(cd "$out" && echo gpu_job gpu_pool gpu_microbench cuda-checkpoint-shim facts-workload fakecuda-ckpt e2e_reaper scale-bench carrier-bench)"

@@ -11,7 +11,7 @@
 #   lib/        libcuinterpose.so and every non-libc library of the above
 #   plugins/    cuinterpose_plugin.so (alone: CRIU's -L directory)
 #   baseline/   CRIU's upstream cuda_plugin.so (never beside ours)
-#   workloads/  gpu_job, gpu_microbench, facts-workload, fakecuda-ckpt,
+#   workloads/  gpu_job, gpu_pool, gpu_microbench, facts-workload, fakecuda-ckpt,
 #               cuda-checkpoint-shim, e2e_reaper (test/gpu/build.sh)
 #   scripts/    test/gpu/*.sh and the sources they were built from
 #   BUILDINFO   commit, build tree (run.sh finds the fake driver there with FAKE=1)
@@ -67,6 +67,7 @@ bash "$top/test/gpu/build.sh" "$build" "$out/workloads"
 copy_libs "$out"/workloads/*
 cp "$top"/test/gpu/*.sh "$top"/test/gpu/*.c "$top"/test/gpu/*.cu "$out/scripts/"
 cp -r "$top/test/gpu/frameworks" "$out/scripts/"
+cp "$top/test/e2e/e2e_pool.c" "$out/scripts/" # gpu_pool
 strip --strip-debug "$out"/bin/* "$out"/lib/* "$out"/plugins/* "$out"/workloads/* 2>/dev/null || true
 {
 	echo "commit=$(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$top" diff --quiet HEAD 2>/dev/null || echo -dirty)"

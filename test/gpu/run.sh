@@ -2,7 +2,7 @@
 # run.sh - the real-GPU validation and benchmark suite, in one command.
 #
 #   bundle/scripts/run.sh [--sizes GiB,GiB,...] [--reps N] [--out DIR] [--budget SECONDS]
-#                         [--only facts,val,ipc,gpu2,base,bench,micro,scale] [--micro-iters N]
+#                         [--only facts,val,ipc,gpu2,base,pool,bench,micro,scale] [--micro-iters N]
 #                         [--native-baseline]
 #
 # Runs from a bundle made by test/gpu/bundle.sh (bin/criu, lib/, plugins/,
@@ -21,6 +21,12 @@
 #          the interposer has no cuIpc* entry points)
 #  base    CRIU's upstream cuda_plugin: a private-only job (works) and the
 #          sharing job (how it fails)
+#  pool    stream-ordered memory pools (gpu_pool): a private-pool job (2
+#          processes: cudaMallocAsync-style default pool + a private POSIX pool,
+#          two streams) through two cycles with our plugin; a 3-process job
+#          sharing a pool by FD refused at preflight (pid, pool, reason), still
+#          running with its bytes, then dumped and restored once released; the
+#          same two jobs through upstream cuda_plugin as the baseline
 #  bench   dump+restore of a 2-process job sharing S GiB vs the same bytes
 #          held privately through cuda_plugin; the creator's extra RSS
 #  micro   interposition cost, with and without LD_PRELOAD
@@ -51,7 +57,7 @@ SIZES=1,4
 REPS=3
 OUTDIR=
 BUDGET=420
-ONLY=facts,val,gpu2,ipc,base,bench,micro,scale
+ONLY=facts,val,gpu2,ipc,base,pool,bench,micro,scale
 MICRO_ITERS=200000
 NATIVE_BASE=0
 while [ $# -gt 0 ]; do
@@ -149,7 +155,7 @@ kill_job() {
 	JOBDIR=
 }
 SEQ=0
-# start_job NAME NPROCS PRELOAD(0|1) ARGS...: gpu_job in $T/NAME/w, waits until ready
+# start_job NAME NPROCS PRELOAD(0|1) ARGS...: gpu_job (or $JOBBIN) in $T/NAME/w, waits until ready
 start_job() {
 	local name=$1 n=$2 pre=$3 i
 	shift 3
@@ -158,10 +164,10 @@ start_job() {
 	mkdir -p "$JOBDIR"
 	SEQ=0
 	if [ "$pre" = 1 ]; then
-		setsid env LD_PRELOAD="$INTERPOSER" "${R[@]}" "$WL/gpu_job" "$JOBDIR" "$n" "$@" \
+		setsid env LD_PRELOAD="$INTERPOSER" "${R[@]}" "$WL/${JOBBIN:-gpu_job}" "$JOBDIR" "$n" "$@" \
 			</dev/null >"$T/$name/job.log" 2>&1 &
 	else
-		setsid "${R[@]}" "$WL/gpu_job" "$JOBDIR" "$n" "$@" </dev/null >"$T/$name/job.log" 2>&1 &
+		setsid "${R[@]}" "$WL/${JOBBIN:-gpu_job}" "$JOBDIR" "$n" "$@" </dev/null >"$T/$name/job.log" 2>&1 &
 	fi
 	JOBSH=$!
 	for ((i = 0; i < ${READY_TIMEOUT:-120} * 20; i++)); do
@@ -313,6 +319,74 @@ sc_base() {
 	exit 2
 }
 
+# pool NAME PLUGINDIR PRELOAD(0|1) SHARED(0|1): the gpu_pool jobs (test/e2e/e2e_pool.c).
+# Private: 2 processes, two cycles, bytes and addresses, the pools still
+# work after restore. Shared (3 processes, rank 0 exports pool and pointer):
+# with our plugin the dump must be refused naming every pid and pool, the job
+# keeps its bytes, and after the pool is released a cycle succeeds; through
+# cuda_plugin exit 2 says how it failed (exit 3: it survived).
+sc_pool() {
+	local name=$1 pl=$2 pre=$3 shr=$4 c n=2 before pids rcd rcr p errs
+	fail() { echo "$*" >"$T/why"; echo "FAIL: $*"; exit 1; }
+	JOBBIN=gpu_pool
+	[ "$shr" = 1 ] && n=3
+	start_job "$name" "$n" "$pre" --mib "${POOL_MIB:-64}" $([ "$shr" = 1 ] && echo --shared) ||
+		fail "start: $(tail -n 1 "$T/$name/job.log")"
+	cmd 60 verify 0 || fail "verify before: $CMDERR"
+	before=$(answers | awk '{print $2, $3, $4, $5, $6, $7}')
+	for ((r = 0; r < n; r++)); do cmd 60 write $r 5 || fail "write: $CMDERR"; done
+	cmd 60 verify 5 || fail "verify: $CMDERR"
+	if [ "$shr" = 1 ] && [ "$pre" = 1 ]; then
+		criu_do dump "$T/$name/dr" "$pl" && fail "criu dump succeeded with a shared pool"
+		for p in $(job_pids); do
+			grep -q "pid $p memory pool [0-9]* (device -\{0,1\}[0-9]*) is \(exported\|imported\)" "$T/$name/dr/dump.log" ||
+				fail "the refusal does not name pid $p and its pool: $(grep 'cuinterpose:.*refus' "$T/$name/dr/dump.log" | head -n 1)"
+			[ -d /proc/$p ] || fail "pid $p died after the refusal"
+		done
+		grep -q "QUIESCE" "$T/$name/dr/dump.log" && fail "the job was quiesced before the refusal"
+		cmd 60 verify 5 || fail "bytes after the refusal: $CMDERR"
+		cmd 60 churn || fail "pools after the refusal: $CMDERR"
+		cmd 60 release-importers && cmd 60 release-creator || fail "release: $CMDERR"
+	elif [ "$shr" = 1 ]; then
+		pids=$(job_pids)
+		criu_do dump "$T/$name/d" "$pl"
+		rcd=$?
+		wait_gone $pids
+		rcr=skipped
+		[ $rcd = 0 ] && { criu_do restore "$T/$name/d" "$pl"; rcr=$?; }
+		errs=$(grep -hE "Error|cuda_plugin" "$T/$name"/d/*.log 2>/dev/null | grep -iE "fail|error|can't|not supported|INVALID|OPERATING" | head -n 3 | sed 's/^.*: //' | tr '\n' ' ')
+		if [ $rcd = 0 ] && [ "$rcr" = 0 ] && cmd 20 verify 5; then
+			echo "UNEXPECTED: the shared-pool job survived cuda_plugin (dump rc 0, restore rc 0, bytes ok)" >"$T/why"
+			exit 3
+		fi
+		alive=0
+		for p in $pids; do [ -d /proc/$p ] && alive=$((alive + 1)); done
+		# a failed dump leaves the job running: does its CUDA still answer?
+		[ $rcd != 0 ] && [ $alive -gt 0 ] && cmd 20 verify 5
+		echo "criu dump rc=$rcd, criu restore rc=$rcr, $alive of $n processes alive; after: ${CMDERR:-n/a}; logs: ${errs:-none}" >"$T/why"
+		kill_job
+		exit 2
+	fi
+	for c in 1 2; do
+		pids=$(job_pids)
+		criu_do dump "$T/$name/d$c" "$pl" || fail "criu dump (cycle $c) failed: $(grep -E 'Error|cuinterpose:.*(refus|fail)' "$T/$name/d$c/dump.log" | tail -n 2 | tr '\n' ' ')"
+		wait_gone $pids || fail "dumped processes still alive (cycle $c)"
+		criu_do restore "$T/$name/d$c" "$pl" || fail "criu restore (cycle $c) failed: $(grep -E 'Error|cuinterpose:.*fail' "$T/$name/d$c/restore.log" | tail -n 2 | tr '\n' ' ')"
+		drop_images "$T/$name/d$c"
+		cmd 120 verify 5 || fail "bytes after restore (cycle $c): $CMDERR"
+		[ "$shr" = 1 ] || [ "$(answers | awk '{print $2, $3, $4, $5, $6, $7}')" = "$before" ] ||
+			fail "addresses changed (cycle $c): $(answers | tr '\n' ' ') vs $before"
+		cmd 60 churn || fail "the pools after restore (cycle $c): $CMDERR"
+	done
+	cmd 30 exit
+	if [ "$shr" = 1 ]; then
+		echo "ok: refused at preflight naming every pid and pool, bytes intact; released: 2 cycles" >"$T/why"
+	else
+		echo "ok: private pools, $n processes, 2 cycles, bytes and addresses verified" >"$T/why"
+	fi
+	kill_job
+}
+
 # scenario NAME FUNC ARGS...: run one scenario; PASS/FAIL/XFAIL row
 scenario() {
 	local name=$1 rc
@@ -391,6 +465,25 @@ run_base() {
 	2) result base-share "EXPECTED-FAIL" "$SC_WHY" ;;
 	3) result base-share "UNEXPECTED-PASS" "$SC_WHY" ;;
 	*) result base-share FAIL "harness: $SC_WHY" ;;
+	esac
+}
+
+run_pool() {
+	scenario pool-private pool pool-private "$T/plugins" 1 0
+	[ $SC_RC = 0 ] && result pool-private PASS "$SC_WHY" || result pool-private FAIL "$SC_WHY"
+	scenario pool-shared pool pool-shared "$T/plugins" 1 1
+	[ $SC_RC = 0 ] && result pool-shared PASS "$SC_WHY" || result pool-shared FAIL "$SC_WHY"
+	if [ ! -f "$BASE_PLUGIN" ]; then
+		result pool-base SKIP "no baseline/cuda_plugin.so in the bundle"
+		return
+	fi
+	scenario pool-base-private pool pool-base-private "$T/base-plugins" 0 0
+	[ $SC_RC = 0 ] && result pool-base-private PASS "$SC_WHY" || result pool-base-private FAIL "$SC_WHY"
+	scenario pool-base-shared pool pool-base-shared "$T/base-plugins" 0 1
+	case $SC_RC in
+	2) result pool-base-shared "EXPECTED-FAIL" "$SC_WHY" ;;
+	3) result pool-base-shared "UNEXPECTED-PASS" "$SC_WHY" ;;
+	*) result pool-base-shared FAIL "harness: $SC_WHY" ;;
 	esac
 }
 
@@ -639,6 +732,7 @@ want val && run_val
 want gpu2 && run_gpu2
 want ipc && run_ipc
 want base && run_base
+want pool && run_pool
 want micro && run_micro
 want bench && run_bench
 want scale && run_scale

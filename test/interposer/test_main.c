@@ -12,6 +12,7 @@ Suite *ops_suite(void);
 Suite *ipc_suite(void);
 Suite *mc_suite(void);
 Suite *slab_suite(void);
+Suite *pool_suite(void);
 
 int main(void)
 {
@@ -24,6 +25,7 @@ int main(void)
 	srunner_add_suite(sr, ipc_suite());
 	srunner_add_suite(sr, mc_suite());
 	srunner_add_suite(sr, slab_suite());
+	srunner_add_suite(sr, pool_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
