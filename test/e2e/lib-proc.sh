@@ -58,3 +58,14 @@ wait_line() {
 
 # has_line FILE PATTERN MESSAGE
 has_line() { grep -qE "$2" "$1" || fail "$3 (no /$2/ in $1)"; }
+
+# wait_file PATH: wait until PATH exists.
+wait_file() {
+	local i=0
+
+	while [ ! -e "$1" ]; do
+		i=$((i + 1))
+		[ $i -gt 1200 ] && fail "$1 did not appear"
+		sleep 0.05
+	done
+}
