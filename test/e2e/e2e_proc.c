@@ -29,6 +29,9 @@
  *               WRITE_LEN bytes of shared allocation 0 have generation G;
  *               answers "ok" and the addresses
  *   write R G   rank R writes generation G into shared allocation 0
+ *   closesock R rank R closes its listening sockets (the interposer's)
+ *
+ * E2E_SOCKDIR_RANK=R:DIR gives rank R's first cuInit CUINTERPOSE_SOCKET_DIR=DIR.
  *   exit        leave (the children die with rank 0)
  */
 #include <cuda.h>
@@ -213,12 +216,32 @@ static int do_cuda(unsigned gen)
 {
 	if (cuda_on)
 		return failf("rank %d already uses CUDA", rank);
+	const char *sd = getenv("E2E_SOCKDIR_RANK");
+
 	if (rank == held_rank)
 		setenv("FAKECUDA_INIT_HOLD", extra, 1);
+	if (sd && atoi(sd) == rank && strchr(sd, ':'))
+		setenv("CUINTERPOSE_SOCKET_DIR", strchr(sd, ':') + 1, 1);
 	if (start_cuda() || import_one(0, gen))
 		return -1;
 	nsh_mapped = 1;
 	return 0;
+}
+
+/* Close every listening socket (as an application that closes descriptors
+ * it does not know would close the interposer's). */
+static int do_closesock(void)
+{
+	int n = 0;
+
+	for (int fd = 3; fd < 1024; fd++) {
+		int on = 0;
+		socklen_t l = sizeof(on);
+
+		if (!getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &l) && on && !close(fd))
+			n++;
+	}
+	return n ? 0 : failf("no listening socket to close");
 }
 
 static int do_verify(unsigned gen, char *out, size_t len)
@@ -286,6 +309,8 @@ static void serve(void)
 			ret = (int)a == rank && cuda_on ? put(sh_va[0], WRITE_LEN, 0, b) : 0;
 		else if (!strcmp(verb, "cuda"))
 			ret = (int)a == rank ? do_cuda(b) : 0;
+		else if (!strcmp(verb, "closesock"))
+			ret = (int)a == rank ? do_closesock() : 0;
 		else if (!strcmp(verb, "exit")) {
 			answer(seq, 1, "ok");
 			while (rank == 0 && wait(NULL) > 0)
