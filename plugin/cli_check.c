@@ -39,6 +39,7 @@
 
 #include "../interposer/cuip.h"
 #include "cli.h"
+#include "proc.h"
 
 enum verdict { CK_OK, CK_WARN, CK_FAIL };
 
@@ -418,6 +419,17 @@ static void check_one(struct check *c, const char *spid, int asked)
 		return;
 	}
 	comm_of(spid, comm, sizeof(comm));
+	{
+		char shm[512];
+		int nshm = cuip_proc_unlinked_shm(pid, shm, sizeof(shm));
+
+		if (nshm > 0)
+			report(c, CK_WARN, name,
+			       "%s maps or holds %d unlinked /dev/shm file(s) (%s, e.g. Python multiprocessing "
+			       "semaphores): give criu dump --link-remap (README \"PyTorch and torch.multiprocessing "
+			       "jobs\")",
+			       comm, nshm, shm);
+	}
 	if (cli_find_socket(pid, path, sizeof(path))) {
 		if (maps & 2)
 			report(c, CK_WARN, name,

@@ -376,16 +376,25 @@ int cuip_proc_open_interposer(pid_t pid, char *path, size_t len)
 	return fd >= 0 ? fd : -errno;
 }
 
-static bool unlinked_shm(const char *p)
+/*
+ * A /dev/shm file whose path is gone but which lives on under another name
+ * (nlink > 0): glibc's sem_open maps a temporary name it then replaces by
+ * sem.NAME. CRIU cannot reopen it by the path it has and needs
+ * --link-remap; a file with no name left at all (nlink 0) CRIU saves as a
+ * ghost file without any option.
+ */
+static bool shm_needs_link_remap(const char *p, const char *via)
 {
 	size_t n = strlen(p);
+	struct stat st;
 
-	return !strncmp(p, "/dev/shm/", 9) && n > 10 && !strcmp(p + n - 10, " (deleted)");
+	return !strncmp(p, "/dev/shm/", 9) && n > 10 && !strcmp(p + n - 10, " (deleted)") && !stat(via, &st) &&
+	       st.st_nlink > 0;
 }
 
 int cuip_proc_unlinked_shm(pid_t pid, char *buf, size_t len)
 {
-	char path[PATH_MAX + 64], line[PATH_MAX + 128];
+	char path[PATH_MAX + 64], line[PATH_MAX + 128], via[320];
 	struct dirent *de;
 	int count = 0;
 	FILE *f;
@@ -398,26 +407,28 @@ int cuip_proc_unlinked_shm(pid_t pid, char *buf, size_t len)
 		return -errno;
 	while (fgets(line, sizeof(line), f)) {
 		char *p = strchr(line, '/');
+		unsigned long lo, hi;
 
-		if (!p)
+		if (!p || sscanf(line, "%lx-%lx", &lo, &hi) != 2)
 			continue;
 		p[strcspn(p, "\n")] = 0;
-		if (unlinked_shm(p) && count++ == 0)
+		snprintf(via, sizeof(via), "/proc/%d/map_files/%lx-%lx", pid, lo, hi);
+		if (shm_needs_link_remap(p, via) && count++ == 0)
 			snprintf(buf, len, "%s", p);
 	}
 	fclose(f);
 	snprintf(path, sizeof(path), "/proc/%d/fd", pid);
 	d = opendir(path);
 	while (d && (de = readdir(d))) {
-		char lpath[320], target[PATH_MAX];
+		char target[PATH_MAX];
 		ssize_t n;
 
-		snprintf(lpath, sizeof(lpath), "/proc/%d/fd/%s", pid, de->d_name);
-		n = readlink(lpath, target, sizeof(target) - 1);
+		snprintf(via, sizeof(via), "/proc/%d/fd/%s", pid, de->d_name);
+		n = readlink(via, target, sizeof(target) - 1);
 		if (n <= 0)
 			continue;
 		target[n] = 0;
-		if (unlinked_shm(target) && count++ == 0)
+		if (shm_needs_link_remap(target, via) && count++ == 0)
 			snprintf(buf, len, "%s", target);
 	}
 	if (d)

@@ -58,8 +58,10 @@ const char *cuip_proc_start_state_name(int s);
  * path inside the process in `path`. */
 int cuip_proc_open_interposer(pid_t pid, char *path, size_t len);
 
-/* Unlinked /dev/shm files pid maps or holds open (multiprocessing's
- * semaphores): the count, the first one's path in buf, or -errno. */
+/* /dev/shm files pid maps or holds open under a path that is gone while
+ * the file lives on under another name (multiprocessing's semaphores): what
+ * criu dump needs --link-remap for. The count, the first path in buf, or
+ * -errno. */
 int cuip_proc_unlinked_shm(pid_t pid, char *buf, size_t len);
 
 /* SIGKILL every process in `pids`. */

@@ -14,6 +14,10 @@
  *   rank 2  preloaded, no CUDA until told ("cuda 2"): the resource tracker
  *   rank 3  (--held) as rank 2, but its first cuInit is held inside the fake
  *           driver (FAKECUDA_INIT_HOLD=DIR/hold) until DIR/hold exists
+ *   --sem   rank 0 also holds a named POSIX semaphore, as Python's
+ *           multiprocessing makes them under spawn: glibc mapped it under a
+ *           temporary name it then unlinked, the file lives on as sem.NAME
+ *           (removed at exit)
  *   last    (--plain) runs without the interposer (LD_PRELOAD removed): own
  *           cuMemAlloc memory (native checkpoint); at start it tries the
  *           creator's ticket (via pidfd_getfd) and IPC handle, which must
@@ -36,6 +40,8 @@
  */
 #include <cuda.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <semaphore.h>
 #include <stdbool.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -65,7 +71,8 @@ static const uint64_t priv_size = MIB + 4096;
 static const uint64_t ipc_size = 2 * MIB;
 
 static const char *dir;
-static int rank, held_rank = -1, plain_rank = -1;
+static int rank, held_rank = -1, plain_rank = -1, want_sem;
+static char sem_name[64];
 static struct info info;
 static CUdevice dev;
 static CUcontext ctx;
@@ -312,6 +319,8 @@ static void serve(void)
 		else if (!strcmp(verb, "closesock"))
 			ret = (int)a == rank ? do_closesock() : 0;
 		else if (!strcmp(verb, "exit")) {
+			if (sem_name[0])
+				sem_unlink(sem_name);
 			answer(seq, 1, "ok");
 			while (rank == 0 && wait(NULL) > 0)
 				;
@@ -406,6 +415,8 @@ int main(int argc, char **argv)
 			held_rank = nranks++;
 		else if (!strcmp(argv[i], "--plain"))
 			plain_rank = nranks++;
+		else if (!strcmp(argv[i], "--sem"))
+			want_sem = 1;
 	}
 	snprintf(extra, sizeof(extra), "%s/hold", dir); /* the held rank's release file */
 	/* Fork every child before any CUDA call (as spawn would start them). */
@@ -436,6 +447,16 @@ int main(int argc, char **argv)
 	}
 	if (creator())
 		goto fail;
+	if (want_sem) {
+		sem_t *sem;
+
+		snprintf(sem_name, sizeof(sem_name), "/cuip-e2e-%d", (int)getpid());
+		sem = sem_open(sem_name, O_CREAT | O_EXCL, 0600, 1);
+		if (sem == SEM_FAILED) {
+			failf("sem_open(%s): %s", sem_name, strerror(errno));
+			goto fail;
+		}
+	}
 	for (int r = 1; r < nranks; r++)
 		if (write(sk[r][0], &info, sizeof(info)) != sizeof(info))
 			goto fail;
