@@ -431,13 +431,22 @@ static void check_one(struct check *c, const char *spid, int asked)
 			       comm, nshm, shm);
 	}
 	if (cli_find_socket(pid, path, sizeof(path))) {
-		if (maps & 2)
+		int serr = 0, s = cuip_proc_start_state(pid, &serr); /* interposer/startmark.h */
+
+		if (s == 1 /* STARTING */)
+			report(c, CK_OK, name, "%s is starting CUDA (inside its first cuInit)", comm);
+		else if (s == 2 || s == 4 || (s <= 0 && (maps & 2)))
 			report(c, CK_WARN, name,
-			       "%s uses CUDA and runs the interposer but has no control socket (cuInit failed, or "
-			       "no usable socket directory: see the sockets line); a dump of its tree is refused",
-			       comm);
+			       "%s uses CUDA and runs the interposer but has no control socket (%s; see the sockets "
+			       "line); a dump of its tree is refused",
+			       comm,
+			       s == 4	? strerror(serr)
+			       : s == 2 ? "it was closed, or the control thread is gone"
+					: "its CUDA did not start through the interposer");
 		else
-			report(c, CK_OK, name, "%s runs the interposer and has not used CUDA yet (no participant)",
+			report(c, CK_OK, name,
+			       "%s runs the interposer and has not used CUDA yet (no participant: an ordinary process "
+			       "to a checkpoint)",
 			       comm);
 		return;
 	}
