@@ -34,11 +34,14 @@
  *               answers "ok" and the addresses
  *   write R G   rank R writes generation G into shared allocation 0
  *   closesock R rank R closes its listening sockets (the interposer's)
+ *   rawcuda R   rank R initializes a second copy of the driver, loaded with
+ *               dlmopen(LM_ID_NEWLM) where the interposer is not preloaded
  *
  * E2E_SOCKDIR_RANK=R:DIR gives rank R's first cuInit CUINTERPOSE_SOCKET_DIR=DIR.
  *   exit        leave (the children die with rank 0)
  */
 #include <cuda.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <semaphore.h>
@@ -235,6 +238,23 @@ static int do_cuda(unsigned gen)
 	return 0;
 }
 
+/* CUDA begun behind the interposer's back: the driver loaded again in a
+ * new link namespace (where LD_PRELOAD does not apply) and its cuInit
+ * called directly. */
+static int do_rawcuda(void)
+{
+	void *h = dlmopen(LM_ID_NEWLM, "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	CUresult (*init)(unsigned);
+
+	if (!h)
+		return failf("dlmopen(libcuda.so.1): %s", dlerror());
+	init = (CUresult(*)(unsigned))dlsym(h, "cuInit");
+	if (!init)
+		return failf("no cuInit in the second libcuda");
+	CK(init(0));
+	return 0;
+}
+
 /* Close every listening socket (as an application that closes descriptors
  * it does not know would close the interposer's). */
 static int do_closesock(void)
@@ -316,6 +336,8 @@ static void serve(void)
 			ret = (int)a == rank && cuda_on ? put(sh_va[0], WRITE_LEN, 0, b) : 0;
 		else if (!strcmp(verb, "cuda"))
 			ret = (int)a == rank ? do_cuda(b) : 0;
+		else if (!strcmp(verb, "rawcuda"))
+			ret = (int)a == rank ? do_rawcuda() : 0;
 		else if (!strcmp(verb, "closesock"))
 			ret = (int)a == rank ? do_closesock() : 0;
 		else if (!strcmp(verb, "exit")) {
