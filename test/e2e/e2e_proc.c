@@ -34,6 +34,9 @@
  *               answers "ok" and the addresses
  *   write R G   rank R writes generation G into shared allocation 0
  *   closesock R rank R closes its listening sockets (the interposer's)
+ *   spawn K     rank 0 starts a new child (exec of itself, as spawn does):
+ *               K=0 with the interposer and no CUDA, K=1 without the
+ *               interposer and with CUDA; the child writes DIR/spawned<K>.ready
  *   rawcuda R   rank R initializes a second copy of the driver, loaded with
  *               dlmopen(LM_ID_NEWLM) where the interposer is not preloaded
  *
@@ -255,6 +258,51 @@ static int do_rawcuda(void)
 	return 0;
 }
 
+static pid_t spawned_pid[4];
+static int nspawned;
+
+static int do_spawn(unsigned kind, const char *self)
+{
+	pid_t pid;
+
+	if (nspawned == 4)
+		return failf("too many spawned children");
+	pid = fork();
+
+	if (pid < 0)
+		return failf("fork: %s", strerror(errno));
+	if (pid == 0) {
+		char k[16];
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		snprintf(k, sizeof(k), "%u", kind);
+		if (kind)
+			unsetenv("LD_PRELOAD");
+		execl("/proc/self/exe", self, "--spawned", dir, k, (char *)NULL);
+		_exit(127);
+	}
+	spawned_pid[nspawned++] = pid;
+	return 0;
+}
+
+/* The spawned child: CUDA or not, then it says so and waits. */
+static int spawned(unsigned kind)
+{
+	char path[4096];
+	FILE *f;
+
+	if (kind && start_cuda())
+		return -1;
+	snprintf(path, sizeof(path), "%s/spawned%u.ready", dir, kind);
+	f = fopen(path, "w");
+	if (!f)
+		return -1;
+	fprintf(f, "pid %d\n", getpid());
+	fclose(f);
+	for (;;)
+		pause();
+}
+
 /* Close every listening socket (as an application that closes descriptors
  * it does not know would close the interposer's). */
 static int do_closesock(void)
@@ -307,6 +355,8 @@ static void answer(long seq, int ok, const char *text)
 	rename(tmp, path);
 }
 
+static const char *self_name = "e2e_proc";
+
 static void serve(void)
 {
 	char path[4096], line[256];
@@ -336,6 +386,8 @@ static void serve(void)
 			ret = (int)a == rank && cuda_on ? put(sh_va[0], WRITE_LEN, 0, b) : 0;
 		else if (!strcmp(verb, "cuda"))
 			ret = (int)a == rank ? do_cuda(b) : 0;
+		else if (!strcmp(verb, "spawn"))
+			ret = rank == 0 ? do_spawn(a, self_name) : 0;
 		else if (!strcmp(verb, "rawcuda"))
 			ret = (int)a == rank ? do_rawcuda() : 0;
 		else if (!strcmp(verb, "closesock"))
@@ -344,6 +396,8 @@ static void serve(void)
 			if (sem_name[0])
 				sem_unlink(sem_name);
 			answer(seq, 1, "ok");
+			for (int i = 0; i < nspawned; i++)
+				kill(spawned_pid[i], SIGKILL); /* they wait forever */
 			while (rank == 0 && wait(NULL) > 0)
 				;
 			exit(0);
@@ -420,6 +474,12 @@ int main(int argc, char **argv)
 	char path[4096];
 	FILE *f;
 
+	if (argc == 4 && !strcmp(argv[1], "--spawned")) {
+		dir = argv[2];
+		rank = 9;
+		return spawned((unsigned)atoi(argv[3])) ? 1 : 0;
+	}
+	self_name = argv[0];
 	if (argc == 6 && !strcmp(argv[1], "--plain-child")) {
 		dir = argv[2];
 		rank = plain_rank = atoi(argv[3]);
