@@ -77,6 +77,10 @@ static int sock_dir(char *dir, size_t len)
 	const char *d = env && *env ? env : "/run/cuinterpose";
 	struct stat st;
 
+	if (strlen(d) >= len) {
+		pr_err("socket directory %s is too long for a unix socket path", d);
+		return -ENAMETOOLONG;
+	}
 	if (mkdir(d, 01777) == 0)
 		chmod(d, 01777); /* mkdir honours the umask */
 	if (dir_usable(d)) {
@@ -143,7 +147,7 @@ static void sock_gc(const char *dir)
 static int sock_open(void)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	char dir[80];
+	char dir[sizeof(sa.sun_path)];
 	int s, ret;
 
 	ret = sock_dir(dir, sizeof(dir));

@@ -162,6 +162,11 @@ extern struct cuip_self self;
 /* Start the control server (after the first successful cuInit); idempotent. */
 void cuip_start(void);
 bool cuip_started(void);
+/* cuInit's start-up: begin passes the start gate (startmark.h) and returns
+ * true when this call is the one to start the runtime; then end(ok) with
+ * whether the driver's cuInit succeeded. */
+bool cuip_start_begin(void);
+void cuip_start_end(bool ok);
 /* Device ordinal -> UUID (NULL when unknown); UUID -> ordinal or -1. */
 const uint8_t *cuip_dev_uuid(int ordinal);
 int cuip_dev_by_uuid(const uint8_t *uuid);

@@ -6,6 +6,12 @@
  * picks a random identity, records its devices and starts the control
  * server. A process that never uses CUDA leaves no socket and no thread.
  *
+ * Start gate and marker (startmark.h): the first cuInit passes the gate
+ * (a moment's flock(LOCK_EX) on our own library file, waiting while a
+ * checkpoint holds it shared), marks STARTING, calls the driver, starts the
+ * control server and marks STARTED (or FAILED / NOSOCKET). start_mu makes
+ * one thread do it; the others wait for it.
+ *
  * Fork: the child starts with fresh, empty state (its own identity and
  * socket once it uses CUDA); inherited records, cached exports and sockets
  * are dropped, never used. pthread_atfork takes the state and export-cache
@@ -18,10 +24,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cuip.h"
+#include "startmark.h"
 
 struct cuip_self self;
 int cuip_log_level = 1;
@@ -113,22 +123,140 @@ bool cuip_started(void)
 	return atomic_load(&started);
 }
 
+/* ---- start marker and gate (startmark.h) --------------------------------- */
+
+static struct cuip_mark *mark;
+
+static void mark_set(uint32_t state, int err)
+{
+	if (!mark) {
+		int fd = memfd_create(CUIP_MARK_NAME, MFD_CLOEXEC);
+		void *p;
+
+		if (fd < 0)
+			return;
+		p = ftruncate(fd, 4096) ? MAP_FAILED : mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		close(fd);
+		if (p == MAP_FAILED)
+			return;
+		madvise(p, 4096, MADV_DONTFORK);
+		mark = p;
+		mark->magic = CUIP_MARK_MAGIC;
+	}
+	mark->pid = (int32_t)getpid();
+	mark->err = err;
+	__atomic_store_n(&mark->state, state, __ATOMIC_RELEASE);
+}
+
+/*
+ * Our own library file, as mapped: the path of the mapping holding this
+ * function, opened and checked against the mapping's inode (a file replaced
+ * on disk since it was loaded is not the gate the plugin locks).
+ */
+static int gate_open(char *path, size_t len)
+{
+	unsigned long lo, hi, ino, here = (unsigned long)(uintptr_t)&gate_open;
+	char line[4096 + 128];
+	struct stat st;
+	FILE *f = fopen("/proc/self/maps", "re");
+	int fd = -1;
+
+	path[0] = 0;
+	while (f && fgets(line, sizeof(line), f)) {
+		int n = 0;
+
+		if (sscanf(line, "%lx-%lx %*s %*x %*x:%*x %lu %n", &lo, &hi, &ino, &n) < 3 || here < lo || here >= hi)
+			continue;
+		line[strcspn(line, "\n")] = 0;
+		if (n && line[n] == '/')
+			snprintf(path, len, "%s", line + n);
+		break;
+	}
+	if (f)
+		fclose(f);
+	if (!path[0])
+		return -1;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0 && (fstat(fd, &st) || st.st_ino != ino)) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+/* Wait while a checkpoint holds the gate, then mark STARTING. start_mu held. */
+static void gate_pass(void)
+{
+	static bool warned;
+	char path[4096];
+	int fd = gate_open(path, sizeof(path));
+
+	if (fd < 0) {
+		if (!warned)
+			pr_err("cannot open the interposer's own library file%s%s: CUDA starts without waiting for a "
+			       "checkpoint in progress",
+			       path[0] ? " " : "", path);
+		warned = true;
+	} else if (flock(fd, LOCK_EX | LOCK_NB)) {
+		pr_info("starting CUDA waits: a checkpoint is in progress (start gate %s)", path);
+		while (flock(fd, LOCK_EX) && errno == EINTR)
+			;
+		pr_info("start gate passed: the checkpoint ended");
+	}
+	mark_set(CUIP_MARK_STARTING, 0);
+	if (fd >= 0)
+		close(fd);
+}
+
+/* Start the runtime; start_mu held, the gate passed. */
+static void start_locked(void)
+{
+	int ret;
+
+	self.pid = getpid();
+	do
+		cuip_random(&self.id, sizeof(self.id));
+	while (!self.id);
+	devices_scan();
+	ret = cuip_ctl_start();
+	if (ret)
+		pr_err("control socket unavailable: this process cannot be checkpointed by cuinterpose");
+	atomic_store(&started, 1);
+	mark_set(ret ? CUIP_MARK_NOSOCKET : CUIP_MARK_STARTED, ret ? -ret : 0);
+	pr_info("started: identity %016llx, socket %s", (unsigned long long)self.id, self.sock);
+}
+
 void cuip_start(void)
 {
 	if (atomic_load(&started))
 		return;
 	pthread_mutex_lock(&start_mu);
 	if (!atomic_load(&started)) {
-		self.pid = getpid();
-		do
-			cuip_random(&self.id, sizeof(self.id));
-		while (!self.id);
-		devices_scan();
-		if (cuip_ctl_start())
-			pr_err("control socket unavailable: this process cannot be checkpointed by cuinterpose");
-		atomic_store(&started, 1);
-		pr_info("started: identity %016llx, socket %s", (unsigned long long)self.id, self.sock);
+		gate_pass();
+		start_locked();
 	}
+	pthread_mutex_unlock(&start_mu);
+}
+
+bool cuip_start_begin(void)
+{
+	if (atomic_load(&started))
+		return false;
+	pthread_mutex_lock(&start_mu);
+	if (atomic_load(&started)) {
+		pthread_mutex_unlock(&start_mu);
+		return false;
+	}
+	gate_pass();
+	return true;
+}
+
+void cuip_start_end(bool ok)
+{
+	if (ok)
+		start_locked();
+	else
+		mark_set(CUIP_MARK_FAILED, 0);
 	pthread_mutex_unlock(&start_mu);
 }
 
@@ -154,6 +282,9 @@ static void fork_child(void)
 	cuip_drain_reset();
 	cuip_ctx_reset();
 	memset(&self, 0, sizeof(self));
+	if (mark) /* MADV_DONTFORK: not ours; never write the parent's page */
+		munmap(mark, 4096);
+	mark = NULL;
 	atomic_store(&started, 0);
 	pthread_mutex_init(&start_mu, NULL);
 }

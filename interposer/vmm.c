@@ -419,12 +419,14 @@ static const char *unsupported_reason(unsigned types)
 CUIP_API CUresult CUDAAPI cuInit(unsigned int flags)
 {
 	CUresult r;
+	bool first;
 
 	if (cuip_driver_init() || !real.cuInit)
 		return CUDA_ERROR_NO_DEVICE;
+	first = cuip_start_begin(); /* may wait for a checkpoint in progress */
 	r = real.cuInit(flags);
-	if (r == CUDA_SUCCESS)
-		cuip_start();
+	if (first)
+		cuip_start_end(r == CUDA_SUCCESS);
 	return r;
 }
 

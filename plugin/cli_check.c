@@ -39,6 +39,7 @@
 
 #include "../interposer/cuip.h"
 #include "cli.h"
+#include "proc.h"
 
 enum verdict { CK_OK, CK_WARN, CK_FAIL };
 
@@ -418,14 +419,34 @@ static void check_one(struct check *c, const char *spid, int asked)
 		return;
 	}
 	comm_of(spid, comm, sizeof(comm));
-	if (cli_find_socket(pid, path, sizeof(path))) {
-		if (maps & 2)
+	{
+		char shm[512];
+		int nshm = cuip_proc_unlinked_shm(pid, shm, sizeof(shm));
+
+		if (nshm > 0)
 			report(c, CK_WARN, name,
-			       "%s uses CUDA and runs the interposer but has no control socket (cuInit failed, or "
-			       "no usable socket directory: see the sockets line); a dump of its tree is refused",
-			       comm);
+			       "%s maps or holds %d unlinked /dev/shm file(s) (%s, e.g. Python multiprocessing "
+			       "semaphores): give criu dump --link-remap (README \"PyTorch and torch.multiprocessing "
+			       "jobs\")",
+			       comm, nshm, shm);
+	}
+	if (cli_find_socket(pid, path, sizeof(path))) {
+		int serr = 0, s = cuip_proc_start_state(pid, &serr); /* interposer/startmark.h */
+
+		if (s == 1 /* STARTING */)
+			report(c, CK_OK, name, "%s is starting CUDA (inside its first cuInit)", comm);
+		else if (s == 2 || s == 4 || (s <= 0 && (maps & 2)))
+			report(c, CK_WARN, name,
+			       "%s uses CUDA and runs the interposer but has no control socket (%s; see the sockets "
+			       "line); a dump of its tree is refused",
+			       comm,
+			       s == 4	? strerror(serr)
+			       : s == 2 ? "it was closed, or the control thread is gone"
+					: "its CUDA did not start through the interposer");
 		else
-			report(c, CK_OK, name, "%s runs the interposer and has not used CUDA yet (no participant)",
+			report(c, CK_OK, name,
+			       "%s runs the interposer and has not used CUDA yet (no participant: an ordinary process "
+			       "to a checkpoint)",
 			       comm);
 		return;
 	}

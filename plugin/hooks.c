@@ -52,7 +52,9 @@
 #include "options.h"
 #include "proc.h"
 #include "sockdiag.h"
+#include "startgate.h"
 #include "tracee.h"
+#include "../interposer/startmark.h"
 
 #define PLUGIN_NAME "cuinterpose"
 
@@ -72,6 +74,8 @@ static struct {
 	struct cuip_group g;
 	struct cuip_native_proc *nat;
 	size_t n_nat;
+	pid_t *ordinary; /* dump: map the interposer, have not begun CUDA */
+	size_t n_ordinary;
 	int listed; /* restore: CRIU's inventory names this plugin (-1: unknown) */
 } S;
 
@@ -205,9 +209,11 @@ static void check_single_threaded(const char *hook)
 static void reset_state(void)
 {
 	cuip_native_close();
+	cuip_startgate_release();
 	cuip_group_free(&S.g);
 	free(S.tree);
 	free(S.nat);
+	free(S.ordinary);
 	memset(&S, 0, sizeof(S));
 }
 
@@ -272,7 +278,11 @@ static int find_sockets(char *err, size_t errlen)
 {
 	for (size_t i = 0; i < S.g.n; i++) {
 		struct cuip_part *p = &S.g.p[i];
-		int ret = cuip_find_control_socket(p->pid, p->vpid, p->sock, sizeof(p->sock), err, errlen);
+		int ret;
+
+		if (p->sock[0])
+			continue; /* found at discovery */
+		ret = cuip_find_control_socket(p->pid, p->vpid, p->sock, sizeof(p->sock), err, errlen);
 		if (ret)
 			return ret;
 		pr_debug("pid %d (self %d): control socket %s", p->pid, p->vpid, p->sock);
@@ -393,6 +403,126 @@ static int write_native_only_inventory(void)
 	return ret;
 }
 
+/*
+ * Is criu's command line carrying --link-remap? (Through criu's RPC the
+ * options do not show; the hint then says "if".)
+ */
+static bool link_remap_given(void)
+{
+	bool present, rpc;
+
+	cmdline_value("--link-remap", &present);
+	cmdline_value("swrk", &rpc);
+	return present || rpc;
+}
+
+/* multiprocessing's semaphores are unlinked /dev/shm files: criu needs
+ * --link-remap for them; say so before criu fails on them. */
+static void shm_hint(pid_t pid)
+{
+	char path[PATH_MAX], comm[32];
+	int n = cuip_proc_unlinked_shm(pid, path, sizeof(path));
+
+	if (n <= 0)
+		return;
+	cuip_proc_comm(pid, comm, sizeof(comm));
+	if (link_remap_given())
+		pr_debug("pid %d (%s) maps or holds %d unlinked /dev/shm file(s) (%s): --link-remap given", pid, comm,
+			 n, path);
+	else
+		pr_warn("pid %d (%s) maps or holds %d unlinked /dev/shm file(s) (%s, e.g. Python multiprocessing "
+			"semaphores): criu dump needs --link-remap; see the README section \"PyTorch and "
+			"torch.multiprocessing jobs\"",
+			pid, comm, n, path);
+}
+
+static int push_ordinary(pid_t pid)
+{
+	pid_t *v = realloc(S.ordinary, (S.n_ordinary + 1) * sizeof(*v));
+
+	if (!v)
+		return -ENOMEM;
+	S.ordinary = v;
+	S.ordinary[S.n_ordinary++] = pid;
+	return 0;
+}
+
+/*
+ * One process of the dumped tree that maps the interposer, the start gate
+ * held: it becomes a participant (its control socket listens), or an
+ * ordinary process (it never began CUDA), or the dump is refused (CUDA
+ * began but there is no control socket). A process inside its first
+ * cuInit is waited for.
+ */
+static int classify_preloaded(pid_t pid, char *err, size_t errlen)
+{
+	char path[PATH_MAX], e2[512], comm[32];
+	pid_t vpid = cuip_proc_vpid(pid);
+	int serr = 0, s, ret;
+
+	if (vpid <= 0) {
+		snprintf(err, errlen, "cannot read the namespace pid of %d", pid);
+		return vpid ? vpid : -ESRCH;
+	}
+	s = cuip_startgate_settle(pid, S.o.start_wait_ms, &serr, err, errlen);
+	if (s < 0)
+		return s;
+	cuip_proc_comm(pid, comm, sizeof(comm));
+	ret = cuip_find_control_socket(pid, vpid, path, sizeof(path), e2, sizeof(e2));
+	if (!ret) {
+		ret = add_participant(pid, err, errlen);
+		if (!ret)
+			snprintf(S.g.p[S.g.n - 1].sock, sizeof(S.g.p[0].sock), "%s", path);
+		return ret;
+	}
+	if (ret != -ENOENT) {
+		snprintf(err, errlen, "%s", e2);
+		return ret;
+	}
+	switch (s) {
+	case CUIP_MARK_STARTED:
+		snprintf(err, errlen,
+			 "pid %d (%s) initialized CUDA under the interposer but holds no listening control socket "
+			 "named %d-<id>.sock (closed by the application, or its control thread is gone); it cannot be "
+			 "checkpointed: restart it",
+			 pid, comm, vpid);
+		return -ENOENT;
+	case CUIP_MARK_NOSOCKET:
+		snprintf(err, errlen,
+			 "pid %d (%s) initialized CUDA under the interposer but could not create its control socket "
+			 "(%s; see its stderr and CUINTERPOSE_SOCKET_DIR); it cannot be checkpointed",
+			 pid, comm, strerror(serr));
+		return -ENOENT;
+	}
+	return push_ordinary(pid);
+}
+
+/* The ordinary processes must not be CUDA processes to the driver. */
+static int check_ordinary(char *err, size_t errlen)
+{
+	for (size_t i = 0; i < S.n_ordinary; i++) {
+		pid_t pid = S.ordinary[i];
+		char comm[32];
+
+		cuip_proc_comm(pid, comm, sizeof(comm));
+		for (size_t k = 0; k < S.n_nat; k++) {
+			if (S.nat[k].pid != pid)
+				continue;
+			snprintf(
+				err, errlen,
+				"pid %d (%s) maps the interposer and the driver reports it as a CUDA process, but its "
+				"CUDA did not start through the interposer (no start marker, no control socket); start "
+				"it with `cuinterpose run` before its first CUDA call",
+				pid, comm);
+			return -EPROTO;
+		}
+		pr_debug("pid %d (%s) maps the interposer but has not initialized CUDA: an ordinary process, nothing "
+			 "to save",
+			 pid, comm);
+	}
+	return 0;
+}
+
 static int pause_group(pid_t root)
 {
 	int (*add_inv)(const char *) = (int (*)(const char *))criu_sym("add_inventory_plugin");
@@ -409,10 +539,21 @@ static int pause_group(pid_t root)
 	}
 	S.tree = tree;
 	S.n_tree = (size_t)n;
+	/* Hold the start gate first: from here no process of the tree begins
+	 * CUDA until it is frozen; one that has begun is waited for. */
 	for (size_t i = 0; i < S.n_tree; i++) {
-		int has = cuip_proc_has_interposer(S.tree[i]);
-		if (has > 0 && (ret = add_participant(S.tree[i], err, sizeof(err)))) {
-			pr_err("%s", err);
+		if (cuip_proc_has_interposer(S.tree[i]) > 0 &&
+		    (ret = cuip_startgate_hold(S.tree[i], S.o.start_wait_ms, err, sizeof(err)))) {
+			pr_err("dump refused: %s", err);
+			return ret;
+		}
+	}
+	for (size_t i = 0; i < S.n_tree; i++) {
+		if (cuip_proc_has_interposer(S.tree[i]) <= 0)
+			continue;
+		shm_hint(S.tree[i]);
+		if ((ret = classify_preloaded(S.tree[i], err, sizeof(err)))) {
+			pr_err("dump refused: %s", err);
 			return ret;
 		}
 	}
@@ -433,6 +574,10 @@ static int pause_group(pid_t root)
 			pr_err("%s", err);
 			return ret;
 		}
+	}
+	if ((ret = check_ordinary(err, sizeof(err)))) {
+		pr_err("dump refused: %s", err);
+		return ret;
 	}
 	if (!S.g.n && !S.n_nat) {
 		cuip_native_close();
@@ -455,7 +600,9 @@ static int pause_group(pid_t root)
 	else
 		pr_warn("set_compel_interrupt_only_mode not found in criu: do not use --freeze-cgroup");
 
-	pr_info("dump of tree %d: %zu processes, %zu participants, %zu CUDA processes", root, S.n_tree, S.g.n, S.n_nat);
+	pr_info("dump of tree %d: %zu processes, %zu participants, %zu CUDA processes, %zu with the interposer but "
+		"no CUDA",
+		root, S.n_tree, S.g.n, S.n_nat, S.n_ordinary);
 	if (S.g.n) {
 		ret = find_sockets(err, sizeof(err));
 		if (ret) {
@@ -505,13 +652,32 @@ static int cuip_pause_devices(int pid)
 	for (size_t i = 0; i < S.n_tree; i++)
 		if (S.tree[i] == pid)
 			return 0;
-	/* A process we did not see when the group was prepared. */
-	if (cuip_proc_has_interposer(pid) > 0 || cuip_native_state(pid) >= 0) {
-		char comm[32];
+	/* A process we did not see when the group was prepared: if it maps
+	 * the interposer, hold its gate and accept it only without CUDA. */
+	{
+		char comm[32], err[512] = "";
+		int s = CUIP_MARK_NONE, serr;
+		bool cuda;
+
 		cuip_proc_comm(pid, comm, sizeof(comm));
-		pr_err("pid %d (%s) joined the tree after cuinterpose prepared it and uses CUDA; checkpoint again", pid,
-		       comm);
-		return -1;
+		if (cuip_proc_has_interposer(pid) > 0) {
+			if (cuip_startgate_hold(pid, S.o.start_wait_ms, err, sizeof(err)) ||
+			    (s = cuip_startgate_settle(pid, S.o.start_wait_ms, &serr, err, sizeof(err))) < 0) {
+				pr_err("dump refused: %s", err);
+				return -1;
+			}
+		}
+		cuda = (s != CUIP_MARK_NONE && s != CUIP_MARK_FAILED) || cuip_native_state(pid) >= 0;
+		if (cuda) {
+			pr_err("pid %d (%s) joined the tree after cuinterpose prepared it and uses CUDA; checkpoint "
+			       "again",
+			       pid, comm);
+			return -1;
+		}
+		if (s == CUIP_MARK_NONE && cuip_proc_has_interposer(pid) > 0)
+			pr_debug("pid %d (%s) joined the tree after discovery; it maps the interposer but has not "
+				 "initialized CUDA: an ordinary process",
+				 pid, comm);
 	}
 	return 0;
 }
@@ -523,6 +689,8 @@ static int cuip_checkpoint_devices(int pid)
 	double t0;
 	int ret;
 
+	/* The whole tree is frozen: nobody can begin CUDA now. */
+	cuip_startgate_release();
 	if (S.disabled || !S.active)
 		return -ENOTSUP;
 	if (S.checkpointed)
@@ -584,6 +752,21 @@ static void kill_tree(const char *why)
 	cuip_proc_kill_all(S.tree, S.n_tree);
 }
 
+/* At restore: a participant of the checkpoint, or (no start marker beyond
+ * a failed cuInit) an ordinary process; one that has begun CUDA and was
+ * not a participant stays in the list for cuip_images_match to refuse. */
+static bool was_participant(const struct cuip_ckpt *ck, pid_t pid)
+{
+	pid_t vpid = cuip_proc_vpid(pid);
+	int serr, s;
+
+	for (size_t i = 0; i < ck->n; i++)
+		if (ck->inv->participants[i]->pid == vpid)
+			return true;
+	s = cuip_proc_start_state(pid, &serr);
+	return s != CUIP_MARK_NONE && s != CUIP_MARK_FAILED;
+}
+
 static int resume_group(pid_t root)
 {
 	struct cuip_ckpt ck = {0};
@@ -608,6 +791,15 @@ static int resume_group(pid_t root)
 	S.active = true;
 	for (size_t i = 0; i < S.n_tree; i++) {
 		int has = cuip_proc_has_interposer(S.tree[i]);
+
+		if (has > 0 && !was_participant(&ck, S.tree[i])) {
+			char comm[32];
+
+			cuip_proc_comm(S.tree[i], comm, sizeof(comm));
+			pr_debug("pid %d (%s) maps the interposer but had not initialized CUDA: an ordinary process",
+				 S.tree[i], comm);
+			continue;
+		}
 		if (has > 0 && (ret = add_participant(S.tree[i], err, sizeof(err))))
 			goto fail;
 	}

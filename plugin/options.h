@@ -25,6 +25,7 @@ struct cuip_opts {
 	unsigned data_timeout_ms;    /* CUINTERPOSE_DATA_TIMEOUT_MS: SAVE/LOAD; 0 = no limit */
 	unsigned quiesce_timeout_ms; /* CUINTERPOSE_QUIESCE_TIMEOUT_MS: draining the API gate */
 	unsigned quiesce_retries;    /* CUINTERPOSE_QUIESCE_RETRIES: reopen and retry a timed-out QUIESCE */
+	unsigned start_wait_ms;	     /* CUINTERPOSE_START_WAIT_MS: a process inside its first cuInit at discovery */
 	unsigned progress_ms;	     /* CUINTERPOSE_PROGRESS_MS: SAVE/LOAD progress lines; 0 = off */
 	uint32_t chunk_size;	     /* CUINTERPOSE_CHUNK_SIZE: bytes per carrier checksum */
 	int verify_carriers;	     /* CUINTERPOSE_VERIFY_CARRIERS: check carrier CRCs before restore */

@@ -1,11 +1,13 @@
 /*
- * proc.c - /proc parsing for the plugin; see proc.h. Stateless.
+ * proc.c - /proc parsing for the plugin; see proc.h. Stateless. Called by
+ * the hooks (discovery), the start gate and `cuinterpose check`.
  */
 #include "config.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 #include <unistd.h>
 
 #include "proc.h"
+#include "../interposer/startmark.h"
 
 struct pidvec {
 	pid_t *v;
@@ -289,4 +292,149 @@ void cuip_proc_kill_all(const pid_t *pids, size_t n)
 	for (size_t i = 0; i < n; i++)
 		if (pids[i] > 0)
 			kill(pids[i], SIGKILL);
+}
+
+/* The first /proc/PID/maps line whose path ends in `name` (or contains it,
+ * for "/memfd:" names): start, end and the path. 1 found, 0 not, -errno. */
+static int maps_find(pid_t pid, const char *name, bool contains, unsigned long *lo, unsigned long *hi, char *path,
+		     size_t len)
+{
+	char mpath[64], line[PATH_MAX + 128];
+	int found = 0;
+	FILE *f;
+
+	snprintf(mpath, sizeof(mpath), "/proc/%d/maps", pid);
+	f = fopen(mpath, "re");
+	if (!f)
+		return -errno;
+	while (!found && fgets(line, sizeof(line), f)) {
+		char *p = strchr(line, '/'), *slash;
+
+		if (!p)
+			continue;
+		p[strcspn(p, "\n")] = 0;
+		slash = strrchr(p, '/');
+		if (contains ? !strstr(p, name) : strncmp(slash + 1, name, strlen(name)))
+			continue;
+		if (sscanf(line, "%lx-%lx", lo, hi) != 2)
+			continue;
+		if (path)
+			snprintf(path, len, "%s", p);
+		found = 1;
+	}
+	fclose(f);
+	return found;
+}
+
+int cuip_proc_start_state(pid_t pid, int *err)
+{
+	struct cuip_mark m;
+	unsigned long lo, hi;
+	char path[64];
+	ssize_t n;
+	int fd, ret;
+
+	*err = 0;
+	ret = maps_find(pid, "/memfd:" CUIP_MARK_NAME, true, &lo, &hi, NULL, 0);
+	if (ret <= 0)
+		return ret ? ret : CUIP_MARK_NONE;
+	snprintf(path, sizeof(path), "/proc/%d/mem", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = pread(fd, &m, sizeof(m), (off_t)lo);
+	ret = n == (ssize_t)sizeof(m) ? 0 : n < 0 ? -errno : -EIO;
+	close(fd);
+	if (ret)
+		return ret;
+	if (m.magic != CUIP_MARK_MAGIC || m.state > CUIP_MARK_NOSOCKET)
+		return -EBADMSG;
+	*err = m.err;
+	return (int)m.state;
+}
+
+const char *cuip_proc_start_state_name(int s)
+{
+	static const char *const n[] = {"none", "starting", "started", "failed", "no socket"};
+
+	return s >= 0 && s <= CUIP_MARK_NOSOCKET ? n[s] : "unknown";
+}
+
+int cuip_proc_open_interposer(pid_t pid, char *path, size_t len)
+{
+	unsigned long lo, hi;
+	char p[PATH_MAX + 64];
+	int ret, fd;
+
+	ret = maps_find(pid, CUIP_INTERPOSER_LIB, false, &lo, &hi, path, len);
+	if (ret <= 0)
+		return ret ? ret : -ENOENT;
+	/* The inode the process has mapped, whatever its mount namespace. */
+	snprintf(p, sizeof(p), "/proc/%d/map_files/%lx-%lx", pid, lo, hi);
+	fd = open(p, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0)
+		return fd;
+	snprintf(p, sizeof(p), "/proc/%d/root%s", pid, path);
+	fd = open(p, O_RDONLY | O_CLOEXEC);
+	return fd >= 0 ? fd : -errno;
+}
+
+/*
+ * A /dev/shm file whose path is gone but which lives on under another name
+ * (nlink > 0): glibc's sem_open maps a temporary name it then replaces by
+ * sem.NAME. CRIU cannot reopen it by the path it has and needs
+ * --link-remap; a file with no name left at all (nlink 0) CRIU saves as a
+ * ghost file without any option.
+ */
+static bool shm_needs_link_remap(const char *p, const char *via)
+{
+	size_t n = strlen(p);
+	struct stat st;
+
+	return !strncmp(p, "/dev/shm/", 9) && n > 10 && !strcmp(p + n - 10, " (deleted)") && !stat(via, &st) &&
+	       st.st_nlink > 0;
+}
+
+int cuip_proc_unlinked_shm(pid_t pid, char *buf, size_t len)
+{
+	char path[PATH_MAX + 64], line[PATH_MAX + 128], via[320];
+	struct dirent *de;
+	int count = 0;
+	FILE *f;
+	DIR *d;
+
+	buf[0] = 0;
+	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f)) {
+		char *p = strchr(line, '/');
+		unsigned long lo, hi;
+
+		if (!p || sscanf(line, "%lx-%lx", &lo, &hi) != 2)
+			continue;
+		p[strcspn(p, "\n")] = 0;
+		snprintf(via, sizeof(via), "/proc/%d/map_files/%lx-%lx", pid, lo, hi);
+		if (shm_needs_link_remap(p, via) && count++ == 0)
+			snprintf(buf, len, "%s", p);
+	}
+	fclose(f);
+	snprintf(path, sizeof(path), "/proc/%d/fd", pid);
+	d = opendir(path);
+	while (d && (de = readdir(d))) {
+		char target[PATH_MAX];
+		ssize_t n;
+
+		snprintf(via, sizeof(via), "/proc/%d/fd/%s", pid, de->d_name);
+		n = readlink(via, target, sizeof(target) - 1);
+		if (n <= 0)
+			continue;
+		target[n] = 0;
+		if (shm_needs_link_remap(target, via) && count++ == 0)
+			snprintf(buf, len, "%s", target);
+	}
+	if (d)
+		closedir(d);
+	return count;
 }

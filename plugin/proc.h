@@ -44,6 +44,26 @@ unsigned long cuip_proc_ns_ino(pid_t pid, const char *ns);
  * Returns count or -errno. */
 int cuip_proc_socket_inodes(pid_t pid, unsigned long **out);
 
+/*
+ * Start state of a process that maps the interposer, from its start marker
+ * (interposer/startmark.h, read through /proc/PID/mem): CUIP_MARK_NONE when
+ * it has none, another CUIP_MARK_* value, or -errno. *err: the errno its
+ * control socket failed with (NOSOCKET).
+ */
+int cuip_proc_start_state(pid_t pid, int *err);
+const char *cuip_proc_start_state_name(int s);
+
+/* The interposer's library file as pid maps it, opened O_RDONLY (through
+ * /proc/PID/map_files, else /proc/PID/root + its path): fd or -errno; its
+ * path inside the process in `path`. */
+int cuip_proc_open_interposer(pid_t pid, char *path, size_t len);
+
+/* /dev/shm files pid maps or holds open under a path that is gone while
+ * the file lives on under another name (multiprocessing's semaphores): what
+ * criu dump needs --link-remap for. The count, the first path in buf, or
+ * -errno. */
+int cuip_proc_unlinked_shm(pid_t pid, char *buf, size_t len);
+
 /* SIGKILL every process in `pids`. */
 void cuip_proc_kill_all(const pid_t *pids, size_t n);
 

@@ -4,6 +4,7 @@
  * Owns G (see fake.h for what protects each table), cuInit, cuDriverGetVersion
  * and fork handling.  cuInit itself serializes on G.lock.
  */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +122,30 @@ static CUresult config_check(int fd)
 	return CUDA_ERROR_SYSTEM_NOT_READY;
 }
 
+/*
+ * FAKECUDA_INIT_HOLD=PATH (tests): the first cuInit of the process creates
+ * PATH.held and waits until PATH exists, so a test can hold a process inside
+ * cuInit (a slow driver start) and release it at a moment it chose.
+ */
+static void init_hold(void)
+{
+	static int done;
+	const char *p = getenv("FAKECUDA_INIT_HOLD");
+	char held[4096];
+	struct timespec ts = {0, 1000000};
+	int fd;
+
+	if (done || !p || !*p)
+		return;
+	done = 1;
+	snprintf(held, sizeof(held), "%s.held", p);
+	fd = open(held, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	if (fd >= 0)
+		close(fd);
+	while (access(p, F_OK))
+		nanosleep(&ts, NULL);
+}
+
 FK_API CUresult CUDAAPI cuInit(unsigned int flags)
 {
 	static int atfork_done;
@@ -135,6 +160,7 @@ FK_API CUresult CUDAAPI cuInit(unsigned int flags)
 		return r;
 	if (flags != 0)
 		return CUDA_ERROR_INVALID_VALUE;
+	init_hold();
 	LOCK();
 	if (atomic_load(&G.initialized)) {
 		UNLOCK();
