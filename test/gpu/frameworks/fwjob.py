@@ -75,6 +75,7 @@ class Rank:
     def __init__(self, kind, rank, args):
         self.kind, self.rank, self.args = kind, rank, args
         self.fresh = []
+        self.fresh_rounds = 0  # "fresh" commands answered so far
 
     # ---- torch -------------------------------------------------------------
     def torch_setup(self, shared):
@@ -191,14 +192,17 @@ class Rank:
             return "ok no fresh"
         torch = self.torch
         if self.rank == 0:
+            v = 7 + self.fresh_rounds
+            self.fresh_rounds += 1
             for q in ctx["to_children"]:
-                t = torch.full((1 << 18,), 7 + len(self.fresh), dtype=torch.int32, device="cuda")
+                t = torch.full((1 << 18,), v, dtype=torch.int32, device="cuda")
                 q.put(t)
                 self.fresh.append((t, isum(t)))
             torch.cuda.synchronize()
             return "ok sent %d" % len(ctx["to_children"])
         t = ctx["from_parent"].get(timeout=60)
-        want = 7 + len(self.fresh)
+        want = 7 + self.fresh_rounds
+        self.fresh_rounds += 1
         if int(t.min().item()) != want or int(t.max().item()) != want:
             return "fail fresh tensor holds %d..%d, expected %d" % (int(t.min().item()), int(t.max().item()), want)
         self.fresh.append((t, isum(t)))
