@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
+#include <poll.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -52,6 +54,21 @@ int cuip_fault_load(char *err, size_t errlen)
 	return 0;
 }
 
+/* SIGKILL pid and wait until it has exited (never reaped here: the agent
+ * is criu's child and agent.c reaps it), so the next step meets it dead. */
+static void kill_and_wait(pid_t pid)
+{
+	int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	struct pollfd pf = {.fd = pfd, .events = POLLIN};
+
+	kill(pid, SIGKILL);
+	if (pfd < 0)
+		return;
+	if (poll(&pf, 1, 10000) != 1)
+		pr_err("fault injection: pid %d did not exit within 10 s of SIGKILL", (int)pid);
+	close(pfd);
+}
+
 void cuip_fault(const char *point)
 {
 	pid_t pid;
@@ -64,11 +81,10 @@ void cuip_fault(const char *point)
 		kill(getpid(), SIGKILL);
 	} else if (!strcmp(F.action, "stop")) {
 		raise(SIGSTOP);
-	} else if (!strcmp(F.action, "kill-agent")) {
-		if ((pid = cuip_agent_pid()) > 0)
-			kill(pid, SIGKILL);
-	} else if ((pid = cuip_guardian_pid()) > 0) {
-		kill(pid, SIGKILL);
+	} else {
+		pid = !strcmp(F.action, "kill-agent") ? cuip_agent_pid() : cuip_guardian_pid();
+		if (pid > 0)
+			kill_and_wait(pid);
 	}
 }
 

@@ -183,7 +183,7 @@ static bool read_msg(bool *end)
 	}
 	buf[h.len] = 0;
 	if (h.kind == G_END) {
-		glog(false, "released: %s", (char *)buf);
+		pr_debug("guardian: released: %s", (char *)buf);
 		*end = true;
 	} else if (h.kind == G_PHASE && h.len >= 1 + 48 && W.g) {
 		W.after = buf[0];
@@ -665,9 +665,12 @@ static int send_topologies(struct cuip_group *g)
 int cuip_guardian_phase(struct cuip_group *g, const char *phase, bool after)
 {
 	uint8_t head[1 + 48] = {after};
-	uint8_t *flags = calloc(g->n ? g->n : 1, 1);
+	uint8_t *flags;
 	int ret;
 
+	if (G.fd < 0)
+		return 0; /* none, or its loss was reported once: criu rolls back itself */
+	flags = calloc(g->n ? g->n : 1, 1);
 	if (!flags)
 		return -ENOMEM;
 	snprintf((char *)head + 1, 48, "%s", phase);
@@ -681,6 +684,8 @@ int cuip_guardian_phase(struct cuip_group *g, const char *phase, bool after)
 		ret = send_msg(G_PHASE, head, sizeof(head), flags, g->n);
 	free(flags);
 	if (ret) {
+		close(G.fd);
+		G.fd = -1;
 		snprintf(g->err, sizeof(g->err),
 			 "the guardian (pid %d) is gone: refusing to go on with %s without it (nobody could roll the "
 			 "job "

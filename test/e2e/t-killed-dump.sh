@@ -75,5 +75,77 @@ for point in discovery QUIESCE PREPARE_MULTICAST SAVE IMAGES PREPARE_UNICAST nat
 done
 grep -q "criu went away in the middle of a checkpoint" "$T/job.log" || fail "nothing in the job's stderr"
 
+# criu stopped beyond the bound: the guardian kills it and rolls back.
+K=$((K + 1))
+note "kill $K: stop@SAVE, bound 1500 ms"
+if CUINTERPOSE_GUARDIAN_STOP_MS=1500 CUINTERPOSE_FAULT=stop@SAVE criu_dump "$T/f$K" >"$T/f$K.out" 2>&1; then
+	fail "stopped criu: dump succeeded"
+fi
+# (the shell's wait returns when criu stops; the guardian's log says the rest)
+guardian_done "$T/f$K"
+grep -q "has been stopped for 1500 ms" "$T/f$K/cuinterpose-guardian.log" || fail "stopped criu: not killed by the bound"
+intact "criu stopped beyond the bound"
+
+# The guardian killed: criu does not go on without it, and rolls back itself.
+K=$((K + 1))
+note "kill $K: kill-guardian@QUIESCE"
+if CUINTERPOSE_FAULT=kill-guardian@QUIESCE criu_dump "$T/f$K" >"$T/f$K.out" 2>&1; then
+	fail "dump without a guardian succeeded"
+fi
+grep -q "is gone: refusing to go on with PREPARE_MULTICAST without it" "$T/f$K/dump.log" ||
+	fail "no refusal after the guardian died: $(grep cuinterpose "$T/f$K/dump.log" | tail -15)"
+grep -q "rollback complete" "$T/f$K/dump.log" || fail "criu did not roll back after the guardian died"
+intact "guardian killed"
+
+# The native agent killed before the lock and before the checkpoint.
+for point in PREPARE_UNICAST native-lock; do
+	K=$((K + 1))
+	note "kill $K: kill-agent@$point"
+	if CUINTERPOSE_FAULT=kill-agent@$point criu_dump "$T/f$K" >"$T/f$K.out" 2>&1; then
+		fail "agent killed at $point: dump succeeded"
+	fi
+	grep -q "native agent\|agent died\|killed by signal 9" "$T/f$K/dump.log" ||
+		fail "agent killed at $point: no message: $(grep cuinterpose "$T/f$K/dump.log" | tail -15)"
+	grep -q "rollback complete\|in-place restore complete" "$T/f$K/dump.log" ||
+		fail "agent killed at $point: no rollback: $(grep cuinterpose "$T/f$K/dump.log" | tail -15)"
+	intact "agent killed at $point"
+done
+
+# A second dump while the first is held part-way (stopped, no bound) is
+# refused and leaves the first alone, which then completes.
+K=$((K + 1))
+note "kill $K: a second dump during the first"
+CUINTERPOSE_GUARDIAN_STOP_MS=0 CUINTERPOSE_FAULT=stop@PREPARE_UNICAST criu_dump "$T/f$K" --leave-running \
+	>"$T/f$K.out" 2>&1 &
+first=$!
+for _ in $(seq 600); do
+	grep -qs "stop at PREPARE_UNICAST" "$T/f$K/dump.log" && break
+	sleep 0.05
+done
+grep -qs "stop at PREPARE_UNICAST" "$T/f$K/dump.log" || fail "the first dump did not reach PREPARE_UNICAST"
+if criu_dump "$T/second" >"$T/second.out" 2>&1; then
+	fail "a second dump during the first succeeded"
+fi
+grep -h "another checkpoint or restore of it is in progress" "$T/second/dump.log" | head -1 | grep . ||
+	fail "the second dump was not refused clearly"
+for p in $(pgrep -f "criu dump -t $JOBPID -D $T/f$K"); do kill -CONT "$p"; done
+wait $first || fail "the first dump did not complete after the second was refused: $(tail -5 "$T/f$K/dump.log")"
+grep -q "in-place restore complete" "$T/f$K/dump.log" || fail "first dump: no in-place restore"
+intact "second dump refused"
+
+# After all that, a real dump and restore.
+GEN=1
+cmd $N write 2 $GEN
+cmd $N verify $GEN
+pids=$(job_pids)
+note "dump"
+criu_dump "$T/d" || fail "criu dump after the kills"
+wait_gone $pids || fail "dumped processes still alive"
+[ ! -e "$T/d/cuinterpose-guardian.log" ] || fail "the guardian acted on a committed dump: $(cat "$T/d/cuinterpose-guardian.log")"
+note "restore"
+criu_restore "$T/d" || fail "criu restore after the kills"
+cmd $N verify $GEN
+[ "$(answers $N)" = "$before" ] || fail "addresses changed after restore"
+
 note done
 cmd $N exit
