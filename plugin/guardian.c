@@ -261,29 +261,58 @@ static pid_t tracer_of(pid_t pid)
 	return t;
 }
 
+/* Read a short cgroup file into buf (trailing newline dropped): 0 or -errno. */
+static int read_small(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, len - 1);
+	close(fd);
+	if (n < 0)
+		return -errno;
+	buf[n] = 0;
+	buf[strcspn(buf, "\n")] = 0;
+	return 0;
+}
+
+/*
+ * --freeze-cgroup: CRIU freezes the job's cgroup unless the plugin asked
+ * for interrupt-only seizing; either way a frozen cgroup left behind by a
+ * dead criu would keep every task (and the driver's restore threads) from
+ * running. v2: cgroup.freeze; v1: freezer.state.
+ */
 static void thaw_cgroup(void)
 {
-	char path[PATH_MAX + 32];
+	char path[PATH_MAX + 32], was[32];
+	const char *file, *thawed;
 	int fd;
 
 	if (!W.freeze_cgroup || !*W.freeze_cgroup)
 		return;
 	snprintf(path, sizeof(path), "%s/cgroup.freeze", W.freeze_cgroup);
-	fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd >= 0) {
-		if (write(fd, "0", 1) != 1)
-			glog(true, "cannot thaw %s: %s", path, strerror(errno));
-		else
-			glog(false, "thawed the freezer cgroup %s", W.freeze_cgroup);
-		close(fd);
-		return;
+	file = "cgroup.freeze";
+	thawed = "0";
+	if (read_small(path, was, sizeof(was))) {
+		snprintf(path, sizeof(path), "%s/freezer.state", W.freeze_cgroup);
+		file = "freezer.state";
+		thawed = "THAWED";
+		if (read_small(path, was, sizeof(was))) {
+			glog(true, "cannot read the state of the freezer cgroup %s: %s", W.freeze_cgroup,
+			     strerror(errno));
+			return;
+		}
 	}
-	snprintf(path, sizeof(path), "%s/freezer.state", W.freeze_cgroup);
+	if (!strcmp(was, thawed))
+		return;
 	fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0 || write(fd, "THAWED", 6) != 6)
-		glog(true, "cannot thaw the freezer cgroup %s: %s", W.freeze_cgroup, strerror(errno));
+	if (fd < 0 || write(fd, thawed, strlen(thawed)) != (ssize_t)strlen(thawed))
+		glog(true, "cannot thaw the freezer cgroup %s (%s is %s): %s", W.freeze_cgroup, file, was,
+		     strerror(errno));
 	else
-		glog(false, "thawed the freezer cgroup %s", W.freeze_cgroup);
+		glog(false, "thawed the freezer cgroup %s (%s was %s)", W.freeze_cgroup, file, was);
 	if (fd >= 0)
 		close(fd);
 }
