@@ -11,6 +11,7 @@ Suite *rules_suite(void);
 Suite *coord_suite(void);
 Suite *discovery_suite(void);
 Suite *agent_suite(void);
+Suite *guardian_suite(void);
 
 int main(void)
 {
@@ -20,6 +21,7 @@ int main(void)
 	srunner_add_suite(sr, coord_suite());
 	srunner_add_suite(sr, discovery_suite());
 	srunner_add_suite(sr, agent_suite());
+	srunner_add_suite(sr, guardian_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
