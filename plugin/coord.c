@@ -1231,6 +1231,32 @@ static void drop_dead(struct cuip_group *g, Cuip__Topology *topo, const Cuip__To
 	g->n = k;
 }
 
+/*
+ * What the participants say (HANDSHAKE's phase) over what the flags
+ * assumed: a step's flags are set before its request is sent, and a
+ * coordinator that died mid-phase (the guardian's rollback) cannot know
+ * who got it. ACTIVE: nothing to undo. QUIESCED: unicast memory attached
+ * (the request never came, or was undone), only multicast may be detached.
+ */
+static void reconcile(struct cuip_group *g, bool *any_torn, bool *any_unicast_down)
+{
+	*any_torn = *any_unicast_down = false;
+	for (size_t i = 0; i < g->n; i++) {
+		struct cuip_part *p = &g->p[i];
+
+		if (p->phase == CUIP__PHASE__PHASE_ACTIVE) {
+			p->quiesced = p->torn_down = p->unicast_down = false;
+		} else if (p->phase == CUIP__PHASE__PHASE_QUIESCED && p->unicast_down) {
+			pr_warn("pid %d is QUIESCED with its unicast memory attached: PREPARE_UNICAST never reached it",
+				p->pid);
+			p->unicast_down = false;
+			p->torn_down = has_mc(p->st);
+		}
+		*any_torn |= p->torn_down;
+		*any_unicast_down |= p->unicast_down;
+	}
+}
+
 int cuip_group_rollback(struct cuip_group *g)
 {
 	Cuip__Topology *topo = calloc(g->n ? g->n : 1, sizeof(*topo));
@@ -1261,6 +1287,8 @@ int cuip_group_rollback(struct cuip_group *g)
 	cuip_group_disconnect(g);
 	drop_dead(g, topo, tp);
 	ret = connect_all(g, NULL);
+	if (!ret)
+		reconcile(g, &any_torn, &any_unicast_down);
 	if (!ret && any_torn)
 		ret = finish_teardown(g, any_unicast_down);
 	if (!ret && any_torn)

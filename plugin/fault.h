@@ -7,6 +7,8 @@
  * name, reached after its barrier ("QUIESCE", "PREPARE_MULTICAST", "SAVE",
  * "IMAGES", "PREPARE_UNICAST", "LOAD", "REBUILD_CREATORS", "VERIFY",
  * "RESUME", ...), "native-lock", "native-checkpoint", "native-restore",
+ * "begin:PHASE" for a coordinator phase that is about to send its first
+ * request (the guardian already knows it started),
  * and "memdump" (CRIU has started writing the memory pages: a watcher
  * process sees the first pages-*.img appear in the image directory).
  * ACTION: "kill" (SIGKILL criu), "stop" (SIGSTOP criu: the guardian's

@@ -151,6 +151,19 @@ static void apply_flags(const uint8_t *f, size_t n)
 	}
 }
 
+/* As coord.c's has_mc: multicast state that PREPARE_MULTICAST detaches. */
+static bool holds_mc(const Cuip__ProcessState *st)
+{
+	if (!st)
+		return true;
+	if (st->n_mc_bindings)
+		return true;
+	for (size_t i = 0; i < st->n_allocations; i++)
+		if (st->allocations[i]->kind == CUIP__ALLOC_KIND__KIND_MULTICAST)
+			return true;
+	return false;
+}
+
 /* Before a phase: what its steps may do before anyone answers (coord.c's
  * step_quiesce and step_flag mark the same before they send). */
 static void apply_before(const char *phase)
@@ -161,7 +174,7 @@ static void apply_before(const char *phase)
 		if (!strcmp(phase, "QUIESCE")) {
 			p->quiesced = true;
 		} else if (!strncmp(phase, "PREPARE_MULTICAST", 17)) {
-			p->torn_down = true; /* finish_teardown makes it so everywhere */
+			p->torn_down |= holds_mc(p->st);
 		} else if (!strncmp(phase, "PREPARE_UNICAST", 15)) {
 			p->torn_down = p->unicast_down = true;
 		}

@@ -393,10 +393,14 @@ static int native_restore(char *err, size_t errlen)
 static int on_phase(struct cuip_group *g, const char *phase, bool after, int status)
 {
 	int ret = cuip_guardian_phase(g, phase, after);
+	char begin[80];
 
 	(void)status;
-	if (!after)
+	if (!after) {
+		snprintf(begin, sizeof(begin), "begin:%s", phase);
+		cuip_fault(begin);
 		return ret;
+	}
 	cuip_fault(phase);
 	return 0;
 }

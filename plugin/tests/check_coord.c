@@ -35,6 +35,7 @@ struct fake {
 	const char *delay_on;
 	unsigned delay_ms;
 	int save_short;
+	int phase; /* Cuip__Phase as an interposer would report it; 0: ACTIVE */
 	char log[64][24];
 	int nlog;
 };
@@ -158,12 +159,22 @@ static void serve(struct fake *f, int c)
 		bye = req->body_case == CUIP__REQUEST__BODY_BYE;
 		if (f->delay_on && !strcmp(f->delay_on, name))
 			usleep(f->delay_ms * 1000);
+		/* The phase an interposer would be in (ops.c): a failed QUIESCE
+		 * reopens the gate, a failed PREPARE_UNICAST leaves it PREPARED. */
+		if (req->body_case == CUIP__REQUEST__BODY_QUIESCE && !(f->fail_on && !strcmp(f->fail_on, name)))
+			f->phase = CUIP__PHASE__PHASE_QUIESCED;
+		else if (req->body_case == CUIP__REQUEST__BODY_PREPARE_UNICAST)
+			f->phase = CUIP__PHASE__PHASE_PREPARED;
+		else if (req->body_case == CUIP__REQUEST__BODY_LOAD || req->body_case == CUIP__REQUEST__BODY_REBUILD)
+			f->phase = CUIP__PHASE__PHASE_RESTORING;
+		else if (req->body_case == CUIP__REQUEST__BODY_RESUME && !(f->fail_on && !strcmp(f->fail_on, name)))
+			f->phase = CUIP__PHASE__PHASE_ACTIVE;
 		if (f->fail_on && !strcmp(f->fail_on, name)) {
 			resp.status = -EIO;
 			resp.error = (char *)"injected failure";
 		} else if (req->body_case == CUIP__REQUEST__BODY_HANDSHAKE) {
 			hr.self = &f->fx.self;
-			hr.phase = CUIP__PHASE__PHASE_ACTIVE;
+			hr.phase = f->phase ? (Cuip__Phase)f->phase : CUIP__PHASE__PHASE_ACTIVE;
 			hr.version = (char *)"test";
 			resp.body_case = CUIP__RESPONSE__BODY_HANDSHAKE;
 			resp.handshake = &hr;

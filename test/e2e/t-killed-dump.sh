@@ -70,9 +70,14 @@ cmd $N verify $GEN
 snap=$(snapshot)
 for f in "$T"/*.now; do mv "$f" "${f%.now}.ref"; done
 
-for point in discovery QUIESCE PREPARE_MULTICAST SAVE IMAGES PREPARE_UNICAST native-lock native-checkpoint memdump; do
+for point in discovery begin:QUIESCE QUIESCE PREPARE_MULTICAST SAVE IMAGES begin:PREPARE_UNICAST PREPARE_UNICAST \
+	native-lock native-checkpoint memdump; do
 	killed $point
 done
+# criu died with PREPARE_UNICAST begun but sent to nobody: the guardian
+# believes what the participants say (QUIESCED, memory attached).
+grep -q "is QUIESCED with its unicast memory attached: PREPARE_UNICAST never reached it" "$T/f7/dump.log" ||
+	fail "begin:PREPARE_UNICAST: the guardian did not reconcile its flags"
 grep -q "criu went away in the middle of a checkpoint" "$T/job.log" || fail "nothing in the job's stderr"
 
 # criu stopped beyond the bound: the guardian kills it and rolls back.

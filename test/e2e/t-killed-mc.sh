@@ -34,7 +34,7 @@ criu_dump "$T/warm" --leave-running || fail "warm-up dump"
 cmd $N verify $GEN
 snap=$(snapshot)
 
-for point in PREPARE_MULTICAST SAVE PREPARE_UNICAST native-checkpoint; do
+for point in begin:PREPARE_MULTICAST PREPARE_MULTICAST SAVE begin:PREPARE_UNICAST PREPARE_UNICAST native-checkpoint; do
 	K=$((K + 1))
 	note "kill $K: kill@$point"
 	CUINTERPOSE_FAULT=kill@$point criu_dump "$T/f$K" >"$T/f$K.out" 2>&1 && fail "$point: criu dump succeeded"
