@@ -942,7 +942,7 @@ static bool rebuild_applies(const struct cuip_group *g, const struct cuip_part *
 
 static bool load_applies(const struct cuip_group *g, const struct cuip_part *p, const void *arg)
 {
-	return rebuild_applies(g, p, arg) && topo_of(g, p, arg)->n_carriers > 0;
+	return rebuild_applies(g, p, arg) && topo_of(g, p, arg)->n_carriers > 0 && !p->loaded;
 }
 
 static int step_load(struct cuip_group *g, struct cuip_part *p, const void *arg)
@@ -1246,6 +1246,13 @@ static void reconcile(struct cuip_group *g, bool *any_torn, bool *any_unicast_do
 
 		if (p->phase == CUIP__PHASE__PHASE_ACTIVE) {
 			p->quiesced = p->torn_down = p->unicast_down = false;
+		} else if (p->phase == CUIP__PHASE__PHASE_RESTORING) {
+			/* A rebuild was under way (criu died in an in-place
+			 * restore): its LOAD ran to the end on the interposer's
+			 * op thread, and LOAD refuses attached memory. Had it
+			 * failed, REBUILD_CREATORS refuses what it left. */
+			pr_warn("pid %d is RESTORING: a rebuild was under way; redoing it from REBUILD", p->pid);
+			p->loaded = true;
 		} else if (p->phase == CUIP__PHASE__PHASE_QUIESCED && p->unicast_down) {
 			pr_warn("pid %d is QUIESCED with its unicast memory attached: PREPARE_UNICAST never reached it",
 				p->pid);

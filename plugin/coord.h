@@ -37,6 +37,7 @@ struct cuip_part {
 	bool torn_down;		 /* multicast or unicast detached: rebuild needed */
 	bool unicast_down;	 /* PREPARE_UNICAST was sent: LOAD and unicast stages too */
 	int phase;		 /* Cuip__Phase from the last HANDSHAKE */
+	bool loaded;		 /* rollback: found RESTORING, its LOAD already ran */
 
 	/* result of the phase in progress */
 	int status;

@@ -80,6 +80,19 @@ grep -q "is QUIESCED with its unicast memory attached: PREPARE_UNICAST never rea
 	fail "begin:PREPARE_UNICAST: the guardian did not reconcile its flags"
 grep -q "criu went away in the middle of a checkpoint" "$T/job.log" || fail "nothing in the job's stderr"
 
+# --leave-running: criu dies during its own in-place restore (the commit
+# point is its end); the guardian redoes it from where it stood.
+for point in LOAD REBUILD_CREATORS REBUILD_IMPORTERS VERIFY; do
+	K=$((K + 1))
+	note "kill $K: kill@$point of the in-place restore (--leave-running)"
+	CUINTERPOSE_FAULT=kill@$point criu_dump "$T/f$K" --leave-running >"$T/f$K.out" 2>&1 &&
+		fail "$point (--leave-running): criu dump succeeded"
+	guardian_done "$T/f$K"
+	intact "kill at $point of the in-place restore"
+done
+grep -q "is RESTORING: a rebuild was under way; redoing it from REBUILD" "$T/f$((K - 3))/dump.log" ||
+	fail "in-place LOAD: the guardian did not see the rebuild under way"
+
 # criu stopped beyond the bound: the guardian kills it and rolls back.
 K=$((K + 1))
 note "kill $K: stop@SAVE, bound 1500 ms"
