@@ -378,6 +378,31 @@ START_TEST(failure_after_teardown_rebuilds_from_the_saved_bytes)
 }
 END_TEST
 
+/* A second rollback over a rebuild that died half-way (the guardian's,
+ * after criu died in its own): participants say RESTORING, their LOAD ran;
+ * it goes on from REBUILD, never LOADs twice. */
+START_TEST(a_rollback_over_a_half_done_rebuild_does_not_load_again)
+{
+	int loads;
+
+	group_of(3);
+	fk[2].fail_on = "PREPARE_UNICAST";
+	fk[1].fail_on = "REBUILD2"; /* the first rollback dies in REBUILD_IMPORTERS */
+	ck_assert_int_eq(cuip_group_dump(&g), -EIO);
+	ck_assert(g.rollback_failed);
+	ck_assert_int_ge(ev_first(0, "REQ LOAD"), 0);
+	loads = ev_last(0, "REQ LOAD");
+	fk[1].fail_on = NULL;
+	fk[2].fail_on = NULL;
+	ck_assert_int_eq(cuip_group_rollback(&g), 0);
+	ck_assert_int_eq(ev_last(0, "REQ LOAD"), loads);
+	ck_assert_int_gt(ev_last(1, "REQ REBUILD2"), loads);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_gt(ev_last(i, "REQ RESUME"), ev_last(-1, "REP VERIFY"));
+	group_done();
+}
+END_TEST
+
 START_TEST(save_moving_fewer_bytes_than_expected_is_refused)
 {
 	group_of(2);
@@ -462,6 +487,7 @@ Suite *coord_suite(void)
 	tcase_add_test(t, a_participant_holding_its_reply_blocks_everyones_next_phase);
 	tcase_add_test(t, dump_stops_at_the_first_failing_participant_and_reopens_the_gates);
 	tcase_add_test(t, failure_after_teardown_rebuilds_from_the_saved_bytes);
+	tcase_add_test(t, a_rollback_over_a_half_done_rebuild_does_not_load_again);
 	tcase_add_test(t, save_moving_fewer_bytes_than_expected_is_refused);
 	tcase_add_test(t, preflight_refusal_changes_nothing);
 	tcase_add_test(t, an_importer_outside_the_group_refuses_the_dump);
