@@ -502,6 +502,9 @@ static int pause_group(pid_t root)
 		pr_err("dump refused: pid %d is natively %s: another checkpoint of it is in progress (or was left "
 		       "unfinished); this dump leaves it alone",
 		       S.nat[i].pid, cuip_native_state_name(S.nat[i].initial));
+		/* Not ours: fini must not restore or unlock anything. */
+		for (size_t k = 0; k < S.n_nat; k++)
+			S.nat[k].locked = S.nat[k].checkpointed = false;
 		return -EBUSY;
 	}
 	if (S.g.n && (ret = find_sockets(err, sizeof(err)))) {

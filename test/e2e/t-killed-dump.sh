@@ -151,6 +151,27 @@ wait $first || fail "the first dump did not complete after the second was refuse
 grep -q "in-place restore complete" "$T/f$K/dump.log" || fail "first dump: no in-place restore"
 intact "second dump refused"
 
+# The same while the first holds the processes natively locked: refused at
+# discovery, by the driver's state.
+K=$((K + 1))
+note "kill $K: a second dump during the first's native lock"
+CUINTERPOSE_GUARDIAN_STOP_MS=0 CUINTERPOSE_FAULT=stop@native-lock criu_dump "$T/f$K" --leave-running \
+	>"$T/f$K.out" 2>&1 &
+first=$!
+for _ in $(seq 600); do
+	grep -qs "stop at native-lock" "$T/f$K/dump.log" && break
+	sleep 0.05
+done
+grep -qs "stop at native-lock" "$T/f$K/dump.log" || fail "the first dump did not reach the native lock"
+if criu_dump "$T/second2" >"$T/second2.out" 2>&1; then
+	fail "a second dump during the first's native lock succeeded"
+fi
+grep -h "is natively locked: another checkpoint of it is in progress" "$T/second2/dump.log" | head -1 | grep . ||
+	fail "the second dump was not refused for the native lock: $(grep cuinterpose "$T/second2/dump.log" | tail -5)"
+for p in $(pgrep -f "criu dump -t $JOBPID -D $T/f$K"); do kill -CONT "$p"; done
+wait $first || fail "the first dump did not complete: $(tail -5 "$T/f$K/dump.log")"
+intact "second dump refused during the native lock"
+
 # After all that, a real dump and restore.
 GEN=1
 cmd $N write 2 $GEN
