@@ -298,6 +298,24 @@ static bool serve_one(int idx)
 		reply_status(c->fd, -EPROTO, "empty request");
 		ret = -EPROTO;
 		break;
+	case CUIP__REQUEST__BODY_QUIESCE:
+		/* One checkpoint at a time: a QUIESCE while another open
+		 * connection drives one (a second criu dump that passed its
+		 * handshake before the first closed the gate) is refused, and
+		 * the first is left alone. */
+		for (int j = 0; j < nconns; j++) {
+			char msg[160];
+
+			if (j == idx || conns[j].fd < 0 || !conns[j].ckpt || conns[j].closing)
+				continue;
+			snprintf(
+				msg, sizeof(msg),
+				"pid %d: another checkpoint of this process is in progress (phase %s); QUIESCE refused",
+				(int)self.pid, phase_label(cuip_phase()));
+			ret = reply_status(c->fd, -EALREADY, msg);
+			goto done;
+		}
+		/* fall through */
 	default:
 		it = calloc(1, sizeof(*it));
 		if (!it) {

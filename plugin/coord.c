@@ -430,12 +430,17 @@ static int step_quiesce(struct cuip_group *g, struct cuip_part *p, const void *a
 {
 	Cuip__Request req = CUIP__REQUEST__INIT;
 	Cuip__Quiesce q = CUIP__QUIESCE__INIT;
+	int ret;
 
 	q.timeout_ms = g->o->quiesce_timeout_ms;
 	req.body_case = CUIP__REQUEST__BODY_QUIESCE;
 	req.quiesce = &q;
 	p->quiesced = true;
-	return call(g, p, &req, -1, g->o->quiesce_timeout_ms + op_timeout(g), NULL);
+	ret = call(g, p, &req, -1, g->o->quiesce_timeout_ms + op_timeout(g), NULL);
+	/* Another checkpoint's gate: not ours to reopen. */
+	if (ret == -EALREADY)
+		p->quiesced = false;
+	return ret;
 }
 
 static bool has_mc(const Cuip__ProcessState *st)

@@ -79,6 +79,8 @@ done
 grep -q "is QUIESCED with its unicast memory attached: PREPARE_UNICAST never reached it" "$T/f7/dump.log" ||
 	fail "begin:PREPARE_UNICAST: the guardian did not reconcile its flags"
 grep -q "criu went away in the middle of a checkpoint" "$T/job.log" || fail "nothing in the job's stderr"
+grep -q "the checkpoint's control connection was lost in phase QUIESCED (criu killed or crashed?)" "$T/job.log" ||
+	fail "the job's stderr does not say its checkpoint connection was lost"
 
 # --leave-running: criu dies during its own in-place restore (the commit
 # point is its end); the guardian redoes it from where it stood.
