@@ -47,6 +47,17 @@ done
 CUINTERPOSE_GUARDIAN_STOP_MS=1500 killed_restore stop@LOAD
 grep -q "has been stopped for 1500 ms" "$glog" || fail "stopped restore: not killed by the bound"
 
+# The restore's guardian killed: criu does not go on without it and kills
+# the tree itself.
+K=$((K + 1))
+note "restore kill $K: kill-guardian@LOAD"
+CUINTERPOSE_FAULT=kill-guardian@LOAD criu_restore "$T/d" -o "restore-$K.log" >"$T/r$K.out" 2>&1
+grep -q "is gone: refusing to go on with REBUILD_CREATORS without it" "$T/d/restore-$K.log" ||
+	fail "no refusal after the restore's guardian died: $(grep cuinterpose "$T/d/restore-$K.log" | tail -5)"
+grep -q "killing the restored tree" "$T/d/restore-$K.log" || fail "criu did not kill the tree without its guardian"
+wait_gone $pids || fail "kill-guardian: a restored process is still alive"
+truncate -s "$logsize" "$T/job.log"
+
 note "restore"
 rm -f "$glog"
 criu_restore "$T/d" || fail "criu restore after the killed attempts"
