@@ -46,6 +46,8 @@ struct conn {
 	bool busy; /* its request is with the op thread */
 	bool hs;   /* handshake done */
 	bool closing;
+	bool ckpt; /* sent QUIESCE: it drives a checkpoint */
+	bool bye;  /* closed by BYE */
 };
 
 struct op_item {
@@ -179,6 +181,12 @@ static int sock_open(void)
 
 /* ---- replies ------------------------------------------------------------- */
 
+static const char *phase_label(Cuip__Phase p)
+{
+	static const char *const n[] = {"?", "ACTIVE", "QUIESCED", "PREPARED", "RESTORING", "FAILED"};
+	return (unsigned)p < 6 ? n[p] : "?";
+}
+
 static int reply_status(int fd, int status, const char *msg)
 {
 	Cuip__Response r = CUIP__RESPONSE__INIT;
@@ -205,6 +213,11 @@ static int do_handshake(struct conn *c, const Cuip__Handshake *hs)
 	id.pid = self.pid;
 	h.self = &id;
 	h.phase = cuip_phase();
+	/* The job's stderr is where its operator looks first. */
+	if (hs->client && !strcmp(hs->client, "guardian") && h.phase != CUIP__PHASE__PHASE_ACTIVE)
+		pr_err("pid %d: criu went away in the middle of a checkpoint (phase %s); its guardian is rolling this "
+		       "process back",
+		       (int)self.pid, phase_label(h.phase));
 	h.version = (char *)CUIP_VERSION;
 	r.body_case = CUIP__RESPONSE__BODY_HANDSHAKE;
 	r.handshake = &h;
@@ -282,12 +295,31 @@ static bool serve_one(int idx)
 		break;
 	case CUIP__REQUEST__BODY_BYE:
 		reply_status(c->fd, 0, NULL);
+		c->bye = true;
 		ret = -ECONNRESET;
 		break;
 	case CUIP__REQUEST__BODY__NOT_SET:
 		reply_status(c->fd, -EPROTO, "empty request");
 		ret = -EPROTO;
 		break;
+	case CUIP__REQUEST__BODY_QUIESCE:
+		/* One checkpoint at a time: a QUIESCE while another open
+		 * connection drives one (a second criu dump that passed its
+		 * handshake before the first closed the gate) is refused, and
+		 * the first is left alone. */
+		for (int j = 0; j < nconns; j++) {
+			char msg[160];
+
+			if (j == idx || conns[j].fd < 0 || !conns[j].ckpt || conns[j].closing)
+				continue;
+			snprintf(
+				msg, sizeof(msg),
+				"pid %d: another checkpoint of this process is in progress (phase %s); QUIESCE refused",
+				(int)self.pid, phase_label(cuip_phase()));
+			ret = reply_status(c->fd, -EALREADY, msg);
+			goto done;
+		}
+		/* fall through */
 	default:
 		it = calloc(1, sizeof(*it));
 		if (!it) {
@@ -299,6 +331,7 @@ static bool serve_one(int idx)
 		it->fd = fd;
 		it->req = req;
 		c->busy = true;
+		c->ckpt |= req->body_case == CUIP__REQUEST__BODY_QUIESCE;
 		pthread_mutex_lock(&op_mu);
 		if (op_tail)
 			op_tail->next = it;
@@ -388,6 +421,11 @@ static void *ctl_main(void *arg)
 		for (int i = nconns - 1; i >= 0; i--) {
 			if (!conns[i].closing)
 				continue;
+			if (conns[i].ckpt && !conns[i].bye && cuip_phase() != CUIP__PHASE__PHASE_ACTIVE)
+				pr_err("pid %d: the checkpoint's control connection was lost in phase %s (criu killed "
+				       "or "
+				       "crashed?); the gate stays closed until criu's guardian rolls this process back",
+				       (int)self.pid, phase_label(cuip_phase()));
 			close(conns[i].fd);
 			conns[i] = (struct conn){.fd = -1};
 			if (i == nconns - 1)

@@ -528,3 +528,13 @@ void cuip_agent_stop(void)
 	reap(2000);
 	sigprocmask(SIG_SETMASK, &old, NULL);
 }
+
+void cuip_agent_forget(void)
+{
+	/* A fork of criu (the guardian): the agent is criu's child, not ours;
+	 * our copy of criu's end of the channel must not keep it alive. */
+	if (A.fd >= 0)
+		close(A.fd);
+	A.fd = -1;
+	A.pid = 0;
+}

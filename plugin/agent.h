@@ -80,4 +80,8 @@ int cuip_agent_call(enum cuip_agent_op op, const pid_t *pids, size_t n, unsigned
 /* Close the channel, wait for the agent to exit (kill it after 2 s), reap it. */
 void cuip_agent_stop(void);
 
+/* In a fork of criu: drop criu's agent without touching it (its channel
+ * end closed, nothing reaped); the next call starts this process's own. */
+void cuip_agent_forget(void);
+
 #endif /* CUIP_PLUGIN_AGENT_H */

@@ -248,6 +248,10 @@ static int run_phase_metered(struct cuip_group *g, const char *name, step_fn fn,
 
 	if (!jobs)
 		return -ENOMEM;
+	if (g->on_phase && (ret = g->on_phase(g, name, false, 0))) {
+		free(jobs);
+		return ret;
+	}
 	sampling = progress_start(&pg);
 	for (size_t i = 0; i < g->n; i++) {
 		struct cuip_part *p = &g->p[i];
@@ -301,6 +305,8 @@ static int run_phase_metered(struct cuip_group *g, const char *name, step_fn fn,
 			ret ? " (FAILED)" : "");
 	if (g->after_phase)
 		g->after_phase(g, name, ret);
+	if (g->on_phase)
+		g->on_phase(g, name, true, ret);
 	return ret;
 }
 
@@ -349,7 +355,7 @@ static int step_connect(struct cuip_group *g, struct cuip_part *p, const void *a
 		p->fd = ret;
 	}
 	hs.protocol = CUIP_FORMAT_VERSION;
-	hs.client = (char *)"plugin";
+	hs.client = (char *)(g->client ? g->client : "plugin");
 	req.body_case = CUIP__REQUEST__BODY_HANDSHAKE;
 	req.handshake = &hs;
 	ret = call(g, p, &req, -1, op_timeout(g), &resp);
@@ -367,6 +373,8 @@ static int step_connect(struct cuip_group *g, struct cuip_part *p, const void *a
 			  (unsigned long long)resp->handshake->self->id, (unsigned long long)expect_ids[p - g->p]);
 		ret = -ESRCH;
 	}
+	if (!ret)
+		p->phase = resp->handshake->phase;
 	p->records = 1;
 	cuip_response_free(resp);
 	return ret;
@@ -422,12 +430,17 @@ static int step_quiesce(struct cuip_group *g, struct cuip_part *p, const void *a
 {
 	Cuip__Request req = CUIP__REQUEST__INIT;
 	Cuip__Quiesce q = CUIP__QUIESCE__INIT;
+	int ret;
 
 	q.timeout_ms = g->o->quiesce_timeout_ms;
 	req.body_case = CUIP__REQUEST__BODY_QUIESCE;
 	req.quiesce = &q;
 	p->quiesced = true;
-	return call(g, p, &req, -1, g->o->quiesce_timeout_ms + op_timeout(g), NULL);
+	ret = call(g, p, &req, -1, g->o->quiesce_timeout_ms + op_timeout(g), NULL);
+	/* Another checkpoint's gate: not ours to reopen. */
+	if (ret == -EALREADY)
+		p->quiesced = false;
+	return ret;
 }
 
 static bool has_mc(const Cuip__ProcessState *st)
@@ -680,7 +693,7 @@ static int check_outsider(struct cuip_group *g, const struct cuip_part *via, con
 	if (fd < 0)
 		return 0; /* stale socket of a process that is gone */
 	hs.protocol = CUIP_FORMAT_VERSION;
-	hs.client = (char *)"plugin";
+	hs.client = (char *)(g->client ? g->client : "plugin");
 	req.body_case = CUIP__REQUEST__BODY_HANDSHAKE;
 	req.handshake = &hs;
 	if (cuip_call(fd, &req, -1, tmo, &resp, err, sizeof(err)))
@@ -812,7 +825,38 @@ static int write_images(struct cuip_group *g)
 	pr_info("IMAGES: %zu topology images + inventory, %.3f s%s", g->n, cuip_now() - t0, ret ? " (FAILED)" : "");
 	if (g->after_phase)
 		g->after_phase(g, "IMAGES", ret);
+	if (g->on_phase)
+		g->on_phase(g, "IMAGES", true, ret);
 	return ret;
+}
+
+static const char *phase_label(int ph)
+{
+	static const char *names[] = {"unknown", "ACTIVE", "QUIESCED", "PREPARED", "RESTORING", "FAILED"};
+
+	return ph > 0 && (size_t)ph < sizeof(names) / sizeof(names[0]) ? names[ph] : names[0];
+}
+
+/*
+ * A participant that is not ACTIVE is in another checkpoint (in progress,
+ * or dead and waiting for its guardian's rollback): refuse before anything
+ * is sent that could disturb it. Nothing is marked quiesced, so the
+ * rollback that follows only closes our connections.
+ */
+static int refuse_busy(struct cuip_group *g)
+{
+	for (size_t i = 0; i < g->n; i++) {
+		const struct cuip_part *p = &g->p[i];
+
+		if (p->phase == CUIP__PHASE__PHASE_ACTIVE)
+			continue;
+		snprintf(g->err, sizeof(g->err),
+			 "pid %d is in phase %s: another checkpoint or restore of it is in progress (or is being "
+			 "rolled back); this dump leaves it alone, try again when it has finished",
+			 p->pid, phase_label(p->phase));
+		return -EBUSY;
+	}
+	return 0;
 }
 
 /*
@@ -828,8 +872,8 @@ static int quiesce_with_retries(struct cuip_group *g)
 	int ret;
 
 	for (unsigned a = 0;; a++) {
-		if ((ret = connect_all(g, NULL)) || (ret = run_phase(g, "INSPECT", step_inspect, NULL, NULL)) ||
-		    (ret = preflight(g)))
+		if ((ret = connect_all(g, NULL)) || (ret = refuse_busy(g)) ||
+		    (ret = run_phase(g, "INSPECT", step_inspect, NULL, NULL)) || (ret = preflight(g)))
 			return ret;
 		ret = run_phase(g, "QUIESCE", step_quiesce, NULL, NULL);
 		if (ret != -ETIMEDOUT)
@@ -904,7 +948,7 @@ static bool rebuild_applies(const struct cuip_group *g, const struct cuip_part *
 
 static bool load_applies(const struct cuip_group *g, const struct cuip_part *p, const void *arg)
 {
-	return rebuild_applies(g, p, arg) && topo_of(g, p, arg)->n_carriers > 0;
+	return rebuild_applies(g, p, arg) && topo_of(g, p, arg)->n_carriers > 0 && !p->loaded;
 }
 
 static int step_load(struct cuip_group *g, struct cuip_part *p, const void *arg)
@@ -1193,6 +1237,39 @@ static void drop_dead(struct cuip_group *g, Cuip__Topology *topo, const Cuip__To
 	g->n = k;
 }
 
+/*
+ * What the participants say (HANDSHAKE's phase) over what the flags
+ * assumed: a step's flags are set before its request is sent, and a
+ * coordinator that died mid-phase (the guardian's rollback) cannot know
+ * who got it. ACTIVE: nothing to undo. QUIESCED: unicast memory attached
+ * (the request never came, or was undone), only multicast may be detached.
+ */
+static void reconcile(struct cuip_group *g, bool *any_torn, bool *any_unicast_down)
+{
+	*any_torn = *any_unicast_down = false;
+	for (size_t i = 0; i < g->n; i++) {
+		struct cuip_part *p = &g->p[i];
+
+		if (p->phase == CUIP__PHASE__PHASE_ACTIVE) {
+			p->quiesced = p->torn_down = p->unicast_down = false;
+		} else if (p->phase == CUIP__PHASE__PHASE_RESTORING) {
+			/* A rebuild was under way (criu died in an in-place
+			 * restore): its LOAD ran to the end on the interposer's
+			 * op thread, and LOAD refuses attached memory. Had it
+			 * failed, REBUILD_CREATORS refuses what it left. */
+			pr_warn("pid %d is RESTORING: a rebuild was under way; redoing it from REBUILD", p->pid);
+			p->loaded = true;
+		} else if (p->phase == CUIP__PHASE__PHASE_QUIESCED && p->unicast_down) {
+			pr_warn("pid %d is QUIESCED with its unicast memory attached: PREPARE_UNICAST never reached it",
+				p->pid);
+			p->unicast_down = false;
+			p->torn_down = has_mc(p->st);
+		}
+		*any_torn |= p->torn_down;
+		*any_unicast_down |= p->unicast_down;
+	}
+}
+
 int cuip_group_rollback(struct cuip_group *g)
 {
 	Cuip__Topology *topo = calloc(g->n ? g->n : 1, sizeof(*topo));
@@ -1223,6 +1300,8 @@ int cuip_group_rollback(struct cuip_group *g)
 	cuip_group_disconnect(g);
 	drop_dead(g, topo, tp);
 	ret = connect_all(g, NULL);
+	if (!ret)
+		reconcile(g, &any_torn, &any_unicast_down);
 	if (!ret && any_torn)
 		ret = finish_teardown(g, any_unicast_down);
 	if (!ret && any_torn)

@@ -36,6 +36,8 @@ struct cuip_part {
 	bool quiesced;		 /* QUIESCE was sent: the gate may be closed */
 	bool torn_down;		 /* multicast or unicast detached: rebuild needed */
 	bool unicast_down;	 /* PREPARE_UNICAST was sent: LOAD and unicast stages too */
+	int phase;		 /* Cuip__Phase from the last HANDSHAKE */
+	bool loaded;		 /* rollback: found RESTORING, its LOAD already ran */
 
 	/* result of the phase in progress */
 	int status;
@@ -56,6 +58,13 @@ struct cuip_group {
 	char err[1024];	      /* the first failure, for the caller's message */
 	/* test hook: called after every phase barrier with its name */
 	void (*after_phase)(struct cuip_group *g, const char *phase, int status);
+	/*
+	 * Progress hook (hooks.c: the guardian and fault injection): called
+	 * before a phase starts (after = false; a nonzero return fails the
+	 * phase with g->err set by the hook) and after its barrier.
+	 */
+	int (*on_phase)(struct cuip_group *g, const char *phase, bool after, int status);
+	const char *client; /* HANDSHAKE client name; NULL: "plugin" */
 };
 
 /* Connect (if needed) and handshake with every participant; check that the

@@ -46,6 +46,8 @@
 #pragma GCC visibility pop
 
 #include "coord.h"
+#include "fault.h"
+#include "guardian.h"
 #include "images.h"
 #include "log.h"
 #include "native.h"
@@ -138,6 +140,15 @@ static bool leave_running(void)
 	cmdline_value("-R", &r);
 	cmdline_value("--leave-running", &lr);
 	return r || lr;
+}
+
+/* CRIU's --freeze-cgroup, for the guardian to thaw (NULL: none). */
+static const char *freeze_cgroup(void)
+{
+	bool present;
+	const char *v = cmdline_value("--freeze-cgroup", &present);
+
+	return present ? v : NULL;
 }
 
 static unsigned lock_timeout_ms(void)
@@ -387,6 +398,35 @@ static int native_restore(char *err, size_t errlen)
 	return ret;
 }
 
+/* Every coordinator phase: the guardian hears of it before and after;
+ * CUINTERPOSE_FAULT may strike once the guardian knows. */
+static int on_phase(struct cuip_group *g, const char *phase, bool after, int status)
+{
+	int ret = cuip_guardian_phase(g, phase, after);
+	char begin[80];
+
+	(void)status;
+	if (!after) {
+		snprintf(begin, sizeof(begin), "begin:%s", phase);
+		cuip_fault(begin);
+		return ret;
+	}
+	cuip_fault(phase);
+	return 0;
+}
+
+/* Progress outside the coordinator (native steps): 0 or -EPIPE. */
+static int note(const char *phase, bool after, char *err, size_t errlen)
+{
+	int ret = cuip_guardian_phase(&S.g, phase, after);
+
+	if (ret)
+		snprintf(err, errlen, "%.400s", S.g.err);
+	if (after)
+		cuip_fault(phase);
+	return ret;
+}
+
 /* ---- dump --------------------------------------------------------------- */
 
 static int write_native_only_inventory(void)
@@ -603,12 +643,29 @@ static int pause_group(pid_t root)
 	pr_info("dump of tree %d: %zu processes, %zu participants, %zu CUDA processes, %zu with the interposer but "
 		"no CUDA",
 		root, S.n_tree, S.g.n, S.n_nat, S.n_ordinary);
+	for (size_t i = 0; i < S.n_nat; i++) {
+		if (S.nat[i].initial == CUIP_NATIVE_RUNNING)
+			continue;
+		pr_err("dump refused: pid %d is natively %s: another checkpoint of it is in progress (or was left "
+		       "unfinished); this dump leaves it alone",
+		       S.nat[i].pid, cuip_native_state_name(S.nat[i].initial));
+		/* Not ours: fini must not restore or unlock anything. */
+		for (size_t k = 0; k < S.n_nat; k++)
+			S.nat[k].locked = S.nat[k].checkpointed = false;
+		return -EBUSY;
+	}
+	if (S.g.n && (ret = find_sockets(err, sizeof(err)))) {
+		pr_err("%s", err);
+		return ret;
+	}
+	S.g.on_phase = on_phase;
+	ret = cuip_guardian_start_dump(&S.g, S.nat, S.n_nat, freeze_cgroup(), err, sizeof(err));
+	if (ret) {
+		pr_err("dump refused: %s; nothing could roll the job back if criu died", err);
+		return ret;
+	}
+	cuip_fault("discovery");
 	if (S.g.n) {
-		ret = find_sockets(err, sizeof(err));
-		if (ret) {
-			pr_err("%s", err);
-			return ret;
-		}
 		ret = cuip_group_dump(&S.g);
 		if (ret) {
 			pr_err("dump refused: %s; %s", S.g.err,
@@ -621,7 +678,12 @@ static int pause_group(pid_t root)
 		return ret;
 	}
 
-	ret = cuip_native_lock_all(S.nat, S.n_nat, lock_timeout_ms(), err, sizeof(err));
+	ret = note("native-lock", false, err, sizeof(err));
+	if (!ret) {
+		ret = cuip_native_lock_all(S.nat, S.n_nat, lock_timeout_ms(), err, sizeof(err));
+		if (!ret)
+			ret = note("native-lock", true, err, sizeof(err));
+	}
 	if (ret) {
 		char e2[512];
 		pr_err("dump refused: %s (lock timeout %u ms, CUINTERPOSE_LOCK_TIMEOUT_MS)", err, lock_timeout_ms());
@@ -697,6 +759,8 @@ static int cuip_checkpoint_devices(int pid)
 		return 0;
 	S.checkpointed = true;
 	t0 = cuip_now();
+	if ((ret = note("native-checkpoint", false, err, sizeof(err))))
+		goto out;
 	ret = thaw_restore_threads(&th);
 	if (!ret)
 		ret = cuip_native_checkpoint_all(S.nat, S.n_nat, err, sizeof(err));
@@ -706,11 +770,15 @@ static int cuip_checkpoint_devices(int pid)
 		snprintf(err, sizeof(err), "cannot stop the CUDA restore threads again");
 		ret = -EIO;
 	}
+	if (!ret)
+		ret = note("native-checkpoint", true, err, sizeof(err));
+out:
 	if (ret) {
 		pr_err("native checkpoint failed: %s; the dump fails and the job is restored in place", err);
 		return -1;
 	}
 	pr_info("CHECKPOINT_DEVICES done: %zu CUDA processes checkpointed, %.3f s", S.n_nat, cuip_now() - t0);
+	cuip_fault_memdump(S.g.imgdir);
 	check_single_threaded("CHECKPOINT_DEVICES");
 	return 0;
 }
@@ -785,10 +853,14 @@ static int resume_group(pid_t root)
 	S.n_tree = (size_t)n;
 	S.g.o = &S.o;
 	S.g.imgdir = image_dir();
+	S.g.on_phase = on_phase;
 	ret = cuip_images_read(S.g.imgdir, &ck, err, sizeof(err));
 	if (ret)
 		goto fail; /* init declined already when there was nothing of ours */
 	S.active = true;
+	ret = cuip_guardian_start_restore(S.tree, S.n_tree, S.g.imgdir, err, sizeof(err));
+	if (ret)
+		goto fail;
 	for (size_t i = 0; i < S.n_tree; i++) {
 		int has = cuip_proc_has_interposer(S.tree[i]);
 
@@ -841,6 +913,7 @@ static int resume_group(pid_t root)
 	ret = native_restore(err, sizeof(err));
 	if (ret)
 		goto fail;
+	cuip_fault("native-restore");
 	if (S.g.n) {
 		ret = thaw_interposer_threads(&th, err, sizeof(err));
 		if (!ret)
@@ -867,6 +940,7 @@ fail:
 	cuip_native_close();
 	refreeze(&th);
 	kill_tree(err[0] ? err : strerror(-ret));
+	cuip_guardian_end("the restore failed and criu killed the restored tree");
 	free(vpids);
 	cuip_images_free(&ck);
 	return ret ? ret : -1;
@@ -907,6 +981,10 @@ static int cuip_init(int stage)
 		return -1;
 	}
 	cuip_log_set_verbose(S.o.verbose);
+	if (cuip_fault_load(err, sizeof(err))) {
+		pr_err("%s", err);
+		return -1;
+	}
 	if (stage == CR_PLUGIN_STAGE__RESTORE) {
 		bool (*check)(const char *, size_t) =
 			(bool (*)(const char *, size_t))criu_sym("check_and_remove_inventory_plugin");
@@ -939,7 +1017,13 @@ static void cuip_fini(int stage, int ret)
 			else
 				pr_info("in-place restore complete: the job keeps running with its sharing intact");
 		}
+		cuip_guardian_end(ret  ? "the dump failed and criu restored the job in place"
+				  : lr ? "commit: --leave-running, the job was restored in place"
+				       : "commit: the dump succeeded and CRIU ends the dumped tasks");
 	}
+	if (stage == CR_PLUGIN_STAGE__RESTORE && S.active)
+		cuip_guardian_end(ret ? "the restore failed; CRIU ends the restored tasks"
+				      : "commit: the restore is complete");
 	cuip_group_disconnect(&S.g);
 	reset_state();
 }

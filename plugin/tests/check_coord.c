@@ -35,6 +35,7 @@ struct fake {
 	const char *delay_on;
 	unsigned delay_ms;
 	int save_short;
+	int phase; /* Cuip__Phase as an interposer would report it; 0: ACTIVE */
 	char log[64][24];
 	int nlog;
 };
@@ -158,12 +159,22 @@ static void serve(struct fake *f, int c)
 		bye = req->body_case == CUIP__REQUEST__BODY_BYE;
 		if (f->delay_on && !strcmp(f->delay_on, name))
 			usleep(f->delay_ms * 1000);
+		/* The phase an interposer would be in (ops.c): a failed QUIESCE
+		 * reopens the gate, a failed PREPARE_UNICAST leaves it PREPARED. */
+		if (req->body_case == CUIP__REQUEST__BODY_QUIESCE && !(f->fail_on && !strcmp(f->fail_on, name)))
+			f->phase = CUIP__PHASE__PHASE_QUIESCED;
+		else if (req->body_case == CUIP__REQUEST__BODY_PREPARE_UNICAST)
+			f->phase = CUIP__PHASE__PHASE_PREPARED;
+		else if (req->body_case == CUIP__REQUEST__BODY_LOAD || req->body_case == CUIP__REQUEST__BODY_REBUILD)
+			f->phase = CUIP__PHASE__PHASE_RESTORING;
+		else if (req->body_case == CUIP__REQUEST__BODY_RESUME && !(f->fail_on && !strcmp(f->fail_on, name)))
+			f->phase = CUIP__PHASE__PHASE_ACTIVE;
 		if (f->fail_on && !strcmp(f->fail_on, name)) {
 			resp.status = -EIO;
 			resp.error = (char *)"injected failure";
 		} else if (req->body_case == CUIP__REQUEST__BODY_HANDSHAKE) {
 			hr.self = &f->fx.self;
-			hr.phase = CUIP__PHASE__PHASE_ACTIVE;
+			hr.phase = f->phase ? (Cuip__Phase)f->phase : CUIP__PHASE__PHASE_ACTIVE;
 			hr.version = (char *)"test";
 			resp.body_case = CUIP__RESPONSE__BODY_HANDSHAKE;
 			resp.handshake = &hr;
@@ -367,6 +378,31 @@ START_TEST(failure_after_teardown_rebuilds_from_the_saved_bytes)
 }
 END_TEST
 
+/* A second rollback over a rebuild that died half-way (the guardian's,
+ * after criu died in its own): participants say RESTORING, their LOAD ran;
+ * it goes on from REBUILD, never LOADs twice. */
+START_TEST(a_rollback_over_a_half_done_rebuild_does_not_load_again)
+{
+	int loads;
+
+	group_of(3);
+	fk[2].fail_on = "PREPARE_UNICAST";
+	fk[1].fail_on = "REBUILD2"; /* the first rollback dies in REBUILD_IMPORTERS */
+	ck_assert_int_eq(cuip_group_dump(&g), -EIO);
+	ck_assert(g.rollback_failed);
+	ck_assert_int_ge(ev_first(0, "REQ LOAD"), 0);
+	loads = ev_last(0, "REQ LOAD");
+	fk[1].fail_on = NULL;
+	fk[2].fail_on = NULL;
+	ck_assert_int_eq(cuip_group_rollback(&g), 0);
+	ck_assert_int_eq(ev_last(0, "REQ LOAD"), loads);
+	ck_assert_int_gt(ev_last(1, "REQ REBUILD2"), loads);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_gt(ev_last(i, "REQ RESUME"), ev_last(-1, "REP VERIFY"));
+	group_done();
+}
+END_TEST
+
 START_TEST(save_moving_fewer_bytes_than_expected_is_refused)
 {
 	group_of(2);
@@ -451,6 +487,7 @@ Suite *coord_suite(void)
 	tcase_add_test(t, a_participant_holding_its_reply_blocks_everyones_next_phase);
 	tcase_add_test(t, dump_stops_at_the_first_failing_participant_and_reopens_the_gates);
 	tcase_add_test(t, failure_after_teardown_rebuilds_from_the_saved_bytes);
+	tcase_add_test(t, a_rollback_over_a_half_done_rebuild_does_not_load_again);
 	tcase_add_test(t, save_moving_fewer_bytes_than_expected_is_refused);
 	tcase_add_test(t, preflight_refusal_changes_nothing);
 	tcase_add_test(t, an_importer_outside_the_group_refuses_the_dump);

@@ -12,6 +12,7 @@ Suite *coord_suite(void);
 Suite *discovery_suite(void);
 Suite *agent_suite(void);
 Suite *startgate_suite(void);
+Suite *guardian_suite(void);
 
 int main(void)
 {
@@ -22,6 +23,7 @@ int main(void)
 	srunner_add_suite(sr, discovery_suite());
 	srunner_add_suite(sr, agent_suite());
 	srunner_add_suite(sr, startgate_suite());
+	srunner_add_suite(sr, guardian_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

@@ -2,7 +2,7 @@
 # run.sh - the real-GPU validation and benchmark suite, in one command.
 #
 #   bundle/scripts/run.sh [--sizes GiB,GiB,...] [--reps N] [--out DIR] [--budget SECONDS]
-#                         [--only facts,val,ipc,gpu2,base,pool,bench,micro,scale] [--micro-iters N]
+#                         [--only facts,val,ipc,gpu2,base,pool,bench,micro,scale,killed,fw] [--micro-iters N]
 #                         [--native-baseline]
 #
 # Runs from a bundle made by test/gpu/bundle.sh (bin/criu, lib/, plugins/,
@@ -33,6 +33,10 @@
 #  fw      the real-framework jobs (fw.sh): PyTorch IPC and expandable
 #          segments, cudaMallocAsync, a transformers LLM, CuPy IPC and small
 #          arrays, against CRIU's upstream cuda_plugin
+#  killed  criu SIGKILLed (CUINTERPOSE_FAULT) after the native checkpoint of a
+#          dump: the guardian restores and rebuilds the job in place; then
+#          criu killed during a restore's LOAD: the guardian kills the tree
+#          and the same images restore; bytes, addresses, a kernel checked
 #  scale   scale-bench: SCALE_PROCS (4) processes x SCALE_ALLOCS (256) allocations,
 #          every SCALE_EVERY-th (4) shared: the coordinator's phases, native
 #          lock/checkpoint/restore/unlock of each process alone and of all at
@@ -57,7 +61,7 @@ SIZES=1,4
 REPS=3
 OUTDIR=
 BUDGET=420
-ONLY=facts,val,gpu2,ipc,base,pool,bench,micro,scale
+ONLY=facts,val,gpu2,ipc,base,pool,bench,micro,scale,killed
 MICRO_ITERS=200000
 NATIVE_BASE=0
 while [ $# -gt 0 ]; do
@@ -385,6 +389,52 @@ sc_pool() {
 		echo "ok: private pools, $n processes, 2 cycles, bytes and addresses verified" >"$T/why"
 	fi
 	kill_job
+}
+
+# killed NAME: criu killed part-way through a dump, then through a restore
+# (the guardian's rollback and tree kill on the real driver; README "When
+# criu dies part-way"). Recovery times come from the guardian's log.
+sc_killed() {
+	local name=$1 before pids glog i
+	fail() { echo "$*" >"$T/why"; echo "FAIL: $*"; exit 1; }
+	guardian_says() { # DIR TEXT: wait (bounded) for TEXT in DIR's guardian log
+		for ((i = 0; i < 1200; i++)); do
+			grep -qs "$2" "$1/cuinterpose-guardian.log" && return 0
+			sleep 0.05
+		done
+		return 1
+	}
+	start_job "$name" 2 1 || fail "start: $(tail -n 1 "$T/$name/job.log")"
+	cmd 60 add 0 3 && cmd 60 verify || fail "before: $CMDERR"
+	before=$(answers)
+	CUINTERPOSE_FAULT=kill@native-checkpoint criu_do dump "$T/$name/k" "$T/plugins" && fail "killed dump succeeded"
+	guardian_says "$T/$name/k" "rollback complete\|ROLLBACK FAILED" || fail "no guardian verdict after the killed dump"
+	grep -q "rollback complete" "$T/$name/k/cuinterpose-guardian.log" ||
+		fail "dump rollback: $(tail -n 3 "$T/$name/k/cuinterpose-guardian.log" | tr '\n' ' ')"
+	echo "dump: $(grep -o 'rollback complete in [0-9.]* s' "$T/$name/k/cuinterpose-guardian.log")" >"$T/$name/times"
+	cmd 120 verify || fail "bytes after the killed dump: $CMDERR"
+	[ "$(answers)" = "$before" ] || fail "addresses changed after the killed dump"
+	cmd 60 add 1 4 && cmd 120 verify || fail "kernel after the killed dump: $CMDERR"
+	before=$(answers)
+	pids=$(job_pids)
+	criu_do dump "$T/$name/d" "$T/plugins" || fail "criu dump after the killed one"
+	wait_gone $pids || fail "dumped processes still alive"
+	CUINTERPOSE_FAULT=kill@LOAD criu_do restore "$T/$name/d" "$T/plugins"
+	guardian_says "$T/$name/d" "restored tree killed" || fail "the guardian did not kill the half-restored tree"
+	wait_gone $pids || fail "a half-restored process is still alive"
+	echo "restore: $(grep -o 'restored tree killed [0-9.]* s' "$T/$name/d/cuinterpose-guardian.log")" >>"$T/$name/times"
+	criu_do restore "$T/$name/d" "$T/plugins" || fail "criu restore after the killed one"
+	cmd 120 verify || fail "bytes after restore: $CMDERR"
+	[ "$(answers)" = "$before" ] || fail "addresses changed after restore"
+	cmd 60 add 0 5 && cmd 120 verify || fail "kernel after restore: $CMDERR"
+	cmd 30 exit
+	echo "ok: $(tr '\n' ';' <"$T/$name/times")" >"$T/why"
+	kill_job
+}
+
+run_killed() {
+	scenario killed killed killed
+	[ $SC_RC = 0 ] && result killed PASS "$SC_WHY" || result killed FAIL "$SC_WHY"
 }
 
 # scenario NAME FUNC ARGS...: run one scenario; PASS/FAIL/XFAIL row
@@ -737,6 +787,7 @@ want micro && run_micro
 want bench && run_bench
 want scale && run_scale
 want fw && run_fw
+want killed && run_killed
 
 finish
 ! grep -qP '\t(FAIL|UNEXPECTED-PASS)\t' "$RESULTS"

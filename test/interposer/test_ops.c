@@ -467,6 +467,43 @@ START_TEST(quiesce_then_resume_without_teardown)
 }
 END_TEST
 
+/* A second checkpoint's QUIESCE on another connection is refused while the
+ * first's connection is open (whatever the phase), and accepted once it is
+ * gone; the first's gate stays closed throughout. */
+START_TEST(a_second_checkpoint_is_refused_while_the_first_is_connected)
+{
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Quiesce q = CUIP__QUIESCE__INIT;
+	Cuip__Response *r;
+	int a, b;
+
+	h_init(0);
+	a = h_connect(0);
+	b = h_connect(0);
+	q.timeout_ms = 1000;
+	req.body_case = CUIP__REQUEST__BODY_QUIESCE;
+	req.quiesce = &q;
+	ok_call(a, &req, -1, "QUIESCE");
+	r = call(b, &req, -1);
+	ck_assert_int_eq(r->status, -EALREADY);
+	ck_assert_ptr_nonnull(strstr(r->error, "another checkpoint of this process is in progress (phase QUIESCED)"));
+	cuip__response__free_unpacked(r, NULL);
+	r = inspect(b);
+	ck_assert_int_eq(r->state->phase, CUIP__PHASE__PHASE_QUIESCED);
+	cuip__response__free_unpacked(r, NULL);
+	/* The first's coordinator dies (no BYE): the gate stays closed until
+	 * someone rolls it back; then a new checkpoint may start. */
+	close(a);
+	r = inspect(b);
+	ck_assert_int_eq(r->state->phase, CUIP__PHASE__PHASE_QUIESCED);
+	cuip__response__free_unpacked(r, NULL);
+	flag(b, CUIP__REQUEST__BODY_RESUME, "RESUME");
+	ok_call(b, &req, -1, "QUIESCE");
+	flag(b, CUIP__REQUEST__BODY_RESUME, "RESUME");
+	close(b);
+}
+END_TEST
+
 struct slow {
 	CUcontext ctx;
 	CUdeviceptr va;
@@ -602,6 +639,7 @@ Suite *ops_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, save_prepare_load_rebuild_verify_resume_across_two_processes);
 	tcase_add_test(tc, quiesce_then_resume_without_teardown);
+	tcase_add_test(tc, a_second_checkpoint_is_refused_while_the_first_is_connected);
 	tcase_add_test(tc, quiesce_times_out_on_a_call_in_flight_and_reopens_the_gate);
 	tcase_add_test(tc, quiesce_times_out_on_device_work_that_cannot_drain_and_reopens_the_gate);
 	suite_add_tcase(s, tc);

@@ -1,0 +1,64 @@
+/*
+ * guardian.h - the process that owns the rollback when criu cannot.
+ *
+ * A dump that dies before its commit point (criu killed or crashed, or
+ * stopped beyond CUINTERPOSE_GUARDIAN_STOP_MS) would leave the job gated
+ * or natively checkpointed with nobody to bring it back. The guardian is a
+ * double-forked, setsid() copy of criu started by the hooks at
+ * PAUSE_DEVICES (dump) and RESUME_DEVICES_LATE (restore): not criu's
+ * child, not traced by criu, never in the dumped tree. It holds a pidfd on
+ * criu and a stream socket from it, over which criu reports progress: each
+ * coordinator phase before it starts and after its barrier, with the
+ * participants' flags, and their topologies (after INSPECT and SAVE).
+ *
+ * Commit point (dump): the plugin's fini of a dump that succeeded without
+ * --leave-running (CRIU kills the tasks next), or the end of the in-place
+ * restore of a failed or --leave-running dump. Before it, if criu goes
+ * away, the guardian thaws the freezer cgroup (--freeze-cgroup), restores
+ * and unlocks what the driver reports locked or checkpointed, rebuilds the
+ * sharing from what was saved and reopens every gate (coord.c's rollback),
+ * then exits. Restore: until fini(RESTORE, 0), criu's death makes the
+ * guardian SIGKILL the restored tree (images are only read: the next
+ * attempt uses them as they are).
+ *
+ * What happened is logged to criu's log and to cuinterpose-guardian.log in
+ * the image directory. State: one guardian per criu process, criu's main
+ * thread only.
+ */
+#ifndef CUIP_PLUGIN_GUARDIAN_H
+#define CUIP_PLUGIN_GUARDIAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "coord.h"
+#include "native.h"
+
+#define CUIP_GUARDIAN_LOG  "cuinterpose-guardian.log"
+#define CUIP_GUARDIAN_COMM "criu-cuip-guard"
+
+/*
+ * Dump: start the guardian for group g (participants found, not yet
+ * connected) and the CUDA processes nat[0..n_nat). freeze_cgroup: CRIU's
+ * --freeze-cgroup or NULL. 0, or -errno with err set (the dump must not go
+ * on without it).
+ */
+int cuip_guardian_start_dump(struct cuip_group *g, struct cuip_native_proc *nat, size_t n_nat,
+			     const char *freeze_cgroup, char *err, size_t errlen);
+
+/* Restore: guard the restored tree (kill it if criu dies before commit). */
+int cuip_guardian_start_restore(const pid_t *tree, size_t n, int imgdir, char *err, size_t errlen);
+
+/* Progress of the dump (coordinator phases, "native-lock", ...): 0, or
+ * -EPIPE with g->err set when the guardian is gone. */
+int cuip_guardian_phase(struct cuip_group *g, const char *phase, bool after);
+
+/* The duty ends: commit (the tasks will be killed, or run rebuilt) or
+ * criu did the rollback itself. The guardian exits. */
+void cuip_guardian_end(const char *how);
+
+/* The guardian's pid, 0 when none. */
+pid_t cuip_guardian_pid(void);
+
+#endif /* CUIP_PLUGIN_GUARDIAN_H */

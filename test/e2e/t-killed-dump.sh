@@ -1,0 +1,192 @@
+# criu killed part-way through a dump (#21): at every phase boundary
+# (CUINTERPOSE_FAULT=kill@POINT), SIGSTOPped beyond the guardian's bound,
+# and with its guardian or native agent killed. Each time the job answers
+# with every byte, address and sharing intact, no FD or mapping leaked, the
+# guardian's log next to the images and the job's stderr say what happened,
+# and the next dump still works. One job serves every kill point.
+. "$srcdir/lib.sh"
+
+export CUINTERPOSE_QUIESCE_RETRIES=0
+export MALLOC_ARENA_MAX=1 # see t-faults.sh
+N=3
+K=0
+
+snapshot() {
+	for p in $(job_pids); do
+		echo "$p fds $(ls /proc/$p/fd | wc -l) maps $(wc -l </proc/$p/maps)"
+		awk '{print $1, $6}' /proc/$p/maps >"$T/maps.$p.now"
+		ls -l /proc/$p/fd | awk '{print $9, $11}' >"$T/fds.$p.now"
+	done
+}
+
+intact() {
+	for p in $(job_pids); do alive $p || fail "$1: pid $p died"; done
+	cmd $N verify $GEN
+	[ "$(answers $N)" = "$before" ] || fail "$1: addresses changed"
+	same=0
+	for _ in $(seq 20); do
+		[ "$(snapshot)" = "$snap" ] && { same=1; break; }
+		sleep 0.1
+	done
+	[ $same = 1 ] || fail "$1: FDs or mappings leaked: before
+$snap
+after
+$(snapshot)
+$(for f in "$T"/*.ref; do diff "$f" "${f%.ref}.now"; done)"
+}
+
+# guardian_done DIR: wait for the guardian's verdict in DIR's log (it is
+# written when the rollback has finished; bounded, not a pacing sleep).
+guardian_done() {
+	glog=$1/cuinterpose-guardian.log
+	for _ in $(seq 600); do
+		grep -qs "rollback complete\|ROLLBACK FAILED" "$glog" && break
+		sleep 0.05
+	done
+	grep -qs "rollback complete" "$glog" || fail "no completed rollback in $glog: $(cat "$glog" 2>&1)"
+	grep -h "rollback complete" "$glog" | sed 's/.*rollback complete/rollback complete/'
+}
+
+# killed POINT [ACTION]: criu dies at POINT; the guardian rolls back.
+killed() {
+	K=$((K + 1))
+	note "kill $K: ${2:-kill}@$1"
+	if CUINTERPOSE_FAULT=${2:-kill}@$1 criu_dump "$T/f$K" >"$T/f$K.out" 2>&1; then
+		fail "$1: criu dump succeeded"
+	fi
+	grep -q "fault injection (CUINTERPOSE_FAULT): ${2:-kill} at $1" "$T/f$K/dump.log" ||
+		fail "$1: the fault did not fire"
+	guardian_done "$T/f$K"
+	intact "kill at $1"
+}
+
+start_job $N
+GEN=0
+cmd $N write 1 $GEN
+cmd $N verify $GEN
+before=$(answers $N)
+criu_dump "$T/warm" --leave-running || fail "warm-up dump"
+cmd $N verify $GEN
+snap=$(snapshot)
+for f in "$T"/*.now; do mv "$f" "${f%.now}.ref"; done
+
+for point in discovery begin:QUIESCE QUIESCE PREPARE_MULTICAST SAVE IMAGES begin:PREPARE_UNICAST PREPARE_UNICAST \
+	native-lock native-checkpoint memdump; do
+	killed $point
+done
+# criu died with PREPARE_UNICAST begun but sent to nobody: the guardian
+# believes what the participants say (QUIESCED, memory attached).
+grep -q "is QUIESCED with its unicast memory attached: PREPARE_UNICAST never reached it" "$T/f7/dump.log" ||
+	fail "begin:PREPARE_UNICAST: the guardian did not reconcile its flags"
+grep -q "criu went away in the middle of a checkpoint" "$T/job.log" || fail "nothing in the job's stderr"
+grep -q "the checkpoint's control connection was lost in phase QUIESCED (criu killed or crashed?)" "$T/job.log" ||
+	fail "the job's stderr does not say its checkpoint connection was lost"
+
+# --leave-running: criu dies during its own in-place restore (the commit
+# point is its end); the guardian redoes it from where it stood.
+for point in LOAD REBUILD_CREATORS REBUILD_IMPORTERS VERIFY; do
+	K=$((K + 1))
+	note "kill $K: kill@$point of the in-place restore (--leave-running)"
+	CUINTERPOSE_FAULT=kill@$point criu_dump "$T/f$K" --leave-running >"$T/f$K.out" 2>&1 &&
+		fail "$point (--leave-running): criu dump succeeded"
+	guardian_done "$T/f$K"
+	intact "kill at $point of the in-place restore"
+done
+grep -q "is RESTORING: a rebuild was under way; redoing it from REBUILD" "$T/f$((K - 3))/dump.log" ||
+	fail "in-place LOAD: the guardian did not see the rebuild under way"
+
+# criu stopped beyond the bound: the guardian kills it and rolls back.
+K=$((K + 1))
+note "kill $K: stop@SAVE, bound 1500 ms"
+if CUINTERPOSE_GUARDIAN_STOP_MS=1500 CUINTERPOSE_FAULT=stop@SAVE criu_dump "$T/f$K" >"$T/f$K.out" 2>&1; then
+	fail "stopped criu: dump succeeded"
+fi
+# (the shell's wait returns when criu stops; the guardian's log says the rest)
+guardian_done "$T/f$K"
+grep -q "has been stopped for 1500 ms" "$T/f$K/cuinterpose-guardian.log" || fail "stopped criu: not killed by the bound"
+intact "criu stopped beyond the bound"
+
+# The guardian killed: criu does not go on without it, and rolls back itself.
+K=$((K + 1))
+note "kill $K: kill-guardian@QUIESCE"
+if CUINTERPOSE_FAULT=kill-guardian@QUIESCE criu_dump "$T/f$K" >"$T/f$K.out" 2>&1; then
+	fail "dump without a guardian succeeded"
+fi
+grep -q "is gone: refusing to go on with PREPARE_MULTICAST without it" "$T/f$K/dump.log" ||
+	fail "no refusal after the guardian died: $(grep cuinterpose "$T/f$K/dump.log" | tail -15)"
+grep -q "rollback complete" "$T/f$K/dump.log" || fail "criu did not roll back after the guardian died"
+intact "guardian killed"
+
+# The native agent killed before the lock and before the checkpoint.
+for point in PREPARE_UNICAST native-lock; do
+	K=$((K + 1))
+	note "kill $K: kill-agent@$point"
+	if CUINTERPOSE_FAULT=kill-agent@$point criu_dump "$T/f$K" >"$T/f$K.out" 2>&1; then
+		fail "agent killed at $point: dump succeeded"
+	fi
+	grep -q "native agent\|agent died\|killed by signal 9" "$T/f$K/dump.log" ||
+		fail "agent killed at $point: no message: $(grep cuinterpose "$T/f$K/dump.log" | tail -15)"
+	grep -q "rollback complete\|in-place restore complete" "$T/f$K/dump.log" ||
+		fail "agent killed at $point: no rollback: $(grep cuinterpose "$T/f$K/dump.log" | tail -15)"
+	intact "agent killed at $point"
+done
+
+# A second dump while the first is held part-way (stopped, no bound) is
+# refused and leaves the first alone, which then completes.
+K=$((K + 1))
+note "kill $K: a second dump during the first"
+CUINTERPOSE_GUARDIAN_STOP_MS=0 CUINTERPOSE_FAULT=stop@PREPARE_UNICAST criu_dump "$T/f$K" --leave-running \
+	>"$T/f$K.out" 2>&1 &
+first=$!
+for _ in $(seq 600); do
+	grep -qs "stop at PREPARE_UNICAST" "$T/f$K/dump.log" && break
+	sleep 0.05
+done
+grep -qs "stop at PREPARE_UNICAST" "$T/f$K/dump.log" || fail "the first dump did not reach PREPARE_UNICAST"
+if criu_dump "$T/second" >"$T/second.out" 2>&1; then
+	fail "a second dump during the first succeeded"
+fi
+grep -h "another checkpoint or restore of it is in progress" "$T/second/dump.log" | head -1 | grep . ||
+	fail "the second dump was not refused clearly"
+for p in $(pgrep -f "criu dump -t $JOBPID -D $T/f$K"); do kill -CONT "$p"; done
+wait $first || fail "the first dump did not complete after the second was refused: $(tail -5 "$T/f$K/dump.log")"
+grep -q "in-place restore complete" "$T/f$K/dump.log" || fail "first dump: no in-place restore"
+intact "second dump refused"
+
+# The same while the first holds the processes natively locked: refused at
+# discovery, by the driver's state.
+K=$((K + 1))
+note "kill $K: a second dump during the first's native lock"
+CUINTERPOSE_GUARDIAN_STOP_MS=0 CUINTERPOSE_FAULT=stop@native-lock criu_dump "$T/f$K" --leave-running \
+	>"$T/f$K.out" 2>&1 &
+first=$!
+for _ in $(seq 600); do
+	grep -qs "stop at native-lock" "$T/f$K/dump.log" && break
+	sleep 0.05
+done
+grep -qs "stop at native-lock" "$T/f$K/dump.log" || fail "the first dump did not reach the native lock"
+if criu_dump "$T/second2" >"$T/second2.out" 2>&1; then
+	fail "a second dump during the first's native lock succeeded"
+fi
+grep -h "is natively locked: another checkpoint of it is in progress" "$T/second2/dump.log" | head -1 | grep . ||
+	fail "the second dump was not refused for the native lock: $(grep cuinterpose "$T/second2/dump.log" | tail -5)"
+for p in $(pgrep -f "criu dump -t $JOBPID -D $T/f$K"); do kill -CONT "$p"; done
+wait $first || fail "the first dump did not complete: $(tail -5 "$T/f$K/dump.log")"
+intact "second dump refused during the native lock"
+
+# After all that, a real dump and restore.
+GEN=1
+cmd $N write 2 $GEN
+cmd $N verify $GEN
+pids=$(job_pids)
+note "dump"
+criu_dump "$T/d" || fail "criu dump after the kills"
+wait_gone $pids || fail "dumped processes still alive"
+[ ! -e "$T/d/cuinterpose-guardian.log" ] || fail "the guardian acted on a committed dump: $(cat "$T/d/cuinterpose-guardian.log")"
+note "restore"
+criu_restore "$T/d" || fail "criu restore after the kills"
+cmd $N verify $GEN
+[ "$(answers $N)" = "$before" ] || fail "addresses changed after restore"
+
+note done
+cmd $N exit

@@ -1,0 +1,68 @@
+# criu killed part-way through a restore (#21): at each restore phase
+# (CUINTERPOSE_FAULT=kill@POINT) and stopped beyond the guardian's bound.
+# Each time the guardian kills the half-built tree (nothing of it keeps
+# running), says so in its log next to the images, and the same images
+# restore fine afterwards, every byte and address intact.
+. "$srcdir/lib.sh"
+
+export MALLOC_ARENA_MAX=1
+N=3
+K=0
+
+start_job $N
+GEN=1
+cmd $N write 2 $GEN
+cmd $N verify $GEN
+before=$(answers $N)
+pids=$(job_pids)
+note "dump"
+criu_dump "$T/d" || fail "criu dump"
+wait_gone $pids || fail "dumped processes still alive"
+logsize=$(stat -c %s "$T/job.log")
+glog=$T/d/cuinterpose-guardian.log
+
+# killed_restore SPEC: criu dies at SPEC's point; the tree must be gone.
+killed_restore() {
+	K=$((K + 1))
+	note "restore kill $K: $1"
+	rm -f "$glog"
+	if CUINTERPOSE_FAULT=$1 criu_restore "$T/d" -o "restore-$K.log" >"$T/r$K.out" 2>&1; then
+		: # the shell's wait ends when criu dies or stops; the guardian decides
+	fi
+	for _ in $(seq 600); do
+		grep -qs "restored tree killed" "$glog" && break
+		sleep 0.05
+	done
+	grep -qs "restored tree killed" "$glog" || fail "$1: the guardian did not kill the tree: $(cat "$glog" 2>&1)"
+	grep -q "fault injection (CUINTERPOSE_FAULT): ${1%@*} at ${1#*@}" "$T/d/restore-$K.log" ||
+		fail "$1: the fault did not fire"
+	wait_gone $pids || fail "$1: a restored process is still alive"
+	grep -h "restored tree killed" "$glog" | sed 's/.*restored tree killed/restored tree killed/'
+	truncate -s "$logsize" "$T/job.log"
+}
+
+for point in native-restore LOAD REBUILD_CREATORS REBUILD_IMPORTERS VERIFY RESUME; do
+	killed_restore kill@$point
+done
+CUINTERPOSE_GUARDIAN_STOP_MS=1500 killed_restore stop@LOAD
+grep -q "has been stopped for 1500 ms" "$glog" || fail "stopped restore: not killed by the bound"
+
+# The restore's guardian killed: criu does not go on without it and kills
+# the tree itself.
+K=$((K + 1))
+note "restore kill $K: kill-guardian@LOAD"
+CUINTERPOSE_FAULT=kill-guardian@LOAD criu_restore "$T/d" -o "restore-$K.log" >"$T/r$K.out" 2>&1
+grep -q "is gone: refusing to go on with REBUILD_CREATORS without it" "$T/d/restore-$K.log" ||
+	fail "no refusal after the restore's guardian died: $(grep cuinterpose "$T/d/restore-$K.log" | tail -5)"
+grep -q "killing the restored tree" "$T/d/restore-$K.log" || fail "criu did not kill the tree without its guardian"
+wait_gone $pids || fail "kill-guardian: a restored process is still alive"
+truncate -s "$logsize" "$T/job.log"
+
+note "restore"
+rm -f "$glog"
+criu_restore "$T/d" || fail "criu restore after the killed attempts"
+cmd $N verify $GEN
+[ "$(answers $N)" = "$before" ] || fail "addresses changed after restore"
+[ ! -e "$glog" ] || fail "the guardian acted on a committed restore: $(cat "$glog")"
+cmd $N exit
+note done
