@@ -227,6 +227,20 @@ wait_gone() { # PIDS...: 0 once none is alive (zombies count as gone)
 	return 0
 }
 
+# wait_reaped PIDS...: 0 once none exists, zombies included (a zombie still
+# holds its pid, and criu restore then fails "Can't fork for PID: File exists")
+wait_reaped() {
+	local p i
+	for p in "$@"; do
+		for ((i = 0; i < 400 && ${#p} > 0; i++)); do
+			[ -d /proc/$p ] || break
+			sleep 0.05
+		done
+		[ -d /proc/$p ] && return 1
+	done
+	return 0
+}
+
 # criu_do dump|restore DIR PLUGINDIR [extra]: bounded criu; sets SECS
 criu_do() {
 	local what=$1 d=$2 pl=$3 t0 rc
@@ -422,6 +436,7 @@ sc_killed() {
 	CUINTERPOSE_FAULT=kill@LOAD criu_do restore "$T/$name/d" "$T/plugins"
 	guardian_says "$T/$name/d" "restored tree killed" || fail "the guardian did not kill the half-restored tree"
 	wait_gone $pids || fail "a half-restored process is still alive"
+	wait_reaped $pids || fail "a half-restored process is still not reaped: $(for p in $pids; do [ -d /proc/$p ] && echo "$p $(awk '{print $3}' /proc/$p/stat)"; done | tr '\n' ' ')"
 	echo "restore: $(grep -o 'restored tree killed [0-9.]* s' "$T/$name/d/cuinterpose-guardian.log")" >>"$T/$name/times"
 	criu_do restore "$T/$name/d" "$T/plugins" || fail "criu restore after the killed one"
 	cmd 120 verify || fail "bytes after restore: $CMDERR"
