@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "cuip.h"
+#include "importers.h"
 #include "startmark.h"
 
 struct cuip_self self;
@@ -217,6 +218,15 @@ static void start_locked(void)
 	do
 		cuip_random(&self.id, sizeof(self.id));
 	while (!self.id);
+	cuip_client_identity = self.id;
+	{
+		struct stat ns;
+
+		cuip_client_pid = self.pid;
+		cuip_client_pid_ns = stat("/proc/self/ns/pid", &ns) ? 0 : (uint64_t)ns.st_ino;
+		if (cuip_proc_stat_start(self.pid, &cuip_client_start, NULL))
+			cuip_client_start = 0;
+	}
 	devices_scan();
 	ret = cuip_ctl_start();
 	if (ret)
@@ -282,6 +292,8 @@ static void fork_child(void)
 	cuip_drain_reset();
 	cuip_ctx_reset();
 	memset(&self, 0, sizeof(self));
+	cuip_client_identity = 0;
+	cuip_client_pid = 0;
 	if (mark) /* MADV_DONTFORK: not ours; never write the parent's page */
 		munmap(mark, 4096);
 	mark = NULL;
