@@ -370,7 +370,7 @@ static bool peer_allowed(int fd, struct cuip_importer *peer)
 	/* pid as our pid namespace sees the peer (0: not visible); its start
 	 * time now, while it is connected, tells a later reuse of the pid. */
 	*peer = (struct cuip_importer){.pid = cr.pid, .uid = cr.uid};
-	if (cr.pid > 0 && cuip_proc_stat_start(cr.pid, &peer->start, NULL))
+	if (cr.pid > 0 && (!cuip_proc_is_ours() || cuip_proc_stat_start(cr.pid, &peer->start, NULL)))
 		peer->start = 0;
 	if (cr.uid == 0 || cr.uid == geteuid())
 		return true;

@@ -46,14 +46,25 @@ int cuip_proc_stat_start(pid_t pid, uint64_t *start, char *state)
 	return 0;
 }
 
+int cuip_proc_is_ours(void)
+{
+	char buf[32];
+	ssize_t n = readlink("/proc/self", buf, sizeof(buf) - 1);
+
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	return atoi(buf) == (int)getpid();
+}
+
 int cuip_importer_alive(const struct cuip_importer *p)
 {
 	uint64_t start;
 	char state = 0;
 	int ret;
 
-	if (p->pid <= 0)
-		return -1; /* invisible from our pid namespace */
+	if (p->pid <= 0 || !cuip_proc_is_ours())
+		return -1; /* invisible from our pid namespace, or not our /proc */
 	ret = cuip_proc_stat_start(p->pid, &start, &state);
 	if (ret == -ENOENT || ret == -ESRCH)
 		return 0;

@@ -224,7 +224,7 @@ static void start_locked(void)
 
 		cuip_client_pid = self.pid;
 		cuip_client_pid_ns = stat("/proc/self/ns/pid", &ns) ? 0 : (uint64_t)ns.st_ino;
-		if (cuip_proc_stat_start(self.pid, &cuip_client_start, NULL))
+		if (!cuip_proc_is_ours() || cuip_proc_stat_start(self.pid, &cuip_client_start, NULL))
 			cuip_client_start = 0;
 	}
 	devices_scan();

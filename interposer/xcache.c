@@ -253,6 +253,8 @@ static int alive_memo(const struct cuip_importer *p)
 
 void cuip_xc_prune_importers(void)
 {
+	if (!cuip_proc_is_ours())
+		return; /* /proc names other processes: the plugin tells */
 	pthread_mutex_lock(&xc_lock);
 	nmemo = 0;
 	for (int i = 0; i < XC_BUCKETS; i++)

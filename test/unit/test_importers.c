@@ -128,6 +128,7 @@ START_TEST(proc_stat_start_tells_exited_zombie_and_reused_processes)
 	pid_t kid;
 	int st;
 
+	ck_assert_int_eq(cuip_proc_is_ours(), 1);
 	ck_assert_int_eq(cuip_proc_stat_start(getpid(), &start, &state), 0);
 	ck_assert_uint_gt(start, 0);
 	ck_assert(state == 'R' || state == 'S');
