@@ -16,6 +16,10 @@
 
 #include "cuip.h"
 
+uint64_t cuip_client_identity;
+int32_t cuip_client_pid;
+uint64_t cuip_client_pid_ns, cuip_client_start;
+
 int cuip_client_connect(const char *path)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -169,6 +173,16 @@ int cuip_fetch_many_send(int s, uint64_t creator, const struct cuip_fetch_item *
 	}
 	fm.n_items = n;
 	fm.items = fp;
+	if (cuip_client_identity) {
+		fm.has_importer = 1;
+		fm.importer = cuip_client_identity;
+	}
+	if (cuip_client_pid) {
+		fm.has_importer_pid = fm.has_importer_pid_ns = fm.has_importer_start_time = 1;
+		fm.importer_pid = cuip_client_pid;
+		fm.importer_pid_ns = cuip_client_pid_ns;
+		fm.importer_start_time = cuip_client_start;
+	}
 	req.body_case = CUIP__REQUEST__BODY_FETCH_MANY;
 	req.fetch_many = &fm;
 	ret = cuip_msg_send(s, CUIP_KIND_REQUEST, &req.base, -1);

@@ -12,6 +12,14 @@
 
 #include "cuinterpose.pb-c.h"
 
+/* The interposer identity a FETCH announces to the creator (set by the
+ * interposer's start-up; 0 in the CLI and tests: not announced). */
+extern uint64_t cuip_client_identity;
+/* ... and the process as it sees itself (getpid, pid namespace inode, start
+ * time), for a creator that cannot see its pid namespace. */
+extern int32_t cuip_client_pid;
+extern uint64_t cuip_client_pid_ns, cuip_client_start;
+
 int cuip_client_connect(const char *path);
 int cuip_client_call(int sock, const Cuip__Request *req, int fd_in, Cuip__Response **resp, int *fd_out, char *err,
 		     size_t errlen);

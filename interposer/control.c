@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "cuip.h"
+#include "importers.h"
 
 #define MAX_CONNS  64
 #define IO_TIMEOUT 10 /* seconds a peer may stall inside one message */
@@ -48,6 +49,8 @@ struct conn {
 	bool closing;
 	bool ckpt; /* sent QUIESCE: it drives a checkpoint */
 	bool bye;  /* closed by BYE */
+	/* SO_PEERCRED at accept: fetches record it (importers.h) */
+	struct cuip_importer peer;
 };
 
 struct op_item {
@@ -243,9 +246,17 @@ static int do_fetch_many(struct conn *c, const Cuip__FetchMany *fm)
 			 fm->n_items);
 		return reply_status(c->fd, -EINVAL, msg);
 	}
+	/* Who takes the memory: a checkpoint must know it (importers.h). */
+	c->peer.id = fm->has_importer ? fm->importer : 0;
+	if (!c->peer.pid && fm->has_importer_pid) {
+		c->peer.self_pid = fm->importer_pid;
+		c->peer.pid_ns = fm->importer_pid_ns;
+		c->peer.self_start = fm->importer_start_time;
+	}
 	for (size_t i = 0; i < fm->n_items; i++) {
 		const Cuip__Fetch *f = fm->items[i];
-		int fd = f && f->alloc ? cuip_xc_dup(f->alloc->creator, f->alloc->serial, f->token.data, f->token.len)
+		int fd = f && f->alloc ? cuip_xc_dup(f->alloc->creator, f->alloc->serial, f->token.data, f->token.len,
+						     c->peer.pid == self.pid ? NULL : &c->peer)
 				       : -EINVAL;
 
 		status[i] = fd < 0 ? fd : 0;
@@ -349,13 +360,18 @@ done:
 	return ret == 0;
 }
 
-static bool peer_allowed(int fd)
+static bool peer_allowed(int fd, struct cuip_importer *peer)
 {
 	struct ucred cr;
 	socklen_t len = sizeof(cr);
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len))
 		return false;
+	/* pid as our pid namespace sees the peer (0: not visible); its start
+	 * time now, while it is connected, tells a later reuse of the pid. */
+	*peer = (struct cuip_importer){.pid = cr.pid, .uid = cr.uid};
+	if (cr.pid > 0 && (!cuip_proc_is_ours() || cuip_proc_stat_start(cr.pid, &peer->start, NULL)))
+		peer->start = 0;
 	if (cr.uid == 0 || cr.uid == geteuid())
 		return true;
 	pr_err("refusing control connection from pid %d uid %u", (int)cr.pid, (unsigned)cr.uid);
@@ -366,19 +382,20 @@ static void accept_one(void)
 {
 	struct timeval tv = {.tv_sec = IO_TIMEOUT};
 	int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	struct cuip_importer peer;
 	int i = 0;
 
 	if (fd < 0)
 		return;
 	while (i < nconns && conns[i].fd >= 0)
 		i++;
-	if (!peer_allowed(fd) || i == MAX_CONNS) {
+	if (!peer_allowed(fd, &peer) || i == MAX_CONNS) {
 		close(fd);
 		return;
 	}
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	conns[i] = (struct conn){.fd = fd};
+	conns[i] = (struct conn){.fd = fd, .peer = peer};
 	if (i == nconns)
 		nconns++;
 }

@@ -364,8 +364,15 @@ int cuip_ticket_read(int fd, Cuip__Ticket **out);
 int cuip_xc_export(uint64_t serial, CUmemGenericAllocationHandle drv, const uint8_t token[16], CUresult *cr);
 /* Drop the entry, waiting for in-flight serves; closes the real FD. */
 void cuip_xc_drop(uint64_t serial);
-/* Serve a dup of the cached export; returns an FD or a negative errno. */
-int cuip_xc_dup(uint64_t creator, uint64_t serial, const uint8_t *token, size_t toklen);
+/* Serve a dup of the cached export; returns an FD or a negative errno. A
+ * successful serve records `by` (when not NULL) among the entry's importers. */
+struct cuip_importer;
+int cuip_xc_dup(uint64_t creator, uint64_t serial, const uint8_t *token, size_t toklen, const struct cuip_importer *by);
+/* Forget the importers that are gone (INSPECT, before the copies). */
+void cuip_xc_prune_importers(void);
+/* Copy up to max importers of serial's export; *dropped: those not copied
+ * or never recorded. Returns the count (0 when nothing is exported). */
+unsigned cuip_xc_importers(uint64_t serial, struct cuip_importer *out, unsigned max, unsigned *dropped);
 void cuip_xc_served(void);
 uint64_t cuip_xc_served_count(void);
 bool cuip_xc_has(uint64_t serial);

@@ -10,6 +10,7 @@
 
 #include "arena.h"
 #include "cuip.h"
+#include "importers.h"
 
 /* ---- reply arena (op thread only) ---------------------------------------- */
 
@@ -90,6 +91,45 @@ static Cuip__AllocProps *props_of(const struct cuip_alloc *a)
 	return p;
 }
 
+/* The live processes that fetched our export (importers.h); the dead were
+ * forgotten by cuip_xc_prune_importers at the start of this INSPECT. */
+static bool importers_of(const struct cuip_alloc *a, Cuip__Allocation *m)
+{
+	struct cuip_importer im[CUIP_IMPORTERS_MAX];
+	unsigned dropped, n = cuip_xc_importers(a->serial, im, CUIP_IMPORTERS_MAX, &dropped);
+
+	if (dropped) {
+		m->has_importers_dropped = 1;
+		m->importers_dropped = dropped;
+	}
+	if (!n)
+		return true;
+	m->importers = cuip_zalloc(sizeof(*m->importers) * n);
+	if (!m->importers)
+		return false;
+	for (unsigned i = 0; i < n; i++) {
+		Cuip__Importer *p = NEW(Cuip__Importer, CUIP__IMPORTER__INIT);
+
+		if (!p)
+			return false;
+		p->pid = im[i].pid;
+		p->has_start_time = im[i].start != 0;
+		p->start_time = im[i].start;
+		p->has_identity = im[i].id != 0;
+		p->identity = im[i].id;
+		p->has_uid = 1;
+		p->uid = im[i].uid;
+		if (im[i].self_pid) {
+			p->has_self_pid = p->has_pid_ns = p->has_self_start_time = 1;
+			p->self_pid = im[i].self_pid;
+			p->pid_ns = im[i].pid_ns;
+			p->self_start_time = im[i].self_start;
+		}
+		m->importers[m->n_importers++] = p;
+	}
+	return true;
+}
+
 static Cuip__Allocation *allocation_of(const struct cuip_alloc *a)
 {
 	Cuip__Allocation *m = NEW(Cuip__Allocation, CUIP__ALLOCATION__INIT);
@@ -128,6 +168,8 @@ static Cuip__Allocation *allocation_of(const struct cuip_alloc *a)
 		m->has_ipc_opens = 1;
 		m->ipc_opens = a->ipc_opens;
 	}
+	if (m->exported && !importers_of(a, m))
+		return NULL;
 	if (a->slab) {
 		m->has_slab = 1;
 		m->slab = 1;
@@ -240,6 +282,7 @@ Cuip__ProcessState *cuip_state_build(void)
 		st->devices[st->n_devices++] = d;
 	}
 
+	cuip_xc_prune_importers();
 	st->allocations = cuip_zalloc(sizeof(*st->allocations) * (vmm.nallocs ? vmm.nallocs : 1));
 	st->tickets = cuip_zalloc(sizeof(*st->tickets) * (vmm.nallocs ? vmm.nallocs : 1));
 	if (!st->allocations || !st->tickets)

@@ -25,12 +25,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "cuip.h"
+#include "importers.h"
 #include "startmark.h"
 
 struct cuip_self self;
@@ -208,6 +211,42 @@ static void gate_pass(void)
 		close(fd);
 }
 
+/*
+ * What a FETCH tells the creator of us, for a creator that cannot see our
+ * pid namespace (client.h): our pid, our pid namespace's inode and our start
+ * time. A process that entered another mount namespace (nsenter --mount into
+ * a container) sees a /proc that is not its pid namespace's: then the
+ * namespace comes from a pidfd (PIDFD_GET_PID_NAMESPACE, Linux 6.11) and
+ * the start time stays unknown.
+ */
+#ifndef PIDFD_GET_PID_NAMESPACE
+#define PIDFD_GET_PID_NAMESPACE _IO(0xFF, 5)
+#endif
+static void announce_self(void)
+{
+	struct stat ns;
+	int ours = cuip_proc_is_ours();
+
+	cuip_client_pid = self.pid;
+	cuip_client_pid_ns = 0;
+	cuip_client_start = 0;
+	if (ours && !stat("/proc/self/ns/pid", &ns)) {
+		cuip_client_pid_ns = (uint64_t)ns.st_ino;
+	} else {
+		int pfd = (int)syscall(SYS_pidfd_open, self.pid, 0), nfd;
+
+		nfd = pfd >= 0 ? ioctl(pfd, PIDFD_GET_PID_NAMESPACE, 0) : -1;
+		if (nfd >= 0 && !fstat(nfd, &ns))
+			cuip_client_pid_ns = (uint64_t)ns.st_ino;
+		if (nfd >= 0)
+			close(nfd);
+		if (pfd >= 0)
+			close(pfd);
+	}
+	if (ours && cuip_proc_stat_start(self.pid, &cuip_client_start, NULL))
+		cuip_client_start = 0;
+}
+
 /* Start the runtime; start_mu held, the gate passed. */
 static void start_locked(void)
 {
@@ -217,6 +256,8 @@ static void start_locked(void)
 	do
 		cuip_random(&self.id, sizeof(self.id));
 	while (!self.id);
+	cuip_client_identity = self.id;
+	announce_self();
 	devices_scan();
 	ret = cuip_ctl_start();
 	if (ret)
@@ -282,6 +323,8 @@ static void fork_child(void)
 	cuip_drain_reset();
 	cuip_ctx_reset();
 	memset(&self, 0, sizeof(self));
+	cuip_client_identity = 0;
+	cuip_client_pid = 0;
 	if (mark) /* MADV_DONTFORK: not ours; never write the parent's page */
 		munmap(mark, 4096);
 	mark = NULL;

@@ -12,6 +12,11 @@
  * exports wait on xc_cv and then share the result) -> READY -> dropped when
  * the allocation dies or is detached; a drop waits until no serve is still
  * using the FD (`serving`), then closes it.
+ *
+ * Each entry also records who fetched it (importers.c): the control thread
+ * adds the peer of every successful fetch; INSPECT forgets the importers
+ * that are gone and reports the rest with the allocation, so that the
+ * plugin refuses a dump while a process outside the tree still uses it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,6 +27,7 @@
 #include <unistd.h>
 
 #include "cuip.h"
+#include "importers.h"
 
 enum xc_state { XC_EXPORTING, XC_READY, XC_DROPPING };
 
@@ -32,6 +38,7 @@ struct xc_entry {
 	unsigned serving;
 	bool cloexec; /* as the driver handed it out: tickets mirror it */
 	uint8_t token[16];
+	struct cuip_importers imp; /* who fetched it */
 	struct xc_entry *next;
 };
 
@@ -126,12 +133,14 @@ void cuip_xc_drop(uint64_t serial)
 	pthread_cond_broadcast(&xc_cv);
 	pthread_mutex_unlock(&xc_lock);
 	close(e->fd);
+	cuip_importers_free(&e->imp);
 	free(e);
 }
 
-int cuip_xc_dup(uint64_t creator, uint64_t serial, const uint8_t *token, size_t toklen)
+int cuip_xc_dup(uint64_t creator, uint64_t serial, const uint8_t *token, size_t toklen, const struct cuip_importer *by)
 {
 	struct xc_entry *e;
+	bool warn = false;
 	int fd, ret;
 
 	if (creator != self.id)
@@ -153,9 +162,16 @@ int cuip_xc_dup(uint64_t creator, uint64_t serial, const uint8_t *token, size_t 
 	ret = fd < 0 ? -errno : fd;
 
 	pthread_mutex_lock(&xc_lock);
+	/* /proc is read here (a reused pid, a full set), never the driver */
+	if (fd >= 0 && by && cuip_importers_add(&e->imp, by, cuip_importer_alive) < 0 && e->imp.dropped == 1)
+		warn = true;
 	if (--e->serving == 0 && e->state == XC_DROPPING)
 		pthread_cond_broadcast(&xc_cv);
 	pthread_mutex_unlock(&xc_lock);
+	if (warn)
+		pr_err("allocation %016llx:%llu: more than %d processes imported it (or out of memory); the others "
+		       "are not recorded, so a checkpoint of this process will be refused",
+		       (unsigned long long)creator, (unsigned long long)serial, CUIP_IMPORTERS_MAX);
 	return ret;
 }
 
@@ -200,6 +216,7 @@ void cuip_xc_reset(void)
 			n = e->next;
 			if (e->fd >= 0)
 				close(e->fd);
+			cuip_importers_free(&e->imp);
 			free(e);
 		}
 		xc_tab[i] = NULL;
@@ -207,4 +224,59 @@ void cuip_xc_reset(void)
 	atomic_store(&served, 0);
 	pthread_mutex_init(&xc_lock, NULL);
 	pthread_cond_init(&xc_cv, NULL);
+}
+
+/*
+ * Liveness of the importers, asked once per process per prune (thousands of
+ * allocations share a handful of importers). xc_lock held.
+ */
+#define MEMO_MAX 256
+static struct {
+	pid_t pid;
+	uint64_t start;
+	int alive;
+} memo[MEMO_MAX];
+static unsigned nmemo;
+
+static int alive_memo(const struct cuip_importer *p)
+{
+	int a;
+
+	for (unsigned i = 0; i < nmemo; i++)
+		if (memo[i].pid == p->pid && memo[i].start == p->start)
+			return memo[i].alive;
+	a = cuip_importer_alive(p);
+	if (nmemo < MEMO_MAX)
+		memo[nmemo++] = (__typeof__(memo[0])){.pid = p->pid, .start = p->start, .alive = a};
+	return a;
+}
+
+void cuip_xc_prune_importers(void)
+{
+	if (!cuip_proc_is_ours())
+		return; /* /proc names other processes: the plugin tells */
+	pthread_mutex_lock(&xc_lock);
+	nmemo = 0;
+	for (int i = 0; i < XC_BUCKETS; i++)
+		for (struct xc_entry *e = xc_tab[i]; e; e = e->next)
+			if (e->imp.n)
+				cuip_importers_prune(&e->imp, alive_memo);
+	pthread_mutex_unlock(&xc_lock);
+}
+
+unsigned cuip_xc_importers(uint64_t serial, struct cuip_importer *out, unsigned max, unsigned *dropped)
+{
+	struct xc_entry *e;
+	unsigned n = 0;
+
+	*dropped = 0;
+	pthread_mutex_lock(&xc_lock);
+	e = *xc_slot(serial);
+	if (e) {
+		for (; n < e->imp.n && n < max; n++)
+			out[n] = e->imp.e[n];
+		*dropped = e->imp.dropped + (e->imp.n - n);
+	}
+	pthread_mutex_unlock(&xc_lock);
+	return n;
 }

@@ -3,7 +3,6 @@
  */
 #include "config.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -22,6 +21,7 @@
 #include "digest.h"
 #include "images.h"
 #include "log.h"
+#include "outside.h"
 #include "preflight.h"
 #include "proc.h"
 #include "sockdiag.h"
@@ -635,137 +635,69 @@ static int64_t save_done(const struct cuip_group *g, const struct cuip_part *p, 
 
 static const struct meter save_meter = {.total = save_total, .done = save_done};
 
-/* Name a process identity outside the group by the socket directories of the
- * participants ("<pid>-<id>.sock"). */
+/* Name a process identity outside the group: an importer's allocation
+ * records its creator's pid (as the creator sees itself), placed in our pid
+ * namespace from the importer's; 0 when it is gone or cannot be told. */
 static pid_t resolve_outside(uint64_t id, void *arg)
 {
 	struct cuip_group *g = arg;
-	char suffix[32];
 
-	snprintf(suffix, sizeof(suffix), "-%016llx.sock", (unsigned long long)id);
 	for (size_t i = 0; i < g->n; i++) {
-		char dir[PATH_MAX + 32], *slash;
-		struct dirent *de;
-		pid_t found = 0;
-		DIR *d;
+		const Cuip__ProcessState *st = g->p[i].st;
 
-		snprintf(dir, sizeof(dir), "/proc/%d/root%s", g->p[i].pid, g->p[i].sock);
-		slash = strrchr(dir, '/');
-		if (!slash)
-			continue;
-		*slash = 0;
-		d = opendir(dir);
-		if (!d)
-			continue;
-		while ((de = readdir(d))) {
-			size_t l = strlen(de->d_name), sl = strlen(suffix);
-			if (l > sl && !strcmp(de->d_name + l - sl, suffix)) {
-				found = atoi(de->d_name);
-				break;
-			}
+		for (size_t k = 0; st && k < st->n_allocations; k++) {
+			const Cuip__Allocation *a = st->allocations[k];
+			pid_t here;
+
+			if (!a->id || a->id->creator != id || !a->has_creator_pid || a->creator_pid <= 0)
+				continue;
+			here = cuip_importer_here(g->p[i].pid, a->creator_pid, 0);
+			return here > 0 ? here : 0;
 		}
-		closedir(d);
-		if (found)
-			return found;
 	}
 	return 0;
 }
 
-static const struct cuip_part *part_by_id(const struct cuip_group *g, uint64_t id)
+/*
+ * Importers recorded by the creators, placed in our pid namespace (outside.h);
+ * thousands of allocations share a few importers, so each (creator, pid,
+ * start time) is looked up once per preflight.
+ */
+struct where_memo {
+	size_t n;
+	struct {
+		pid_t creator, pid, self_pid;
+		uint64_t start, ns;
+		pid_t here;
+	} e[256];
+};
+
+static pid_t importer_where(const struct cuip_pf_proc *creator, const Cuip__Importer *im, void *arg)
 {
-	for (size_t i = 0; i < g->n; i++)
-		if (g->p[i].st && g->p[i].st->self->id == id)
-			return &g->p[i];
-	return NULL;
-}
+	struct where_memo *m = arg;
+	uint64_t start = im->pid > 0 ? (im->has_start_time ? im->start_time : 0)
+				     : (im->has_self_start_time ? im->self_start_time : 0);
+	uint64_t ns = im->pid > 0 ? 0 : im->has_pid_ns ? im->pid_ns : 0;
+	pid_t self_pid = im->pid > 0 ? 0 : im->has_self_pid ? im->self_pid : 0;
+	pid_t here;
 
-/* Ask one interposer outside the group whether it imports from the group. */
-static int check_outsider(struct cuip_group *g, const struct cuip_part *via, const char *path, pid_t named)
-{
-	Cuip__Request req = CUIP__REQUEST__INIT;
-	Cuip__Handshake hs = CUIP__HANDSHAKE__INIT;
-	Cuip__Response *resp = NULL;
-	unsigned tmo = op_timeout(g) && op_timeout(g) < 2000 ? op_timeout(g) : 2000;
-	char err[256];
-	int fd, ret = 0;
-
-	fd = cuip_connect_control(via->pid, path, 0, tmo, err, sizeof(err));
-	if (fd < 0)
-		return 0; /* stale socket of a process that is gone */
-	hs.protocol = CUIP_FORMAT_VERSION;
-	hs.client = (char *)(g->client ? g->client : "plugin");
-	req.body_case = CUIP__REQUEST__BODY_HANDSHAKE;
-	req.handshake = &hs;
-	if (cuip_call(fd, &req, -1, tmo, &resp, err, sizeof(err)))
-		goto out;
-	cuip_response_free(resp);
-	resp = NULL;
-	cuip__request__init(&req);
-	req.body_case = CUIP__REQUEST__BODY_INSPECT;
-	req.inspect = 1;
-	if (cuip_call(fd, &req, -1, tmo, &resp, err, sizeof(err)) || resp->body_case != CUIP__RESPONSE__BODY_STATE ||
-	    !resp->state->self)
-		goto out;
-	for (size_t i = 0; i < resp->state->n_allocations && !ret; i++) {
-		const Cuip__Allocation *a = resp->state->allocations[i];
-		const struct cuip_part *cr;
-
-		if (!a->id || a->id->creator == resp->state->self->id || !(cr = part_by_id(g, a->id->creator)))
-			continue;
-		snprintf(g->err, sizeof(g->err),
-			 "pid %d imports allocation %llx:%llu from pid %d, but pid %d is a sharing peer outside the "
-			 "dumped tree and would lose that memory; dump a tree that contains both processes",
-			 named, (unsigned long long)a->id->creator, (unsigned long long)a->id->serial, cr->pid, named);
-		pr_err("preflight: %s", g->err);
-		ret = -EPERM;
+	for (size_t i = 0; i < m->n; i++)
+		if (m->e[i].creator == creator->pid && m->e[i].pid == im->pid && m->e[i].start == start &&
+		    m->e[i].ns == ns && m->e[i].self_pid == self_pid)
+			return m->e[i].here;
+	if (im->pid > 0)
+		here = cuip_importer_here(creator->pid, im->pid, start);
+	else /* not visible from the creator: by what it told of itself */
+		here = cuip_importer_by_ns(ns, self_pid, start);
+	if (m->n < sizeof(m->e) / sizeof(m->e[0])) {
+		m->e[m->n].creator = creator->pid;
+		m->e[m->n].pid = im->pid;
+		m->e[m->n].start = start;
+		m->e[m->n].ns = ns;
+		m->e[m->n].self_pid = self_pid;
+		m->e[m->n++].here = here;
 	}
-out:
-	cuip_response_free(resp);
-	cuip_bye(fd, tmo);
-	return ret;
-}
-
-/* Interposers outside the group that import from it: look at every control
- * socket in the participants' socket directories. */
-static int scan_outsiders(struct cuip_group *g)
-{
-	int ret = 0;
-
-	for (size_t i = 0; i < g->n && !ret; i++) {
-		char dir[PATH_MAX + 32], sdir[PATH_MAX], *slash;
-		struct dirent *de;
-		DIR *d;
-		bool seen = false;
-
-		snprintf(sdir, sizeof(sdir), "%s", g->p[i].sock);
-		slash = strrchr(sdir, '/');
-		if (!slash)
-			continue;
-		*slash = 0;
-		/* one look per directory and mount namespace */
-		for (size_t k = 0; k < i; k++)
-			if (!strncmp(g->p[k].sock, sdir, strlen(sdir)) && g->p[k].sock[strlen(sdir)] == '/' &&
-			    cuip_proc_ns_ino(g->p[k].pid, "mnt") == cuip_proc_ns_ino(g->p[i].pid, "mnt"))
-				seen = true;
-		if (seen)
-			continue;
-		snprintf(dir, sizeof(dir), "/proc/%d/root%s", g->p[i].pid, sdir);
-		d = opendir(dir);
-		if (!d)
-			continue;
-		while (!ret && (de = readdir(d))) {
-			char path[PATH_MAX + 300];
-			uint64_t id;
-			pid_t vp;
-
-			if (cuip_sock_name_parse(de->d_name, &vp, &id) || part_by_id(g, id))
-				continue;
-			snprintf(path, sizeof(path), "%s/%s", sdir, de->d_name);
-			ret = check_outsider(g, &g->p[i], path, vp);
-		}
-		closedir(d);
-	}
-	return ret;
+	return here;
 }
 
 static int preflight(struct cuip_group *g)
@@ -783,9 +715,13 @@ static int preflight(struct cuip_group *g)
 		records += g->p[i].st->n_allocations + g->p[i].st->n_mappings + g->p[i].st->n_mc_bindings;
 	}
 	ret = cuip_preflight(pp, g->n, resolve_outside, g, g->err, sizeof(g->err));
+	if (!ret) {
+		struct where_memo *memo = calloc(1, sizeof(*memo));
+
+		ret = memo ? cuip_preflight_importers(pp, g->n, importer_where, memo, g->err, sizeof(g->err)) : -ENOMEM;
+		free(memo);
+	}
 	free(pp);
-	if (!ret)
-		ret = scan_outsiders(g);
 	pr_info("PREFLIGHT: %zu participants, %zu records, %.3f s%s", g->n, records, cuip_now() - t0,
 		ret ? " (REFUSED)" : "");
 	if (g->after_phase)

@@ -401,3 +401,59 @@ int cuip_preflight(const struct cuip_pf_proc *p, size_t n, cuip_pf_resolve_fn re
 	check_multicast(&pf);
 	return pf.ret;
 }
+
+/* One allocation's recorded importers; see cuip_preflight_importers. */
+static void check_importers(struct pf *pf, const struct cuip_pf_proc *cp, const Cuip__Allocation *a,
+			    cuip_pf_importer_fn where, void *arg)
+{
+	const char *what = a->kind == CUIP__ALLOC_KIND__KIND_MULTICAST ? "multicast object" : "allocation";
+
+	if (a->has_importers_dropped && a->importers_dropped)
+		refuse(pf,
+		       "pid %d %s %llx:%llu was imported by more processes than it records (%u not recorded): "
+		       "whether they are all in the dumped tree cannot be told; release it in the surplus "
+		       "importers or restart them, then checkpoint again",
+		       cp->pid, what, AID(a->id), a->importers_dropped);
+	for (size_t j = 0; j < a->n_importers; j++) {
+		const Cuip__Importer *im = a->importers[j];
+		pid_t here;
+		size_t q;
+
+		if (im->has_identity && im->identity && find_proc(pf, im->identity))
+			continue;
+		here = where ? where(cp, im, arg) : -1;
+		if (here == 0)
+			continue; /* gone since it fetched */
+		for (q = 0; here > 0 && q < pf->n && pf->p[q].pid != here; q++)
+			;
+		if (here > 0 && q < pf->n)
+			continue;
+		if (here > 0)
+			refuse(pf,
+			       "pid %d %s %llx:%llu is imported by pid %d (identity %016llx), a live process "
+			       "outside the dumped tree that would lose that memory; dump a tree that contains "
+			       "both processes, or end pid %d first",
+			       cp->pid, what, AID(a->id), here, (unsigned long long)im->identity, here);
+		else
+			refuse(pf,
+			       "pid %d %s %llx:%llu is imported by a process outside the dumped tree that cannot "
+			       "be found from here (pid %d in pid %d's pid namespace, 0: not visible there; "
+			       "identity %016llx); dump a tree that contains it, or end it first",
+			       cp->pid, what, AID(a->id), im->pid, cp->pid, (unsigned long long)im->identity);
+	}
+}
+
+int cuip_preflight_importers(const struct cuip_pf_proc *p, size_t n, cuip_pf_importer_fn where, void *arg, char *err,
+			     size_t errlen)
+{
+	struct pf pf = {.p = p, .n = n, .err = err, .errlen = errlen};
+
+	for (size_t i = 0; i < n; i++) {
+		const Cuip__ProcessState *st = p[i].st;
+
+		for (size_t k = 0; st && st->self && k < st->n_allocations; k++)
+			if (st->allocations[k]->id && st->allocations[k]->id->creator == st->self->id)
+				check_importers(&pf, &p[i], st->allocations[k], where, arg);
+	}
+	return pf.ret;
+}

@@ -27,6 +27,17 @@ typedef pid_t (*cuip_pf_resolve_fn)(uint64_t id, void *arg);
 int cuip_preflight(const struct cuip_pf_proc *p, size_t n, cuip_pf_resolve_fn resolve, void *arg, char *err,
 		   size_t errlen);
 
+/*
+ * Importers a creator recorded (Allocation.importers, interposer/
+ * importers.h): every live one must be a participant, or the dump would
+ * tear down memory it still uses. where() places one in our pid namespace:
+ * its pid here when it is alive, 0 when it is gone, -1 when that cannot be
+ * told. A participant's identity or pid passes; so does a gone importer.
+ */
+typedef pid_t (*cuip_pf_importer_fn)(const struct cuip_pf_proc *creator, const Cuip__Importer *im, void *arg);
+int cuip_preflight_importers(const struct cuip_pf_proc *p, size_t n, cuip_pf_importer_fn where, void *arg, char *err,
+			     size_t errlen);
+
 /* Bytes backing an allocation (unicast props size, multicast effective or
  * requested size); 0 when unknown. */
 uint64_t cuip_alloc_size(const Cuip__Allocation *a);

@@ -16,12 +16,15 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "conn.h"
 #include "coord.h"
 #include "fixtures.h"
 #include "images.h"
+#include "../interposer/importers.h"
 
 #define NFAKE 4
 
@@ -462,14 +465,37 @@ END_TEST
 
 START_TEST(an_importer_outside_the_group_refuses_the_dump)
 {
+	uint64_t start = 0;
+	char want[160];
+	pid_t kid;
+	int st;
+
+	/* a live process outside the group fetched the creator's allocation
+	 * 1 (the creator recorded it): refused before QUIESCE, naming both */
+	kid = fork();
+	ck_assert_int_ge(kid, 0);
+	if (kid == 0) {
+		pause();
+		_exit(0);
+	}
+	ck_assert_int_eq(cuip_proc_stat_start(kid, &start, NULL), 0);
 	group_of(2);
-	/* the group is the creator alone; fake 1 imports from it */
+	fx_importer(&fk[0].fx, 0, 0xa1, kid, start);
+	/* the group is the creator alone */
 	g.n = 1;
 	ck_assert_int_eq(cuip_group_dump(&g), -EPERM);
-	ck_assert_ptr_nonnull(strstr(g.err, "pid 1001 imports allocation c0:1"));
+	snprintf(want, sizeof(want), "pid %d allocation c0:1 is imported by pid %d (identity 00000000000000a1)",
+		 (int)getpid(), (int)kid);
+	ck_assert_msg(strstr(g.err, want), "%s", g.err);
 	ck_assert_ptr_nonnull(strstr(g.err, "outside the dumped tree"));
 	ck_assert_int_lt(ev_first(-1, "REQ QUIESCE"), 0);
+	/* an importer that exited before the dump does not block it */
+	ck_assert_int_eq(kill(kid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(kid, &st, 0), kid);
+	nev = 0;
+	ck_assert_msg(cuip_group_dump(&g) == 0, "%s", g.err);
 	g.n = 2;
+	fk[0].fx.a[0].n_importers = 0;
 	group_done();
 }
 END_TEST

@@ -13,12 +13,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "fixtures.h"
 #include "images.h"
 #include "options.h"
 #include "preflight.h"
+#include "outside.h"
+#include "../interposer/importers.h"
 
 /* ---- options -------------------------------------------------------------- */
 
@@ -223,6 +226,102 @@ START_TEST(preflight_refuses_a_sharing_peer_outside_the_tree_naming_both)
 	/* creator not resolvable: still refused, naming the identity */
 	ck_assert_int_eq(cuip_preflight(p, 1, NULL, NULL, err, sizeof(err)), -EPERM);
 	ck_assert_ptr_nonnull(strstr(err, "00000000000000c1"));
+}
+END_TEST
+
+/* where() stand-in: pid 555 is a live outsider, 556 gone, 557 unknown, 102
+ * is the importer participant; 0 (invisible) cannot be told. */
+static pid_t where_stub(const struct cuip_pf_proc *creator, const Cuip__Importer *rec, void *arg)
+{
+	(void)arg;
+	ck_assert_int_eq(creator->pid, 101);
+	switch (rec->pid) {
+	case 555:
+		return 555;
+	case 556:
+		return 0;
+	case 102:
+		return 102;
+	default:
+		return -1;
+	}
+}
+
+START_TEST(preflight_refuses_a_live_importer_outside_the_tree_naming_both_pids)
+{
+	struct cuip_pf_proc both[] = {{101, &cr.st}, {102, &im.st}};
+	char err[512];
+
+	two_procs();
+	/* the participant importer (by identity, or by pid) and a gone one pass */
+	fx_importer(&cr, 0, 0xa1, 4242, 9);
+	fx_importer(&cr, 0, 0, 102, 9);
+	fx_importer(&cr, 0, 0xbb, 556, 9);
+	ck_assert_int_eq(cuip_preflight_importers(both, 2, where_stub, NULL, err, sizeof(err)), 0);
+	/* a live outsider is refused, naming the creator, the allocation and it */
+	fx_importer(&cr, 0, 0xbc, 555, 9);
+	ck_assert_int_eq(cuip_preflight_importers(both, 2, where_stub, NULL, err, sizeof(err)), -EPERM);
+	ck_assert_msg(strstr(err, "pid 101 allocation c1:1 is imported by pid 555 (identity 00000000000000bc), a live "
+				  "process outside the dumped tree"),
+		      "%s", err);
+	/* an importer that cannot be placed is refused too */
+	cr.a[0].n_importers = 3;
+	fx_importer(&cr, 0, 0xbd, 0, 0);
+	ck_assert_int_eq(cuip_preflight_importers(both, 2, where_stub, NULL, err, sizeof(err)), -EPERM);
+	ck_assert_msg(strstr(err, "pid 101 allocation c1:1 is imported by a process outside the dumped tree that "
+				  "cannot be found from here (pid 0 in pid 101's pid namespace"),
+		      "%s", err);
+	ck_assert_ptr_nonnull(strstr(err, "identity 00000000000000bd"));
+	/* the importer's own record (not its creator) is not checked */
+	cr.a[0].n_importers = 0;
+	fx_importer(&im, 0, 0xbc, 555, 9);
+	ck_assert_int_eq(cuip_preflight_importers(both, 2, where_stub, NULL, err, sizeof(err)), 0);
+	im.a[0].n_importers = 0;
+	/* more importers than recorded: cannot tell, refused */
+	cr.a[0].has_importers_dropped = 1;
+	cr.a[0].importers_dropped = 3;
+	ck_assert_int_eq(cuip_preflight_importers(both, 2, where_stub, NULL, err, sizeof(err)), -EPERM);
+	ck_assert_ptr_nonnull(strstr(err, "pid 101 allocation c1:1 was imported by more processes than it records (3"));
+	cr.a[0].has_importers_dropped = 0;
+	cr.a[0].importers_dropped = 0;
+	/* a multicast object says so */
+	cr.a[0].kind = CUIP__ALLOC_KIND__KIND_MULTICAST;
+	fx_importer(&cr, 0, 0xbc, 555, 9);
+	ck_assert_int_eq(cuip_preflight_importers(both, 2, where_stub, NULL, err, sizeof(err)), -EPERM);
+	ck_assert_ptr_nonnull(strstr(err, "pid 101 multicast object c1:1 is imported by pid 555"));
+	cr.a[0].kind = CUIP__ALLOC_KIND__KIND_UNICAST;
+	cr.a[0].n_importers = 0;
+}
+END_TEST
+
+START_TEST(importers_are_placed_in_our_pid_namespace_and_the_gone_are_told)
+{
+	pid_t v[4], kid;
+	uint64_t start = 0, kstart = 0;
+	struct stat ns;
+	int st;
+
+	ck_assert_int_ge(cuip_proc_nspid(getpid(), v, 4), 1);
+	ck_assert_int_eq(cuip_proc_stat_start(getpid(), &start, NULL), 0);
+	if (cuip_proc_nspid(getpid(), v, 4) == 1) {
+		/* the same pid namespace: the pid itself, if it is the same process */
+		ck_assert_int_eq(cuip_importer_here(getpid(), getpid(), start), getpid());
+		ck_assert_int_eq(cuip_importer_here(getpid(), getpid(), start + 1), 0);
+	}
+	ck_assert_int_eq(cuip_importer_here(getpid(), 0, start), -1);
+	/* by what an invisible importer told of itself */
+	ck_assert_int_eq(stat("/proc/self/ns/pid", &ns), 0);
+	ck_assert_int_eq(cuip_importer_by_ns(ns.st_ino, v[cuip_proc_nspid(getpid(), v, 4) - 1], start), getpid());
+	ck_assert_int_eq(cuip_importer_by_ns(ns.st_ino + 1000000, getpid(), start), 0);
+	ck_assert_int_eq(cuip_importer_by_ns(0, getpid(), start), -1);
+	/* an exited importer is gone */
+	kid = fork();
+	ck_assert_int_ge(kid, 0);
+	if (kid == 0)
+		_exit(0);
+	ck_assert_int_eq(waitpid(kid, &st, 0), kid);
+	ck_assert_int_eq(cuip_proc_stat_start(kid, &kstart, NULL), -ENOENT);
+	ck_assert_int_eq(cuip_importer_here(getpid(), kid, 1), 0);
 }
 END_TEST
 
@@ -488,11 +587,14 @@ Suite *rules_suite(void)
 	tcase_add_test(t, options_come_from_the_environment_and_bad_values_are_named);
 	suite_add_tcase(s, t);
 	t = tcase_create("preflight");
+	tcase_set_timeout(t, 60); /* one test forks and reads /proc: a loaded machine is slow */
 	tcase_add_test(t, preflight_accepts_a_creator_and_its_importer);
 	tcase_add_test(t, preflight_refuses_live_raw_imports_naming_the_process);
 	tcase_add_test(t, preflight_refuses_unsupported_allocations_with_the_reason);
 	tcase_add_test(t, preflight_keeps_private_pools_and_refuses_shared_ones_naming_pid_and_pool);
 	tcase_add_test(t, preflight_refuses_a_sharing_peer_outside_the_tree_naming_both);
+	tcase_add_test(t, preflight_refuses_a_live_importer_outside_the_tree_naming_both_pids);
+	tcase_add_test(t, importers_are_placed_in_our_pid_namespace_and_the_gone_are_told);
 	tcase_add_test(t, preflight_refuses_a_missing_creator_anchor);
 	tcase_add_test(t, preflight_refuses_mappings_out_of_bounds);
 	tcase_add_test(t, preflight_refuses_processes_not_active_and_duplicate_identities);

@@ -64,3 +64,18 @@ int fx_import(struct fx_proc *p, uint64_t creator, uint64_t serial, uint64_t siz
 {
 	return add(p, creator, serial, size, CUIP__OWNER__OWNER_SHARED, CUIP__ORIGIN__ORIGIN_VMM_IMPORT, va);
 }
+
+void fx_importer(struct fx_proc *p, int i, uint64_t id, pid_t pid, uint64_t start)
+{
+	Cuip__Allocation *a = &p->a[i];
+	Cuip__Importer *im = &p->imp[i][a->n_importers];
+
+	cuip__importer__init(im);
+	im->pid = pid;
+	im->has_start_time = start != 0;
+	im->start_time = start;
+	im->has_identity = id != 0;
+	im->identity = id;
+	p->impp[i][a->n_importers++] = im;
+	a->importers = p->impp[i];
+}

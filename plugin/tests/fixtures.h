@@ -25,6 +25,8 @@ struct fx_proc {
 	Cuip__Mapping m[FX_MAX_ALLOCS];
 	Cuip__AllocId mid[FX_MAX_ALLOCS];
 	Cuip__Mapping *mp[FX_MAX_ALLOCS];
+	Cuip__Importer imp[FX_MAX_ALLOCS][FX_MAX_ALLOCS];
+	Cuip__Importer *impp[FX_MAX_ALLOCS][FX_MAX_ALLOCS];
 };
 
 void fx_init(struct fx_proc *p, uint64_t id, int pid);
@@ -32,5 +34,8 @@ void fx_init(struct fx_proc *p, uint64_t id, int pid);
 int fx_create(struct fx_proc *p, uint64_t serial, uint64_t size, int shared, uint64_t va);
 /* Add an import of creator's allocation, mapped at va. */
 int fx_import(struct fx_proc *p, uint64_t creator, uint64_t serial, uint64_t size, uint64_t va);
+
+/* Record that process (id, pid, start) fetched allocation index i. */
+void fx_importer(struct fx_proc *p, int i, uint64_t id, pid_t pid, uint64_t start);
 
 #endif

@@ -235,9 +235,8 @@ cat /proc/"$r1"/fd/"$tfd" >"$T/w/ticket"
 grep -qa "/run/cuinterpose/1-" "$T/w/ticket" || fail "the ticket does not name the creator's socket"
 # The ticket names the creator's socket in the container's mount namespace:
 # the importer enters that namespace only (nsenter --mount), and stays in
-# the host's pid and net namespaces, a child of this script. Its own control
-# socket is in the job's socket directory, where the plugin looks for
-# sharing peers outside the dumped tree.
+# the host's pid and net namespaces, a child of this script. The creator
+# recorded it when it fetched, so the plugin finds it wherever its socket is.
 nsenter -t "$init" --mount -- /bin/env LD_PRELOAD=/usr/lib/cuinterpose/libcuinterpose.so \
 	FAKECUDA_SOCKET=/run/fakecuda/devd.sock CUINTERPOSE_SOCKET_DIR=/run/cuinterpose \
 	/bin/ctr_outside /w/ticket /w/outside.ready >"$T/outside.log" 2>&1 &
@@ -252,7 +251,7 @@ grep -q "^import: CUDA_SUCCESS pid $OPID$" "$T/w/outside.ready" ||
 [ "$(readlink /proc/$OPID/ns/pid)" = "$(readlink /proc/self/ns/pid)" ] || fail "the importer is in the container's pid namespace"
 checkpoint job-b "$T/ck3.tar.gz" --leave-running && fail "podman checkpoint with a sharing peer outside the container succeeded"
 cat "$T/ckpt.log" "$(ctr_userdata job-b)/dump.log" >"$T/dump3.log" 2>/dev/null
-grep -Eq "cuinterpose: .*pid $OPID imports allocation [0-9a-f]+:[0-9]+ from pid $init, but pid $OPID is a sharing peer outside the dumped tree" "$T/dump3.log" ||
+grep -Eq "cuinterpose: .*pid $init allocation [0-9a-f]+:[0-9]+ is imported by pid $OPID \(identity [0-9a-f]{16}\), a live process outside the dumped tree" "$T/dump3.log" ||
 	fail "the refusal does not name the outside importer $OPID and the creator $init: $(grep -E 'cuinterpose|Error' "$T/dump3.log" | tail -5)"
 [ "$(ctr_state job-b)" = running ] || fail "after the refused checkpoint the container is $(ctr_state job-b)"
 [ -e "$T/ck3.tar.gz" ] && fail "a refused checkpoint left an archive"

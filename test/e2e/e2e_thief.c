@@ -6,6 +6,10 @@
  *   e2e_thief connect SOCK   connect, say HELLO-sized garbage, read
  *   e2e_thief import TICKET  cuInit, rebuild the ticket as a sealed memfd
  *                            from the stolen bytes, import it
+ *   e2e_thief hold TICKET    the same as an ordinary outside importer (for
+ *                            t-outside-importer-refused.sh): on success,
+ *                            print "import: CUDA_SUCCESS pid N" and keep
+ *                            the memory until killed
  *
  * Prints one line: "connect: <strerror>", "connect: closed by peer",
  * "connect: answered" or "import: <CUresult>"; exit 0 when the attempt was
@@ -58,7 +62,7 @@ static int try_connect(const char *path)
 	return 1;
 }
 
-static int try_import(const char *ticket)
+static int try_import(const char *ticket, int hold)
 {
 	CUmemGenericAllocationHandle h;
 	char buf[4096];
@@ -80,6 +84,12 @@ static int try_import(const char *ticket)
 		return 2;
 	r = cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 	cuGetErrorName(r, &name);
+	if (hold && r == CUDA_SUCCESS) {
+		printf("import: %s pid %d\n", name, (int)getpid());
+		fflush(stdout);
+		for (;;)
+			pause();
+	}
 	printf("import: %s\n", name ? name : "?");
 	return r == CUDA_SUCCESS;
 }
@@ -89,7 +99,9 @@ int main(int argc, char **argv)
 	if (argc == 3 && !strcmp(argv[1], "connect"))
 		return try_connect(argv[2]);
 	if (argc == 3 && !strcmp(argv[1], "import"))
-		return try_import(argv[2]);
-	fprintf(stderr, "usage: e2e_thief connect SOCK | import TICKET\n");
+		return try_import(argv[2], 0);
+	if (argc == 3 && !strcmp(argv[1], "hold"))
+		return try_import(argv[2], 1);
+	fprintf(stderr, "usage: e2e_thief connect SOCK | import TICKET | hold TICKET\n");
 	return 2;
 }
