@@ -32,8 +32,18 @@ snapshot() {
 		ls -l /proc/$p/fd | awk '{print $9, $11}' >"$T/fds.$p.now"
 	done
 }
+# The reference is a settled state: two snapshots 0.3 s apart agree (a
+# descriptor the warm-up dump's connections leave for a moment, e.g. on a
+# loaded machine, must not become part of it).
 snapshot_keep() {
+	local prev
 	snap=$(snapshot)
+	for _ in $(seq 20); do
+		prev=$snap
+		sleep 0.3
+		snap=$(snapshot)
+		[ "$snap" = "$prev" ] && break
+	done
 	for f in "$T"/*.now; do mv "$f" "${f%.now}.ref"; done
 }
 
