@@ -130,12 +130,23 @@ criu_restore() { # DIR [extra criu args]
 
 alive() { kill -0 "$1" 2>/dev/null; }
 
-wait_gone() { # PIDS...: wait until none exists
+# wait_gone PIDS...: wait until none runs (10 s at most), then give the
+# reaper up to 10 s more to reap them: a zombie still holds its pid, and a
+# restore of that pid fails "Can't fork for PID: File exists". A process
+# that stays a zombie (its parent does not wait) counts as gone.
+wait_gone() {
 	i=0
 	for p in "$@"; do
 		while alive "$p" && [ "$(awk '{print $3}' /proc/$p/stat 2>/dev/null)" != Z ]; do
 			i=$((i + 1))
 			[ $i -gt 200 ] && return 1
+			sleep 0.05
+		done
+	done
+	i=0
+	for p in "$@"; do
+		while [ -d /proc/$p ] && [ $i -lt 200 ]; do
+			i=$((i + 1))
 			sleep 0.05
 		done
 	done
