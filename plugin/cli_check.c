@@ -220,8 +220,9 @@ static void check_driver(struct check *c)
 	if (!h) {
 		report(c, CK_FAIL, "driver",
 		       "cannot load %s (%s): install the NVIDIA driver, or point CUINTERPOSE_LIBCUDA at the "
-		       "driver library (criu loads the same one)",
-		       lib, dlerror());
+		       "driver library (criu loads the same one); without a GPU, run cuinterpose and criu under "
+		       "the fake driver: %s cuinterpose check",
+		       lib, dlerror(), CUIP_FAKECUDA_RUN);
 		return;
 	}
 	ver = (drv_version_fn)dlsym(h, "cuDriverGetVersion");

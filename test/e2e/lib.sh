@@ -89,7 +89,8 @@ start_job() {
 
 wait_ready() {
 	i=0
-	while [ "$(ls "$T"/w/r*.ready 2>/dev/null | wc -l)" -lt "$1" ]; do
+	# non-empty files only: a rank creates its file, then writes its pid
+	while [ "$(find "$T/w" -name 'r*.ready' -size +0c 2>/dev/null | wc -l)" -lt "$1" ]; do
 		ls "$T"/w/*.failed >/dev/null 2>&1 && fail "job failed to start: $(cat "$T"/w/*.failed)"
 		i=$((i + 1))
 		[ $i -gt 300 ] && fail "job did not get ready"
