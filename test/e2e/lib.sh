@@ -9,6 +9,7 @@
 set -u
 
 skip() { echo "SKIP: $*"; exit 77; }
+exec 9>&1 # the test's log, for messages from functions whose output a caller redirects
 fail() {
 	# An interposer without the checkpoint operations (built in phases) is
 	# a missing piece, not a plugin failure.
@@ -155,8 +156,12 @@ criu_restore() { # DIR [extra criu args]
 	# and GCC 12's libasan; the first dump and restore of a job work.
 	if [ $rc != 0 ] && [ -n "${CUIP_ASAN_RT:-}" ] && [ -f "$T/restored-once" ] &&
 		grep -q "killed by signal 11: Segmentation fault" "$d/restore.log"; then
-		grep -m1 "killed by signal 11" "$d/restore.log"
-		skip "ASan build: criu's restore child crashes (SIGSEGV) restoring a process that was restored before (second cycle); the first cycle passed"
+		# to the test's own log too: callers may redirect this function
+		{
+			grep -m1 "killed by signal 11" "$d/restore.log"
+			echo "SKIP: ASan build: criu's restore child crashes (SIGSEGV) restoring a process that was restored before (second cycle); the first cycle passed"
+		} | tee /dev/fd/9
+		exit 77
 	fi
 	return $rc
 }
