@@ -140,11 +140,27 @@ criu_dump() { # DIR [extra criu args]
 	"$FAKERUN" $SAN_CRIU "$CRIU" dump -t "$JOBPID" -D "$d" -L "$T/plugins" --shell-job -v4 -o dump.log "$@"
 }
 
+# The job's pids must be free before a restore: a killed process counts as
+# gone for wait_gone once it is a zombie, but its pid stays taken until it
+# is reaped ("Can't fork for PID: File exists"); wait up to 10 s for that.
+wait_pids_free() {
+	local busy p
+
+	for _ in $(seq 200); do
+		busy=0
+		for p in $(job_pids); do [ -e /proc/$p ] && busy=1; done
+		[ $busy = 0 ] && return 0
+		sleep 0.05
+	done
+	return 0
+}
+
 criu_restore() { # DIR [extra criu args]
 	local rc
 
 	d=$1
 	shift
+	wait_pids_free
 	"$FAKERUN" $SAN_CRIU "$CRIU" restore -D "$d" -L "$T/plugins" --shell-job --restore-detached -v4 \
 		-o restore.log "$@"
 	rc=$?

@@ -161,6 +161,7 @@ expect_killed() { # WHAT PID|any SPEC PHASE
 	K=$((K + 1))
 	note "restore fault $K: $1"
 	arm "$2" "$3"
+	wait_pids_free
 	if "$FAKERUN" $SAN_CRIU "$CRIU" restore -D "$T/d" -L "$T/plugins" --shell-job --restore-detached -v4 \
 		-o "restore-$K.log" >/dev/null 2>&1; then
 		: # CRIU ignores RESUME_DEVICES_LATE's status; what counts is below
