@@ -1,41 +1,57 @@
 #!/usr/bin/env bash
 # demo-job.sh BUILDDIR: the demo itself (contrib/demo.sh sets it up).
-# A parent and 3 children share three VMM allocations through POSIX file
-# descriptors, beside private GPU memory; `criu dump` checkpoints the group,
-# `criu restore` brings it back, and the job checks every byte and address.
+# cuinterpose-example: a parent and 3 children share three VMM allocations
+# through POSIX file descriptors, beside private GPU memory. Every process
+# reports its pid and, per allocation, address and checksum of the bytes
+# (SIGUSR2) before `criu dump` and after `criu restore`; the demo prints
+# both side by side and says which are equal, then runs a round in which
+# the job itself verifies every byte and the sharing (SIGUSR1).
 set -euo pipefail
 build=$1
 D=/tmp/cuinterpose-demo
 rm -rf "$D"
-mkdir -p "$D/img"
+mkdir -p "$D/img" "$D/sock"
 say() { printf '\n== %s\n' "$*"; }
+# The job's control sockets live in the demo's own directory.
+export CUINTERPOSE_SOCKET_DIR=$D/sock
+# Where cuinterpose is installed (make install: /usr/local, the plugin in
+# CRIU's own /usr/lib/criu; a --prefix install keeps it in PREFIX/lib/criu).
+prefix=$(dirname "$(dirname "$(command -v cuinterpose)")")
+L=()
+[ -f "$prefix/lib/criu/cuinterpose_plugin.so" ] && L=(-L "$prefix/lib/criu")
 
 if [ -e /proc/driver/nvidia/gpus ] && ls /proc/driver/nvidia/gpus/* >/dev/null 2>&1; then
 	RUN=()
 	echo "NVIDIA driver found: running on the GPU"
 else
 	export FAKECUDA_SOCKET=$D/devd.sock
-	RUN=(/usr/local/lib/cuinterpose/fakecuda/fakecuda-run)
+	RUN=("$prefix/lib/cuinterpose/fakecuda/fakecuda-run")
 	echo "no NVIDIA GPU: running on the fake CUDA driver (device memory lives in fakecuda-devd)"
 fi
 cleanup() {
+	# only what is still running (the job exits by itself at the end)
 	[ -n "${job:-}" ] && kill -9 $job $(cat "$D/ready" 2>/dev/null) 2>/dev/null || true
 	[ ${#RUN[@]} -gt 0 ] && "${RUN[0]}" --stop >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 
-round() { # round N: ask every process to verify, wait for the verdict
-	kill -USR1 "$parent"
-	for _ in $(seq 200); do
-		grep -q "^round $1 " "$D/results" 2>/dev/null && break
+wait_line() { # PATTERN: wait for a line of the results file
+	for _ in $(seq 400); do
+		grep -q "$1" "$D/results" 2>/dev/null && return 0
 		sleep 0.05
 	done
-	grep "^round $1 " "$D/results" || { echo "no verdict for round $1"; exit 1; }
-	grep -q "^round $1 ok" "$D/results"
+	echo "no '$1' in $D/results:"
+	cat "$D/results" "$D/job.log"
+	exit 1
+}
+state() { # N: every process reports pid, addresses and checksums
+	kill -USR2 "$parent"
+	wait_line "^state $1 \(ok\|FAIL\)"
+	grep -q "^state $1 ok" "$D/results" || { grep "^state $1 FAIL" "$D/results"; exit 1; }
 }
 
-say "start the job: cuinterpose run -- vmm_share -n 3"
-setsid "${RUN[@]}" cuinterpose run -- "$build/test/interposer/vmm_share" -n 3 -r "$D/ready" -o "$D/results" \
+say "start the job: cuinterpose run -- cuinterpose-example -n 3"
+setsid "${RUN[@]}" cuinterpose run -- cuinterpose-example -n 3 -r "$D/ready" -o "$D/results" \
 	</dev/null >"$D/job.log" 2>&1 &
 job=$!
 disown "$job"
@@ -44,14 +60,21 @@ for _ in $(seq 400); do [ -s "$D/ready" ] && break; sleep 0.05; done
 read -r parent children <"$D/ready"
 echo "processes: parent $parent, children $children"
 say "what the interposer tracks in the parent (cuinterpose inspect $parent)"
-cuinterpose inspect "$parent" | head -n 20
-say "before the checkpoint: every process verifies its memory"
-round 1
+cuinterpose inspect "$parent" >"$D/inspect.txt"
+n=$(wc -l <"$D/inspect.txt")
+head -n 20 "$D/inspect.txt"
+[ "$n" -le 20 ] || echo "... ($((n - 20)) more lines: cuinterpose inspect $parent)"
+say "before the checkpoint: every process verifies its memory, then reports it"
+kill -USR1 "$parent"
+wait_line "^round 1 "
+grep "^round 1 " "$D/results"
+grep -q "^round 1 ok" "$D/results"
+state 1
 
 say "criu dump -t $parent -D $D/img"
-"${RUN[@]}" criu dump -t "$parent" -D "$D/img" -v4 -o dump.log
+"${RUN[@]}" criu dump -t "$parent" -D "$D/img" "${L[@]}" -v4 -o dump.log
 grep "cuinterpose:" "$D/img/dump.log" | grep -vE ": pid [0-9]+ done" | grep -E "participants|SAVE|NATIVE|bytes|done" |
-	sed "s/^/  /" | head -n 16
+	sed "s/^/  /"
 ls -la "$D/img" | grep cuinterpose | sed 's/^/  /'
 for p in $parent $children; do
 	if kill -0 "$p" 2>/dev/null && [ "$(awk '{print $3}' /proc/$p/stat)" != Z ]; then
@@ -65,11 +88,53 @@ say "the checkpoint's cuinterpose images (cuinterpose show $D/img)"
 cuinterpose show "$D/img" | grep -E "^inventory|participants|^== |^  [0-9a-f]+:[0-9]+  cuinterpose-carrier|^OK|^FAIL"
 
 say "criu restore -D $D/img"
-"${RUN[@]}" criu restore -D "$D/img" --restore-detached -v4 -o restore.log
+"${RUN[@]}" criu restore -D "$D/img" "${L[@]}" --restore-detached --pidfile "$D/restored.pid" -v4 -o restore.log
 grep "cuinterpose:" "$D/img/restore.log" | grep -vE ": pid [0-9]+ done" |
-	grep -E "participants|LOAD|REBUILD|VERIFY|NATIVE|done" | sed "s/^/  /" | head -n 16
-say "after the restore: same pids, same addresses, every byte, sharing intact"
-round 2
+	grep -E "participants|LOAD|REBUILD|VERIFY|NATIVE|done" | sed "s/^/  /"
+[ "$(cat "$D/restored.pid")" = "$parent" ] || { echo "restored as pid $(cat "$D/restored.pid"), not $parent"; exit 1; }
+state 2
+
+say "before the dump | after the restore, per process and allocation"
+# state lines: "state N rank K pid P: NAME VA SIZE MiB SUM ..." -> one row per allocation
+rows() { grep "^state $1 rank" "$D/results" | awk '{ r = $4; sub(":", "", $6); printf "rank %s pid %s\n", r, $6
+	for (i = 7; i + 4 <= NF + 1; i += 5) printf "rank %s %s %s %s %s %s\n", r, $i, $(i+1), $(i+2), $(i+3), $(i+4) }'; }
+rows 1 >"$D/before"
+rows 2 >"$D/after"
+same=0
+diff=0
+while read -r -u 3 b && read -r -u 4 a; do
+	if [ "$b" = "$a" ]; then
+		mark=equal
+		same=$((same + 1))
+	else
+		mark=DIFFERENT
+		diff=$((diff + 1))
+	fi
+	printf '  %-52s | %-52s %s\n' "$b" "${a#rank * }" "$mark"
+done 3<"$D/before" 4<"$D/after"
+[ "$(wc -l <"$D/before")" = "$(wc -l <"$D/after")" ] || { echo "not the same number of processes and allocations"; exit 1; }
+echo "  (row: name, address, size, checksum of the bytes; pids: one row per process)"
+echo "  $same equal, $diff different"
+[ "$diff" = 0 ] || exit 1
+
+say "after the restore: the job verifies every byte and the sharing itself"
+kill -USR1 "$parent"
+wait_line "^round 2 "
+grep "^round 2 " "$D/results"
+grep -q "^round 2 ok" "$D/results"
 kill -TERM "$parent"
+# wait for the job to tear down and exit, so that nothing of it is left
+for _ in $(seq 400); do
+	gone=1
+	for p in $parent $children; do
+		[ -d /proc/$p ] && [ "$(awk '{print $3}' /proc/$p/stat 2>/dev/null)" != Z ] && gone=0
+	done
+	[ $gone = 1 ] && break
+	sleep 0.05
+done
+[ $gone = 1 ] || { echo "the job did not exit after SIGTERM"; exit 1; }
+job=
+left=$(ls -A "$D/sock")
+[ -z "$left" ] || { echo "control sockets left behind in $D/sock: $left"; exit 1; }
 echo
-echo "demo: checkpoint and restore of 4 processes sharing GPU memory verified"
+echo "demo: 4 processes sharing GPU memory checkpointed and restored: same pids, addresses and bytes; no socket left"

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "cli.h"
 
 static void usage(FILE *f)
@@ -24,13 +25,16 @@ static void usage(FILE *f)
 		   "commands:\n"
 		   "  run [--lib PATH] [--] CMD [ARGS...]\n"
 		   "        run CMD with the interposer preloaded (LD_PRELOAD); CMD keeps this PID\n"
-		   "  inspect PID [--json]\n"
-		   "        print every record the interposer in process PID tracks\n"
+		   "  inspect PID [--json] [--wait SECONDS]\n"
+		   "        print every record the interposer in process PID tracks; --wait: wait up to\n"
+		   "        SECONDS for PID's interposer to answer (a job just started)\n"
 		   "  show DIR [--json] [--no-verify]\n"
 		   "        decode and verify the cuinterpose images of a checkpoint in DIR\n"
-		   "  check [--json] [--libdir DIR] [--criu PATH] [--criu-check]\n"
+		   "  check [--json] [--libdir DIR] [--criu PATH] [--criu-check] [--pid PID]... [--no-processes]\n"
 		   "        diagnose CRIU, the plugin, the driver, socket directory and running jobs\n"
-		   "  help  this text\n"
+		   "        (--pid: only these processes; --no-processes: none)\n"
+		   "  help, --help   this text\n"
+		   "  --version      the version\n"
 		   "\n"
 		   "environment: CUINTERPOSE_LIB (library for run), CUINTERPOSE_SOCKET_DIR (control sockets,\n"
 		   "default /run/cuinterpose), CUINTERPOSE_LOG (0 quiet, 1 errors, 2 info, 3 debug)\n"
@@ -109,8 +113,11 @@ int cli_run(int argc, char **argv)
 		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			usage(stdout);
 			return 0;
+		} else if (!strcmp(argv[i], "--lib")) {
+			fprintf(stderr, "cuinterpose run: --lib needs a PATH\n");
+			return 2;
 		} else if (argv[i][0] == '-') {
-			fprintf(stderr, "cuinterpose run: unknown option %s\n", argv[i]);
+			fprintf(stderr, "cuinterpose run: unknown option '%s' (put the command after --)\n", argv[i]);
 			return 2;
 		} else {
 			break;
@@ -158,7 +165,12 @@ int main(int argc, char **argv)
 		usage(stdout);
 		return 0;
 	}
-	fprintf(stderr, "cuinterpose: unknown command '%s'\n", argv[1]);
+	if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+		printf("cuinterpose %s\n", PACKAGE_VERSION);
+		return 0;
+	}
+	fprintf(stderr, "cuinterpose: unknown %s '%s' (commands: run, inspect, show, check, help)\n",
+		argv[1][0] == '-' ? "option" : "command", argv[1]);
 	usage(stderr);
 	return 2;
 }

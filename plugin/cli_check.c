@@ -221,8 +221,9 @@ static void check_driver(struct check *c)
 	if (!h) {
 		report(c, CK_FAIL, "driver",
 		       "cannot load %s (%s): install the NVIDIA driver, or point CUINTERPOSE_LIBCUDA at the "
-		       "driver library (criu loads the same one)",
-		       lib, dlerror());
+		       "driver library (criu loads the same one); without a GPU, run cuinterpose and criu under "
+		       "the fake driver: %s cuinterpose check",
+		       lib, dlerror(), CUIP_FAKECUDA_RUN);
 		return;
 	}
 	ver = (drv_version_fn)dlsym(h, "cuDriverGetVersion");
@@ -527,7 +528,8 @@ int cli_check(int argc, char **argv)
 			criu = argv[++i];
 		} else if (!strcmp(argv[i], "--criu-check")) {
 			run_check = 1;
-		} else if (!strcmp(argv[i], "--pid") && i + 1 < argc && atoi(argv[i + 1]) > 0) {
+		} else if (!strcmp(argv[i], "--pid") && i + 1 < argc && atoi(argv[i + 1]) > 0 &&
+			   strspn(argv[i + 1], "0123456789") == strlen(argv[i + 1])) {
 			pids[npids++] = argv[++i];
 		} else if (!strcmp(argv[i], "--no-processes")) {
 			procs = 0;
@@ -535,8 +537,22 @@ int cli_check(int argc, char **argv)
 			usage(stdout);
 			free(pids);
 			return 0;
+		} else if (!strcmp(argv[i], "--pid")) {
+			fprintf(stderr, "cuinterpose check: --pid needs a PID (a process id > 0), got %s%s%s\n",
+				i + 1 < argc ? "'" : "nothing", i + 1 < argc ? argv[i + 1] : "",
+				i + 1 < argc ? "'" : "");
+			usage(stderr);
+			free(pids);
+			return 2;
+		} else if (!strcmp(argv[i], "--libdir") || !strcmp(argv[i], "--criu")) {
+			fprintf(stderr, "cuinterpose check: %s needs a %s\n", argv[i],
+				argv[i][2] == 'l' ? "directory" : "path to the criu binary");
+			usage(stderr);
+			free(pids);
+			return 2;
 		} else {
-			fprintf(stderr, "cuinterpose check: unexpected argument '%s'\n", argv[i]);
+			fprintf(stderr, "cuinterpose check: %s '%s'\n",
+				argv[i][0] == '-' ? "unknown option" : "unexpected argument", argv[i]);
 			usage(stderr);
 			free(pids);
 			return 2;

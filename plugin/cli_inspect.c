@@ -9,9 +9,12 @@
  * namespace works too. Without access to /proc/PID/fd, the socket
  * directories are scanned for "PID-*.sock".
  */
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -424,37 +427,95 @@ void cli_print_state_json(const Cuip__ProcessState *st)
 	printf("}\n");
 }
 
+/* A PID: decimal digits only, 1..INT_MAX. 0 or -EINVAL. */
+static int parse_pid(const char *a, pid_t *pid)
+{
+	char *end;
+	long v;
+
+	if (!isdigit((unsigned char)a[0]))
+		return -EINVAL;
+	errno = 0;
+	v = strtol(a, &end, 10);
+	if (errno || *end || v < 1 || v > INT_MAX)
+		return -EINVAL;
+	*pid = (pid_t)v;
+	return 0;
+}
+
+static int parse_seconds(const char *a, long *s)
+{
+	char *end;
+	long v;
+
+	if (!isdigit((unsigned char)a[0]))
+		return -EINVAL;
+	errno = 0;
+	v = strtol(a, &end, 10);
+	if (errno || *end || v > 3600)
+		return -EINVAL;
+	*s = v;
+	return 0;
+}
+
 int cli_inspect(int argc, char **argv)
 {
 	Cuip__Request req = CUIP__REQUEST__INIT;
 	Cuip__Response *resp = NULL;
 	char path[512], err[256] = "";
 	int json = 0, s, ret;
+	long wait_s = 0;
 	pid_t pid = 0;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--json")) {
 			json = 1;
 		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			printf("usage: cuinterpose inspect PID [--json]\n");
+			printf("usage: cuinterpose inspect PID [--json] [--wait SECONDS]\n");
 			return 0;
-		} else if (!pid && atoi(argv[i]) > 0 && strspn(argv[i], "0123456789") == strlen(argv[i])) {
-			pid = atoi(argv[i]);
-		} else {
-			fprintf(stderr, "cuinterpose inspect: unexpected argument '%s'\n", argv[i]);
+		} else if (!strcmp(argv[i], "--wait")) {
+			if (i + 1 >= argc || parse_seconds(argv[i + 1], &wait_s)) {
+				fprintf(stderr,
+					"cuinterpose inspect: --wait needs a number of seconds (0..3600), got %s%s%s\n",
+					i + 1 < argc ? "'" : "nothing", i + 1 < argc ? argv[i + 1] : "",
+					i + 1 < argc ? "'" : "");
+				return 2;
+			}
+			i++;
+		} else if (argv[i][0] == '-' && argv[i][1] && !isdigit((unsigned char)argv[i][1])) {
+			fprintf(stderr, "cuinterpose inspect: unknown option '%s'\n", argv[i]);
+			return 2;
+		} else if (pid) {
+			fprintf(stderr, "cuinterpose inspect: one PID at a time ('%s' after %d)\n", argv[i], (int)pid);
+			return 2;
+		} else if (parse_pid(argv[i], &pid)) {
+			fprintf(stderr, "cuinterpose inspect: '%s' is not a PID (a process id, 1..%d)\n", argv[i],
+				INT_MAX);
 			return 2;
 		}
 	}
 	if (!pid) {
-		fprintf(stderr, "usage: cuinterpose inspect PID [--json]\n");
+		fprintf(stderr, "cuinterpose inspect: no PID given\nusage: cuinterpose inspect PID [--json] [--wait "
+				"SECONDS]\n");
 		return 2;
 	}
-	if (cli_find_socket(pid, path, sizeof(path))) {
-		fprintf(stderr,
-			"cuinterpose inspect: process %d has no cuinterpose control socket (not running under "
-			"`cuinterpose run`, no CUDA initialized yet, or no permission to read /proc/%d)\n",
-			(int)pid, (int)pid);
-		return 1;
+	/* --wait: a job started a moment ago has no socket until its first CUDA
+	 * call; poll every 50 ms, giving up early if the process goes away. */
+	for (long waited_ms = 0;; waited_ms += 50) {
+		if (kill(pid, 0) && errno == ESRCH) {
+			fprintf(stderr, "cuinterpose inspect: no such process: %d\n", (int)pid);
+			return 1;
+		}
+		if (!cli_find_socket(pid, path, sizeof(path)))
+			break;
+		if (waited_ms >= wait_s * 1000L) {
+			fprintf(stderr,
+				"cuinterpose inspect: process %d has no cuinterpose control socket (not running under "
+				"`cuinterpose run`, no CUDA initialized yet, or no permission to read /proc/%d)%s\n",
+				(int)pid, (int)pid, wait_s ? " after --wait" : "; --wait SECONDS waits for it");
+			return 1;
+		}
+		usleep(50 * 1000);
 	}
 	s = cli_connect_proc(pid, path);
 	if (s < 0) {

@@ -320,13 +320,18 @@ int cli_show(int argc, char **argv)
 			return 0;
 		} else if (!dir && argv[i][0] != '-') {
 			dir = argv[i];
+		} else if (argv[i][0] == '-') {
+			fprintf(stderr, "cuinterpose show: unknown option '%s'\n", argv[i]);
+			usage(stderr);
+			return 2;
 		} else {
-			fprintf(stderr, "cuinterpose show: unexpected argument '%s'\n", argv[i]);
+			fprintf(stderr, "cuinterpose show: one DIR at a time ('%s' after %s)\n", argv[i], dir);
 			usage(stderr);
 			return 2;
 		}
 	}
 	if (!dir) {
+		fprintf(stderr, "cuinterpose show: no DIR given\n");
 		usage(stderr);
 		return 2;
 	}

@@ -194,8 +194,11 @@ static void serve(struct fake *f, int c)
 			resp.body_case = CUIP__RESPONSE__BODY_LOAD;
 			resp.load = &lr;
 		}
-		cuip_msg_send(c, CUIP_KIND_RESPONSE, &resp.base, -1);
+		/* recorded before it is sent: once sent, the coordinator may send
+		 * the next request (and another fake record it) before this thread
+		 * runs again, which made the order checks fail on a loaded machine */
 		event(f->idx, "REP", name);
+		cuip_msg_send(c, CUIP_KIND_RESPONSE, &resp.base, -1);
 		if (resp.body_case == CUIP__RESPONSE__BODY_SAVE) {
 			/* entries point into the request: free ours first */
 			free_save(&sr);

@@ -582,6 +582,11 @@ Suite *rules_suite(void)
 	Suite *s = suite_create("rules");
 	TCase *t = tcase_create("options");
 
+	/* Parsing and rule checks over in-memory records: milliseconds each.
+	 * 10 s (images: 20 s, they write and re-read files) absorbs a
+	 * sanitizer build (2x) on a loaded 2-core machine. */
+	tcase_set_timeout(t, 10);
+
 	tcase_add_test(t, remap_parses_pairs_in_every_uuid_form);
 	tcase_add_test(t, remap_refuses_malformed_entries);
 	tcase_add_test(t, options_come_from_the_environment_and_bad_values_are_named);
@@ -601,6 +606,7 @@ Suite *rules_suite(void)
 	tcase_add_test(t, preflight_refuses_multicast_without_a_binding_or_with_two_creators);
 	suite_add_tcase(s, t);
 	t = tcase_create("images");
+	tcase_set_timeout(t, 20);
 	tcase_add_checked_fixture(t, img_setup, img_teardown);
 	tcase_add_test(t, images_round_trip_and_match_the_participant_set);
 	tcase_add_test(t, images_refuse_a_corrupt_carrier_naming_the_file_and_chunk);

@@ -23,7 +23,8 @@ set -u
 B=$(cd "$top_builddir" && pwd)
 BIN=$B/test/e2e/scale-bench
 FAKERUN=$B/test/fakecuda/fakecuda-run
-INTERPOSER=$B/interposer/.libs/libcuinterpose.so
+# The preload list: the ASan runtime first in sanitizer builds (test/e2e sets CUIP_ASAN_RT).
+INTERPOSER=${CUIP_ASAN_RT:+$CUIP_ASAN_RT:}$B/interposer/.libs/libcuinterpose.so
 PLUGIN=$B/plugin/.libs/cuinterpose_plugin.so
 CRIU=${CRIU:-$(command -v criu || echo /usr/local/sbin/criu)}
 NPROC=8 EVERY=8 GRAN=4 DELAY=2000 CRIU_RUN=0

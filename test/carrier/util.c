@@ -48,16 +48,31 @@ long bytes_check(const void *p, size_t n, uint8_t v)
 	return -1;
 }
 
+/* Byte-at-a-time table, built from the polynomial bit by bit:
+ * still independent of the carrier's own CRC code, but 8x faster than the
+ * bitwise loop (the round trips check tens of MiB; the bitwise loop made
+ * roundtrip_mixed_sizes_every_byte_and_crc take over a second). */
+static uint32_t ref_table[256];
+
+/* before main: no thread can see a half-built table */
+__attribute__((constructor)) static void ref_table_init(void)
+{
+	for (uint32_t i = 0; i < 256; i++) {
+		uint32_t x = i;
+
+		for (int k = 0; k < 8; k++)
+			x = (x >> 1) ^ (0x82F63B78u & (0u - (x & 1)));
+		ref_table[i] = x;
+	}
+}
+
 uint32_t ref_crc32c(const void *p, size_t n)
 {
 	const uint8_t *b = p;
 	uint32_t c = 0xFFFFFFFFu;
 
-	for (size_t i = 0; i < n; i++) {
-		c ^= b[i];
-		for (int k = 0; k < 8; k++)
-			c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1)));
-	}
+	for (size_t i = 0; i < n; i++)
+		c = (c >> 8) ^ ref_table[(c ^ b[i]) & 0xFF];
 	return ~c;
 }
 

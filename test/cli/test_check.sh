@@ -63,6 +63,7 @@ has "^FAIL plugin .*cuinterpose_plugin.so: No such file or directory; run \`make
 # Driver
 [ "$(CUINTERPOSE_LIBCUDA=$T/nolib.so check $good)" = 1 ] || fail "a missing driver accepted"
 has "^FAIL driver     cannot load $T/nolib.so"
+has "without a GPU, run cuinterpose and criu under the fake driver: .*/cuinterpose/fakecuda/fakecuda-run cuinterpose check"
 
 # Socket directory
 rm -rf "$T/sock" && : >"$T/sock"

@@ -16,7 +16,7 @@ int main(int argc, char **argv)
 {
 	Cuip__Topology *t;
 	char err[256];
-	int dirfd;
+	int dirfd, ret = 1;
 
 	if (argc != 3 || (dirfd = open(argv[1], O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
 		fprintf(stderr, "usage: e2e_retopo DIR NAME\n");
@@ -35,12 +35,15 @@ int main(int argc, char **argv)
 		m->access[0]->flags ^= 1;
 		printf("mapping at %#llx: access flags %u -> %u\n", (unsigned long long)m->va, m->access[0]->flags ^ 1,
 		       m->access[0]->flags);
-		if (cuip_image_write(dirfd, argv[2], CUIP_KIND_TOPOLOGY, &t->base)) {
+		ret = cuip_image_write(dirfd, argv[2], CUIP_KIND_TOPOLOGY, &t->base) ? 1 : 0;
+		if (ret)
 			fprintf(stderr, "e2e_retopo: cannot write %s\n", argv[2]);
-			return 1;
-		}
-		return 0;
+		goto out;
 	}
 	fprintf(stderr, "e2e_retopo: no mapping with an access entry in %s\n", argv[2]);
-	return 1;
+out:
+	/* freed so that LeakSanitizer (sanitizer builds) has nothing to report */
+	protobuf_c_message_free_unpacked(&t->base, NULL);
+	close(dirfd);
+	return ret;
 }

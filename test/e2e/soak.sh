@@ -22,7 +22,7 @@ since() { echo "$(now) $1" | awk '{printf "%.3f", $1 - $2}'; }
 census() {
 	local p
 
-	for p in $(job_pids); do echo -n "$p fds $(ls /proc/$p/fd | wc -l) maps $(wc -l </proc/$p/maps); "; done
+	for p in $(job_pids); do echo -n "$p fds $(ls /proc/$p/fd | wc -l) maps $(app_maps $p | wc -l); "; done
 }
 
 start_job $NP

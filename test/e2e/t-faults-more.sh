@@ -43,8 +43,8 @@ pid_of() { awk '{print $2}' "$T/w/r$1.ready"; }
 # snapshot PIDS: FDs and mappings of each, one line each.
 snapshot() {
 	for p in "$@"; do
-		echo "$p fds $(ls /proc/$p/fd | wc -l) maps $(wc -l </proc/$p/maps)"
-		awk '{print $1, $6}' /proc/$p/maps >"$T/maps.$p.now"
+		echo "$p fds $(ls /proc/$p/fd | wc -l) maps $(app_maps $p | wc -l)"
+		app_maps $p | awk '{print $1, $6}' >"$T/maps.$p.now"
 		ls -l /proc/$p/fd | awk '{print $9, $11}' >"$T/fds.$p.now"
 	done
 }
@@ -65,7 +65,7 @@ logsize=$(stat -c %s "$T/job.log")
 # REBUILD_CREATORS: the restored creator cannot export its memory again.
 note "restore fault: cuMemExportToShareableHandle in REBUILD_CREATORS"
 arm "$p0" cuMemExportToShareableHandle:1
-"$FAKERUN" "$CRIU" restore -D "$T/d" -L "$T/plugins" --shell-job --restore-detached -v4 \
+"$FAKERUN" $SAN_CRIU "$CRIU" restore -D "$T/d" -L "$T/plugins" --shell-job --restore-detached -v4 \
 	-o restore-fault.log >/dev/null 2>&1 || : # what counts is below
 disarm
 wait_gone $pids || fail "REBUILD_CREATORS: restored processes still alive"

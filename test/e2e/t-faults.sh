@@ -27,8 +27,8 @@ pid_of() { awk '{print $2}' "$T/w/r$1.ready"; }
 # FDs and mappings of every participant, one line each.
 snapshot() {
 	for p in $(job_pids); do
-		echo "$p fds $(ls /proc/$p/fd | wc -l) maps $(wc -l </proc/$p/maps)"
-		awk '{print $1, $6}' /proc/$p/maps >"$T/maps.$p.now"
+		echo "$p fds $(ls /proc/$p/fd | wc -l) maps $(app_maps $p | wc -l)"
+		app_maps $p | awk '{print $1, $6}' >"$T/maps.$p.now"
 		ls -l /proc/$p/fd | awk '{print $9, $11}' >"$T/fds.$p.now"
 	done
 }
@@ -126,7 +126,7 @@ mount -t tmpfs -o size=2m tmpfs "$T/small" || fail "cannot mount a tmpfs"
 trap 'umount "$T/small" 2>/dev/null; cleanup' EXIT
 K=$((K + 1))
 note "dump fault $K: image directory full"
-if "$FAKERUN" "$CRIU" dump -t "$JOBPID" -D "$T/small" -L "$T/plugins" --shell-job -v4 \
+if "$FAKERUN" $SAN_CRIU "$CRIU" dump -t "$JOBPID" -D "$T/small" -L "$T/plugins" --shell-job -v4 \
 	-o dump.log >/dev/null 2>&1; then
 	fail "dump into a full directory succeeded"
 fi
@@ -171,7 +171,8 @@ expect_killed() { # WHAT PID|any SPEC PHASE
 	K=$((K + 1))
 	note "restore fault $K: $1"
 	arm "$2" "$3"
-	if "$FAKERUN" "$CRIU" restore -D "$T/d" -L "$T/plugins" --shell-job --restore-detached -v4 \
+	wait_pids_free
+	if "$FAKERUN" $SAN_CRIU "$CRIU" restore -D "$T/d" -L "$T/plugins" --shell-job --restore-detached -v4 \
 		-o "restore-$K.log" >/dev/null 2>&1; then
 		: # CRIU ignores RESUME_DEVICES_LATE's status; what counts is below
 	fi

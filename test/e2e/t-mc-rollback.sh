@@ -25,7 +25,7 @@ disarm() { rm -f "$FAKECUDA_FAIL_DIR"/*; }
 pid_of() { awk '{print $2}' "$T/w/r$1.ready"; }
 snapshot() {
 	for p in $(job_pids); do
-		echo "$p fds $(ls /proc/$p/fd | wc -l) maps $(wc -l </proc/$p/maps)"
+		echo "$p fds $(ls /proc/$p/fd | wc -l) maps $(app_maps $p | wc -l)"
 	done
 }
 

@@ -25,7 +25,7 @@ cat >"$T/init.sh" <<IN
 exec </dev/null >"$T/job.log" 2>&1
 for f in /proc/\$\$/fd/*; do n=\${f##*/}; [ "\$n" -gt 2 ] && eval "exec \$n>&-"; done
 mount -t tmpfs -o mode=1777 cuip-sock "$T/nssock" || exit 1
-exec env LD_PRELOAD="$INTERPOSER" "$FAKERUN" "$WORKLOAD" "$T/w" 2
+exec env LD_PRELOAD="$SAN_PRELOAD$INTERPOSER" "$FAKERUN" "$WORKLOAD" "$T/w" 2
 IN
 host_init() { # the host pid of the namespace's init: unshare's child
 	i=0

@@ -46,7 +46,7 @@ mkdir -p "$T/thief"
 chown 65534:65534 "$T/thief"
 steal() {
 	$NOBODY env FAKECUDA_SOCKET="$T/thief/devd.sock" CUINTERPOSE_SOCKET_DIR="$T/thief/sock" \
-		LD_PRELOAD="$INTERPOSER" "$FAKERUN" "$THIEF" import "$T/stolen" >"$T/steal.out" 2>"$T/steal.err"
+		LD_PRELOAD="$SAN_PRELOAD$INTERPOSER" "$FAKERUN" "$THIEF" import "$T/stolen" >"$T/steal.out" 2>"$T/steal.err"
 }
 steal || fail "import of a stolen ticket succeeded: $(cat "$T/steal.out" "$T/steal.err")"
 grep -q "^import: CUDA_ERROR" "$T/steal.out" || fail "stolen ticket: '$(cat "$T/steal.out" "$T/steal.err")'"

@@ -586,7 +586,7 @@ START_TEST(quiesce_times_out_on_device_work_that_cannot_drain_and_reopens_the_ga
 	double dt;
 	int s;
 
-	setenv("FAKECUDA_KERNEL_DELAY_US", "1500000", 1);
+	setenv("FAKECUDA_KERNEL_DELAY_US", "1000000", 1); /* outlasts the 0.2 s timeout by 0.8 s */
 	h_init(0);
 	va = h_create_map(h_gran(), &h);
 	CK(cuModuleLoadData(&mod, "any image"));

@@ -19,7 +19,10 @@
  * pattern into one shared allocation and every other process checks it sees
  * it; the parent exports that allocation afresh and a child imports it at a
  * new address and checks its bytes. Each round appends "round R ok" or
- * "round R FAIL: why" to RESULT_FILE (default stdout). SIGTERM/SIGINT: tear
+ * "round R FAIL: why" to RESULT_FILE (default stdout). SIGUSR2 changes nothing:
+ * every process appends "state S rank K pid P:" and, per allocation it maps,
+ * its address, size and a checksum of its bytes, then "state S ok" (what the
+ * demo compares before the dump and after the restore). SIGTERM/SIGINT: tear
  * everything down and exit 0 if every round passed, 1 otherwise. --once
  * runs one round right after setup and exits.
  *
@@ -58,7 +61,7 @@ struct priv {
 	size_t vmm_size;
 };
 
-enum op { OP_VERIFY = 1, OP_WRITE, OP_CHECK, OP_FRESH, OP_QUIT, OP_READY, OP_OK, OP_FAIL, OP_ALLOC };
+enum op { OP_VERIFY = 1, OP_WRITE, OP_CHECK, OP_FRESH, OP_QUIT, OP_READY, OP_OK, OP_FAIL, OP_ALLOC, OP_STATE };
 
 struct msg {
 	int op;
@@ -75,7 +78,8 @@ static struct priv pv;
 static int rank; /* 0: parent */
 static CUdevice dev;
 static size_t gran;
-static volatile sig_atomic_t want_round, want_quit;
+static volatile sig_atomic_t want_round, want_quit, want_state;
+static FILE *out; /* RESULT_FILE (append), shared by every process: one line per fflush */
 static char failure[256];
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -218,6 +222,55 @@ static void priv_teardown(void)
 
 /* ---- messages ------------------------------------------------------------ */
 
+/* FNV-1a over the bytes at va, read back from the device. */
+static int sum(CUdeviceptr va, size_t size, uint32_t *h)
+{
+	unsigned char *buf = malloc(size);
+	int ok;
+
+	if (!buf)
+		return 0;
+	ok = CK(cuMemcpyDtoH(buf, va, size));
+	*h = 2166136261u;
+	for (size_t j = 0; ok && j < size; j++)
+		*h = (*h ^ buf[j]) * 16777619u;
+	free(buf);
+	return ok;
+}
+
+/* One line for STATE: this process's pid, then every allocation it maps:
+ * address, size and checksum of its bytes (shared ones first). */
+static int state_line(uint32_t n)
+{
+	char line[2048];
+	size_t len;
+	uint32_t h;
+
+	len = (size_t)snprintf(line, sizeof(line), "state %u rank %d pid %d:", n, rank, (int)getpid());
+	for (int i = 0; i < nsh; i++) {
+		if (!sum(sh[i].va, sh[i].size, &h))
+			return 0;
+		len += (size_t)snprintf(line + len, sizeof(line) - len, " shared%d %#llx %zu MiB %08x", i,
+					(unsigned long long)sh[i].va, sh[i].size >> 20, h);
+	}
+	const struct {
+		const char *name;
+		CUdeviceptr va;
+		size_t size;
+	} p[] = {{"cuMemAlloc", pv.linear, PRIV_SIZE},
+		 {"posix", pv.posix_va, pv.vmm_size},
+		 {"none", pv.none_va, pv.vmm_size}};
+	for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) {
+		if (!sum(p[i].va, p[i].size, &h))
+			return 0;
+		len += (size_t)snprintf(line + len, sizeof(line) - len, " %s %#llx %zu MiB %08x", p[i].name,
+					(unsigned long long)p[i].va, p[i].size >> 20, h);
+	}
+	fprintf(out, "%s\n", line);
+	fflush(out);
+	return 1;
+}
+
 static int send_msg(int s, const struct msg *m, int fd)
 {
 	char ctl[CMSG_SPACE(sizeof(int))] = {0};
@@ -304,6 +357,9 @@ static int child_main(int s)
 				     check(sh[m.idx].va, m.size, (uint32_t)m.idx, m.version, "imported memory");
 			break;
 		case OP_READY:
+			break;
+		case OP_STATE:
+			ok = state_line(m.round);
 			break;
 		case OP_VERIFY:
 			ok = priv_check();
@@ -455,20 +511,22 @@ static void on_signal(int sig)
 {
 	if (sig == SIGUSR1)
 		want_round = 1;
+	else if (sig == SIGUSR2)
+		want_state = 1;
 	else
 		want_quit = 1;
 }
 
-static void report(FILE *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void report(FILE *out, const char *fmt, ...)
+static void report(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void report(FILE *f, const char *fmt, ...)
 {
 	va_list ap;
 
 	va_start(ap, fmt);
-	vfprintf(out, fmt, ap);
+	vfprintf(f, fmt, ap);
 	va_end(ap);
-	fflush(out);
-	fsync(fileno(out));
+	fflush(f);
+	fsync(fileno(f));
 }
 
 int main(int argc, char **argv)
@@ -477,8 +535,10 @@ int main(int argc, char **argv)
 	const char *ready = NULL, *result = NULL;
 	int once = 0, all_ok = 1, status;
 	uint32_t round = 0;
-	FILE *out = stdout;
+	uint32_t nstate = 0;
 	sigset_t block, old;
+
+	out = stdout;
 
 	nsh = 3;
 	nchild = 2;
@@ -515,10 +575,12 @@ int main(int argc, char **argv)
 	}
 	sigemptyset(&block);
 	sigaddset(&block, SIGUSR1);
+	sigaddset(&block, SIGUSR2);
 	sigaddset(&block, SIGTERM);
 	sigaddset(&block, SIGINT);
 	sigprocmask(SIG_BLOCK, &block, &old);
 	signal(SIGUSR1, on_signal);
+	signal(SIGUSR2, on_signal);
 	signal(SIGTERM, on_signal);
 	signal(SIGINT, on_signal);
 
@@ -536,6 +598,7 @@ int main(int argc, char **argv)
 			close(sv[0]);
 			sigprocmask(SIG_SETMASK, &old, NULL);
 			signal(SIGUSR1, SIG_IGN);
+			signal(SIGUSR2, SIG_IGN);
 			signal(SIGINT, SIG_IGN);
 			signal(SIGTERM, SIG_DFL);
 			rank = c + 1;
@@ -573,6 +636,22 @@ int main(int argc, char **argv)
 			}
 			if (once)
 				break;
+			continue;
+		}
+		if (want_state) {
+			struct msg m = mk(OP_STATE, 0, 0);
+			int ok;
+
+			want_state = 0;
+			failure[0] = 0;
+			m.round = ++nstate;
+			ok = state_line(nstate);
+			for (int c = 0; ok && c < nchild; c++)
+				ok = ask(c, m, -1);
+			if (ok)
+				report(out, "state %u ok\n", nstate);
+			else
+				report(out, "state %u FAIL: %s\n", nstate, failure);
 			continue;
 		}
 		sigsuspend(&old);

@@ -826,6 +826,7 @@ static Suite *suite(void)
 	tcase_add_unchecked_fixture(t3, fkt_devd1, fkt_devd_stop);
 	tcase_set_timeout(t1, 30);
 	tcase_set_timeout(t2, 30);
+	tcase_set_timeout(t3, 30); /* one devd start and one allocation: seconds at most, as t1 */
 	tcase_add_test(t1, vmm_map_access_unmap_release_and_refcounts);
 	tcase_add_test(t1, posix_export_import_across_processes_same_bytes_both_ways);
 	tcase_add_test(t1, legacy_ipc_across_processes);

@@ -1,0 +1,65 @@
+#!/bin/sh
+# test_usage.sh: what `cuinterpose` says about bad input, --version and
+# --help. Each bad input gets exit 2 (1 for a process that does not exist or
+# has no interposer) and one line naming what is wrong with it; --help lists
+# every option each subcommand accepts. No root, CRIU or driver needed.
+set -u
+cli=$CUIP_CLI
+T=$(mktemp -d "${TMPDIR:-/tmp}/cuip-usage.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*"; cat "$T/out"; exit 1; }
+# expect RC PATTERN ARGS...: exit status and a line of stdout+stderr
+expect() {
+	rc=$1 pat=$2
+	shift 2
+	"$cli" "$@" >"$T/out" 2>&1
+	got=$?
+	[ "$got" = "$rc" ] || fail "cuinterpose $*: exit $got, expected $rc"
+	grep -qE -- "$pat" "$T/out" || fail "cuinterpose $*: no line matching '$pat'"
+}
+
+expect 0 "^cuinterpose [0-9]+\.[0-9]+\.[0-9]+$" --version
+expect 1 "^cuinterpose inspect: no such process: 999999$" inspect 999999
+expect 2 "^cuinterpose inspect: 'notapid' is not a PID" inspect notapid
+expect 2 "^cuinterpose inspect: '-5' is not a PID" inspect -5
+expect 2 "^cuinterpose inspect: '12x' is not a PID" inspect 12x
+expect 2 "^cuinterpose inspect: one PID at a time \('2' after 1\)" inspect 1 2
+expect 2 "^cuinterpose inspect: unknown option '--bogus'" inspect --bogus
+expect 2 "^cuinterpose inspect: no PID given" inspect
+expect 2 "^cuinterpose inspect: --wait needs a number of seconds .*got 'x'" inspect 1 --wait x
+expect 2 "^cuinterpose inspect: --wait needs a number of seconds .*got nothing" inspect 1 --wait
+# a live process without the interposer: no socket, said at once or after --wait
+sleep 30 &
+sl=$!
+expect 1 "process $sl has no cuinterpose control socket.*--wait SECONDS waits for it" inspect $sl
+start=$(date +%s)
+expect 1 "process $sl has no cuinterpose control socket.*after --wait" inspect $sl --wait 1
+[ $(($(date +%s) - start)) -ge 1 ] || fail "--wait 1 returned before a second"
+# --wait gives up as soon as the process is gone
+kill $sl
+wait $sl 2>/dev/null
+expect 1 "no such process: $sl" inspect $sl --wait 30
+
+expect 2 "^cuinterpose check: --pid needs a PID .*got nothing" check --pid
+expect 2 "^cuinterpose check: --pid needs a PID .*got 'abc'" check --pid abc
+expect 2 "^cuinterpose check: --pid needs a PID .*got '7z'" check --pid 7z
+expect 2 "^cuinterpose check: --libdir needs a directory" check --libdir
+expect 2 "^cuinterpose check: --criu needs a path" check --criu
+expect 2 "^cuinterpose check: unknown option '--bogus'" check --bogus
+expect 2 "^cuinterpose check: unexpected argument 'extra'" check extra
+expect 2 "^cuinterpose show: no DIR given" show
+expect 2 "^cuinterpose show: unknown option '-x'" show -x
+expect 2 "^cuinterpose show: one DIR at a time \('b' after a\)" show a b
+expect 2 "^cuinterpose run: --lib needs a PATH" run --lib
+expect 2 "^cuinterpose run: unknown option '--x' \(put the command after --\)" run --x
+expect 2 "^cuinterpose run: no command given" run
+expect 2 "^cuinterpose: unknown command 'bogus'" bogus
+expect 2 "^cuinterpose: unknown option '--bogus'" --bogus
+
+# --help names every option of every subcommand
+"$cli" --help >"$T/out" 2>&1 || fail "--help exits non-zero"
+for o in "run \[--lib PATH\]" "inspect PID \[--json\] \[--wait SECONDS\]" "show DIR \[--json\] \[--no-verify\]" \
+	"--libdir DIR" "--criu PATH" "--criu-check" "--pid PID" "--no-processes" "--version"; do
+	grep -qE -- "$o" "$T/out" || fail "--help does not list '$o'"
+done
+echo "PASS: usage messages, --version, --help"
