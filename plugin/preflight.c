@@ -54,8 +54,12 @@ uint64_t cuip_alloc_size(const Cuip__Allocation *a)
 
 int cuip_alloc_carried_by(const Cuip__Allocation *a, uint64_t self)
 {
-	return a->kind == CUIP__ALLOC_KIND__KIND_UNICAST && a->owner == CUIP__OWNER__OWNER_SHARED && a->id &&
-	       a->id->creator == self &&
+	/* The interposer says which (carried: shared, or private unless
+	 * CUINTERPOSE_PRIVATE=native); records without the field: shared ones. */
+	int carried = a->has_carried ? a->carried : a->owner == CUIP__OWNER__OWNER_SHARED;
+
+	return a->kind == CUIP__ALLOC_KIND__KIND_UNICAST && carried && a->owner != CUIP__OWNER__OWNER_UNSUPPORTED &&
+	       a->id && a->id->creator == self &&
 	       (a->origin == CUIP__ORIGIN__ORIGIN_VMM_CREATE || a->origin == CUIP__ORIGIN__ORIGIN_MALLOC);
 }
 

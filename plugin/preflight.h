@@ -31,7 +31,8 @@ int cuip_preflight(const struct cuip_pf_proc *p, size_t n, cuip_pf_resolve_fn re
  * requested size); 0 when unknown. */
 uint64_t cuip_alloc_size(const Cuip__Allocation *a);
 
-/* A shared unicast allocation this process created: its bytes are carried. */
+/* A carried unicast allocation this process created (shared, or private
+ * unless CUINTERPOSE_PRIVATE=native): the carrier image holds its bytes. */
 int cuip_alloc_carried_by(const Cuip__Allocation *a, uint64_t self);
 /* What the carrier moves for a carried allocation: the whole of it, or one
  * entry per live piece of a slab (freed pieces are not saved). */
