@@ -10,7 +10,8 @@
 #  - a dump whose SAVE fails rolls back with the job intact, and a
 #    --leave-running dump rebuilds private memory in place.
 # Then CUINTERPOSE_PRIVATE=native: the same job's private memory goes
-# through native checkpoint (6 MiB per process), none through the carrier.
+# through native checkpoint (6 MiB per process), none through the carrier;
+# any other value is reported and means native.
 . "$srcdir/lib.sh"
 CLI=$B/plugin/cuinterpose
 export FAKECUDA_FAIL_DIR=$T/faults
@@ -104,6 +105,17 @@ criu_restore "$T/n1" || fail "criu restore (native)"
 cmd $N verify 0
 [ "$(answers $N)" = "$before" ] || fail "native: addresses changed"
 cmd $N exit
+wait_gone $(job_pids) || fail "job did not exit"
+
+# A value that is neither: said on the process's stderr, private memory native.
+export CUINTERPOSE_PRIVATE=bogus
+start_job 1 --private
+grep -q "cuinterpose: pid $JOBPID: CUINTERPOSE_PRIVATE=bogus is neither 'carrier' nor 'native'; private memory is left to the native checkpoint" "$T/job.log" ||
+	fail "no message for CUINTERPOSE_PRIVATE=bogus: $(cat "$T/job.log")"
+"$CLI" inspect "$JOBPID" >"$T/inspect.txt" 2>&1 || fail "inspect: $(cat "$T/inspect.txt")"
+[ "$(count_native "$T/inspect.txt")" = 2 ] && [ "$(count_carried "$T/inspect.txt")" = 0 ] ||
+	fail "CUINTERPOSE_PRIVATE=bogus: private memory not left to native: $(cat "$T/inspect.txt")"
+cmd 1 exit
 wait_gone $(job_pids) || fail "job did not exit"
 unset CUINTERPOSE_PRIVATE
 
