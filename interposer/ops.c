@@ -303,6 +303,21 @@ static Cuip__Response *op_save(const Cuip__Save *s, int fd)
 			total += it->size;
 		}
 	}
+	/* Every carried allocation created here must be in the request:
+	 * PREPARE_UNICAST releases them all (load_ix marks the requested
+	 * ones meanwhile; LOAD resets it before use). */
+	for (size_t i = 0; i < ni; i++)
+		as[i]->load_ix = -3;
+	for (struct cuip_alloc *a = vmm.head; a && !resp; a = a->next)
+		if (a->creator == self.id && cuip_carried(a) && a->drv && a->load_ix != -3)
+			resp = reply(-ESTALE,
+				     "pid %d: allocation " ID_FMT
+				     " is carried but not in the SAVE request (made after INSPECT); nothing saved",
+				     self.pid, ID(a));
+	for (size_t i = 0; i < ni; i++)
+		as[i]->load_ix = -1;
+	if (resp)
+		goto out;
 	ret = carrier_save(&ops, &cfg, fd, s->offset, items, ni, &stats, err, sizeof(err));
 	if (ret) {
 		resp = reply(ret, "pid %d: saving device memory: %s", self.pid, err);

@@ -158,11 +158,12 @@ static void check_process(struct pf *pf, const struct cuip_pf_proc *pp)
 	const Cuip__ProcessState *st = pp->st;
 	uint64_t self = st->self->id;
 
-	if (st->phase != CUIP__PHASE__PHASE_ACTIVE)
+	if (st->phase != (pp->quiesced ? CUIP__PHASE__PHASE_QUIESCED : CUIP__PHASE__PHASE_ACTIVE))
 		refuse(pf,
-		       "pid %d is in interposer phase %s%s%s, not ACTIVE; wait for the previous operation to "
+		       "pid %d is in interposer phase %s%s%s, not %s; wait for the previous operation to "
 		       "finish (a FAILED process must be restarted)",
-		       pp->pid, phase_name(st->phase), st->failure ? ": " : "", st->failure ? st->failure : "");
+		       pp->pid, phase_name(st->phase), st->failure ? ": " : "", st->failure ? st->failure : "",
+		       pp->quiesced ? "QUIESCED" : "ACTIVE");
 	if (st->counters && st->counters->has_raw_imports && st->counters->raw_imports)
 		refuse(pf,
 		       "pid %d holds %u raw (non-ticket) imported allocation(s): memory imported from a raw "

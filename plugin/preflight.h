@@ -9,6 +9,7 @@
 #ifndef CUIP_PLUGIN_PREFLIGHT_H
 #define CUIP_PLUGIN_PREFLIGHT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -18,6 +19,7 @@
 struct cuip_pf_proc {
 	pid_t pid; /* for messages */
 	const Cuip__ProcessState *st;
+	bool quiesced; /* st was taken after this checkpoint's QUIESCE: phase QUIESCED expected */
 };
 
 /* Names a process identity that is not a participant (e.g. the pid of a

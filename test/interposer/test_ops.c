@@ -457,6 +457,30 @@ START_TEST(quiesce_then_resume_without_teardown)
 	req.quiesce = &q;
 	ok_call(s, &req, -1, "QUIESCE");
 	CK(cuStreamQuery(st)); /* QUIESCE synchronized every context */
+	/* A SAVE that leaves out a carried allocation (made after the
+	 * plugin's INSPECT) is refused before anything is written: PREPARE_UNICAST
+	 * would release it unsaved. */
+	{
+		Cuip__Save sv = CUIP__SAVE__INIT;
+		char file[300];
+		int fd;
+
+		snprintf(file, sizeof(file), "%s/carrier-stale.img", getenv("CUIP_TMP"));
+		fd = open(file, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		ck_assert_int_ge(fd, 0);
+		sv.file = "carrier-stale.img";
+		sv.chunk_size = 1 << 20;
+		req.body_case = CUIP__REQUEST__BODY_SAVE;
+		req.save = &sv;
+		r = call(s, &req, fd);
+		ck_assert_int_eq(r->status, -ESTALE);
+		ck_assert_msg(
+			strstr(r->error, "is carried but not in the SAVE request (made after INSPECT); nothing saved"),
+			"%s", r->error);
+		cuip__response__free_unpacked(r, NULL);
+		close(fd);
+		unlink(file);
+	}
 	flag(s, CUIP__REQUEST__BODY_RESUME, "RESUME");
 	close(s);
 	CK(cuStreamDestroy(st));
