@@ -23,7 +23,7 @@
 # CUINTERPOSE_PRIVATE (carrier, the default, or native) in run.sh's
 # environment reaches every job of ours. The LLM job both ways against
 # upstream, in one run:
-#   FW_ONLY=llm,llm-native,base bundle/scripts/run.sh --only fw
+#   FW_ONLY=llm,llm-native,base bundle/scripts/run.sh --only fw --budget 1200
 # Each cycle of ours checks: every rank's answers to `verify` (pointers, exact
 # checksums of shared and private memory, the cuBLAS product, the graph's
 # tensor) equal the ones before the dump; a write by the last rank is seen by
