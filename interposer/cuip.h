@@ -159,6 +159,10 @@ struct cuip_self {
 };
 
 extern struct cuip_self self;
+/* CUINTERPOSE_PRIVATE=native (read once at load, runtime.c): private
+ * tracked memory is left to the driver's native checkpoint; otherwise the
+ * carrier saves and reloads it like shared memory (cuip_carried). */
+extern bool cuip_private_native;
 /* Start the control server (after the first successful cuInit); idempotent. */
 void cuip_start(void);
 bool cuip_started(void);
@@ -277,6 +281,11 @@ struct cuip_vmm {
 extern struct cuip_vmm vmm;
 
 struct cuip_alloc *cuip_alloc_by_id(uint64_t creator, uint64_t serial);
+/* Unicast memory whose bytes the carrier saves and reloads, detached from
+ * PREPARE_UNICAST to REBUILD: shared allocations (created or imported
+ * here), and the private ones this process created unless
+ * CUINTERPOSE_PRIVATE=native (then native checkpoint keeps them). */
+bool cuip_carried(const struct cuip_alloc *a);
 struct cuip_mapping *cuip_mapping_at(uint64_t va);
 void cuip_vmm_reset(void); /* fork child: forget everything */
 /* Re-hash after identities were reassigned (not needed: identities are stable). */

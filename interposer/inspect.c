@@ -158,6 +158,8 @@ static Cuip__Allocation *allocation_of(const struct cuip_alloc *a)
 		m->unsupported_reason = cuip_strdup(a->unsupported);
 	m->has_creator_pid = 1;
 	m->creator_pid = a->creator_pid;
+	m->has_carried = 1;
+	m->carried = cuip_carried(a);
 	m->has_exported = 1;
 	m->exported = a->creator == self.id && a->has_token && cuip_xc_has(a->serial);
 	if (a->requested) {

@@ -261,9 +261,9 @@ static Cuip__Response *op_save(const Cuip__Save *s, int fd)
 		CUresult r;
 		int ord;
 
-		if (!a || a->creator != self.id || a->owner != CUIP__OWNER__OWNER_SHARED || !a->drv) {
+		if (!a || a->creator != self.id || !cuip_carried(a) || !a->drv) {
 			resp = reply(-ENOENT,
-				     "pid %d: allocation " ID_FMT " is not a live shared allocation created here",
+				     "pid %d: allocation " ID_FMT " is not a live carried allocation created here",
 				     self.pid, id ? (unsigned long long)id->creator : 0ull,
 				     id ? (unsigned long long)id->serial : 0ull);
 			goto out;
@@ -303,9 +303,24 @@ static Cuip__Response *op_save(const Cuip__Save *s, int fd)
 			total += it->size;
 		}
 	}
+	/* Every carried allocation created here must be in the request:
+	 * PREPARE_UNICAST releases them all (load_ix marks the requested
+	 * ones meanwhile; LOAD resets it before use). */
+	for (size_t i = 0; i < ni; i++)
+		as[i]->load_ix = -3;
+	for (struct cuip_alloc *a = vmm.head; a && !resp; a = a->next)
+		if (a->creator == self.id && cuip_carried(a) && a->drv && a->load_ix != -3)
+			resp = reply(-ESTALE,
+				     "pid %d: allocation " ID_FMT
+				     " is carried but not in the SAVE request (made after INSPECT); nothing saved",
+				     self.pid, ID(a));
+	for (size_t i = 0; i < ni; i++)
+		as[i]->load_ix = -1;
+	if (resp)
+		goto out;
 	ret = carrier_save(&ops, &cfg, fd, s->offset, items, ni, &stats, err, sizeof(err));
 	if (ret) {
-		resp = reply(ret, "pid %d: saving shared memory: %s", self.pid, err);
+		resp = reply(ret, "pid %d: saving device memory: %s", self.pid, err);
 		goto out;
 	}
 	resp = reply(0, NULL);
@@ -341,8 +356,8 @@ static Cuip__Response *op_save(const Cuip__Save *s, int fd)
 	sr->bytes = total;
 	resp->body_case = CUIP__RESPONSE__BODY_SAVE;
 	resp->save = sr;
-	pr_info("saved %zu shared allocations (%zu carrier entries), %llu bytes, %.3f s", n, ni,
-		(unsigned long long)total, stats.seconds);
+	pr_info("saved %zu allocations (%zu carrier entries), %llu bytes, %.3f s", n, ni, (unsigned long long)total,
+		stats.seconds);
 	goto out;
 nomem:
 	resp = reply(-ENOMEM, "pid %d: out of memory", self.pid);
@@ -377,12 +392,14 @@ static bool is_shared(const struct cuip_alloc *a)
 	return a->owner == CUIP__OWNER__OWNER_SHARED;
 }
 
-static Cuip__Response *remap(bool (*want)(const struct cuip_alloc *a));
-
-static bool unicast_shared(const struct cuip_alloc *a)
+/* Detached by PREPARE_UNICAST, refilled by LOAD and REBUILD: the unicast
+ * memory the carrier moves (shared, and private unless left to native). */
+static bool unicast_carried(const struct cuip_alloc *a)
 {
-	return is_shared(a) && !a->mc;
+	return cuip_carried(a);
 }
+
+static Cuip__Response *remap(bool (*want)(const struct cuip_alloc *a));
 
 static Cuip__Response *op_prepare_unicast(void)
 {
@@ -397,14 +414,14 @@ static Cuip__Response *op_prepare_unicast(void)
 	for (size_t i = 0; i < vmm.nmaps; i++) {
 		struct cuip_mapping *m = vmm.maps[i];
 		CUresult r;
-		if (!is_shared(m->a) || m->detached || m->a->mc)
+		if (!unicast_carried(m->a) || m->detached)
 			continue;
 		r = real.cuMemUnmap(m->va, m->size);
 		if (r != CUDA_SUCCESS) {
 			/* Nothing released yet: map back what this call unmapped,
 			 * so the process stays QUIESCED with everything attached
 			 * and a rollback only has to reopen the gate. */
-			Cuip__Response *undo = remap(unicast_shared);
+			Cuip__Response *undo = remap(unicast_carried);
 
 			if (undo) /* from the reply arena, freed with the reply */
 				cuip_set_phase(CUIP__PHASE__PHASE_PREPARED); /* partly detached: REBUILD */
@@ -416,7 +433,7 @@ static Cuip__Response *op_prepare_unicast(void)
 	}
 	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
 		CUresult r;
-		if (!is_shared(a) || !a->drv || a->mc)
+		if (!unicast_carried(a) || !a->drv)
 			continue;
 		if (a->creator == self.id)
 			cuip_xc_drop(a->serial);
@@ -529,10 +546,10 @@ static Cuip__Response *op_load(const Cuip__Load *l, int fd)
 		CUresult r;
 		int old, ord;
 
-		if (!a || a->creator != self.id || !is_shared(a)) {
+		if (!a || a->creator != self.id || !unicast_carried(a)) {
 			resp = reply(-ENOENT,
 				     "pid %d: carrier entry %zu names allocation " ID_FMT
-				     ", which this process did not create and share",
+				     ", which this process did not create as carried memory",
 				     self.pid, i, e->alloc ? (unsigned long long)e->alloc->creator : 0ull,
 				     e->alloc ? (unsigned long long)e->alloc->serial : 0ull);
 			goto out;
@@ -599,7 +616,7 @@ item:
 	}
 	ret = carrier_load(&ops, &cfg, fd, items, n, &stats, err, sizeof(err));
 	if (ret) {
-		resp = reply(ret, "pid %d: loading shared memory: %s", self.pid, err);
+		resp = reply(ret, "pid %d: loading device memory: %s", self.pid, err);
 		goto out;
 	}
 	resp = reply(0, NULL);
@@ -666,7 +683,7 @@ static const char *peer_socket(const Cuip__Rebuild *rb, const struct cuip_alloc 
 
 static bool created_here(const struct cuip_alloc *a)
 {
-	return is_shared(a) && a->creator == self.id && !a->mc;
+	return unicast_carried(a) && a->creator == self.id;
 }
 
 static bool imported_here(const struct cuip_alloc *a)
@@ -897,7 +914,7 @@ static bool same_pieces(const Cuip__Allocation *x, const Cuip__Allocation *y)
 static Cuip__Response *verify_attached(const Cuip__ProcessState *now, size_t nalloc, size_t nmap)
 {
 	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
-		if (is_shared(a) && !a->drv) {
+		if ((is_shared(a) || unicast_carried(a)) && !a->drv) {
 			cuip_fail("allocation " ID_FMT " is still detached after the rebuild", ID(a));
 			return reply(-EIO, "pid %d: %s", self.pid, cuip_failure());
 		}
@@ -1018,7 +1035,7 @@ static Cuip__Response *op_resume(void)
 	if (ph == CUIP__PHASE__PHASE_FAILED)
 		return reply(-EIO, "pid %d: FAILED (%s); the gate stays closed", self.pid, cuip_failure());
 	for (struct cuip_alloc *a = vmm.head; a; a = a->next)
-		if (is_shared(a) && !a->drv)
+		if ((is_shared(a) || unicast_carried(a)) && !a->drv)
 			return reply(-EBUSY, "pid %d: allocation " ID_FMT " is detached; LOAD and REBUILD first",
 				     self.pid, ID(a));
 	for (size_t i = 0; i < vmm.nmaps; i++)

@@ -332,12 +332,23 @@ static void fork_child(void)
 	pthread_mutex_init(&start_mu, NULL);
 }
 
+bool cuip_private_native;
+
 __attribute__((constructor)) static void cuip_init(void)
 {
 	const char *l = getenv("CUINTERPOSE_LOG");
 
 	if (l && *l)
 		cuip_log_level = atoi(l);
+	l = getenv("CUINTERPOSE_PRIVATE");
+	if (l && *l && strcmp(l, "carrier")) {
+		cuip_private_native = true;
+		if (strcmp(l, "native"))
+			fprintf(stderr,
+				"cuinterpose: pid %d: CUINTERPOSE_PRIVATE=%s is neither 'carrier' nor 'native'; "
+				"private memory is left to the native checkpoint\n",
+				(int)getpid(), l);
+	}
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 

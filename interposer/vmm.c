@@ -5,9 +5,10 @@
  *
  * Ownership (FEATURES.md): handle type 0 stays native and untracked (the
  * application gets the driver's handle); a POSIX-capable allocation is
- * tracked from creation, owned by native checkpoint until its first export
- * or import, then shared for life; FABRIC or mixed handle types are tracked
- * as unsupported, with the reason. Tracked allocations are named by logical
+ * tracked from creation, private (OWNER_NATIVE) until its first export or
+ * import, then shared for life; FABRIC or mixed handle types are tracked
+ * as unsupported, with the reason. Private tracked ones are carried like
+ * shared ones unless CUINTERPOSE_PRIVATE=native (cuip_carried). Tracked allocations are named by logical
  * handles (CUIP_HTAG in the top 16 bits); each record holds exactly one
  * driver handle per process, which retain and import alias. A record lives
  * while the application holds a logical handle or a tracked mapping names
@@ -150,6 +151,16 @@ static void alloc_unlink(struct cuip_alloc *a)
 	vmm.nallocs--;
 	if (a->owner == CUIP__OWNER__OWNER_UNSUPPORTED)
 		vmm.unsupported--;
+}
+
+bool cuip_carried(const struct cuip_alloc *a)
+{
+	if (a->mc)
+		return false;
+	if (a->owner == CUIP__OWNER__OWNER_SHARED)
+		return true;
+	return a->owner == CUIP__OWNER__OWNER_NATIVE && !cuip_private_native && a->creator == self.id &&
+	       (a->origin == CUIP__ORIGIN__ORIGIN_VMM_CREATE || a->origin == CUIP__ORIGIN__ORIGIN_MALLOC);
 }
 
 static bool alloc_dead(const struct cuip_alloc *a)

@@ -290,6 +290,8 @@ void cli_print_state(const Cuip__ProcessState *st)
 			printf("  handle %#" PRIx64, a->logical_handle);
 		if (a->unsupported_reason)
 			printf("  (%s)", a->unsupported_reason);
+		if (a->has_carried)
+			printf("  %s", a->carried ? "carried" : "native");
 		printf("\n");
 		if (a->mc)
 			print_mc(st, a);
@@ -376,6 +378,8 @@ void cli_print_state_json(const Cuip__ProcessState *st)
 		       a->has_creator_pid ? a->creator_pid : -1, a->id->serial, alloc_size(a),
 		       a->props ? a->props->location_id : -1, owner_name(a->owner), origin_name(a->origin),
 		       a->app_handles, mappings_of(st, a->id), a->exported ? "true" : "false");
+		if (a->has_carried)
+			printf(",\"carried\":%s", a->carried ? "true" : "false");
 		if (a->unsupported_reason) {
 			printf(",\"unsupported_reason\":");
 			cli_jstr(a->unsupported_reason);

@@ -712,6 +712,7 @@ static int preflight(struct cuip_group *g)
 	for (size_t i = 0; i < g->n; i++) {
 		pp[i].pid = g->p[i].pid;
 		pp[i].st = g->p[i].st;
+		pp[i].quiesced = g->p[i].quiesced;
 		records += g->p[i].st->n_allocations + g->p[i].st->n_mappings + g->p[i].st->n_mc_bindings;
 	}
 	ret = cuip_preflight(pp, g->n, resolve_outside, g, g->err, sizeof(g->err));
@@ -812,6 +813,13 @@ static int quiesce_with_retries(struct cuip_group *g)
 		    (ret = run_phase(g, "INSPECT", step_inspect, NULL, NULL)) || (ret = preflight(g)))
 			return ret;
 		ret = run_phase(g, "QUIESCE", step_quiesce, NULL, NULL);
+		/* The records SAVE and the images go by are the quiesced ones:
+		 * between INSPECT and the closed gate the job may have allocated,
+		 * freed or shared memory (PREPARE_UNICAST releases every carried
+		 * allocation, saved or not). Checked again before anything is
+		 * torn down; a refusal rolls back. */
+		if (!ret && (ret = run_phase(g, "REINSPECT", step_inspect, NULL, NULL)) == 0)
+			ret = preflight(g);
 		if (ret != -ETIMEDOUT)
 			return ret;
 		if (a >= retries) {

@@ -720,7 +720,7 @@ int cuip_guardian_phase(struct cuip_group *g, const char *phase, bool after)
 		flags[i] = (g->p[i].quiesced ? F_QUIESCED : 0) | (g->p[i].torn_down ? F_TORN : 0) |
 			   (g->p[i].unicast_down ? F_UNICAST : 0);
 	ret = 0;
-	if (after && (!strcmp(phase, "INSPECT") || !strcmp(phase, "SAVE")))
+	if (after && (!strcmp(phase, "INSPECT") || !strcmp(phase, "REINSPECT") || !strcmp(phase, "SAVE")))
 		ret = send_topologies(g);
 	if (!ret)
 		ret = send_msg(G_PHASE, head, sizeof(head), flags, g->n);

@@ -54,8 +54,12 @@ uint64_t cuip_alloc_size(const Cuip__Allocation *a)
 
 int cuip_alloc_carried_by(const Cuip__Allocation *a, uint64_t self)
 {
-	return a->kind == CUIP__ALLOC_KIND__KIND_UNICAST && a->owner == CUIP__OWNER__OWNER_SHARED && a->id &&
-	       a->id->creator == self &&
+	/* The interposer says which (carried: shared, or private unless
+	 * CUINTERPOSE_PRIVATE=native); records without the field: shared ones. */
+	int carried = a->has_carried ? a->carried : a->owner == CUIP__OWNER__OWNER_SHARED;
+
+	return a->kind == CUIP__ALLOC_KIND__KIND_UNICAST && carried && a->owner != CUIP__OWNER__OWNER_UNSUPPORTED &&
+	       a->id && a->id->creator == self &&
 	       (a->origin == CUIP__ORIGIN__ORIGIN_VMM_CREATE || a->origin == CUIP__ORIGIN__ORIGIN_MALLOC);
 }
 
@@ -154,11 +158,12 @@ static void check_process(struct pf *pf, const struct cuip_pf_proc *pp)
 	const Cuip__ProcessState *st = pp->st;
 	uint64_t self = st->self->id;
 
-	if (st->phase != CUIP__PHASE__PHASE_ACTIVE)
+	if (st->phase != (pp->quiesced ? CUIP__PHASE__PHASE_QUIESCED : CUIP__PHASE__PHASE_ACTIVE))
 		refuse(pf,
-		       "pid %d is in interposer phase %s%s%s, not ACTIVE; wait for the previous operation to "
+		       "pid %d is in interposer phase %s%s%s, not %s; wait for the previous operation to "
 		       "finish (a FAILED process must be restarted)",
-		       pp->pid, phase_name(st->phase), st->failure ? ": " : "", st->failure ? st->failure : "");
+		       pp->pid, phase_name(st->phase), st->failure ? ": " : "", st->failure ? st->failure : "",
+		       pp->quiesced ? "QUIESCED" : "ACTIVE");
 	if (st->counters && st->counters->has_raw_imports && st->counters->raw_imports)
 		refuse(pf,
 		       "pid %d holds %u raw (non-ticket) imported allocation(s): memory imported from a raw "

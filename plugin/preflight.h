@@ -9,6 +9,7 @@
 #ifndef CUIP_PLUGIN_PREFLIGHT_H
 #define CUIP_PLUGIN_PREFLIGHT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -18,6 +19,7 @@
 struct cuip_pf_proc {
 	pid_t pid; /* for messages */
 	const Cuip__ProcessState *st;
+	bool quiesced; /* st was taken after this checkpoint's QUIESCE: phase QUIESCED expected */
 };
 
 /* Names a process identity that is not a participant (e.g. the pid of a
@@ -42,7 +44,8 @@ int cuip_preflight_importers(const struct cuip_pf_proc *p, size_t n, cuip_pf_imp
  * requested size); 0 when unknown. */
 uint64_t cuip_alloc_size(const Cuip__Allocation *a);
 
-/* A shared unicast allocation this process created: its bytes are carried. */
+/* A carried unicast allocation this process created (shared, or private
+ * unless CUINTERPOSE_PRIVATE=native): the carrier image holds its bytes. */
 int cuip_alloc_carried_by(const Cuip__Allocation *a, uint64_t self);
 /* What the carrier moves for a carried allocation: the whole of it, or one
  * entry per live piece of a slab (freed pieces are not saved). */

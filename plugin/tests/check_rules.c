@@ -131,7 +131,7 @@ static void two_procs(void)
 
 static int preflight2(char *err, size_t len)
 {
-	struct cuip_pf_proc p[] = {{101, &cr.st}, {102, &im.st}};
+	struct cuip_pf_proc p[] = {{101, &cr.st, false}, {102, &im.st, false}};
 	return cuip_preflight(p, 2, NULL, NULL, err, len);
 }
 
@@ -146,6 +146,39 @@ START_TEST(preflight_accepts_a_creator_and_its_importer)
 	two_procs();
 	ck_assert_int_eq(preflight2(err, sizeof(err)), 0);
 	ck_assert_str_eq(err, "");
+}
+END_TEST
+
+/* Which allocations SAVE carries: the interposer's `carried` flag where it
+ * reports one (private memory too, by default), else the shared ones; only
+ * the creator's. A state taken after QUIESCE must say QUIESCED. */
+START_TEST(carried_follows_the_interposer_and_a_quiesced_state_must_be_quiesced)
+{
+	struct cuip_pf_proc p[] = {{101, &cr.st, true}, {102, &im.st, true}};
+	Cuip__Allocation *sh, *priv;
+	char err[512] = "";
+
+	two_procs();
+	sh = cr.st.allocations[0];
+	priv = cr.st.allocations[1];
+	ck_assert_uint_eq(priv->id->serial, 2);
+	ck_assert(cuip_alloc_carried_by(sh, 0xc1));
+	ck_assert(!cuip_alloc_carried_by(priv, 0xc1));
+	priv->has_carried = 1;
+	priv->carried = 1;
+	ck_assert(cuip_alloc_carried_by(priv, 0xc1));
+	ck_assert_uint_eq(cuip_alloc_carried_bytes(priv), 4096);
+	priv->carried = 0; /* CUINTERPOSE_PRIVATE=native */
+	ck_assert(!cuip_alloc_carried_by(priv, 0xc1));
+	ck_assert(!cuip_alloc_carried_by(im.st.allocations[0], 0xa1)); /* imported: its creator carries it */
+	ck_assert(!cuip_alloc_carried_by(sh, 0xa1));
+
+	ck_assert_int_eq(cuip_preflight(p, 2, NULL, NULL, err, sizeof(err)), -EPERM);
+	ck_assert_msg(strstr(err, "pid 101 is in interposer phase ACTIVE, not QUIESCED"), "%s", err);
+	cr.st.phase = im.st.phase = CUIP__PHASE__PHASE_QUIESCED;
+	err[0] = 0;
+	ck_assert_int_eq(cuip_preflight(p, 2, NULL, NULL, err, sizeof(err)), 0);
+	ck_assert_int_eq(preflight2(err, sizeof(err)), -EPERM); /* not after QUIESCE: ACTIVE expected */
 }
 END_TEST
 
@@ -213,13 +246,13 @@ END_TEST
 
 START_TEST(preflight_refuses_a_sharing_peer_outside_the_tree_naming_both)
 {
-	struct cuip_pf_proc p[] = {{102, &im.st}};
+	struct cuip_pf_proc p[] = {{102, &im.st, false}};
 	char err[512];
 
 	two_procs();
 	fx_import(&im, 0xe1, 9, 4096, 0x40000000);
 	p[0].st = &im.st;
-	struct cuip_pf_proc both[] = {{101, &cr.st}, {102, &im.st}};
+	struct cuip_pf_proc both[] = {{101, &cr.st, false}, {102, &im.st, false}};
 	ck_assert_int_eq(cuip_preflight(both, 2, resolve_777, NULL, err, sizeof(err)), -EPERM);
 	ck_assert_ptr_nonnull(strstr(err, "pid 102 imports allocation e1:9 from pid 777"));
 	ck_assert_ptr_nonnull(strstr(err, "outside the dumped tree"));
@@ -594,6 +627,7 @@ Suite *rules_suite(void)
 	t = tcase_create("preflight");
 	tcase_set_timeout(t, 60); /* one test forks and reads /proc: a loaded machine is slow */
 	tcase_add_test(t, preflight_accepts_a_creator_and_its_importer);
+	tcase_add_test(t, carried_follows_the_interposer_and_a_quiesced_state_must_be_quiesced);
 	tcase_add_test(t, preflight_refuses_live_raw_imports_naming_the_process);
 	tcase_add_test(t, preflight_refuses_unsupported_allocations_with_the_reason);
 	tcase_add_test(t, preflight_keeps_private_pools_and_refuses_shared_ones_naming_pid_and_pool);

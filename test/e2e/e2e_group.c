@@ -25,7 +25,8 @@
  *                private allocation: device work a QUIESCE has to drain)
  *   exit         leave
  *
- * --private: no shared allocations at all (native checkpoint only).
+ * --private: no shared allocations at all (private memory only).
+ * E2E_PRIVATE_MB=N: the private cuMemAlloc is N MiB (benchmarks).
  * --raw: an extra child without the interposer exports an allocation whose
  * raw driver FD rank 1 imports (the interposer counts a raw import).
  */
@@ -52,7 +53,7 @@
 #define MAXFRESH  8
 
 static const uint64_t shared_size[NSHARED] = {2 * MIB, 6 * MIB, 10 * MIB};
-static const uint64_t private_size = 3 * MIB + 4096; /* cuMemAlloc: any size */
+static uint64_t private_size = 3 * MIB + 4096; /* cuMemAlloc: any size (E2E_PRIVATE_MB) */
 static const uint64_t vmm_size = 2 * MIB;
 
 static const char *dir;
@@ -437,6 +438,8 @@ int main(int argc, char **argv)
 
 	if (argc > 3 && !strcmp(argv[3], "--private"))
 		nshared = 0;
+	if (getenv("E2E_PRIVATE_MB") && atoi(getenv("E2E_PRIVATE_MB")) > 0)
+		private_size = (uint64_t)atoi(getenv("E2E_PRIVATE_MB")) * MIB;
 
 	if (argc >= 3 && !strcmp(argv[1], "--raw-helper"))
 		return raw_helper(atoi(argv[2])) ? (fprintf(stderr, "raw helper: %s\n", why), 1) : 0;

@@ -134,8 +134,10 @@ grep -m1 "No space left" "$T/small/dump.log" || fail "full disk: no ENOSPC in du
 intact "image directory full"
 umount "$T/small"
 
-# PREPARE_UNICAST: an importer's unmap fails halfway.
-arm "$(pid_of 2)" cuMemUnmap:2
+# PREPARE_UNICAST: an importer's unmap fails halfway. Its SAVE unmapped
+# the temporary mappings of its two carried private allocations first
+# (cuMemAlloc and never-shared VMM): the 4th unmap is PREPARE_UNICAST's 2nd.
+arm "$(pid_of 2)" cuMemUnmap:4
 expect_rollback "cuMemUnmap in PREPARE_UNICAST"
 grep -q "PREPARE_UNICAST failed" "$T/f$K/dump.log" || fail "PREPARE_UNICAST did not fail"
 

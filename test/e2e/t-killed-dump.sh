@@ -112,7 +112,7 @@ note "kill $K: kill-guardian@QUIESCE"
 if CUINTERPOSE_FAULT=kill-guardian@QUIESCE criu_dump "$T/f$K" >"$T/f$K.out" 2>&1; then
 	fail "dump without a guardian succeeded"
 fi
-grep -q "is gone: refusing to go on with PREPARE_MULTICAST without it" "$T/f$K/dump.log" ||
+grep -q "is gone: refusing to go on with REINSPECT without it" "$T/f$K/dump.log" ||
 	fail "no refusal after the guardian died: $(grep cuinterpose "$T/f$K/dump.log" | tail -15)"
 grep -q "rollback complete" "$T/f$K/dump.log" || fail "criu did not roll back after the guardian died"
 intact "guardian killed"

@@ -50,7 +50,9 @@ before=$(answers 2)
 note dump
 JOBPID=$NSINIT
 criu_dump "$T/d1" --network-lock skip || fail "criu dump of the namespaces"
-grep -q "cuinterpose: SAVE: 1 participants" "$T/d1/dump.log" || fail "no SAVE line in dump.log"
+# Both carry (private memory too, by default): 18 + 6 MiB and 6 MiB.
+grep -q "cuinterpose: SAVE: 2 participants, 7 records, 31457280 bytes" "$T/d1/dump.log" ||
+	fail "no SAVE line (2 participants, 7 records, 31457280 bytes) in dump.log"
 wait_gone "$NSINIT" || fail "the dumped namespace is still alive"
 NSINIT=
 "$CLI" show "$T/d1" >"$T/show.txt" || fail "cuinterpose show: $(tail -5 "$T/show.txt")"

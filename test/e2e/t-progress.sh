@@ -1,7 +1,8 @@
 # Progress of long carrier transfers: with host<->device copies paced at
-# ~65 MB/s (FAKECUDA_COPY_US_PER_MB) the 18 MiB SAVE takes about 0.3 s;
+# ~65 MB/s (FAKECUDA_COPY_US_PER_MB) the 30 MiB SAVE (18 MiB shared, 6 MiB
+# private in each process, carried by default) takes about 0.5 s;
 # CUINTERPOSE_PROGRESS_MS=50 must log progress lines with a total of
-# 18.0 MiB and a percentage in 0..100, and the restore still brings every
+# 30.0 MiB and a percentage in 0..100, and the restore still brings every
 # byte back, its CARRIERS line with a throughput.
 . "$srcdir/lib.sh"
 
@@ -9,7 +10,7 @@ export FAKECUDA_COPY_US_PER_MB=15000
 export CUINTERPOSE_PROGRESS_MS=50
 
 check_progress() { # LOG PHASE
-	grep -E "cuinterpose: $2 in progress: [0-9.]+ [KMG]iB of 18\.0 MiB \(([0-9]|[1-9][0-9]|100)%\), [0-9.]+ [MG]B/s, [0-9.]+ s" "$1" ||
+	grep -E "cuinterpose: $2 in progress: [0-9.]+ [KMG]iB of 30\.0 MiB \(([0-9]|[1-9][0-9]|100)%\), [0-9.]+ [MG]B/s, [0-9.]+ s" "$1" ||
 		fail "no sane '$2 in progress' line in $1: $(grep -E "in progress|LOAD|RESUME_DEV" "$1")"
 }
 
@@ -20,7 +21,7 @@ pids=$(job_pids)
 note "dump"
 criu_dump "$T/d" || fail "criu dump"
 check_progress "$T/d/dump.log" SAVE
-grep -q "cuinterpose: SAVE: 1 participants" "$T/d/dump.log" || fail "no SAVE line in dump.log"
+grep -q "cuinterpose: SAVE: 2 participants, 7 records, 31457280 bytes" "$T/d/dump.log" || fail "no SAVE line in dump.log"
 wait_gone $pids || fail "dumped processes still alive"
 note "restore"
 criu_restore "$T/d" || fail "criu restore"

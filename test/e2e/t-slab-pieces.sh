@@ -58,20 +58,21 @@ cmd $n churn
 cmd $n verify $gen
 cmd $n exit
 
-# The creator's shared slab: its live pieces (show prints them under the
-# allocation) are exactly what its carrier entries hold.
+# The creator's carried slabs (shared, and private ones under the default
+# CUINTERPOSE_PRIVATE=carrier): their live pieces (show prints them under
+# the allocation) are exactly what its carrier entries hold.
 awk '
 	/^  [0-9a-f]+:[0-9]+  size / {
 		id = $1
-		inslab = / owner shared / && / origin malloc / && / creator this process/
+		inslab = / origin malloc / && / creator this process/ && / carried$/
 		next
 	}
 	inslab && /^      piece \+/ { want[id " " $2] = $4; np++ }
 	/^  [0-9a-f]+:[0-9]+ piece \+/ { got[$1 " " $3] = $8; ne++ }
 	END {
-		if (np == 0) { print "no shared slab pieces in show"; exit 1 }
+		if (np == 0) { print "no carried slab pieces in show"; exit 1 }
 		for (k in want) if (got[k] != want[k]) { print "piece " k ": carrier " got[k] ", live " want[k]; exit 1 }
 		if (ne != np) { print ne " carrier entries for " np " live pieces"; exit 1 }
-		print np " live pieces of shared slabs, one carrier entry each"
-	}' "$T/show1.txt" || { cat "$T/show1.txt"; fail "carrier entries of the shared slab"; }
+		print np " live pieces of carried slabs, one carrier entry each"
+	}' "$T/show1.txt" || { cat "$T/show1.txt"; fail "carrier entries of the carried slabs"; }
 note done

@@ -369,6 +369,10 @@ int map_lower(uint64_t va);
 size_t fk_granularity(void);
 /* FAKECUDA_CKPT_US_PER_MB: native checkpoint/restore pace (0: memcpy speed). */
 extern unsigned fk_ckpt_us_per_mb;
+/* FAKECUDA_CKPT_LOG: a file each native checkpoint appends one line to,
+ * "pid P native checkpoint saved B bytes in N allocations" (tests see
+ * what native moved; empty: none). Read at cuInit. */
+extern char fk_ckpt_log[256];
 /* FAKECUDA_COPY_US_PER_MB: pace of async host<->device copies (0: memcpy speed). */
 extern unsigned fk_copy_us_per_mb;
 /* Copy between device VAs and host memory; G.lock held.  ord < 0: any accessor. */

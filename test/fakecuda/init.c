@@ -199,6 +199,10 @@ FK_API CUresult CUDAAPI cuInit(unsigned int flags)
 		const char *v = getenv("FAKECUDA_CKPT_US_PER_MB");
 
 		fk_ckpt_us_per_mb = v && *v ? (unsigned)strtoul(v, NULL, 10) : 0;
+		v = getenv("FAKECUDA_CKPT_LOG");
+		fk_ckpt_log[0] = 0;
+		if (v && strlen(v) < sizeof(fk_ckpt_log))
+			strcpy(fk_ckpt_log, v);
 		v = getenv("FAKECUDA_COPY_US_PER_MB");
 		fk_copy_us_per_mb = v && *v ? (unsigned)strtoul(v, NULL, 10) : 0;
 		fk_granularity();
@@ -209,6 +213,7 @@ FK_API CUresult CUDAAPI cuInit(unsigned int flags)
 }
 
 unsigned fk_ckpt_us_per_mb;
+char fk_ckpt_log[256];
 unsigned fk_copy_us_per_mb;
 
 size_t fk_granularity(void)

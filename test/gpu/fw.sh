@@ -17,6 +17,13 @@
 #  fw-base-*          the same torch IPC and LLM jobs through CRIU's upstream
 #                     cuda_plugin (no interposer), the baseline
 #
+#  fw-llm-native      fw-llm with CUINTERPOSE_PRIVATE=native: its private
+#                     memory left to native checkpoint, not carried (FW_ONLY
+#                     key llm-native; not in the default set)
+# CUINTERPOSE_PRIVATE (carrier, the default, or native) in run.sh's
+# environment reaches every job of ours. The LLM job both ways against
+# upstream, in one run:
+#   FW_ONLY=llm,llm-native,base bundle/scripts/run.sh --only fw --budget 1200
 # Each cycle of ours checks: every rank's answers to `verify` (pointers, exact
 # checksums of shared and private memory, the cuBLAS product, the graph's
 # tensor) equal the ones before the dump; a write by the last rank is seen by
@@ -162,6 +169,7 @@ run_fw() {
 	fw_one torch-exp fw-torch-exp torch-ipc 3 2 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 	fw_one torch-async fw-torch-async torch-async 1 2 PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
 	fw_one llm fw-llm llm 1 2 -- --cache-mib "$FW_CACHE_MIB"
+	fw_one llm-native fw-llm-native llm 1 2 CUINTERPOSE_PRIVATE=native -- --cache-mib "$FW_CACHE_MIB"
 	fw_one cupy-ipc fw-cupy-ipc cupy-ipc 3 2
 	fw_want cupy-small && run_fw_small
 	if fw_want base && [ -f "$BASE_PLUGIN" ]; then
@@ -176,6 +184,7 @@ run_fw() {
 			esac
 		done
 		fw_ratio llm
+		fw_ratio llm-native llm
 	fi
 }
 
@@ -205,11 +214,12 @@ sc_fwready() {
 	kill_job
 }
 
-# ours against upstream on the same job: total dump + restore of cycle 1
+# fw_ratio KEY [BASEKEY]: ours against upstream on the same job (upstream's
+# run of BASEKEY, default KEY): total dump + restore of cycle 1
 fw_ratio() {
 	local a b
 	a=$(awk 'NR == 1 {print $1 + $2}' "$T/fw-$1/times" 2>/dev/null)
-	b=$(awk 'NR == 1 {print $1 + $2}' "$T/fw-base-$1/times" 2>/dev/null)
+	b=$(awk 'NR == 1 {print $1 + $2}' "$T/fw-base-${2:-$1}/times" 2>/dev/null)
 	[ -n "$a" ] && [ -n "$b" ] || return 0
 	result "fw-$1-ratio" DONE "$(awk -v a="$a" -v b="$b" 'BEGIN {printf "dump+restore %.2fs ours, %.2fs upstream cuda_plugin: ratio %.2f", a, b, a / b}')"
 }

@@ -132,8 +132,10 @@ static Cuip__Response *save(int s, const Cuip__ProcessState *st, const char *fil
 	Cuip__AllocId *ids[8];
 	Cuip__Response *r;
 
+	/* What the plugin saves: the carried allocations created here (shared
+	 * ones, and private ones under the default CUINTERPOSE_PRIVATE). */
 	for (size_t i = 0; i < st->n_allocations; i++)
-		if (st->allocations[i]->owner == CUIP__OWNER__OWNER_SHARED &&
+		if (st->allocations[i]->has_carried && st->allocations[i]->carried &&
 		    st->allocations[i]->id->creator == st->self->id)
 			ids[sv.n_allocs++] = st->allocations[i]->id;
 	sv.allocs = ids;
@@ -247,7 +249,8 @@ START_TEST(save_prepare_load_rebuild_verify_resume_across_two_processes)
 	CK(cuMemSetAccess(va + 2 * g, g, &d1, 1));
 	ia = (struct info){3 * g, 5};
 	h_fill(va, 3 * g, ia.seed);
-	/* B: POSIX-capable, never shared: native owns it and it stays mapped. */
+	/* B: POSIX-capable, never shared: private, carried like A (the default
+	 * CUINTERPOSE_PRIVATE=carrier), released and recreated at its address. */
 	vb = h_create_map(g, &hb);
 	h_fill(vb, g, 9);
 	t = h_export(ha);
@@ -288,19 +291,17 @@ START_TEST(save_prepare_load_rebuild_verify_resume_across_two_processes)
 		cfd[i] = open(file[i], O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 		ck_assert_int_ge(cfd[i], 0);
 		sv[i] = save(conn[i], st[i]->state, "carrier.img", cfd[i]);
-		ck_assert_uint_eq(sv[i]->save->n_entries, 1);
-		ck_assert_uint_eq(sv[i]->save->bytes, i ? id.size : ia.size);
+		ck_assert_uint_eq(sv[i]->save->n_entries, i ? 1 : 2);
+		ck_assert_uint_eq(sv[i]->save->bytes, i ? id.size : ia.size + g);
 	}
 	for (int i = 0; i < 2; i++)
 		flag(conn[i], CUIP__REQUEST__BODY_PREPARE_UNICAST, "PREPARE_UNICAST");
-	/* Nothing of shared memory remains in the driver; native memory does. */
+	/* Nothing of carried memory (shared, and private B) remains in the driver. */
 	CUresult (*retain)(CUmemGenericAllocationHandle *, void *) = h_real("cuMemRetainAllocationHandle");
-	CUresult (*release)(CUmemGenericAllocationHandle) = h_real("cuMemRelease");
 	CUmemGenericAllocationHandle raw;
 	ck_assert_int_ne(retain(&raw, (void *)va), CUDA_SUCCESS);
 	ck_assert_int_ne(retain(&raw, (void *)vd), CUDA_SUCCESS);
-	ck_assert_int_eq(retain(&raw, (void *)vb), CUDA_SUCCESS);
-	release(raw);
+	ck_assert_int_ne(retain(&raw, (void *)vb), CUDA_SUCCESS);
 	Cuip__Response *mid = inspect(conn[0]);
 	ck_assert_int_eq(mid->state->phase, CUIP__PHASE__PHASE_PREPARED);
 	cuip__response__free_unpacked(mid, NULL);
@@ -456,6 +457,30 @@ START_TEST(quiesce_then_resume_without_teardown)
 	req.quiesce = &q;
 	ok_call(s, &req, -1, "QUIESCE");
 	CK(cuStreamQuery(st)); /* QUIESCE synchronized every context */
+	/* A SAVE that leaves out a carried allocation (made after the
+	 * plugin's INSPECT) is refused before anything is written: PREPARE_UNICAST
+	 * would release it unsaved. */
+	{
+		Cuip__Save sv = CUIP__SAVE__INIT;
+		char file[300];
+		int fd;
+
+		snprintf(file, sizeof(file), "%s/carrier-stale.img", getenv("CUIP_TMP"));
+		fd = open(file, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		ck_assert_int_ge(fd, 0);
+		sv.file = "carrier-stale.img";
+		sv.chunk_size = 1 << 20;
+		req.body_case = CUIP__REQUEST__BODY_SAVE;
+		req.save = &sv;
+		r = call(s, &req, fd);
+		ck_assert_int_eq(r->status, -ESTALE);
+		ck_assert_msg(
+			strstr(r->error, "is carried but not in the SAVE request (made after INSPECT); nothing saved"),
+			"%s", r->error);
+		cuip__response__free_unpacked(r, NULL);
+		close(fd);
+		unlink(file);
+	}
 	flag(s, CUIP__REQUEST__BODY_RESUME, "RESUME");
 	close(s);
 	CK(cuStreamDestroy(st));

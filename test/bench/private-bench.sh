@@ -1,0 +1,57 @@
+#!/bin/bash
+# private-bench.sh - issue 17: dump + restore time of a job holding only
+# private memory, its private memory carried (CUINTERPOSE_PRIVATE=carrier,
+# the default) against left to native checkpoint (CUINTERPOSE_PRIVATE=native),
+# both in the same run, on the fake driver. Run by `make -C test/e2e
+# bench-private [BENCH_ARGS="MIB ..."]` (default 256 1024).
+#
+# The job: e2e_group --private, NPROC processes (PRIVATE_BENCH_PROCS,
+# default 2), each a MIB MiB cuMemAlloc plus a 2 MiB private cuMemCreate.
+# Device-copy models (the fake's): native checkpoint and restore move
+# device memory at FAKECUDA_CKPT_US_PER_MB (default 1000 = ~1 GB/s: the H200
+# measured 0.4-1.8 GB/s), host<->device copies (the carrier's) at
+# FAKECUDA_COPY_US_PER_MB (default 20 = ~50 GB/s, PCIe). Disk and CRIU costs
+# are this machine's. Every restore is verified (every byte, every address).
+set -u
+: "${top_builddir:?run through make -C test/e2e bench-private}"
+srcdir=${srcdir:-$(cd "$(dirname "$0")/../e2e" && pwd)}
+. "$srcdir/lib.sh"
+export FAKECUDA_CKPT_US_PER_MB=${FAKECUDA_CKPT_US_PER_MB:-1000}
+export FAKECUDA_COPY_US_PER_MB=${FAKECUDA_COPY_US_PER_MB:-20}
+N=${PRIVATE_BENCH_PROCS:-2}
+SIZES=${*:-256 1024}
+export FAKECUDA_MEM_MB=$(( (${SIZES##* } + 64) * N * 2 + 1024 ))
+
+run_one() { # MODE MIB: prints "dump restore"
+	local t0 t1 t2 pids
+	export CUINTERPOSE_PRIVATE=$1 E2E_PRIVATE_MB=$2
+	start_job $N --private
+	cmd $N verify 0
+	before=$(answers $N)
+	pids=$(job_pids)
+	rm -rf "$T/img"
+	t0=$(date +%s.%N)
+	criu_dump "$T/img" || fail "$1 $2 MiB: criu dump"
+	t1=$(date +%s.%N)
+	wait_gone $pids || fail "$1 $2 MiB: dumped processes still alive"
+	t2=$(date +%s.%N)
+	criu_restore "$T/img" || fail "$1 $2 MiB: criu restore"
+	t3=$(date +%s.%N)
+	cmd $N verify 0
+	[ "$(answers $N)" = "$before" ] || fail "$1 $2 MiB: addresses changed"
+	cp "$T/img/dump.log" "$T/$1-$2.dump.log" && cp "$T/img/restore.log" "$T/$1-$2.restore.log"
+	cmd $N exit
+	wait_gone $(job_pids) || fail "$1 $2 MiB: job did not exit"
+	echo "$t0 $t1 $t2 $t3" | awk '{printf "%.2f %.2f", $2 - $1, $4 - $3}'
+	unset CUINTERPOSE_PRIVATE E2E_PRIVATE_MB
+}
+
+echo "private-bench: $(uname -n), $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git -C "$srcdir" rev-parse --short HEAD 2>/dev/null)"
+echo "  $N processes; native model ${FAKECUDA_CKPT_US_PER_MB} us/MiB, copy model ${FAKECUDA_COPY_US_PER_MB} us/MiB"
+echo "| MiB private per process | carrier dump | carrier restore | native dump | native restore | carrier/native (dump+restore) |"
+echo "|---|---|---|---|---|---|"
+for mib in $SIZES; do
+	c=$(run_one carrier "$mib") || exit 1
+	n=$(run_one native "$mib") || exit 1
+	echo "$mib $c $n" | awk '{printf "| %d + 2 | %.2f s | %.2f s | %.2f s | %.2f s | %.2fx |\n", $1, $2, $3, $4, $5, ($2 + $3) / ($4 + $5)}'
+done
