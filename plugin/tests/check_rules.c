@@ -282,7 +282,7 @@ static pid_t where_stub(const struct cuip_pf_proc *creator, const Cuip__Importer
 
 START_TEST(preflight_refuses_a_live_importer_outside_the_tree_naming_both_pids)
 {
-	struct cuip_pf_proc both[] = {{101, &cr.st}, {102, &im.st}};
+	struct cuip_pf_proc both[] = {{101, &cr.st, false}, {102, &im.st, false}};
 	char err[512];
 
 	two_procs();
