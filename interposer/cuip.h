@@ -179,7 +179,8 @@ void cuip_random(void *buf, size_t len);
 /* Enter a gated (tracked or launch-class) call; CUDA_SUCCESS or NOT_READY. */
 CUresult cuip_gate_enter(void);
 void cuip_gate_exit(void);
-/* Close the gate and wait up to timeout_ms for in-flight calls: 0 or -ETIMEDOUT. */
+/* Close the gate and wait up to timeout_ms for in-flight calls: 0, or
+ * -ETIMEDOUT or -EIO (membarrier failed) with the gate reopened. */
 int cuip_gate_close(unsigned timeout_ms);
 void cuip_gate_open(void);
 Cuip__Phase cuip_phase(void);

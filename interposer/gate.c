@@ -32,7 +32,10 @@
  * use a sequentially consistent fence between the store and the load
  * instead (classic Dekker with the closer's seq_cst store and loads).
  * After a CRIU restore the process's membarrier registration is gone: the
- * closer registers again when the kernel answers EPERM.
+ * closer registers again when the kernel answers EPERM, or falls back to
+ * MEMBARRIER_CMD_GLOBAL; if membarrier fails altogether after the process
+ * relied on it, cuip_gate_close reopens the gate and returns -EIO (the
+ * checkpoint is refused, the job keeps running).
  *
  * Slots: a thread's slot lives in its TLS, registered on the list `slots`
  * on its first gated call (under gate_mu) and unlinked by a thread-specific
@@ -137,24 +140,25 @@ static struct gate_slot *slot_register(void)
 }
 
 /* Make every thread's earlier stores visible to the caller's later loads
- * and the caller's earlier stores to every thread's later loads. */
-static void heavy_barrier(void)
+ * and the caller's earlier stores to every thread's later loads: 0 or
+ * -errno (no barrier: the caller must not trust a scan). */
+static int heavy_barrier(void)
 {
 	if (reader_fence) {
 		atomic_thread_fence(memory_order_seq_cst);
-		return;
+		return 0;
 	}
 	if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
-		return;
+		return 0;
 	/* Not registered (a restored process) or refused: register and retry. */
 	if (membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 &&
 	    membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
-		return;
-	/* The slow global barrier (RCU grace period): milliseconds, once per
-	 * checkpoint. Without it readers could be missed: fail loudly. */
+		return 0;
+	/* The slow global barrier (an RCU grace period): milliseconds, once
+	 * per checkpoint. */
 	if (membarrier(MEMBARRIER_CMD_GLOBAL) == 0)
-		return;
-	cuip_fail("membarrier unavailable after the gate used it (%s): cannot prove the gate closed", strerror(errno));
+		return 0;
+	return -errno;
 }
 
 static void wake_all(void)
@@ -240,7 +244,16 @@ int cuip_gate_close(unsigned timeout_ms)
 		dl.tv_nsec -= 1000000000L;
 	}
 	atomic_store(&gate_is_open, 0);
-	heavy_barrier();
+	ret = heavy_barrier();
+	if (ret) {
+		/* Threads that entered without a fence may be unseen: refuse to
+		 * close rather than claim it; the job keeps running. */
+		pr_err("cannot close the API gate: membarrier failed (%s) after this process relied on it; "
+		       "gate reopened",
+		       strerror(-ret));
+		cuip_gate_open();
+		return -EIO;
+	}
 	pthread_mutex_lock(&gate_mu);
 	while (inflight() > 0) {
 		clock_gettime(CLOCK_MONOTONIC, &now);
