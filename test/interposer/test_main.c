@@ -13,7 +13,6 @@ Suite *ipc_suite(void);
 Suite *mc_suite(void);
 Suite *slab_suite(void);
 Suite *pool_suite(void);
-Suite *query_suite(void);
 
 int main(void)
 {
@@ -27,7 +26,6 @@ int main(void)
 	srunner_add_suite(sr, mc_suite());
 	srunner_add_suite(sr, slab_suite());
 	srunner_add_suite(sr, pool_suite());
-	srunner_add_suite(sr, query_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
