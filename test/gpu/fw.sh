@@ -32,6 +32,7 @@
 FW_PY=${FW_PY:-python3}
 FW_CACHE_MIB=${FW_CACHE_MIB:-2048}
 FW_ARRAYS=${FW_ARRAYS:-2000}
+FW_BASE=${FW_BASE:-torch-ipc llm} # the jobs run through upstream cuda_plugin under "base"
 FW_ONLY=${FW_ONLY:-torch-ipc,torch-exp,torch-async,llm,cupy-ipc,cupy-small,base}
 fw_want() { case ",$FW_ONLY," in *,"$1",*) return 0 ;; esac; return 1; }
 
@@ -173,7 +174,7 @@ run_fw() {
 	fw_one cupy-ipc fw-cupy-ipc cupy-ipc 3 2
 	fw_want cupy-small && run_fw_small
 	if fw_want base && [ -f "$BASE_PLUGIN" ]; then
-		for s in torch-ipc llm; do
+		for s in $FW_BASE; do
 			local extra=()
 			[ $s = llm ] && extra=(-- --cache-mib "$FW_CACHE_MIB")
 			scenario "fw-base-$s" fwbase "fw-base-$s" "$s" "$([ $s = llm ] && echo 1 || echo 3)" "${extra[@]}"
