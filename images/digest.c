@@ -54,7 +54,7 @@ static void *sorted(void *const *v, size_t n, size_t size, int (*cmp)(const void
 {
 	void **c = malloc((n ? n : 1) * size);
 
-	if (c) {
+	if (c && n) { /* v is NULL when n is 0 (protobuf-c's empty repeated field) */
 		memcpy(c, v, n * size);
 		qsort(c, n, size, cmp);
 	}

@@ -96,7 +96,8 @@ static int same_id(const Cuip__AllocId *a, const Cuip__AllocId *b)
 
 void cuip_sort_allocs(Cuip__ProcessState *st)
 {
-	qsort(st->allocations, st->n_allocations, sizeof(*st->allocations), cuip_cmp_alloc_by_id);
+	if (st->n_allocations) /* a process with only pools has none, and NULL */
+		qsort(st->allocations, st->n_allocations, sizeof(*st->allocations), cuip_cmp_alloc_by_id);
 }
 
 /*

@@ -11,7 +11,7 @@ start_proc() {
 	NR=$1
 	shift
 	rm -f "$T"/w/*
-	setsid env LD_PRELOAD="$INTERPOSER" CUINTERPOSE_LOG=2 "$FAKERUN" "$PROCWL" "$T/w" "$@" \
+	setsid env LD_PRELOAD="$SAN_PRELOAD$INTERPOSER" CUINTERPOSE_LOG=2 "$FAKERUN" "$PROCWL" "$T/w" "$@" \
 		</dev/null >"$T/job.log" 2>&1 &
 	JOB=$!
 	wait_ready "$NR"

@@ -13,8 +13,8 @@ K=0
 
 snapshot() {
 	for p in $(job_pids); do
-		echo "$p fds $(ls /proc/$p/fd | wc -l) maps $(wc -l </proc/$p/maps)"
-		awk '{print $1, $6}' /proc/$p/maps >"$T/maps.$p.now"
+		echo "$p fds $(ls /proc/$p/fd | wc -l) maps $(app_maps $p | wc -l)"
+		app_maps $p | awk '{print $1, $6}' >"$T/maps.$p.now"
 		ls -l /proc/$p/fd | awk '{print $9, $11}' >"$T/fds.$p.now"
 	done
 }

@@ -31,7 +31,7 @@ cat >"$T/init.sh" <<IN
 exec </dev/null >"$T/job.log" 2>&1
 for f in /proc/\$\$/fd/*; do n=\${f##*/}; [ "\$n" -gt 2 ] && eval "exec \$n>&-"; done
 mount -t tmpfs -o mode=1777 cuip-sock "$T/nssock" || exit 1
-exec env LD_PRELOAD="$INTERPOSER" "$FAKERUN" "$WORKLOAD" "$T/w" 2
+exec env LD_PRELOAD="$SAN_PRELOAD$INTERPOSER" "$FAKERUN" "$WORKLOAD" "$T/w" 2
 IN
 children() { # PID: its children, waiting for the first
 	i=0
@@ -64,7 +64,7 @@ JOBPID=$NSINIT
 hold() { # OUT NSENTER-ARGS...: start an outside importer; HOLDER: its host pid
 	out=$1
 	shift
-	setsid nsenter -t "$NSINIT" "$@" -- env CUINTERPOSE_SOCKET_DIR=$T/othersock LD_PRELOAD="$INTERPOSER" \
+	setsid nsenter -t "$NSINIT" "$@" -- env CUINTERPOSE_SOCKET_DIR=$T/othersock LD_PRELOAD="$SAN_PRELOAD$INTERPOSER" \
 		"$THIEF" hold "$T/ticket" </dev/null >"$out" 2>"$out.log" &
 	HOLDER=$!
 	i=0

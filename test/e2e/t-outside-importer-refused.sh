@@ -25,7 +25,7 @@ cat /proc/"$r1"/fd/"$tfd" >"$T/ticket"
 
 note "outside importer"
 mkdir -p "$T/othersock"
-CUINTERPOSE_SOCKET_DIR=$T/othersock LD_PRELOAD="$INTERPOSER" "$THIEF" hold "$T/ticket" \
+CUINTERPOSE_SOCKET_DIR=$T/othersock LD_PRELOAD="$SAN_PRELOAD$INTERPOSER" "$THIEF" hold "$T/ticket" \
 	</dev/null >"$T/holder.out" 2>"$T/holder.log" &
 HOLDER=$!
 i=0

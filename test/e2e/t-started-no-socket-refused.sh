@@ -41,6 +41,10 @@ kill -9 $(job_pids) 2>/dev/null
 wait_gone $(job_pids)
 
 note "CUDA begun behind the interposer's back"
+# Measured: in an ASan build the rank that dlmopen()s a second libcuda into a
+# new link namespace never answers (ASan's interceptors do not cover a second
+# namespace), so this last part cannot run there.
+[ -n "${CUIP_ASAN_RT:-}" ] && skip "ASan build: dlmopen(LM_ID_NEWLM) of a second driver does not work under ASan; the first two parts passed"
 SEQ=0
 start_proc 3
 R2=$(rank_pid 2)
