@@ -101,6 +101,9 @@ pids="$pids $child"
 has "^OK   pid $parent .*socket $T/sock/$parent-[0-9a-f]*.sock answers, phase ACTIVE"
 has "^OK   pid $child .*answers, phase ACTIVE"
 kill -STOP "$child"
+# the signal is delivered asynchronously: wait until the process is stopped
+i=0
+while [ "$(awk '{print $3}' /proc/$child/stat)" != T ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
 [ "$(check $good --pid "$child" --json)" = 1 ] || fail "a stopped participant accepted"
 has "\"check\":\"pid $child\",\"status\":\"FAIL\",\"message\":\"[^\"]*does not answer.*the process is stopped"
 kill -CONT "$child"
