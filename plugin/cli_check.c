@@ -430,6 +430,12 @@ static void check_one(struct check *c, const char *spid, int asked)
 			       "semaphores): give criu dump --link-remap (README \"PyTorch and torch.multiprocessing "
 			       "jobs\")",
 			       comm, nshm, shm);
+		if (nshm > 0 && (nshm = cuip_proc_stale_link_remaps(pid, shm, sizeof(shm))) > 0)
+			report(c, CK_WARN, name,
+			       "%d link_remap file(s) in its /dev/shm (%s), left by an earlier criu dump --link-remap "
+			       "whose images were not restored here: criu dump --link-remap fails \"File exists\" when "
+			       "its new link takes one of those names; remove them once no restore needs them",
+			       nshm, shm);
 	}
 	if (cli_find_socket(pid, path, sizeof(path))) {
 		int serr = 0, s = cuip_proc_start_state(pid, &serr); /* interposer/startmark.h */

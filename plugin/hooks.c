@@ -466,10 +466,20 @@ static void shm_hint(pid_t pid)
 	if (n <= 0)
 		return;
 	cuip_proc_comm(pid, comm, sizeof(comm));
-	if (link_remap_given())
+	if (link_remap_given()) {
+		char stale[PATH_MAX];
+		int ns = cuip_proc_stale_link_remaps(pid, stale, sizeof(stale));
+
 		pr_debug("pid %d (%s) maps or holds %d unlinked /dev/shm file(s) (%s): --link-remap given", pid, comm,
 			 n, path);
-	else
+		if (ns > 0)
+			pr_warn("pid %d (%s): %d link_remap file(s) already in its /dev/shm (%s), left by an earlier "
+				"criu dump --link-remap whose images were not restored on this machine; criu fails "
+				"\"Can't link remap to ...: File exists\" when its new link takes one of those names: "
+				"remove them once no restore needs them (README \"PyTorch and torch.multiprocessing "
+				"jobs\")",
+				pid, comm, ns, stale);
+	} else
 		pr_warn("pid %d (%s) maps or holds %d unlinked /dev/shm file(s) (%s, e.g. Python multiprocessing "
 			"semaphores): criu dump needs --link-remap; see the README section \"PyTorch and "
 			"torch.multiprocessing jobs\"",

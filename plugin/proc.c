@@ -438,3 +438,22 @@ int cuip_proc_unlinked_shm(pid_t pid, char *buf, size_t len)
 		closedir(d);
 	return count;
 }
+
+int cuip_proc_stale_link_remaps(pid_t pid, char *buf, size_t len)
+{
+	char path[64];
+	struct dirent *de;
+	int count = 0;
+	DIR *d;
+
+	buf[0] = 0;
+	snprintf(path, sizeof(path), "/proc/%d/root/dev/shm", pid);
+	d = opendir(path);
+	if (!d)
+		return -errno;
+	while ((de = readdir(d)))
+		if (!strncmp(de->d_name, "link_remap.", 11) && count++ == 0)
+			snprintf(buf, len, "/dev/shm/%s", de->d_name);
+	closedir(d);
+	return count;
+}

@@ -64,6 +64,14 @@ int cuip_proc_open_interposer(pid_t pid, char *path, size_t len);
  * -errno. */
 int cuip_proc_unlinked_shm(pid_t pid, char *buf, size_t len);
 
+/* link_remap.N files in pid's /dev/shm (through /proc/PID/root): each is the
+ * hard link an earlier `criu dump --link-remap` made there and only a restore
+ * from those images removes. criu numbers its links from a per-dump counter,
+ * so a new dump fails "Can't link remap to ...: File exists" when its link
+ * takes a name that is still there. The count, the first name in buf, or
+ * -errno. */
+int cuip_proc_stale_link_remaps(pid_t pid, char *buf, size_t len);
+
 /* SIGKILL every process in `pids`. */
 void cuip_proc_kill_all(const pid_t *pids, size_t n);
 
