@@ -8,34 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "arena.h"
 #include "cuip.h"
 #include "importers.h"
-
-/* ---- reply arena (op thread only) ---------------------------------------- */
-
-/* A reply's records are carved from arena blocks (arena.h) and all go at
- * once after the reply is sent. */
-static struct cuip_arena reply_arena;
-
-void *cuip_zalloc(size_t size)
-{
-	return cuip_arena_alloc(&reply_arena, size);
-}
-
-void cuip_arena_release(void)
-{
-	cuip_arena_clear(&reply_arena);
-}
-
-char *cuip_strdup(const char *s)
-{
-	char *p = s ? cuip_zalloc(strlen(s) + 1) : NULL;
-
-	if (p)
-		strcpy(p, s);
-	return p;
-}
+#include "inspect.h"
+#include "multicast.h"
+#include "pool.h"
+#include "record.h"
+#include "reply.h"
+#include "runtime.h"
+#include "xcache.h"
 
 #define NEW(T, init)                            \
 	({                                      \

@@ -41,7 +41,7 @@
  * Locking: ipc_mu serializes IPC opens and closes in this process (so two
  * threads opening one handle map it once); it is taken before
  * cuip_state_lock, only by application threads inside the gate. Records and
- * mappings are vmm.c's, under cuip_state_lock.
+ * mappings are record.c's, under cuip_state_lock.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -49,7 +49,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "client.h"
 #include "cuip.h"
+#include "driver.h"
+#include "ipc.h"
+#include "peer.h"
+#include "pool.h"
+#include "record.h"
+#include "runtime.h"
+#include "xcache.h"
 
 #define IPC_MAGIC   0x50495543u /* "CUIP" */
 #define IPC_VERSION 1
@@ -78,37 +86,11 @@ _Static_assert(sizeof(struct ipc_handle) == CU_IPC_HANDLE_SIZE, "IPC handle layo
 #define ID_FMT "%016llx:%llu"
 
 static pthread_mutex_t ipc_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t ipc_once = PTHREAD_ONCE_INIT;
-static struct {
-	__typeof__(&cuMemAlloc_v2) alloc;
-	__typeof__(&cuMemFree_v2) free;
-	__typeof__(&cuMemGetAddressRange_v2) range;
-	__typeof__(&cuIpcGetMemHandle) get;
-	__typeof__(&cuCtxGetDevice) getdev;
-	__typeof__(&cuMemGetAllocationGranularity) gran;
-} rl;
-
-static void ipc_init(void)
-{
-	void *h;
-
-	if (cuip_driver_init())
-		return;
-	h = cuip_driver_handle();
-	rl.alloc = (__typeof__(rl.alloc))cuip_real_dlsym(h, "cuMemAlloc_v2");
-	rl.free = (__typeof__(rl.free))cuip_real_dlsym(h, "cuMemFree_v2");
-	rl.range = (__typeof__(rl.range))cuip_real_dlsym(h, "cuMemGetAddressRange_v2");
-	rl.get = (__typeof__(rl.get))cuip_real_dlsym(h, "cuIpcGetMemHandle");
-	rl.getdev = (__typeof__(rl.getdev))cuip_real_dlsym(h, "cuCtxGetDevice");
-	rl.gran = (__typeof__(rl.gran))cuip_real_dlsym(h, "cuMemGetAllocationGranularity");
-}
-
 static CUresult enter(void *fnp)
 {
 	if (cuip_driver_init())
 		return CUDA_ERROR_NOT_FOUND;
-	pthread_once(&ipc_once, ipc_init);
-	if (!*(void **)fnp || !rl.getdev || !rl.gran)
+	if (!*(void **)fnp || !real.cuCtxGetDevice || !real.cuMemGetAllocationGranularity)
 		return CUDA_ERROR_NOT_FOUND;
 	return cuip_gate_enter();
 }
@@ -339,7 +321,7 @@ static CUresult slab_alloc(CUdeviceptr *dptr, size_t bytesize, CUdevice dev, con
 	if (r != CUDA_SUCCESS)
 		goto release;
 	pthread_mutex_lock(&cuip_state_lock);
-	a = cuip_alloc_create(self.id, ++vmm.next_serial);
+	a = cuip_alloc_new(self.id, ++vmm.next_serial);
 	if (!a) {
 		pthread_mutex_unlock(&cuip_state_lock);
 		r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -380,15 +362,15 @@ CUIP_API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 	CUdeviceptr va;
 	CUdevice dev;
 	size_t g = 0, size;
-	CUresult r = enter(&rl.alloc);
+	CUresult r = enter(&real.cuMemAlloc_v2);
 
 	if (r != CUDA_SUCCESS)
 		return r;
 	if (!dptr || !bytesize) {
-		r = rl.alloc(dptr, bytesize); /* the driver's own answer */
+		r = real.cuMemAlloc_v2(dptr, bytesize); /* the driver's own answer */
 		goto out;
 	}
-	r = rl.getdev(&dev);
+	r = real.cuCtxGetDevice(&dev);
 	if (r != CUDA_SUCCESS)
 		goto out;
 	cuip_start();
@@ -396,7 +378,7 @@ CUIP_API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 	prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
 	prop.location.id = dev;
-	r = rl.gran(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+	r = real.cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
 	if (r != CUDA_SUCCESS || !g)
 		goto native;
 	if (bytesize < g) {
@@ -415,7 +397,7 @@ CUIP_API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 	if (r != CUDA_SUCCESS)
 		goto release;
 	pthread_mutex_lock(&cuip_state_lock);
-	a = cuip_alloc_create(self.id, ++vmm.next_serial);
+	a = cuip_alloc_new(self.id, ++vmm.next_serial);
 	if (!a) {
 		pthread_mutex_unlock(&cuip_state_lock);
 		r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -445,7 +427,7 @@ native:
 	/* No POSIX-capable VMM here: the driver's own allocation, which
 	 * cannot be IPC-shared through cuinterpose. */
 	pr_info("cuMemAlloc(%zu) on device %d: no POSIX-capable VMM, native allocation", bytesize, (int)dev);
-	r = rl.alloc(dptr, bytesize);
+	r = real.cuMemAlloc_v2(dptr, bytesize);
 out:
 	cuip_gate_exit();
 	return r;
@@ -457,7 +439,7 @@ CUIP_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 	struct cuip_piece *p;
 	struct cuip_alloc *a;
 	bool dead;
-	CUresult r = enter(&rl.free);
+	CUresult r = enter(&real.cuMemFree_v2);
 
 	if (r != CUDA_SUCCESS)
 		return r;
@@ -465,7 +447,7 @@ CUIP_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 	m = legacy_in(dptr);
 	if (!m || m->a->origin != CUIP__ORIGIN__ORIGIN_MALLOC || m->a->creator != self.id) {
 		pthread_mutex_unlock(&cuip_state_lock);
-		r = rl.free(dptr);
+		r = real.cuMemFree_v2(dptr);
 		if (r == CUDA_SUCCESS)
 			cuip_pool_freed(dptr); /* pool memory may be freed with cuMemFree */
 		goto out;
@@ -502,7 +484,7 @@ CUIP_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 	dead = cuip_alloc_unlink_if_dead(a);
 	pthread_mutex_unlock(&cuip_state_lock);
 	if (dead)
-		cuip_alloc_release(a);
+		cuip_alloc_destroy(a);
 out:
 	cuip_gate_exit();
 	return r;
@@ -511,7 +493,7 @@ out:
 CUIP_API CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
 	struct cuip_mapping *m;
-	CUresult r = enter(&rl.range);
+	CUresult r = enter(&real.cuMemGetAddressRange_v2);
 
 	if (r != CUDA_SUCCESS)
 		return r;
@@ -538,7 +520,7 @@ CUIP_API CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *ps
 		goto out;
 	}
 	pthread_mutex_unlock(&cuip_state_lock);
-	r = rl.range(pbase, psize, dptr);
+	r = real.cuMemGetAddressRange_v2(pbase, psize, dptr);
 out:
 	cuip_gate_exit();
 	return r;
@@ -552,7 +534,7 @@ CUIP_API CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr
 	struct cuip_mapping *m;
 	struct cuip_alloc *a, snap;
 	uint64_t off = 0, req;
-	CUresult r = enter(&rl.get);
+	CUresult r = enter(&real.cuIpcGetMemHandle);
 
 	if (r != CUDA_SUCCESS)
 		return r;
@@ -580,7 +562,7 @@ CUIP_API CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr
 			goto out;
 		}
 		/* Not converted (or not an allocation): the driver's answer. */
-		r = rl.get(pHandle, dptr);
+		r = real.cuIpcGetMemHandle(pHandle, dptr);
 		if (r == CUDA_SUCCESS)
 			pr_err("native IPC handle for %#llx (memory not allocated through cuinterpose): "
 			       "cuinterpose importers refuse it",
@@ -682,7 +664,7 @@ static CUresult ipc_open_first(const struct ipc_handle *ih, CUdevice dev, CUdevi
 	pthread_mutex_lock(&cuip_state_lock);
 	a = cuip_alloc_by_id(ih->creator, ih->serial);
 	if (!a) {
-		a = cuip_alloc_create(ih->creator, ih->serial);
+		a = cuip_alloc_new(ih->creator, ih->serial);
 		if (!a) {
 			pthread_mutex_unlock(&cuip_state_lock);
 			r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -753,7 +735,7 @@ static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int
 		       ih.version, ih.flags, (unsigned long long)ih.size, (unsigned long long)ih.requested, ih.offset);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	r = rl.getdev(&dev);
+	r = real.cuCtxGetDevice(&dev);
 	if (r != CUDA_SUCCESS)
 		return r;
 	cuip_start();
@@ -784,7 +766,7 @@ static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int
 
 CUIP_API CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
 {
-	CUresult r = enter(&rl.getdev);
+	CUresult r = enter(&real.cuCtxGetDevice);
 
 	if (r != CUDA_SUCCESS)
 		return r;
@@ -803,7 +785,7 @@ CUIP_API CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
 	struct cuip_mapping *m;
 	struct cuip_alloc *a;
 	bool dead = false;
-	CUresult r = enter(&rl.getdev);
+	CUresult r = enter(&real.cuCtxGetDevice);
 
 	if (r != CUDA_SUCCESS)
 		return r;
@@ -842,7 +824,7 @@ unlock:
 	pthread_mutex_unlock(&cuip_state_lock);
 	pthread_mutex_unlock(&ipc_mu);
 	if (dead)
-		cuip_alloc_release(a);
+		cuip_alloc_destroy(a);
 	cuip_gate_exit();
 	return r;
 }

@@ -16,7 +16,7 @@
  * Callers: application threads (inside the API gate) and the op thread
  * (PREPARE_MULTICAST, REBUILD stages MC_*, VERIFY, INSPECT).
  *
- * Locking: cuip_state_lock (vmm.c) protects every record. Binds wait in the
+ * Locking: cuip_state_lock (record.c) protects every record. Binds wait in the
  * driver until every device of the team has been added, possibly by other
  * processes, so no lock is held across a driver call here; after one, the
  * object is looked up again by identity and its driver handle compared
@@ -30,7 +30,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "client.h"
 #include "cuip.h"
+#include "driver.h"
+#include "multicast.h"
+#include "record.h"
+#include "reply.h"
+#include "runtime.h"
+#include "xcache.h"
 
 #define lock()	 pthread_mutex_lock(&cuip_state_lock)
 #define unlock() pthread_mutex_unlock(&cuip_state_lock)
@@ -80,7 +87,7 @@ void cuip_mc_note_extent(struct cuip_alloc *a, uint64_t end)
 		a->mc->effective = end;
 }
 
-void cuip_mc_free(struct cuip_mc *m)
+static void mc_free(struct cuip_mc *m)
 {
 	if (!m)
 		return;
@@ -89,7 +96,9 @@ void cuip_mc_free(struct cuip_mc *m)
 	free(m);
 }
 
-void cuip_mc_forget(struct cuip_alloc *a)
+/* Record death (after the driver handle was released, without state_lock):
+ * the bindings it held drop their members. */
+static void mc_died(struct cuip_alloc *a)
 {
 	struct cuip_mc *m = a->mc;
 	struct cuip_alloc **dead;
@@ -107,8 +116,20 @@ void cuip_mc_forget(struct cuip_alloc *a)
 	for (size_t i = 0; i < ndead; i++)
 		cuip_alloc_destroy(dead[i]);
 	free(dead);
-	cuip_mc_free(m);
+	mc_free(m);
 }
+
+static bool mc_owns(const struct cuip_alloc *a)
+{
+	return a->mc != NULL;
+}
+
+/* Fork child: data only (the members are forgotten with every record). */
+static void mc_forget(struct cuip_alloc *a)
+{
+	mc_free(a->mc);
+}
+CUIP_RECORD_EXT(multicast, mc_owns, mc_died, mc_forget);
 
 static int push(void **v, size_t *n, size_t *cap, size_t elsz, const void *e)
 {

@@ -22,7 +22,19 @@
 #include <unistd.h>
 
 #include "carrier.h"
+#include "client.h"
 #include "cuip.h"
+#include "drain.h"
+#include "driver.h"
+#include "inspect.h"
+#include "ipc.h"
+#include "multicast.h"
+#include "ops.h"
+#include "pool.h"
+#include "record.h"
+#include "reply.h"
+#include "runtime.h"
+#include "xcache.h"
 #include "digest.h"
 
 #define ID_FMT	    "%016llx:%llu"

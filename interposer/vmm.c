@@ -1,23 +1,26 @@
 /*
- * vmm.c - tracked unicast VMM allocations: records, logical handles,
- * mappings and access, and the VMM entry points that create, name, map and
- * share them.
+ * vmm.c - the unicast VMM entry points: cuInit, and the calls that create,
+ * name, map, share and release tracked allocations (cuMemCreate ...
+ * cuMemImportFromShareableHandle), plus the count of raw imports. The
+ * records they keep are record.c's.
  *
  * Ownership (FEATURES.md): handle type 0 stays native and untracked (the
  * application gets the driver's handle); a POSIX-capable allocation is
  * tracked from creation, private (OWNER_NATIVE) until its first export or
  * import, then shared for life; FABRIC or mixed handle types are tracked
  * as unsupported, with the reason. Private tracked ones are carried like
- * shared ones unless CUINTERPOSE_PRIVATE=native (cuip_carried). Tracked allocations are named by logical
- * handles (CUIP_HTAG in the top 16 bits); each record holds exactly one
- * driver handle per process, which retain and import alias. A record lives
- * while the application holds a logical handle or a tracked mapping names
- * it; its driver handle is released when it dies.
+ * shared ones unless CUINTERPOSE_PRIVATE=native (cuip_carried). Tracked
+ * allocations are named by logical handles (CUIP_HTAG in the top 16 bits);
+ * each record holds exactly one driver handle per process, which retain and
+ * import alias. A record lives while the application holds a logical handle
+ * or a tracked mapping names it; its driver handle is released when it dies.
  *
- * Locking: cuip_state_lock protects everything here. It is held across
- * short driver calls that change what it protects (map, unmap, set access)
- * so that the records always equal the driver's state, never across exports,
- * imports or peer traffic. Application threads only take it inside the gate.
+ * Callers: the application, through every resolution path (resolve.c).
+ * Locking: cuip_state_lock (record.c) protects the records and the raw
+ * imports. It is held across short driver calls that change what it
+ * protects (map, unmap, set access) so that the records always equal the
+ * driver's state, never across exports, imports or peer traffic.
+ * Application threads only take it inside the gate.
  */
 #include <assert.h>
 #include <errno.h>
@@ -27,14 +30,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cuip.h"
+#include "driver.h"
+#include "multicast.h"
+#include "record.h"
+#include "runtime.h"
+#include "ticket.h"
+#include "xcache.h"
+#include "client.h"
 
-pthread_mutex_t cuip_state_lock = PTHREAD_MUTEX_INITIALIZER;
-struct cuip_vmm vmm;
-
-#define NBUCKET 65536 /* tens of thousands of records in large jobs: short chains */
-static struct cuip_alloc *by_id[NBUCKET];
-static struct cuip_alloc *by_log[NBUCKET];
+#define lock()	 pthread_mutex_lock(&cuip_state_lock)
+#define unlock() pthread_mutex_unlock(&cuip_state_lock)
 
 /* Live raw (non-ticket) imports: the driver handles the application holds. */
 struct raw_import {
@@ -42,333 +47,6 @@ struct raw_import {
 	struct raw_import *next;
 };
 static struct raw_import *raw_tab[256];
-
-static unsigned hash64(uint64_t v)
-{
-	v ^= v >> 33;
-	v *= 0xff51afd7ed558ccdull;
-	v ^= v >> 33;
-	return (unsigned)(v & (NBUCKET - 1));
-}
-
-#define lock()	 pthread_mutex_lock(&cuip_state_lock)
-#define unlock() pthread_mutex_unlock(&cuip_state_lock)
-
-/* ---- records ------------------------------------------------------------- */
-
-struct cuip_alloc *cuip_alloc_by_id(uint64_t creator, uint64_t serial)
-{
-	for (struct cuip_alloc *a = by_id[hash64(creator ^ serial)]; a; a = a->id_next)
-		if (a->creator == creator && a->serial == serial)
-			return a;
-	return NULL;
-}
-
-static struct cuip_alloc *by_logical(uint64_t h)
-{
-	if (!cuip_is_logical(h))
-		return NULL;
-	for (struct cuip_alloc *a = by_log[hash64(h)]; a; a = a->log_next)
-		if (a->logical == h)
-			return a;
-	return NULL;
-}
-
-static struct cuip_alloc *alloc_new(uint64_t creator, uint64_t serial)
-{
-	struct cuip_alloc *a = calloc(1, sizeof(*a));
-	unsigned b = hash64(creator ^ serial);
-
-	if (!a)
-		return NULL;
-	a->creator = creator;
-	a->serial = serial;
-	a->id_next = by_id[b];
-	by_id[b] = a;
-	a->prev = vmm.tail;
-	if (vmm.tail)
-		vmm.tail->next = a;
-	else
-		vmm.head = a;
-	vmm.tail = a;
-	vmm.nallocs++;
-	return a;
-}
-
-void cuip_logical_assign(struct cuip_alloc *a)
-{
-	const uint64_t mask = (1ull << CUIP_HTAG_SHIFT) - 1;
-	uint64_t h;
-	unsigned b;
-
-	if (a->logical)
-		return;
-	do /* skips values still live after the 48-bit counter wrapped */
-		h = (CUIP_HTAG << CUIP_HTAG_SHIFT) | (++vmm.next_logical & mask);
-	while (by_logical(h) || !(h & mask));
-	a->logical = h;
-	b = hash64(h);
-	a->log_next = by_log[b];
-	by_log[b] = a;
-}
-
-static void logical_drop(struct cuip_alloc *a)
-{
-	struct cuip_alloc **pp;
-
-	if (!a->logical)
-		return;
-	for (pp = &by_log[hash64(a->logical)]; *pp; pp = &(*pp)->log_next) {
-		if (*pp == a) {
-			*pp = a->log_next;
-			break;
-		}
-	}
-	a->logical = 0;
-	a->log_next = NULL;
-}
-
-/* Unlink a record from every table; the caller frees it after unlocking. */
-static void alloc_unlink(struct cuip_alloc *a)
-{
-	struct cuip_alloc **pp;
-
-	logical_drop(a);
-	for (pp = &by_id[hash64(a->creator ^ a->serial)]; *pp; pp = &(*pp)->id_next) {
-		if (*pp == a) {
-			*pp = a->id_next;
-			break;
-		}
-	}
-	if (a->prev)
-		a->prev->next = a->next;
-	else
-		vmm.head = a->next;
-	if (a->next)
-		a->next->prev = a->prev;
-	else
-		vmm.tail = a->prev;
-	vmm.nallocs--;
-	if (a->owner == CUIP__OWNER__OWNER_UNSUPPORTED)
-		vmm.unsupported--;
-}
-
-bool cuip_carried(const struct cuip_alloc *a)
-{
-	if (a->mc)
-		return false;
-	if (a->owner == CUIP__OWNER__OWNER_SHARED)
-		return true;
-	return a->owner == CUIP__OWNER__OWNER_NATIVE && !cuip_private_native && a->creator == self.id &&
-	       (a->origin == CUIP__ORIGIN__ORIGIN_VMM_CREATE || a->origin == CUIP__ORIGIN__ORIGIN_MALLOC);
-}
-
-static bool alloc_dead(const struct cuip_alloc *a)
-{
-	return a->app_handles == 0 && a->nmaps == 0 && a->mc_binds == 0;
-}
-
-/* After unlocking: release what a dead record held. */
-static void alloc_destroy(struct cuip_alloc *a)
-{
-	if (a->creator == self.id && a->has_token)
-		cuip_xc_drop(a->serial);
-	if (a->drv) {
-		CUresult r = real.cuMemRelease(a->drv);
-		if (r != CUDA_SUCCESS)
-			pr_err("releasing the driver handle of allocation %016llx:%llu: %s",
-			       (unsigned long long)a->creator, (unsigned long long)a->serial, cuip_cuerr(r));
-	}
-	if (a->mc)
-		cuip_mc_forget(a);
-	free(a->pieces);
-	free(a);
-}
-
-/* ---- mappings ------------------------------------------------------------ */
-
-/* First mapping whose end is above va. */
-static size_t map_lower(uint64_t va)
-{
-	size_t lo = 0, hi = vmm.nmaps;
-
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		struct cuip_mapping *m = vmm.maps[mid];
-		if (m->va + m->size <= va)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
-}
-
-struct cuip_mapping *cuip_mapping_at(uint64_t va)
-{
-	size_t i = map_lower(va);
-
-	if (i < vmm.nmaps && vmm.maps[i]->va <= va)
-		return vmm.maps[i];
-	return NULL;
-}
-
-static bool map_overlaps(uint64_t va, uint64_t size)
-{
-	size_t i = map_lower(va);
-
-	return i < vmm.nmaps && vmm.maps[i]->va < va + size;
-}
-
-int cuip_map_insert(struct cuip_mapping *m)
-{
-	size_t i;
-
-	if (vmm.nmaps == vmm.capmaps) {
-		size_t cap = vmm.capmaps ? vmm.capmaps * 2 : 64;
-		struct cuip_mapping **n = realloc(vmm.maps, cap * sizeof(*n));
-		if (!n)
-			return -ENOMEM;
-		vmm.maps = n;
-		vmm.capmaps = cap;
-	}
-	i = map_lower(m->va);
-	memmove(&vmm.maps[i + 1], &vmm.maps[i], (vmm.nmaps - i) * sizeof(*vmm.maps));
-	vmm.maps[i] = m;
-	vmm.nmaps++;
-	return 0;
-}
-
-static void map_remove_at(size_t i)
-{
-	memmove(&vmm.maps[i], &vmm.maps[i + 1], (vmm.nmaps - i - 1) * sizeof(*vmm.maps));
-	vmm.nmaps--;
-}
-
-static void map_free(struct cuip_mapping *m)
-{
-	if (m) {
-		free(m->acc);
-		free(m);
-	}
-}
-
-static int loc_cmp(const CUmemLocation *a, const CUmemLocation *b)
-{
-	if (a->type != b->type)
-		return a->type < b->type ? -1 : 1;
-	if (a->id != b->id)
-		return a->id < b->id ? -1 : 1;
-	return 0;
-}
-
-static int acc_cmp(const void *x, const void *y)
-{
-	const struct cuip_access *a = x, *b = y;
-	int c = loc_cmp(&a->loc, &b->loc);
-
-	if (c)
-		return c;
-	return a->va < b->va ? -1 : a->va > b->va;
-}
-
-static int acc_push(struct cuip_access **v, size_t *n, size_t *cap, const struct cuip_access *e)
-{
-	if (*n == *cap) {
-		size_t c = *cap ? *cap * 2 : 4;
-		struct cuip_access *p = realloc(*v, c * sizeof(*p));
-		if (!p)
-			return -ENOMEM;
-		*v = p;
-		*cap = c;
-	}
-	(*v)[(*n)++] = *e;
-	return 0;
-}
-
-/*
- * Record that [va, va+size) of m now has `flags` for `loc`: intervals of the
- * same location are cut around the range, the new one is added (PROT_NONE
- * is the absence of an interval), and neighbours with equal flags merge.
- */
-int cuip_access_set(struct cuip_mapping *m, uint64_t va, uint64_t size, const CUmemLocation *loc, unsigned flags)
-{
-	struct cuip_access *nv = NULL, e;
-	size_t nn = 0, nc = 0, out = 0;
-	uint64_t end = va + size;
-
-	for (size_t i = 0; i < m->nacc; i++) {
-		struct cuip_access *o = &m->acc[i];
-		uint64_t oend = o->va + o->size;
-		if (loc_cmp(&o->loc, loc) || oend <= va || o->va >= end) {
-			if (acc_push(&nv, &nn, &nc, o))
-				goto nomem;
-			continue;
-		}
-		if (o->va < va) {
-			e = *o;
-			e.size = va - o->va;
-			if (acc_push(&nv, &nn, &nc, &e))
-				goto nomem;
-		}
-		if (oend > end) {
-			e = *o;
-			e.va = end;
-			e.size = oend - end;
-			if (acc_push(&nv, &nn, &nc, &e))
-				goto nomem;
-		}
-	}
-	if (flags) {
-		e = (struct cuip_access){.va = va, .size = size, .loc = *loc, .flags = flags};
-		if (acc_push(&nv, &nn, &nc, &e))
-			goto nomem;
-	}
-	if (nn)
-		qsort(nv, nn, sizeof(*nv), acc_cmp);
-	for (size_t i = 0; i < nn; i++) {
-		if (out && !loc_cmp(&nv[out - 1].loc, &nv[i].loc) && nv[out - 1].flags == nv[i].flags &&
-		    nv[out - 1].va + nv[out - 1].size == nv[i].va) {
-			nv[out - 1].size += nv[i].size;
-			continue;
-		}
-		nv[out++] = nv[i];
-	}
-	free(m->acc);
-	m->acc = nv;
-	m->nacc = out;
-	m->capacc = nc;
-	return 0;
-nomem:
-	free(nv);
-	return -ENOMEM;
-}
-
-/* A new mapping covering [lo, hi) of m, with m's access clipped to it. */
-static struct cuip_mapping *map_part(const struct cuip_mapping *m, uint64_t lo, uint64_t hi)
-{
-	struct cuip_mapping *p = calloc(1, sizeof(*p));
-
-	if (!p)
-		return NULL;
-	p->va = lo;
-	p->size = hi - lo;
-	p->offset = m->offset + (lo - m->va);
-	p->a = m->a;
-	p->map_flags = m->map_flags;
-	for (size_t i = 0; i < m->nacc; i++) {
-		struct cuip_access e = m->acc[i];
-		uint64_t s = e.va > lo ? e.va : lo, t = e.va + e.size < hi ? e.va + e.size : hi;
-		if (s >= t)
-			continue;
-		e.va = s;
-		e.size = t - s;
-		if (acc_push(&p->acc, &p->nacc, &p->capacc, &e)) {
-			map_free(p);
-			return NULL;
-		}
-	}
-	return p;
-}
 
 /* ---- raw imports --------------------------------------------------------- */
 
@@ -464,7 +142,7 @@ CUIP_API CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size
 		goto out; /* private: native checkpoint owns it, untouched */
 	cuip_start();
 	lock();
-	a = alloc_new(self.id, ++vmm.next_serial);
+	a = cuip_alloc_new(self.id, ++vmm.next_serial);
 	if (!a) {
 		unlock();
 		real.cuMemRelease(h);
@@ -512,21 +190,21 @@ CUIP_API CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
 		goto out;
 	}
 	lock();
-	a = by_logical(handle);
+	a = cuip_by_logical(handle);
 	if (!a) {
 		unlock();
 		r = CUDA_ERROR_INVALID_VALUE;
 		goto out;
 	}
 	if (--a->app_handles == 0)
-		logical_drop(a);
-	if (alloc_dead(a)) {
-		alloc_unlink(a);
+		cuip_logical_drop(a);
+	if (cuip_alloc_dead(a)) {
+		cuip_alloc_unlink(a);
 		dead = true;
 	}
 	unlock();
 	if (dead)
-		alloc_destroy(a);
+		cuip_alloc_destroy(a);
 out:
 	cuip_gate_exit();
 	return r;
@@ -574,7 +252,7 @@ CUIP_API CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocation
 		goto out;
 	}
 	lock();
-	a = by_logical(handle);
+	a = cuip_by_logical(handle);
 	r = a ? real.cuMemGetAllocationPropertiesFromHandle(prop, a->drv) : CUDA_ERROR_INVALID_VALUE;
 	unlock();
 out:
@@ -596,8 +274,8 @@ CUIP_API CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, 
 		goto out;
 	}
 	lock();
-	a = by_logical(handle);
-	if (!a || !size || map_overlaps(ptr, size)) {
+	a = cuip_by_logical(handle);
+	if (!a || !size || cuip_map_overlaps(ptr, size)) {
 		r = CUDA_ERROR_INVALID_VALUE;
 		goto unlock;
 	}
@@ -647,31 +325,31 @@ again:
 		}
 	}
 	ndead = 0;
-	i = map_lower(lo);
+	i = cuip_map_lower(lo);
 	while (i < vmm.nmaps && vmm.maps[i]->va < hi) {
 		struct cuip_mapping *m = vmm.maps[i], *left = NULL, *right = NULL;
 		struct cuip_alloc *a = m->a;
 		if (m->va < lo)
-			left = map_part(m, m->va, lo);
+			left = cuip_map_part(m, m->va, lo);
 		if (m->va + m->size > hi)
-			right = map_part(m, hi, m->va + m->size);
-		map_remove_at(i);
+			right = cuip_map_part(m, hi, m->va + m->size);
+		cuip_map_remove_at(i);
 		a->nmaps--;
 		if (left && !cuip_map_insert(left)) {
 			a->nmaps++;
 			i++;
 		} else {
-			map_free(left);
+			cuip_map_free(left);
 		}
 		if (right && !cuip_map_insert(right)) {
 			a->nmaps++;
 			i++;
 		} else {
-			map_free(right);
+			cuip_map_free(right);
 		}
-		map_free(m);
-		if (alloc_dead(a)) {
-			alloc_unlink(a);
+		cuip_map_free(m);
+		if (cuip_alloc_dead(a)) {
+			cuip_alloc_unlink(a);
 			dead[ndead++] = a;
 			if (ndead == sizeof(dead) / sizeof(dead[0]))
 				break;
@@ -679,7 +357,7 @@ again:
 	}
 	unlock();
 	for (size_t k = 0; k < ndead; k++)
-		alloc_destroy(dead[k]);
+		cuip_alloc_destroy(dead[k]);
 	if (ndead == sizeof(dead) / sizeof(dead[0]))
 		goto again; /* more records died than fit: drain the rest */
 out:
@@ -697,7 +375,7 @@ CUIP_API CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUm
 	lock();
 	r = real.cuMemSetAccess(ptr, size, desc, count);
 	if (r == CUDA_SUCCESS) {
-		for (size_t i = map_lower(lo); i < vmm.nmaps && vmm.maps[i]->va < hi; i++) {
+		for (size_t i = cuip_map_lower(lo); i < vmm.nmaps && vmm.maps[i]->va < hi; i++) {
 			struct cuip_mapping *m = vmm.maps[i];
 			uint64_t s = m->va > lo ? m->va : lo;
 			uint64_t t = m->va + m->size < hi ? m->va + m->size : hi;
@@ -727,7 +405,7 @@ CUIP_API CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CU
 		goto out;
 	}
 	lock();
-	a = by_logical(handle);
+	a = cuip_by_logical(handle);
 	if (!a || !shareableHandle) {
 		unlock();
 		r = CUDA_ERROR_INVALID_VALUE;
@@ -840,7 +518,7 @@ static CUresult import_ticket(CUmemGenericAllocationHandle *handle, const Cuip__
 		return CUDA_SUCCESS;
 	}
 	if (!a)
-		a = alloc_new(creator, serial);
+		a = cuip_alloc_new(creator, serial);
 	if (!a) {
 		unlock();
 		real.cuMemRelease(h);
@@ -915,48 +593,11 @@ out:
 	return r;
 }
 
-/* ---- for multicast.c ------------------------------------------------------ */
-
-struct cuip_alloc *cuip_alloc_new(uint64_t creator, uint64_t serial)
-{
-	return alloc_new(creator, serial);
-}
-
-struct cuip_alloc *cuip_by_logical(uint64_t h)
-{
-	return by_logical(h);
-}
-
-bool cuip_alloc_unbound(struct cuip_alloc *a)
-{
-	assert(a->mc_binds > 0);
-	a->mc_binds--;
-	if (!alloc_dead(a))
-		return false;
-	alloc_unlink(a);
-	return true;
-}
-
-void cuip_alloc_destroy(struct cuip_alloc *a)
-{
-	alloc_destroy(a);
-}
-
 /* ---- fork ---------------------------------------------------------------- */
 
-void cuip_vmm_reset(void)
+/* The child holds none of the parent's raw imports. */
+static void fork_child(void)
 {
-	struct cuip_alloc *a = vmm.head, *n;
-
-	for (size_t i = 0; i < vmm.nmaps; i++)
-		map_free(vmm.maps[i]);
-	free(vmm.maps);
-	for (; a; a = n) {
-		n = a->next;
-		cuip_mc_free(a->mc);
-		free(a->pieces);
-		free(a);
-	}
 	for (int i = 0; i < 256; i++) {
 		struct raw_import *r = raw_tab[i], *rn;
 		for (; r; r = rn) {
@@ -965,46 +606,5 @@ void cuip_vmm_reset(void)
 		}
 		raw_tab[i] = NULL;
 	}
-	memset(by_id, 0, sizeof(by_id));
-	memset(by_log, 0, sizeof(by_log));
-	memset(&vmm, 0, sizeof(vmm));
-	pthread_mutex_init(&cuip_state_lock, NULL);
 }
-
-/* ---- for ipc.c ----------------------------------------------------------- */
-
-struct cuip_alloc *cuip_alloc_create(uint64_t creator, uint64_t serial)
-{
-	return alloc_new(creator, serial);
-}
-
-struct cuip_mapping *cuip_map_take(uint64_t va)
-{
-	size_t i = map_lower(va);
-	struct cuip_mapping *m;
-
-	if (i >= vmm.nmaps || vmm.maps[i]->va != va)
-		return NULL;
-	m = vmm.maps[i];
-	map_remove_at(i);
-	m->a->nmaps--;
-	return m;
-}
-
-void cuip_map_free(struct cuip_mapping *m)
-{
-	map_free(m);
-}
-
-bool cuip_alloc_unlink_if_dead(struct cuip_alloc *a)
-{
-	if (!alloc_dead(a))
-		return false;
-	alloc_unlink(a);
-	return true;
-}
-
-void cuip_alloc_release(struct cuip_alloc *a)
-{
-	alloc_destroy(a);
-}
+CUIP_FORK_HOOK(vmm, NULL, NULL, fork_child);
