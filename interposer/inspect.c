@@ -241,6 +241,7 @@ Cuip__ProcessState *cuip_state_build(void)
 	Cuip__Counters *cn = NEW(Cuip__Counters, CUIP__COUNTERS__INIT);
 	size_t nt = 0;
 
+	cuip_state_assert_held();
 	if (!st || !cn)
 		return NULL;
 	st->self = NEW(Cuip__ProcessId, CUIP__PROCESS_ID__INIT);

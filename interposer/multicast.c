@@ -39,8 +39,8 @@
 #include "runtime.h"
 #include "xcache.h"
 
-#define lock()	 pthread_mutex_lock(&cuip_state_lock)
-#define unlock() pthread_mutex_unlock(&cuip_state_lock)
+#define lock()	 cuip_state_take()
+#define unlock() cuip_state_drop()
 #define ID_FMT	 "%016llx:%llu"
 #define ID(a)	 (unsigned long long)(a)->creator, (unsigned long long)(a)->serial
 
@@ -190,7 +190,7 @@ CUIP_API CUresult CUDAAPI cuMulticastCreate(CUmemGenericAllocationHandle *mcHand
 	types = prop->handleTypes;
 	m = calloc(1, sizeof(*m));
 	lock();
-	a = m ? cuip_alloc_new(self.id, ++vmm.next_serial) : NULL;
+	a = m ? cuip_alloc_new(0, 0) : NULL;
 	if (!a) {
 		unlock();
 		free(m);
@@ -215,8 +215,6 @@ CUIP_API CUresult CUDAAPI cuMulticastCreate(CUmemGenericAllocationHandle *mcHand
 	} else {
 		a->owner = CUIP__OWNER__OWNER_SHARED;
 	}
-	memcpy(a->creator_sock, self.sock, sizeof(a->creator_sock));
-	a->creator_pid = self.pid;
 	a->app_handles = 1;
 	cuip_logical_assign(a);
 	*mcHandle = a->logical;
@@ -270,6 +268,7 @@ static struct cuip_alloc *mc_ref_find(const struct mc_ref *ref)
 {
 	struct cuip_alloc *a = cuip_alloc_by_id(ref->creator, ref->serial);
 
+	cuip_state_assert_held();
 	return a && a->mc && a->drv == ref->drv ? a : NULL;
 }
 
@@ -607,6 +606,7 @@ int cuip_mc_state(Cuip__ProcessState *st)
 {
 	size_t nd = 0, nb = 0;
 
+	cuip_state_assert_held();
 	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
 		if (a->mc) {
 			nd += a->mc->ndevs;
@@ -690,6 +690,7 @@ bool cuip_mc_any_detached(void)
 
 int cuip_mc_prepare(char *err, size_t errlen)
 {
+	cuip_state_assert_held();
 	/* Multicast VAs first (the reservations are the application's and stay). */
 	for (size_t i = 0; i < vmm.nmaps; i++) {
 		struct cuip_mapping *m = vmm.maps[i];
@@ -892,6 +893,7 @@ int cuip_mc_rebuild(const Cuip__Rebuild *rb, char *err, size_t errlen)
 	size_t n = 0;
 	int ret = 0;
 
+	cuip_state_assert_held();
 	for (struct cuip_alloc *a = vmm.head; a && !ret; a = a->next) {
 		if (!rebuildable(a) || !a->mc->detached)
 			continue;
@@ -934,6 +936,7 @@ int cuip_mc_verify(const Cuip__ProcessState *exp, char *err, size_t errlen)
 {
 	size_t nd = 0, nb = 0, ed = 0, eb = 0;
 
+	cuip_state_assert_held();
 	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
 		if (!a->mc)
 			continue;

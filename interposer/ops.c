@@ -1080,7 +1080,7 @@ Cuip__Response *cuip_op_run(const Cuip__Request *req, int fd)
 
 	if (cuip_driver_init())
 		return reply(-ENOENT, "no CUDA driver");
-	pthread_mutex_lock(&cuip_state_lock);
+	cuip_state_take();
 	switch (req->body_case) {
 	case CUIP__REQUEST__BODY_INSPECT:
 		r = op_inspect();
@@ -1113,7 +1113,7 @@ Cuip__Response *cuip_op_run(const Cuip__Request *req, int fd)
 		r = reply(-ENOSYS, "request %d is not implemented by this interposer", (int)req->body_case);
 		break;
 	}
-	pthread_mutex_unlock(&cuip_state_lock);
+	cuip_state_drop();
 	if (fd >= 0)
 		close(fd);
 	return r;

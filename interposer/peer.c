@@ -24,6 +24,7 @@ static void mirror(struct cuip_mapping *m, int from, unsigned flags)
 	CUmemAccessDesc d = {{CU_MEM_LOCATION_TYPE_DEVICE, from}, (CUmemAccess_flags)flags};
 	CUresult r;
 
+	cuip_state_assert_held();
 	if (m->detached)
 		return;
 	r = real.cuMemSetAccess(m->va, m->size, &d, 1);
@@ -45,6 +46,7 @@ void cuip_peer_grant(struct cuip_mapping *m)
 {
 	int to = m->a->prop.location.id;
 
+	cuip_state_assert_held();
 	if (!mirrored(m) || to < 0 || to >= 64)
 		return;
 	for (int from = 0; from < 64; from++)
@@ -91,7 +93,7 @@ static CUresult peer_change(CUcontext peer, unsigned int flags, bool on)
 		pr_err("peer access: cannot tell the devices of the contexts; not mirrored");
 		goto out;
 	}
-	pthread_mutex_lock(&cuip_state_lock);
+	cuip_state_take();
 	if (on)
 		vmm.peer[from] |= 1ull << to;
 	else
@@ -101,7 +103,7 @@ static CUresult peer_change(CUcontext peer, unsigned int flags, bool on)
 		if (mirrored(m) && m->a->prop.location.id == to)
 			mirror(m, from, on ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE);
 	}
-	pthread_mutex_unlock(&cuip_state_lock);
+	cuip_state_drop();
 	pr_info("peer access %s: device %d -> memory of device %d", on ? "enabled" : "disabled", from, to);
 out:
 	cuip_gate_exit();

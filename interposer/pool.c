@@ -33,6 +33,7 @@
 #include "cuip.h"
 #include "driver.h"
 #include "pool.h"
+#include "record.h"
 #include "reply.h"
 #include "runtime.h"
 
@@ -470,6 +471,7 @@ int cuip_pool_state(Cuip__ProcessState *st)
 {
 	size_t n = 0, i = 0;
 
+	cuip_state_assert_held();
 	pthread_mutex_lock(&pool_lock);
 	for (struct pool *p = pools; p; p = p->next)
 		n++;

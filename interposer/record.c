@@ -29,6 +29,7 @@
 #include "xcache.h"
 
 pthread_mutex_t cuip_state_lock = PTHREAD_MUTEX_INITIALIZER;
+__thread bool cuip_state_held;
 struct cuip_vmm vmm;
 
 #define NBUCKET 65536 /* tens of thousands of records in large jobs: short chains */
@@ -87,11 +88,20 @@ struct cuip_alloc *cuip_by_logical(uint64_t h)
 
 struct cuip_alloc *cuip_alloc_new(uint64_t creator, uint64_t serial)
 {
-	struct cuip_alloc *a = calloc(1, sizeof(*a));
-	unsigned b = hash64(creator ^ serial);
+	struct cuip_alloc *a;
+	unsigned b;
 
+	cuip_state_assert_held();
+	a = calloc(1, sizeof(*a));
 	if (!a)
 		return NULL;
+	if (!creator) { /* created here */
+		creator = self.id;
+		serial = ++vmm.next_serial;
+		a->creator_pid = self.pid;
+		memcpy(a->creator_sock, self.sock, sizeof(a->creator_sock));
+	}
+	b = hash64(creator ^ serial);
 	a->creator = creator;
 	a->serial = serial;
 	a->id_next = by_id[b];
@@ -112,6 +122,7 @@ void cuip_logical_assign(struct cuip_alloc *a)
 	uint64_t h;
 	unsigned b;
 
+	cuip_state_assert_held();
 	if (a->logical)
 		return;
 	do /* skips values still live after the 48-bit counter wrapped */
@@ -127,6 +138,7 @@ void cuip_logical_drop(struct cuip_alloc *a)
 {
 	struct cuip_alloc **pp;
 
+	cuip_state_assert_held();
 	if (!a->logical)
 		return;
 	for (pp = &by_log[hash64(a->logical)]; *pp; pp = &(*pp)->log_next) {
@@ -144,6 +156,7 @@ void cuip_alloc_unlink(struct cuip_alloc *a)
 {
 	struct cuip_alloc **pp;
 
+	cuip_state_assert_held();
 	cuip_logical_drop(a);
 	for (pp = &by_id[hash64(a->creator ^ a->serial)]; *pp; pp = &(*pp)->id_next) {
 		if (*pp == a) {
@@ -191,7 +204,6 @@ void cuip_alloc_destroy(struct cuip_alloc *a)
 			       (unsigned long long)a->creator, (unsigned long long)a->serial, cuip_cuerr(r));
 	}
 	record_ext_died(a);
-	free(a->pieces);
 	free(a);
 }
 
@@ -233,6 +245,7 @@ int cuip_map_insert(struct cuip_mapping *m)
 {
 	size_t i;
 
+	cuip_state_assert_held();
 	if (vmm.nmaps == vmm.capmaps) {
 		size_t cap = vmm.capmaps ? vmm.capmaps * 2 : 64;
 		struct cuip_mapping **n = realloc(vmm.maps, cap * sizeof(*n));
@@ -250,6 +263,7 @@ int cuip_map_insert(struct cuip_mapping *m)
 
 void cuip_map_remove_at(size_t i)
 {
+	cuip_state_assert_held();
 	memmove(&vmm.maps[i], &vmm.maps[i + 1], (vmm.nmaps - i - 1) * sizeof(*vmm.maps));
 	vmm.nmaps--;
 }
@@ -306,6 +320,7 @@ int cuip_access_set(struct cuip_mapping *m, uint64_t va, uint64_t size, const CU
 	size_t nn = 0, nc = 0, out = 0;
 	uint64_t end = va + size;
 
+	cuip_state_assert_held();
 	for (size_t i = 0; i < m->nacc; i++) {
 		struct cuip_access *o = &m->acc[i];
 		uint64_t oend = o->va + o->size;
@@ -384,6 +399,7 @@ struct cuip_mapping *cuip_map_part(const struct cuip_mapping *m, uint64_t lo, ui
 
 bool cuip_alloc_unbound(struct cuip_alloc *a)
 {
+	cuip_state_assert_held();
 	assert(a->mc_binds > 0);
 	a->mc_binds--;
 	return cuip_alloc_unlink_if_dead(a);
@@ -391,6 +407,7 @@ bool cuip_alloc_unbound(struct cuip_alloc *a)
 
 bool cuip_alloc_unlink_if_dead(struct cuip_alloc *a)
 {
+	cuip_state_assert_held();
 	if (!cuip_alloc_dead(a))
 		return false;
 	cuip_alloc_unlink(a);
@@ -402,6 +419,7 @@ struct cuip_mapping *cuip_map_take(uint64_t va)
 	size_t i = cuip_map_lower(va);
 	struct cuip_mapping *m;
 
+	cuip_state_assert_held();
 	if (i >= vmm.nmaps || vmm.maps[i]->va != va)
 		return NULL;
 	m = vmm.maps[i];
@@ -414,12 +432,12 @@ struct cuip_mapping *cuip_map_take(uint64_t va)
 
 static void fork_prepare(void)
 {
-	pthread_mutex_lock(&cuip_state_lock);
+	cuip_state_take();
 }
 
 static void fork_parent(void)
 {
-	pthread_mutex_unlock(&cuip_state_lock);
+	cuip_state_drop();
 }
 
 /* The child forgets every record (the driver state is not its own). */
@@ -427,7 +445,7 @@ static void fork_child(void)
 {
 	struct cuip_alloc *a = vmm.head, *n;
 
-	pthread_mutex_unlock(&cuip_state_lock);
+	cuip_state_drop();
 	for (size_t i = 0; i < vmm.nmaps; i++)
 		cuip_map_free(vmm.maps[i]);
 	free(vmm.maps);
@@ -437,7 +455,6 @@ static void fork_child(void)
 		n = a->next;
 		if (x && x->forget)
 			x->forget(a);
-		free(a->pieces);
 		free(a);
 	}
 	memset(by_id, 0, sizeof(by_id));

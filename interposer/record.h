@@ -83,7 +83,29 @@ struct cuip_alloc {
 	struct cuip_alloc *prev, *next; /* all records, creation order */
 };
 
+/*
+ * The state lock: take and drop it with cuip_state_take()/cuip_state_drop()
+ * (never the mutex directly), so that cuip_state_assert_held() can check,
+ * where a function relies on its caller holding it, that this thread does.
+ */
 extern pthread_mutex_t cuip_state_lock;
+extern __thread bool cuip_state_held;
+
+static inline void cuip_state_take(void)
+{
+	pthread_mutex_lock(&cuip_state_lock);
+	cuip_state_held = true;
+}
+
+static inline void cuip_state_drop(void)
+{
+	assert(cuip_state_held);
+	cuip_state_held = false;
+	pthread_mutex_unlock(&cuip_state_lock);
+}
+
+#define cuip_state_assert_held() assert(cuip_state_held)
+
 struct cuip_vmm {
 	struct cuip_alloc *head, *tail;
 	size_t nallocs;
@@ -116,7 +138,9 @@ struct cuip_record_ext {
 
 /* ---- records ---- */
 
-/* The constructor: a new record of (creator, serial), linked everywhere. */
+/* The constructor: a new record of (creator, serial), linked everywhere. A
+ * creator of 0 is this process: the record gets the next serial, this
+ * process's pid and control socket. */
 struct cuip_alloc *cuip_alloc_new(uint64_t creator, uint64_t serial);
 /* The destructor, after unlocking: drop the cached export, release the
  * driver handle, let the kind's extension free its part, free it. */

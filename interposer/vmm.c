@@ -38,8 +38,8 @@
 #include "xcache.h"
 #include "client.h"
 
-#define lock()	 pthread_mutex_lock(&cuip_state_lock)
-#define unlock() pthread_mutex_unlock(&cuip_state_lock)
+#define lock()	 cuip_state_take()
+#define unlock() cuip_state_drop()
 
 /* Live raw (non-ticket) imports: the driver handles the application holds. */
 struct raw_import {
@@ -142,7 +142,7 @@ CUIP_API CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size
 		goto out; /* private: native checkpoint owns it, untouched */
 	cuip_start();
 	lock();
-	a = cuip_alloc_new(self.id, ++vmm.next_serial);
+	a = cuip_alloc_new(0, 0);
 	if (!a) {
 		unlock();
 		real.cuMemRelease(h);
@@ -161,8 +161,6 @@ CUIP_API CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size
 		a->unsupported = unsupported_reason(types);
 		vmm.unsupported++;
 	}
-	memcpy(a->creator_sock, self.sock, sizeof(a->creator_sock));
-	a->creator_pid = self.pid;
 	a->app_handles = 1;
 	cuip_logical_assign(a);
 	*handle = a->logical;
@@ -462,6 +460,7 @@ out:
 /* Alias an existing record for an import; caller holds the lock. */
 static void import_alias(struct cuip_alloc *a, CUmemGenericAllocationHandle *handle)
 {
+	cuip_state_assert_held();
 	cuip_logical_assign(a);
 	a->app_handles++;
 	if (a->owner == CUIP__OWNER__OWNER_NATIVE)
