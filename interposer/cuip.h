@@ -4,23 +4,26 @@
  * above the base. The CUDA declarations cuda.h lacks, the export and
  * no-sanitize markers, the log (log.h) and the API gate (gate.c).
  *
- * The modules, floor by floor (test/unit/layering.sh, run by `make check`,
- * fails on any call or include cycle between them and prints the floors);
- * each has its own header and names its lock in its opening comment:
+ * The modules, bottom up (test/unit/layering.sh, run by `make check`,
+ * fails on any call or include cycle between them and prints the exact
+ * floors); each has its own header and names its lock in its opening
+ * comment:
  *
  *   base      log.c       the log (log.h)
  *             driver.c    the one table of real driver entry points (driver.h)
  *             gate.c      the API gate and the lifecycle phase (here)
  *             reply.c     the op thread's reply arena (reply.h)
  *             runtime.c   identity, devices, start, fork hooks (runtime.h)
- *   services  ticket.c, xcache.c, importers.c, client.c, ctx.c, drain.c
+ *   services  xcache.c, importers.c, client.c, ctx.c, drain.c
  *   records   record.c    allocation records, mappings, access, logical
- *                         handles, cuip_state_lock (record.h)
- *   resources vmm.c (unicast VMM), ipc.c (cuMemAlloc, cuIpc*), peer.c,
- *             multicast.c, pool.c, launch.c; inspect.c (the ProcessState)
- *   top       ops.c (checkpoint operations), control.c (control socket),
- *             lifecycle.c (starts control, stops it at exit), resolve.c
- *             (every resolution path to the wrappers)
+ *                         handles, cuip_state_lock, kind extensions (record.h)
+ *   resources vmm.c (unicast VMM), multicast.c, ipc.c (cuMemAlloc, cuIpc*),
+ *             peer.c, pool.c, launch.c; ticket.c (tickets of records);
+ *             inspect.c (the ProcessState); each with its checkpoint slice
+ *             (slice.h) where it keeps state across a checkpoint
+ *   top       ops.c (the phase machine over the slices), control.c (control
+ *             socket), lifecycle.c (starts control, stops it at exit),
+ *             resolve.c (every resolution path to the wrappers)
  *
  * Locks, outermost first: cuip_state_lock (record.c), xc_lock (xcache.c),
  * the gate's lock (gate.c). The control thread takes only xc_lock, never

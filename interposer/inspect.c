@@ -12,10 +12,10 @@
 #include "importers.h"
 #include "inspect.h"
 #include "multicast.h"
-#include "pool.h"
 #include "record.h"
 #include "reply.h"
 #include "runtime.h"
+#include "slice.h"
 #include "xcache.h"
 
 #define NEW(T, init)                            \
@@ -295,10 +295,11 @@ Cuip__ProcessState *cuip_state_build(void)
 		st->mappings[st->n_mappings++] = m;
 	}
 
-	if (cuip_mc_state(st))
-		return NULL;
-	if (cuip_pool_state(st))
-		return NULL;
+	cuip_for_each_slice(s)
+	{
+		if (s->inspect && s->inspect(st))
+			return NULL;
+	}
 	st->peer_access = cuip_zalloc(sizeof(*st->peer_access) * 64 * 64);
 	if (!st->peer_access)
 		return NULL;

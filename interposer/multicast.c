@@ -37,6 +37,7 @@
 #include "record.h"
 #include "reply.h"
 #include "runtime.h"
+#include "slice.h"
 #include "xcache.h"
 
 #define lock()	 cuip_state_take()
@@ -602,7 +603,7 @@ static Cuip__AllocId *arena_id(uint64_t creator, uint64_t serial)
 	return id;
 }
 
-int cuip_mc_state(Cuip__ProcessState *st)
+static int mc_slice_state(Cuip__ProcessState *st)
 {
 	size_t nd = 0, nb = 0;
 
@@ -680,7 +681,7 @@ static bool rebuildable(const struct cuip_alloc *a)
 	return a->mc && a->owner == CUIP__OWNER__OWNER_SHARED;
 }
 
-bool cuip_mc_any_detached(void)
+static bool mc_slice_any_detached(void)
 {
 	for (struct cuip_alloc *a = vmm.head; a; a = a->next)
 		if (a->mc && a->mc->detached)
@@ -688,7 +689,7 @@ bool cuip_mc_any_detached(void)
 	return false;
 }
 
-int cuip_mc_prepare(char *err, size_t errlen)
+static int mc_slice_prepare(char *err, size_t errlen)
 {
 	cuip_state_assert_held();
 	/* Multicast VAs first (the reservations are the application's and stay). */
@@ -739,14 +740,6 @@ int cuip_mc_prepare(char *err, size_t errlen)
 
 /* ---- REBUILD stages MC_* (op thread, state lock held) -------------------- */
 
-static const char *peer_socket(const Cuip__Rebuild *rb, const struct cuip_alloc *a)
-{
-	for (size_t i = 0; i < rb->n_peers; i++)
-		if (rb->peers[i]->proc && rb->peers[i]->proc->id == a->creator && rb->peers[i]->socket)
-			return rb->peers[i]->socket;
-	return a->creator_sock[0] ? a->creator_sock : NULL;
-}
-
 static int mc_create_again(struct cuip_alloc *a, char *err, size_t errlen)
 {
 	CUmulticastObjectProp p = {0};
@@ -774,7 +767,7 @@ static int mc_create_again(struct cuip_alloc *a, char *err, size_t errlen)
 
 static int mc_import_again(const Cuip__Rebuild *rb, struct cuip_alloc *a, char *err, size_t errlen)
 {
-	const char *sock = peer_socket(rb, a);
+	const char *sock = cuip_creator_socket(rb, a);
 	char why[384] = "";
 	CUresult r;
 	int fd;
@@ -888,7 +881,7 @@ static int mc_bind_again(struct cuip_alloc *a, char *err, size_t errlen)
 	return 0;
 }
 
-int cuip_mc_rebuild(const Cuip__Rebuild *rb, char *err, size_t errlen)
+static int mc_slice_rebuild(const Cuip__Rebuild *rb, char *err, size_t errlen)
 {
 	size_t n = 0;
 	int ret = 0;
@@ -932,7 +925,7 @@ static bool same_id(const Cuip__AllocId *id, const struct cuip_alloc *a)
 	return id && id->creator == a->creator && id->serial == a->serial;
 }
 
-int cuip_mc_verify(const Cuip__ProcessState *exp, char *err, size_t errlen)
+static int mc_slice_verify(const Cuip__ProcessState *exp, char *err, size_t errlen)
 {
 	size_t nd = 0, nb = 0, ed = 0, eb = 0;
 
@@ -980,3 +973,14 @@ int cuip_mc_verify(const Cuip__ProcessState *exp, char *err, size_t errlen)
 	}
 	return 0;
 }
+
+static bool mc_runs_stage(Cuip__Stage stage)
+{
+	return stage == CUIP__STAGE__STAGE_MC_CREATORS || stage == CUIP__STAGE__STAGE_MC_IMPORTERS ||
+	       stage == CUIP__STAGE__STAGE_MC_DEVICES || stage == CUIP__STAGE__STAGE_MC_BINDINGS;
+}
+
+CUIP_SLICE(multicast, .name = "multicast", .inspect = mc_slice_state,
+	   .prepare_request = CUIP__REQUEST__BODY_PREPARE_MULTICAST, .prepare_name = "PREPARE_MULTICAST",
+	   .prepare = mc_slice_prepare, .detached = mc_slice_any_detached, .runs_stage = mc_runs_stage,
+	   .rebuild = mc_slice_rebuild, .verify = mc_slice_verify);

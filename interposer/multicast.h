@@ -43,12 +43,7 @@ struct cuip_mc {
 void cuip_mc_props(const struct cuip_alloc *a, Cuip__McProps *p);
 struct cuip_mc *cuip_mc_from_props(const Cuip__McProps *p);
 void cuip_mc_note_extent(struct cuip_alloc *a, uint64_t end);
-/* INSPECT: add this process's devices and bindings (arena memory). */
-int cuip_mc_state(Cuip__ProcessState *st);
-/* Op thread, state_lock held: 0 or a negative errno with err filled. */
-int cuip_mc_prepare(char *err, size_t errlen);
-bool cuip_mc_any_detached(void);
-int cuip_mc_rebuild(const Cuip__Rebuild *rb, char *err, size_t errlen);
-int cuip_mc_verify(const Cuip__ProcessState *exp, char *err, size_t errlen);
+/* Its checkpoint slice (inspect, prepare, rebuild, verify) is registered
+ * with CUIP_SLICE (slice.h), not called by name. */
 
 #endif /* CUIP_MULTICAST_H */

@@ -36,6 +36,7 @@
 #include "record.h"
 #include "reply.h"
 #include "runtime.h"
+#include "slice.h"
 
 struct pool {
 	CUmemoryPool drv;
@@ -467,7 +468,7 @@ int cuip_pool_refusal(char *msg, size_t len)
 	return n;
 }
 
-int cuip_pool_state(Cuip__ProcessState *st)
+static int pool_slice_state(Cuip__ProcessState *st)
 {
 	size_t n = 0, i = 0;
 
@@ -504,3 +505,6 @@ int cuip_pool_state(Cuip__ProcessState *st)
 	pthread_mutex_unlock(&pool_lock);
 	return 0;
 }
+
+/* Pools keep no state across a checkpoint but what INSPECT reports. */
+CUIP_SLICE(pool, .name = "pool", .inspect = pool_slice_state);

@@ -13,7 +13,5 @@
 void cuip_pool_freed(uint64_t va);
 /* How many pools are shared (refused); msg names the first with pid and why. */
 int cuip_pool_refusal(char *msg, size_t len);
-/* INSPECT: add the pools (arena memory; caller holds state_lock). 0 or -1. */
-int cuip_pool_state(Cuip__ProcessState *st);
 
 #endif /* CUIP_POOL_H */

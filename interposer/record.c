@@ -395,6 +395,18 @@ struct cuip_mapping *cuip_map_part(const struct cuip_mapping *m, uint64_t lo, ui
 	return p;
 }
 
+/* ---- rebuild ------------------------------------------------------------- */
+
+/* Where a REBUILD reaches a's creator: the socket the coordinator names for
+ * it (a path usable from here), else the one its ticket recorded. */
+const char *cuip_creator_socket(const Cuip__Rebuild *rb, const struct cuip_alloc *a)
+{
+	for (size_t i = 0; i < rb->n_peers; i++)
+		if (rb->peers[i]->proc && rb->peers[i]->proc->id == a->creator && rb->peers[i]->socket)
+			return rb->peers[i]->socket;
+	return a->creator_sock[0] ? a->creator_sock : NULL;
+}
+
 /* ---- records that die through a member's last reference ------------------ */
 
 bool cuip_alloc_unbound(struct cuip_alloc *a)

@@ -163,6 +163,8 @@ bool cuip_alloc_unbound(struct cuip_alloc *a);
  * here), and the private ones this process created unless
  * CUINTERPOSE_PRIVATE=native (then native checkpoint keeps them). */
 bool cuip_carried(const struct cuip_alloc *a);
+/* REBUILD: the socket of a's creator (the coordinator's, else the ticket's), or NULL. */
+const char *cuip_creator_socket(const Cuip__Rebuild *rb, const struct cuip_alloc *a);
 
 /* ---- mappings ---- */
 

@@ -1,8 +1,11 @@
 /*
- * vmm.c - the unicast VMM entry points: cuInit, and the calls that create,
- * name, map, share and release tracked allocations (cuMemCreate ...
- * cuMemImportFromShareableHandle), plus the count of raw imports. The
- * records they keep are record.c's.
+ * vmm.c - unicast VMM memory: the entry points (cuInit, and the calls that
+ * create, name, map, share and release tracked allocations, cuMemCreate ...
+ * cuMemImportFromShareableHandle, plus the count of raw imports) and its
+ * checkpoint slice (PREPARE_UNICAST, REBUILD stages CREATORS and
+ * IMPORTERS), as multicast.c has both for multicast objects. The records
+ * they keep are record.c's; the carrier's SAVE and LOAD of the bytes are
+ * ops.c's.
  *
  * Ownership (FEATURES.md): handle type 0 stays native and untracked (the
  * application gets the driver's handle); a POSIX-capable allocation is
@@ -15,12 +18,13 @@
  * import alias. A record lives while the application holds a logical handle
  * or a tracked mapping names it; its driver handle is released when it dies.
  *
- * Callers: the application, through every resolution path (resolve.c).
- * Locking: cuip_state_lock (record.c) protects the records and the raw
- * imports. It is held across short driver calls that change what it
- * protects (map, unmap, set access) so that the records always equal the
- * driver's state, never across exports, imports or peer traffic.
- * Application threads only take it inside the gate.
+ * Callers: the application, through every resolution path (resolve.c); the
+ * op thread runs the slice (ops.c). Locking: cuip_state_lock (record.c)
+ * protects the records and the raw imports. It is held across short driver
+ * calls that change what it protects (map, unmap, set access) so that the
+ * records always equal the driver's state, never across exports, imports
+ * or peer traffic. Application threads only take it inside the gate; the op
+ * thread holds it for a whole operation.
  */
 #include <assert.h>
 #include <errno.h>
@@ -34,6 +38,7 @@
 #include "multicast.h"
 #include "record.h"
 #include "runtime.h"
+#include "slice.h"
 #include "ticket.h"
 #include "xcache.h"
 #include "client.h"
@@ -591,6 +596,279 @@ out:
 	cuip_gate_exit();
 	return r;
 }
+
+/* ---- the unicast checkpoint slice (op thread, cuip_state_lock held) ------- */
+
+#define ID_FMT "%016llx:%llu"
+#define ID(a)  (unsigned long long)(a)->creator, (unsigned long long)(a)->serial
+
+static bool is_shared(const struct cuip_alloc *a)
+{
+	return a->owner == CUIP__OWNER__OWNER_SHARED;
+}
+
+/*
+ * Map the detached mappings that want() selects back at their original
+ * addresses, with their access. 0 or -EIO with err filled.
+ */
+static int remap(bool (*want)(const struct cuip_alloc *a), char *err, size_t errlen)
+{
+	for (size_t i = 0; i < vmm.nmaps; i++) {
+		struct cuip_mapping *m = vmm.maps[i];
+		struct cuip_alloc *a = m->a;
+		CUresult r;
+		if (!m->detached || !want(a))
+			continue;
+		r = real.cuMemMap(m->va, m->size, m->offset, a->drv, m->map_flags);
+		if (r != CUDA_SUCCESS) {
+			snprintf(err, errlen, "allocation " ID_FMT ": mapping at the original address %#llx failed: %s",
+				 ID(a), (unsigned long long)m->va, cuip_cuerr(r));
+			return -EIO;
+		}
+		m->detached = false;
+		for (size_t k = 0; k < m->nacc; k++) {
+			CUmemAccessDesc d = {m->acc[k].loc, (CUmemAccess_flags)m->acc[k].flags};
+			r = real.cuMemSetAccess(m->acc[k].va, m->acc[k].size, &d, 1);
+			if (r != CUDA_SUCCESS) {
+				snprintf(err, errlen, "allocation " ID_FMT ": access of %#llx for location %d: %s",
+					 ID(a), (unsigned long long)m->acc[k].va, m->acc[k].loc.id, cuip_cuerr(r));
+				return -EIO;
+			}
+		}
+	}
+	return 0;
+}
+
+/* PREPARE_UNICAST: detach the carried memory (cuip_carried). */
+static int uc_prepare(char *err, size_t errlen)
+{
+	cuip_state_assert_held();
+	/* Mappings first (the VA reservations are the application's and stay),
+	 * then cached exports, then the driver handles. */
+	for (size_t i = 0; i < vmm.nmaps; i++) {
+		struct cuip_mapping *m = vmm.maps[i];
+		CUresult r;
+		if (!cuip_carried(m->a) || m->detached)
+			continue;
+		r = real.cuMemUnmap(m->va, m->size);
+		if (r != CUDA_SUCCESS) {
+			/* Nothing released yet: map back what this call unmapped,
+			 * so the process stays QUIESCED with everything attached
+			 * and a rollback only has to reopen the gate. */
+			char why[512];
+			int undo = remap(cuip_carried, why, sizeof(why));
+
+			if (undo)
+				cuip_set_phase(CUIP__PHASE__PHASE_PREPARED); /* partly detached: REBUILD */
+			snprintf(err, errlen, "allocation " ID_FMT ": unmapping %#llx failed: %s%s", ID(m->a),
+				 (unsigned long long)m->va, cuip_cuerr(r),
+				 undo ? "; mapping the others back failed too" : "; the others were mapped back");
+			return -EIO;
+		}
+		m->detached = true;
+	}
+	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
+		CUresult r;
+		if (!cuip_carried(a) || !a->drv)
+			continue;
+		if (a->creator == self.id)
+			cuip_xc_drop(a->serial);
+		r = real.cuMemRelease(a->drv);
+		if (r != CUDA_SUCCESS) {
+			cuip_set_phase(CUIP__PHASE__PHASE_PREPARED); /* partly released: REBUILD */
+			snprintf(err, errlen, "allocation " ID_FMT ": releasing the driver handle failed: %s", ID(a),
+				 cuip_cuerr(r));
+			return -EIO;
+		}
+		a->drv = 0;
+	}
+	return 0;
+}
+
+static bool created_here(const struct cuip_alloc *a)
+{
+	return cuip_carried(a) && a->creator == self.id;
+}
+
+static bool imported_here(const struct cuip_alloc *a)
+{
+	return is_shared(a) && a->creator != self.id && !a->mc;
+}
+
+/* STAGE_CREATORS: what LOAD recreated here is mapped back and published. */
+static int rebuild_creators(char *err, size_t errlen)
+{
+	int ret;
+
+	for (struct cuip_alloc *a = vmm.head; a; a = a->next)
+		if (created_here(a) && !a->drv) {
+			snprintf(err, errlen, "allocation " ID_FMT " was not loaded (no carrier entry)", ID(a));
+			return -ENODATA;
+		}
+	ret = remap(created_here, err, errlen);
+	if (ret)
+		return ret;
+	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
+		CUresult r;
+
+		if (!created_here(a))
+			continue;
+		/* Publish before importers ask: same identity, same token. */
+		if (a->has_token && cuip_xc_export(a->serial, a->drv, a->token, &r)) {
+			snprintf(err, errlen, "allocation " ID_FMT ": export failed: %s", ID(a), cuip_cuerr(r));
+			return -EIO;
+		}
+	}
+	return 0;
+}
+
+static int by_creator(const void *x, const void *y)
+{
+	const struct cuip_alloc *a = *(struct cuip_alloc *const *)x, *b = *(struct cuip_alloc *const *)y;
+
+	if (a->creator != b->creator)
+		return a->creator < b->creator ? -1 : 1;
+	return a->serial < b->serial ? -1 : a->serial > b->serial;
+}
+
+/* Import one batch of one creator's allocations (fetched FDs in it[]):
+ * every FD is closed whatever happens. 0 or the first error, err filled. */
+static int import_batch(struct cuip_alloc **v, struct cuip_fetch_item *it, size_t n, char *err, size_t errlen)
+{
+	int ret = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		struct cuip_alloc *a = v[i];
+		CUresult r;
+
+		if (ret) {
+			if (it[i].fd >= 0)
+				close(it[i].fd);
+			continue;
+		}
+		if (it[i].fd < 0) {
+			ret = it[i].fd;
+			snprintf(err, errlen, "allocation " ID_FMT " from pid %d: creator refused: %s", ID(a),
+				 a->creator_pid, cuip_fetch_refusal(it[i].fd));
+			continue;
+		}
+		r = real.cuMemImportFromShareableHandle(&a->drv, (void *)(uintptr_t)it[i].fd,
+							CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+		close(it[i].fd);
+		if (r != CUDA_SUCCESS) {
+			a->drv = 0;
+			ret = -EIO;
+			snprintf(err, errlen, "allocation " ID_FMT ": import failed: %s", ID(a), cuip_cuerr(r));
+		}
+	}
+	return ret;
+}
+
+/*
+ * Importers: per creator, one connection and one FETCH_MANY per
+ * CUIP_MSG_MAX_FDS allocations (thousands of imports cost tens of round
+ * trips, not thousands), then the driver imports, then one remap pass.
+ */
+/* Ask creator of v[k..j) (one creator) for the next batch, from v[k]. */
+static int fetch_send(int s, struct cuip_alloc **v, size_t k, size_t j, struct cuip_fetch_item *it, char *why,
+		      size_t whylen)
+{
+	size_t m = j - k < CUIP_MSG_MAX_FDS ? j - k : CUIP_MSG_MAX_FDS;
+
+	for (size_t x = 0; x < m; x++)
+		it[x] = (struct cuip_fetch_item){.serial = v[k + x]->serial,
+						 .token = v[k + x]->token,
+						 .toklen = sizeof(v[k + x]->token),
+						 .fd = -1};
+	return cuip_fetch_many_send(s, v[k]->creator, it, m, why, whylen);
+}
+
+/* STAGE_IMPORTERS: fetch every shared allocation from its creator again. */
+static int rebuild_importers(const Cuip__Rebuild *rb, char *err, size_t errlen)
+{
+	static struct cuip_fetch_item it[2][CUIP_MSG_MAX_FDS]; /* op thread only */
+	struct cuip_alloc **v;
+	size_t n = 0, i, j, k, failed;
+	unsigned b;
+	int ret, bad = 0;
+
+	for (struct cuip_alloc *a = vmm.head; a; a = a->next)
+		n += imported_here(a) && !a->drv;
+	v = calloc(n ? n : 1, sizeof(*v));
+	if (!v) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	n = 0;
+	for (struct cuip_alloc *a = vmm.head; a; a = a->next)
+		if (imported_here(a) && !a->drv)
+			v[n++] = a;
+	qsort(v, n, sizeof(*v), by_creator);
+	for (i = 0; i < n && !bad; i = j) {
+		const struct cuip_alloc *a = v[i];
+		const char *sock = cuip_creator_socket(rb, a);
+		char why[384] = "";
+		int s;
+
+		for (j = i; j < n && v[j]->creator == a->creator; j++)
+			;
+		if (!sock) {
+			snprintf(err, errlen, "allocation " ID_FMT ": no socket for its creator (pid %d)", ID(a),
+				 a->creator_pid);
+			bad = -ESRCH;
+			break;
+		}
+		s = cuip_fetch_open(sock, a->creator, why, sizeof(why));
+		if (s < 0) {
+			snprintf(err, errlen, "allocation " ID_FMT " from pid %d: %s", ID(a), a->creator_pid, why);
+			bad = s;
+			break;
+		}
+		/* Batch b+1 is asked for before batch b is imported: the creator
+		 * dups and sends while this process imports. */
+		failed = i;
+		ret = fetch_send(s, v, i, j, it[0], why, sizeof(why));
+		for (k = i, b = 0; k < j && !bad && !ret; k += CUIP_MSG_MAX_FDS, b ^= 1) {
+			size_t m = j - k < CUIP_MSG_MAX_FDS ? j - k : CUIP_MSG_MAX_FDS;
+
+			failed = k;
+			ret = cuip_fetch_many_recv(s, it[b], m, why, sizeof(why));
+			if (!ret && k + m < j && (ret = fetch_send(s, v, k + m, j, it[b ^ 1], why, sizeof(why))))
+				failed = k + m;
+			if (ret)
+				for (size_t x = 0; x < m; x++) /* received but not to be imported */
+					if (it[b][x].fd >= 0)
+						close(it[b][x].fd);
+			if (!ret)
+				bad = import_batch(v + k, it[b], m, err, errlen);
+		}
+		if (ret && !bad) {
+			snprintf(err, errlen, "allocation " ID_FMT " from pid %d: %s", ID(v[failed]), a->creator_pid,
+				 why);
+			bad = ret;
+		}
+		close(s); /* a reply still in flight goes, with its descriptors */
+	}
+	free(v);
+	return bad ? bad : remap(imported_here, err, errlen);
+}
+
+static bool uc_runs_stage(Cuip__Stage stage)
+{
+	return stage == CUIP__STAGE__STAGE_CREATORS || stage == CUIP__STAGE__STAGE_IMPORTERS;
+}
+
+static int uc_rebuild(const Cuip__Rebuild *rb, char *err, size_t errlen)
+{
+	cuip_state_assert_held();
+	return rb->stage == CUIP__STAGE__STAGE_CREATORS ? rebuild_creators(err, errlen)
+							: rebuild_importers(rb, err, errlen);
+}
+
+/* SAVE and LOAD of the carried bytes are the carrier's (ops.c). */
+CUIP_SLICE(unicast, .name = "unicast", .prepare_request = CUIP__REQUEST__BODY_PREPARE_UNICAST,
+	   .prepare_name = "PREPARE_UNICAST", .prepared_phase = CUIP__PHASE__PHASE_PREPARED, .prepare = uc_prepare,
+	   .runs_stage = uc_runs_stage, .rebuild = uc_rebuild);
 
 /* ---- fork ---------------------------------------------------------------- */
 
