@@ -1,5 +1,7 @@
 /*
- * ops.h - the checkpoint operations run by the op thread (ops.c).
+ * ops.h - the checkpoint operations (ops.c): the phase machine the op
+ * thread (control.c) runs, one request at a time, holding cuip_state_lock
+ * for each.
  */
 #ifndef CUIP_OPS_H
 #define CUIP_OPS_H

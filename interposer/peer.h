@@ -1,5 +1,6 @@
 /*
- * peer.h - peer access mirrored into VMM access (peer.c).
+ * peer.h - peer access mirrored into VMM access (peer.c), called by ipc.c
+ * for each new legacy mapping. cuip_state_lock protects the peer matrix.
  */
 #ifndef CUIP_PEER_H
 #define CUIP_PEER_H

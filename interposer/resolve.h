@@ -1,5 +1,7 @@
 /*
- * resolve.h - every resolution path to the wrappers (resolve.c).
+ * resolve.h - every resolution path to the wrappers (resolve.c): ELF
+ * symbols, dlsym, cuGetProcAddress*, cudaGetDriverEntryPoint*. Its table
+ * is written once and read-only afterwards; no lock.
  */
 #ifndef CUIP_RESOLVE_H
 #define CUIP_RESOLVE_H

@@ -21,7 +21,8 @@
  * free; in the child each module drops what it inherited, never uses it.
  *
  * Base layer: calls only the log, the driver table, the gate (its fork
- * reset) and the importer helpers; never a module above (hooks instead).
+ * reset), the importer helpers and client.c's identity; never a module
+ * above (hooks instead).
  * Callers: the resource modules (cuip_start, identity, devices), ops.c
  * (rescan after a restore).
  */

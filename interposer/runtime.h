@@ -2,7 +2,8 @@
  * runtime.h - the per-process runtime (runtime.c): identity, devices, the
  * start after cuInit, and the hooks other modules register for start and
  * fork. Base layer: runtime.c calls only the log, the driver table, the
- * gate (its fork reset) and the importer helpers; start_mu protects the
+ * gate (its fork reset), the importer helpers and client.c's identity
+ * (what a FETCH tells the creator); start_mu protects the
  * start, the identity is written once under it and read-only afterwards.
  */
 #ifndef CUIP_RUNTIME_H
