@@ -1,11 +1,12 @@
 /*
  * launch.c - gated pass-through wrappers for the launch-class entry points
- * listed in launch.h. With the gate open a wrapper costs two atomic
+ * listed in launchlist.h. With the gate open a wrapper costs two atomic
  * operations and an indirect call; while a checkpoint holds the gate closed
  * it blocks until the gate reopens (or fails with CUDA_ERROR_NOT_READY after
- * a failure). The real pointers are resolved once from libcuda.
+ * a failure). The real pointers are driver.c's table (real.launch).
+ * Callers: the application, through every resolution path (resolve.c). No
+ * state, no lock but the gate's.
  */
-#include <pthread.h>
 
 #include "cuip.h"
 #include "driver.h"
