@@ -14,7 +14,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "cuip.h"
+#include "client.h"
+#include "wire.h"
 
 uint64_t cuip_client_identity;
 int32_t cuip_client_pid;

@@ -36,8 +36,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "control.h"
 #include "cuip.h"
 #include "importers.h"
+#include "ops.h"
+#include "runtime.h"
+#include "xcache.h"
 
 #define MAX_CONNS  64
 #define IO_TIMEOUT 10 /* seconds a peer may stall inside one message */
@@ -540,7 +544,7 @@ fail:
 	return ret;
 }
 
-void cuip_ctl_reset(void)
+static void fork_child(void)
 {
 	/* Fork child: the threads did not survive; the sockets belong to the
 	 * parent (close our copies, never unlink the parent's path). */
@@ -564,6 +568,7 @@ void cuip_ctl_reset(void)
 	pthread_mutex_init(&op_mu, NULL);
 	pthread_cond_init(&op_cv, NULL);
 }
+CUIP_FORK_HOOK(control, NULL, NULL, fork_child);
 
 void cuip_ctl_stop(void)
 {

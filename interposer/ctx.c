@@ -7,36 +7,14 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "ctx.h"
 #include "cuip.h"
-
-CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
-CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags,
-				CUdevice dev);
+#include "driver.h"
+#include "runtime.h"
 
 static pthread_mutex_t ctx_mu = PTHREAD_MUTEX_INITIALIZER;
 static CUcontext *ctxs;
 static size_t nctx, capctx;
-static pthread_once_t ctx_once = PTHREAD_ONCE_INIT;
-static struct {
-	__typeof__(&cuCtxCreate_v2) v2;
-	__typeof__(&cuCtxCreate_v3) v3;
-	__typeof__(&cuCtxCreate_v4) v4;
-	__typeof__(&cuCtxDestroy_v2) destroy;
-} rc;
-
-static void ctx_init(void)
-{
-	void *h;
-
-	if (cuip_driver_init())
-		return;
-	h = cuip_driver_handle();
-	rc.v2 = (__typeof__(rc.v2))cuip_real_dlsym(h, "cuCtxCreate_v2");
-	rc.v3 = (__typeof__(rc.v3))cuip_real_dlsym(h, "cuCtxCreate_v3");
-	rc.v4 = (__typeof__(rc.v4))cuip_real_dlsym(h, "cuCtxCreate_v4");
-	rc.destroy = (__typeof__(rc.destroy))cuip_real_dlsym(h, "cuCtxDestroy_v2");
-}
-
 static void remember(CUcontext c)
 {
 	pthread_mutex_lock(&ctx_mu);
@@ -79,22 +57,23 @@ size_t cuip_contexts(CUcontext *out, size_t max)
 	return n;
 }
 
-void cuip_ctx_reset(void)
+static void fork_child(void)
 {
 	free(ctxs);
 	ctxs = NULL;
 	nctx = capctx = 0;
 	pthread_mutex_init(&ctx_mu, NULL);
 }
+CUIP_FORK_HOOK(ctx, NULL, NULL, fork_child);
 
 CUIP_API CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
 	CUresult r;
 
-	pthread_once(&ctx_once, ctx_init);
-	if (!rc.v2)
+	cuip_driver_init();
+	if (!real.cuCtxCreate_v2)
 		return CUDA_ERROR_NOT_FOUND;
-	r = rc.v2(pctx, flags, dev);
+	r = real.cuCtxCreate_v2(pctx, flags, dev);
 	if (r == CUDA_SUCCESS)
 		remember(*pctx);
 	return r;
@@ -105,10 +84,10 @@ CUIP_API CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *p
 {
 	CUresult r;
 
-	pthread_once(&ctx_once, ctx_init);
-	if (!rc.v3)
+	cuip_driver_init();
+	if (!real.cuCtxCreate_v3)
 		return CUDA_ERROR_NOT_FOUND;
-	r = rc.v3(pctx, paramsArray, numParams, flags, dev);
+	r = real.cuCtxCreate_v3(pctx, paramsArray, numParams, flags, dev);
 	if (r == CUDA_SUCCESS)
 		remember(*pctx);
 	return r;
@@ -119,10 +98,10 @@ CUIP_API CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctx
 {
 	CUresult r;
 
-	pthread_once(&ctx_once, ctx_init);
-	if (!rc.v4)
+	cuip_driver_init();
+	if (!real.cuCtxCreate_v4)
 		return CUDA_ERROR_NOT_FOUND;
-	r = rc.v4(pctx, ctxCreateParams, flags, dev);
+	r = real.cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev);
 	if (r == CUDA_SUCCESS)
 		remember(*pctx);
 	return r;
@@ -132,10 +111,10 @@ CUIP_API CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
 {
 	CUresult r;
 
-	pthread_once(&ctx_once, ctx_init);
-	if (!rc.destroy)
+	cuip_driver_init();
+	if (!real.cuCtxDestroy_v2)
 		return CUDA_ERROR_NOT_FOUND;
-	r = rc.destroy(ctx);
+	r = real.cuCtxDestroy_v2(ctx);
 	if (r == CUDA_SUCCESS)
 		forget(ctx);
 	return r;

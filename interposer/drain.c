@@ -24,7 +24,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "ctx.h"
 #include "cuip.h"
+#include "drain.h"
+#include "driver.h"
+#include "runtime.h"
 
 static pthread_mutex_t drain_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t drain_cv; /* CLOCK_MONOTONIC */
@@ -175,7 +179,7 @@ int cuip_drain(unsigned timeout_ms, char *msg, size_t len)
 	return ret;
 }
 
-void cuip_drain_reset(void)
+static void fork_child(void)
 {
 	/* A forked child has no drain thread. */
 	requested = served = 0;
@@ -183,6 +187,7 @@ void cuip_drain_reset(void)
 	result = 0;
 	pthread_mutex_init(&drain_mu, NULL);
 }
+CUIP_FORK_HOOK(drain, NULL, NULL, fork_child);
 
 unsigned cuip_ms_since(const struct timespec *t0)
 {

@@ -1,9 +1,11 @@
 /*
- * driver.c - the real CUDA driver, resolved at run time.
+ * driver.c - the real CUDA driver, resolved at run time: the one table of
+ * every driver entry point the interposer calls (driver.h), for every
+ * module.
  *
  * libcuinterpose never links libcuda: it dlopens "libcuda.so.1" on first
  * need and looks every entry point it calls up in that handle, so lookups
- * never land on its own exported wrappers. The real dlsym comes from libc by
+ * never land on its own exported wrappers. Base layer: calls only the log. The real dlsym comes from libc by
  * version (our own dlsym is a wrapper). Written once under pthread_once,
  * read-only afterwards; no lock.
  */
@@ -13,6 +15,7 @@
 #include <stdio.h>
 
 #include "cuip.h"
+#include "driver.h"
 
 struct cuip_real real;
 static void *cuda_handle;
@@ -48,6 +51,10 @@ static void driver_load(void)
 	CUIP_REAL_FUNCS(X)
 #undef X
 	real.cuGetProcAddress_v2_ptsz = cuip_real_dlsym(cuda_handle, "cuGetProcAddress_v2_ptsz");
+#define L(name, base, ver, ptds, params, args) \
+	real.launch.name = (__typeof__(real.launch.name))cuip_real_dlsym(cuda_handle, #name);
+	CUIP_LAUNCH_LIST(L)
+#undef L
 }
 
 int cuip_driver_init(void)

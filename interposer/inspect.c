@@ -8,34 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "arena.h"
 #include "cuip.h"
 #include "importers.h"
-
-/* ---- reply arena (op thread only) ---------------------------------------- */
-
-/* A reply's records are carved from arena blocks (arena.h) and all go at
- * once after the reply is sent. */
-static struct cuip_arena reply_arena;
-
-void *cuip_zalloc(size_t size)
-{
-	return cuip_arena_alloc(&reply_arena, size);
-}
-
-void cuip_arena_release(void)
-{
-	cuip_arena_clear(&reply_arena);
-}
-
-char *cuip_strdup(const char *s)
-{
-	char *p = s ? cuip_zalloc(strlen(s) + 1) : NULL;
-
-	if (p)
-		strcpy(p, s);
-	return p;
-}
+#include "inspect.h"
+#include "multicast.h"
+#include "record.h"
+#include "reply.h"
+#include "runtime.h"
+#include "slice.h"
+#include "xcache.h"
 
 #define NEW(T, init)                            \
 	({                                      \
@@ -260,6 +241,7 @@ Cuip__ProcessState *cuip_state_build(void)
 	Cuip__Counters *cn = NEW(Cuip__Counters, CUIP__COUNTERS__INIT);
 	size_t nt = 0;
 
+	cuip_state_assert_held();
 	if (!st || !cn)
 		return NULL;
 	st->self = NEW(Cuip__ProcessId, CUIP__PROCESS_ID__INIT);
@@ -313,10 +295,11 @@ Cuip__ProcessState *cuip_state_build(void)
 		st->mappings[st->n_mappings++] = m;
 	}
 
-	if (cuip_mc_state(st))
-		return NULL;
-	if (cuip_pool_state(st))
-		return NULL;
+	cuip_for_each_slice(s)
+	{
+		if (s->inspect && s->inspect(st))
+			return NULL;
+	}
 	st->peer_access = cuip_zalloc(sizeof(*st->peer_access) * 64 * 64);
 	if (!st->peer_access)
 		return NULL;

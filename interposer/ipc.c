@@ -41,7 +41,7 @@
  * Locking: ipc_mu serializes IPC opens and closes in this process (so two
  * threads opening one handle map it once); it is taken before
  * cuip_state_lock, only by application threads inside the gate. Records and
- * mappings are vmm.c's, under cuip_state_lock.
+ * mappings are record.c's, under cuip_state_lock.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -49,7 +49,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "client.h"
 #include "cuip.h"
+#include "driver.h"
+#include "ipc.h"
+#include "peer.h"
+#include "pool.h"
+#include "record.h"
+#include "runtime.h"
+#include "xcache.h"
 
 #define IPC_MAGIC   0x50495543u /* "CUIP" */
 #define IPC_VERSION 1
@@ -78,37 +86,11 @@ _Static_assert(sizeof(struct ipc_handle) == CU_IPC_HANDLE_SIZE, "IPC handle layo
 #define ID_FMT "%016llx:%llu"
 
 static pthread_mutex_t ipc_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t ipc_once = PTHREAD_ONCE_INIT;
-static struct {
-	__typeof__(&cuMemAlloc_v2) alloc;
-	__typeof__(&cuMemFree_v2) free;
-	__typeof__(&cuMemGetAddressRange_v2) range;
-	__typeof__(&cuIpcGetMemHandle) get;
-	__typeof__(&cuCtxGetDevice) getdev;
-	__typeof__(&cuMemGetAllocationGranularity) gran;
-} rl;
-
-static void ipc_init(void)
-{
-	void *h;
-
-	if (cuip_driver_init())
-		return;
-	h = cuip_driver_handle();
-	rl.alloc = (__typeof__(rl.alloc))cuip_real_dlsym(h, "cuMemAlloc_v2");
-	rl.free = (__typeof__(rl.free))cuip_real_dlsym(h, "cuMemFree_v2");
-	rl.range = (__typeof__(rl.range))cuip_real_dlsym(h, "cuMemGetAddressRange_v2");
-	rl.get = (__typeof__(rl.get))cuip_real_dlsym(h, "cuIpcGetMemHandle");
-	rl.getdev = (__typeof__(rl.getdev))cuip_real_dlsym(h, "cuCtxGetDevice");
-	rl.gran = (__typeof__(rl.gran))cuip_real_dlsym(h, "cuMemGetAllocationGranularity");
-}
-
 static CUresult enter(void *fnp)
 {
 	if (cuip_driver_init())
 		return CUDA_ERROR_NOT_FOUND;
-	pthread_once(&ipc_once, ipc_init);
-	if (!*(void **)fnp || !rl.getdev || !rl.gran)
+	if (!*(void **)fnp || !real.cuCtxGetDevice || !real.cuMemGetAllocationGranularity)
 		return CUDA_ERROR_NOT_FOUND;
 	return cuip_gate_enter();
 }
@@ -155,6 +137,7 @@ static int map_record(struct cuip_alloc *a, CUdeviceptr va, CUdevice dev)
 	CUmemLocation loc = {CU_MEM_LOCATION_TYPE_DEVICE, dev};
 	struct cuip_mapping *m = calloc(1, sizeof(*m));
 
+	cuip_state_assert_held();
 	if (!m)
 		return -ENOMEM;
 	m->va = va;
@@ -175,6 +158,7 @@ static struct cuip_mapping *legacy_in(CUdeviceptr va)
 {
 	struct cuip_mapping *m = cuip_mapping_at(va);
 
+	cuip_state_assert_held();
 	return m && m->legacy ? m : NULL;
 }
 
@@ -204,6 +188,7 @@ struct cuip_piece *cuip_piece_at(const struct cuip_alloc *a, uint64_t off, bool 
 {
 	size_t i = piece_lower(a, off);
 
+	cuip_state_assert_held();
 	if (i < a->npieces && a->pieces[i].off == off)
 		return &a->pieces[i];
 	if (exact)
@@ -263,6 +248,19 @@ static uint64_t slab_fit(const struct cuip_alloc *a, uint64_t size)
 	return at + size <= a->size ? at : NO_FIT;
 }
 
+/* The slab kind's part of a record: its pieces (creator's or importer's). */
+static bool slab_owns(const struct cuip_alloc *a)
+{
+	return a->pieces != NULL;
+}
+
+static void slab_free(struct cuip_alloc *a)
+{
+	free(a->pieces);
+	a->pieces = NULL;
+}
+CUIP_RECORD_EXT(slab, slab_owns, slab_free, slab_free);
+
 static void slab_link(struct cuip_alloc *a)
 {
 	a->slab_prev = NULL;
@@ -292,8 +290,6 @@ static void malloc_record(struct cuip_alloc *a, const CUmemAllocationProp *prop,
 	a->drv = h;
 	a->origin = CUIP__ORIGIN__ORIGIN_MALLOC;
 	a->owner = CUIP__OWNER__OWNER_NATIVE;
-	a->creator_pid = self.pid;
-	memcpy(a->creator_sock, self.sock, sizeof(a->creator_sock));
 }
 
 /*
@@ -309,7 +305,7 @@ static CUresult slab_alloc(CUdeviceptr *dptr, size_t bytesize, CUdevice dev, con
 	CUdeviceptr va;
 	CUresult r;
 
-	pthread_mutex_lock(&cuip_state_lock);
+	cuip_state_take();
 	for (a = vmm.slabs; a; a = a->slab_next) {
 		/* A slab without that much room in all is skipped unsearched:
 		 * full slabs cost nothing however many there are. */
@@ -321,27 +317,27 @@ static CUresult slab_alloc(CUdeviceptr *dptr, size_t bytesize, CUdevice dev, con
 	}
 	if (a) {
 		if (!piece_insert(a, off, bytesize)) {
-			pthread_mutex_unlock(&cuip_state_lock);
+			cuip_state_drop();
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
 		a->slab_used += align_up(bytesize, PIECE_ALIGN);
 		*dptr = a->slab_va + off;
-		pthread_mutex_unlock(&cuip_state_lock);
+		cuip_state_drop();
 		pr_debug("cuMemAlloc(%zu): piece at %#llx of slab " ID_FMT, bytesize, (unsigned long long)*dptr,
 			 (unsigned long long)a->creator, (unsigned long long)a->serial);
 		return CUDA_SUCCESS;
 	}
-	pthread_mutex_unlock(&cuip_state_lock);
+	cuip_state_drop();
 	r = real.cuMemCreate(&h, g, prop, 0);
 	if (r != CUDA_SUCCESS)
 		return r;
 	r = map_new(h, g, dev, &va);
 	if (r != CUDA_SUCCESS)
 		goto release;
-	pthread_mutex_lock(&cuip_state_lock);
-	a = cuip_alloc_create(self.id, ++vmm.next_serial);
+	cuip_state_take();
+	a = cuip_alloc_new(0, 0);
 	if (!a) {
-		pthread_mutex_unlock(&cuip_state_lock);
+		cuip_state_drop();
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 		goto unmap;
 	}
@@ -351,14 +347,14 @@ static CUresult slab_alloc(CUdeviceptr *dptr, size_t bytesize, CUdevice dev, con
 	a->slab_used = align_up(bytesize, PIECE_ALIGN);
 	if (!piece_insert(a, 0, bytesize) || map_record(a, va, dev)) {
 		cuip_alloc_unlink_if_dead(a);
-		pthread_mutex_unlock(&cuip_state_lock);
-		free(a->pieces);
-		free(a);
+		cuip_state_drop();
+		a->drv = 0; /* released below */
+		cuip_alloc_destroy(a);
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 		goto unmap;
 	}
 	slab_link(a);
-	pthread_mutex_unlock(&cuip_state_lock);
+	cuip_state_drop();
 	*dptr = va;
 	pr_debug("cuMemAlloc(%zu): piece at %#llx of new slab " ID_FMT " (%zu bytes)", bytesize, (unsigned long long)va,
 		 (unsigned long long)a->creator, (unsigned long long)a->serial, g);
@@ -380,15 +376,15 @@ CUIP_API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 	CUdeviceptr va;
 	CUdevice dev;
 	size_t g = 0, size;
-	CUresult r = enter(&rl.alloc);
+	CUresult r = enter(&real.cuMemAlloc_v2);
 
 	if (r != CUDA_SUCCESS)
 		return r;
 	if (!dptr || !bytesize) {
-		r = rl.alloc(dptr, bytesize); /* the driver's own answer */
+		r = real.cuMemAlloc_v2(dptr, bytesize); /* the driver's own answer */
 		goto out;
 	}
-	r = rl.getdev(&dev);
+	r = real.cuCtxGetDevice(&dev);
 	if (r != CUDA_SUCCESS)
 		goto out;
 	cuip_start();
@@ -396,7 +392,7 @@ CUIP_API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 	prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
 	prop.location.id = dev;
-	r = rl.gran(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+	r = real.cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
 	if (r != CUDA_SUCCESS || !g)
 		goto native;
 	if (bytesize < g) {
@@ -414,10 +410,10 @@ CUIP_API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 	r = map_new(h, size, dev, &va);
 	if (r != CUDA_SUCCESS)
 		goto release;
-	pthread_mutex_lock(&cuip_state_lock);
-	a = cuip_alloc_create(self.id, ++vmm.next_serial);
+	cuip_state_take();
+	a = cuip_alloc_new(0, 0);
 	if (!a) {
-		pthread_mutex_unlock(&cuip_state_lock);
+		cuip_state_drop();
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 		goto unmap;
 	}
@@ -425,13 +421,13 @@ CUIP_API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 	a->requested = bytesize;
 	if (map_record(a, va, dev)) {
 		cuip_alloc_unlink_if_dead(a);
-		pthread_mutex_unlock(&cuip_state_lock);
-		a->drv = 0;
-		free(a);
+		cuip_state_drop();
+		a->drv = 0; /* released below */
+		cuip_alloc_destroy(a);
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 		goto unmap;
 	}
-	pthread_mutex_unlock(&cuip_state_lock);
+	cuip_state_drop();
 	*dptr = va;
 	pr_debug("cuMemAlloc(%zu): allocation " ID_FMT " at %#llx (%zu bytes backing)", bytesize,
 		 (unsigned long long)self.id, (unsigned long long)a->serial, (unsigned long long)va, size);
@@ -445,7 +441,7 @@ native:
 	/* No POSIX-capable VMM here: the driver's own allocation, which
 	 * cannot be IPC-shared through cuinterpose. */
 	pr_info("cuMemAlloc(%zu) on device %d: no POSIX-capable VMM, native allocation", bytesize, (int)dev);
-	r = rl.alloc(dptr, bytesize);
+	r = real.cuMemAlloc_v2(dptr, bytesize);
 out:
 	cuip_gate_exit();
 	return r;
@@ -457,30 +453,30 @@ CUIP_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 	struct cuip_piece *p;
 	struct cuip_alloc *a;
 	bool dead;
-	CUresult r = enter(&rl.free);
+	CUresult r = enter(&real.cuMemFree_v2);
 
 	if (r != CUDA_SUCCESS)
 		return r;
-	pthread_mutex_lock(&cuip_state_lock);
+	cuip_state_take();
 	m = legacy_in(dptr);
 	if (!m || m->a->origin != CUIP__ORIGIN__ORIGIN_MALLOC || m->a->creator != self.id) {
-		pthread_mutex_unlock(&cuip_state_lock);
-		r = rl.free(dptr);
+		cuip_state_drop();
+		r = real.cuMemFree_v2(dptr);
 		if (r == CUDA_SUCCESS)
 			cuip_pool_freed(dptr); /* pool memory may be freed with cuMemFree */
 		goto out;
 	}
-	pthread_mutex_unlock(&cuip_state_lock);
+	cuip_state_drop();
 	/* cuMemFree synchronizes (a freed piece is reused at once, an
 	 * unmap under running work would fault). */
 	real.cuCtxSynchronize();
-	pthread_mutex_lock(&cuip_state_lock);
+	cuip_state_take();
 	m = legacy_in(dptr);
 	p = m && m->a->slab ? cuip_piece_at(m->a, dptr - m->va, true) : NULL;
 	if (!m || m->a->origin != CUIP__ORIGIN__ORIGIN_MALLOC || m->a->creator != self.id ||
 	    (m->a->slab ? !p : m->va != dptr)) {
 		/* Not an allocation's base, or freed by another thread meanwhile. */
-		pthread_mutex_unlock(&cuip_state_lock);
+		cuip_state_drop();
 		r = CUDA_ERROR_INVALID_VALUE;
 		goto out;
 	}
@@ -489,7 +485,7 @@ CUIP_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 		a->slab_used -= align_up(p->size, PIECE_ALIGN);
 		piece_remove(a, p);
 		if (a->npieces) {
-			pthread_mutex_unlock(&cuip_state_lock);
+			cuip_state_drop();
 			goto out;
 		}
 		slab_unlink(a); /* empty: released */
@@ -500,9 +496,9 @@ CUIP_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 	map_gone(m->va, m->size);
 	cuip_map_free(m);
 	dead = cuip_alloc_unlink_if_dead(a);
-	pthread_mutex_unlock(&cuip_state_lock);
+	cuip_state_drop();
 	if (dead)
-		cuip_alloc_release(a);
+		cuip_alloc_destroy(a);
 out:
 	cuip_gate_exit();
 	return r;
@@ -511,11 +507,11 @@ out:
 CUIP_API CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
 	struct cuip_mapping *m;
-	CUresult r = enter(&rl.range);
+	CUresult r = enter(&real.cuMemGetAddressRange_v2);
 
 	if (r != CUDA_SUCCESS)
 		return r;
-	pthread_mutex_lock(&cuip_state_lock);
+	cuip_state_take();
 	m = legacy_in(dptr);
 	if (m && m->a->slab) {
 		const struct cuip_piece *p = cuip_piece_at(m->a, dptr - m->va, false);
@@ -526,7 +522,7 @@ CUIP_API CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *ps
 			*pbase = m->va + p->off;
 		if (p && psize)
 			*psize = p->size;
-		pthread_mutex_unlock(&cuip_state_lock);
+		cuip_state_drop();
 		goto out;
 	}
 	if (m) {
@@ -534,11 +530,11 @@ CUIP_API CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *ps
 			*pbase = m->va;
 		if (psize)
 			*psize = m->a->requested;
-		pthread_mutex_unlock(&cuip_state_lock);
+		cuip_state_drop();
 		goto out;
 	}
-	pthread_mutex_unlock(&cuip_state_lock);
-	r = rl.range(pbase, psize, dptr);
+	cuip_state_drop();
+	r = real.cuMemGetAddressRange_v2(pbase, psize, dptr);
 out:
 	cuip_gate_exit();
 	return r;
@@ -552,7 +548,7 @@ CUIP_API CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr
 	struct cuip_mapping *m;
 	struct cuip_alloc *a, snap;
 	uint64_t off = 0, req;
-	CUresult r = enter(&rl.get);
+	CUresult r = enter(&real.cuIpcGetMemHandle);
 
 	if (r != CUDA_SUCCESS)
 		return r;
@@ -560,13 +556,13 @@ CUIP_API CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr
 		r = CUDA_ERROR_INVALID_VALUE;
 		goto out;
 	}
-	pthread_mutex_lock(&cuip_state_lock);
+	cuip_state_take();
 	m = legacy_in(dptr);
 	if (m && m->a->origin == CUIP__ORIGIN__ORIGIN_MALLOC && m->a->creator == self.id) {
 		const struct cuip_piece *p = m->a->slab ? cuip_piece_at(m->a, dptr - m->va, true) : NULL;
 
 		if (m->a->slab ? !p : m->va != dptr) {
-			pthread_mutex_unlock(&cuip_state_lock);
+			cuip_state_drop();
 			r = CUDA_ERROR_INVALID_VALUE; /* not an allocation's base */
 			goto out;
 		}
@@ -574,13 +570,13 @@ CUIP_API CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr
 		req = p ? p->size : m->a->requested;
 	} else {
 		bool opened = m != NULL;
-		pthread_mutex_unlock(&cuip_state_lock);
+		cuip_state_drop();
 		if (opened) {
 			r = CUDA_ERROR_INVALID_VALUE; /* IPC-opened memory is not re-exported */
 			goto out;
 		}
 		/* Not converted (or not an allocation): the driver's answer. */
-		r = rl.get(pHandle, dptr);
+		r = real.cuIpcGetMemHandle(pHandle, dptr);
 		if (r == CUDA_SUCCESS)
 			pr_err("native IPC handle for %#llx (memory not allocated through cuinterpose): "
 			       "cuinterpose importers refuse it",
@@ -593,19 +589,19 @@ CUIP_API CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr
 		a->has_token = true;
 	}
 	snap = *a;
-	pthread_mutex_unlock(&cuip_state_lock);
+	cuip_state_drop();
 	if (cuip_xc_export(snap.serial, snap.drv, snap.token, &r))
 		goto out;
-	pthread_mutex_lock(&cuip_state_lock);
+	cuip_state_take();
 	a = cuip_alloc_by_id(snap.creator, snap.serial);
 	if (!a) {
-		pthread_mutex_unlock(&cuip_state_lock);
+		cuip_state_drop();
 		r = CUDA_ERROR_INVALID_VALUE; /* freed by another thread meanwhile */
 		goto out;
 	}
 	if (a->owner == CUIP__OWNER__OWNER_NATIVE)
 		a->owner = CUIP__OWNER__OWNER_SHARED;
-	pthread_mutex_unlock(&cuip_state_lock);
+	cuip_state_drop();
 	ih.creator_pid = snap.creator_pid;
 	ih.creator = snap.creator;
 	ih.serial = snap.serial;
@@ -636,6 +632,7 @@ static struct cuip_piece *piece_open(struct cuip_alloc *a, const struct ipc_hand
 {
 	struct cuip_piece *p = cuip_piece_at(a, ih->offset, true);
 
+	cuip_state_assert_held();
 	if (!p)
 		p = piece_insert(a, ih->offset, ih->requested);
 	if (p) {
@@ -656,11 +653,11 @@ static CUresult ipc_open_first(const struct ipc_handle *ih, CUdevice dev, CUdevi
 	CUresult r;
 	int fd;
 
-	pthread_mutex_lock(&cuip_state_lock);
+	cuip_state_take();
 	a = cuip_alloc_by_id(ih->creator, ih->serial);
 	if (a && a->drv)
 		h = a->drv; /* imported through a ticket too: one driver handle per process */
-	pthread_mutex_unlock(&cuip_state_lock);
+	cuip_state_drop();
 	if (!h) {
 		creator_socket(ih, sock, sizeof(sock));
 		fd = cuip_fetch(sock, ih->creator, ih->serial, ih->token, sizeof(ih->token), err, sizeof(err));
@@ -679,12 +676,12 @@ static CUresult ipc_open_first(const struct ipc_handle *ih, CUdevice dev, CUdevi
 	r = map_new(h, ih->size, dev, &va);
 	if (r != CUDA_SUCCESS)
 		goto release;
-	pthread_mutex_lock(&cuip_state_lock);
+	cuip_state_take();
 	a = cuip_alloc_by_id(ih->creator, ih->serial);
 	if (!a) {
-		a = cuip_alloc_create(ih->creator, ih->serial);
+		a = cuip_alloc_new(ih->creator, ih->serial);
 		if (!a) {
-			pthread_mutex_unlock(&cuip_state_lock);
+			cuip_state_drop();
 			r = CUDA_ERROR_OUT_OF_MEMORY;
 			goto unmap;
 		}
@@ -708,18 +705,17 @@ static CUresult ipc_open_first(const struct ipc_handle *ih, CUdevice dev, CUdevi
 	a->requested = a->slab ? 0 : ih->requested;
 	if ((a->slab && !piece_open(a, ih)) || map_record(a, va, dev)) {
 		bool dead = cuip_alloc_unlink_if_dead(a);
-		pthread_mutex_unlock(&cuip_state_lock);
+		cuip_state_drop();
 		if (dead) {
 			a->drv = 0; /* released below */
-			free(a->pieces);
-			free(a);
+			cuip_alloc_destroy(a);
 		}
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 		goto unmap;
 	}
 	a->ipc_va = va;
 	a->ipc_opens = 1;
-	pthread_mutex_unlock(&cuip_state_lock);
+	cuip_state_drop();
 	*pdptr = va + ih->offset;
 	return CUDA_SUCCESS;
 unmap:
@@ -753,14 +749,14 @@ static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int
 		       ih.version, ih.flags, (unsigned long long)ih.size, (unsigned long long)ih.requested, ih.offset);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	r = rl.getdev(&dev);
+	r = real.cuCtxGetDevice(&dev);
 	if (r != CUDA_SUCCESS)
 		return r;
 	cuip_start();
 	if (ih.creator == self.id)
 		return CUDA_ERROR_INVALID_CONTEXT; /* as the driver: no IPC open in the exporting process */
 	pthread_mutex_lock(&ipc_mu);
-	pthread_mutex_lock(&cuip_state_lock);
+	cuip_state_take();
 	a = cuip_alloc_by_id(ih.creator, ih.serial);
 	if (a && a->ipc_opens) {
 		r = CUDA_SUCCESS;
@@ -772,11 +768,11 @@ static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int
 			a->ipc_opens++;
 			*pdptr = a->ipc_va + ih.offset;
 		}
-		pthread_mutex_unlock(&cuip_state_lock);
+		cuip_state_drop();
 		pthread_mutex_unlock(&ipc_mu);
 		return r;
 	}
-	pthread_mutex_unlock(&cuip_state_lock);
+	cuip_state_drop();
 	r = ipc_open_first(&ih, dev, pdptr);
 	pthread_mutex_unlock(&ipc_mu);
 	return r;
@@ -784,7 +780,7 @@ static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int
 
 CUIP_API CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
 {
-	CUresult r = enter(&rl.getdev);
+	CUresult r = enter(&real.cuCtxGetDevice);
 
 	if (r != CUDA_SUCCESS)
 		return r;
@@ -803,12 +799,12 @@ CUIP_API CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
 	struct cuip_mapping *m;
 	struct cuip_alloc *a;
 	bool dead = false;
-	CUresult r = enter(&rl.getdev);
+	CUresult r = enter(&real.cuCtxGetDevice);
 
 	if (r != CUDA_SUCCESS)
 		return r;
 	pthread_mutex_lock(&ipc_mu);
-	pthread_mutex_lock(&cuip_state_lock);
+	cuip_state_take();
 	m = legacy_in(dptr);
 	if (!m || m->a->ipc_va != m->va || !m->a->ipc_opens) {
 		r = CUDA_ERROR_INVALID_VALUE;
@@ -830,19 +826,19 @@ CUIP_API CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
 	}
 	if (--a->ipc_opens)
 		goto unlock;
-	pthread_mutex_unlock(&cuip_state_lock);
+	cuip_state_drop();
 	real.cuCtxSynchronize(); /* as the driver: work using it completes first */
-	pthread_mutex_lock(&cuip_state_lock);
+	cuip_state_take();
 	cuip_map_take(m->va);
 	map_gone(m->va, m->size);
 	cuip_map_free(m);
 	a->ipc_va = 0;
 	dead = cuip_alloc_unlink_if_dead(a);
 unlock:
-	pthread_mutex_unlock(&cuip_state_lock);
+	cuip_state_drop();
 	pthread_mutex_unlock(&ipc_mu);
 	if (dead)
-		cuip_alloc_release(a);
+		cuip_alloc_destroy(a);
 	cuip_gate_exit();
 	return r;
 }

@@ -16,7 +16,7 @@
  * Callers: application threads (inside the API gate) and the op thread
  * (PREPARE_MULTICAST, REBUILD stages MC_*, VERIFY, INSPECT).
  *
- * Locking: cuip_state_lock (vmm.c) protects every record. Binds wait in the
+ * Locking: cuip_state_lock (record.c) protects every record. Binds wait in the
  * driver until every device of the team has been added, possibly by other
  * processes, so no lock is held across a driver call here; after one, the
  * object is looked up again by identity and its driver handle compared
@@ -30,10 +30,18 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "client.h"
 #include "cuip.h"
+#include "driver.h"
+#include "multicast.h"
+#include "record.h"
+#include "reply.h"
+#include "runtime.h"
+#include "slice.h"
+#include "xcache.h"
 
-#define lock()	 pthread_mutex_lock(&cuip_state_lock)
-#define unlock() pthread_mutex_unlock(&cuip_state_lock)
+#define lock()	 cuip_state_take()
+#define unlock() cuip_state_drop()
 #define ID_FMT	 "%016llx:%llu"
 #define ID(a)	 (unsigned long long)(a)->creator, (unsigned long long)(a)->serial
 
@@ -80,7 +88,7 @@ void cuip_mc_note_extent(struct cuip_alloc *a, uint64_t end)
 		a->mc->effective = end;
 }
 
-void cuip_mc_free(struct cuip_mc *m)
+static void mc_free(struct cuip_mc *m)
 {
 	if (!m)
 		return;
@@ -89,7 +97,9 @@ void cuip_mc_free(struct cuip_mc *m)
 	free(m);
 }
 
-void cuip_mc_forget(struct cuip_alloc *a)
+/* Record death (after the driver handle was released, without state_lock):
+ * the bindings it held drop their members. */
+static void mc_died(struct cuip_alloc *a)
 {
 	struct cuip_mc *m = a->mc;
 	struct cuip_alloc **dead;
@@ -107,8 +117,20 @@ void cuip_mc_forget(struct cuip_alloc *a)
 	for (size_t i = 0; i < ndead; i++)
 		cuip_alloc_destroy(dead[i]);
 	free(dead);
-	cuip_mc_free(m);
+	mc_free(m);
 }
+
+static bool mc_owns(const struct cuip_alloc *a)
+{
+	return a->mc != NULL;
+}
+
+/* Fork child: data only (the members are forgotten with every record). */
+static void mc_forget(struct cuip_alloc *a)
+{
+	mc_free(a->mc);
+}
+CUIP_RECORD_EXT(multicast, mc_owns, mc_died, mc_forget);
 
 static int push(void **v, size_t *n, size_t *cap, size_t elsz, const void *e)
 {
@@ -169,7 +191,7 @@ CUIP_API CUresult CUDAAPI cuMulticastCreate(CUmemGenericAllocationHandle *mcHand
 	types = prop->handleTypes;
 	m = calloc(1, sizeof(*m));
 	lock();
-	a = m ? cuip_alloc_new(self.id, ++vmm.next_serial) : NULL;
+	a = m ? cuip_alloc_new(0, 0) : NULL;
 	if (!a) {
 		unlock();
 		free(m);
@@ -194,8 +216,6 @@ CUIP_API CUresult CUDAAPI cuMulticastCreate(CUmemGenericAllocationHandle *mcHand
 	} else {
 		a->owner = CUIP__OWNER__OWNER_SHARED;
 	}
-	memcpy(a->creator_sock, self.sock, sizeof(a->creator_sock));
-	a->creator_pid = self.pid;
 	a->app_handles = 1;
 	cuip_logical_assign(a);
 	*mcHandle = a->logical;
@@ -249,6 +269,7 @@ static struct cuip_alloc *mc_ref_find(const struct mc_ref *ref)
 {
 	struct cuip_alloc *a = cuip_alloc_by_id(ref->creator, ref->serial);
 
+	cuip_state_assert_held();
 	return a && a->mc && a->drv == ref->drv ? a : NULL;
 }
 
@@ -582,10 +603,11 @@ static Cuip__AllocId *arena_id(uint64_t creator, uint64_t serial)
 	return id;
 }
 
-int cuip_mc_state(Cuip__ProcessState *st)
+static int mc_slice_state(Cuip__ProcessState *st)
 {
 	size_t nd = 0, nb = 0;
 
+	cuip_state_assert_held();
 	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
 		if (a->mc) {
 			nd += a->mc->ndevs;
@@ -659,7 +681,7 @@ static bool rebuildable(const struct cuip_alloc *a)
 	return a->mc && a->owner == CUIP__OWNER__OWNER_SHARED;
 }
 
-bool cuip_mc_any_detached(void)
+static bool mc_slice_any_detached(void)
 {
 	for (struct cuip_alloc *a = vmm.head; a; a = a->next)
 		if (a->mc && a->mc->detached)
@@ -667,8 +689,9 @@ bool cuip_mc_any_detached(void)
 	return false;
 }
 
-int cuip_mc_prepare(char *err, size_t errlen)
+static int mc_slice_prepare(char *err, size_t errlen)
 {
+	cuip_state_assert_held();
 	/* Multicast VAs first (the reservations are the application's and stay). */
 	for (size_t i = 0; i < vmm.nmaps; i++) {
 		struct cuip_mapping *m = vmm.maps[i];
@@ -717,14 +740,6 @@ int cuip_mc_prepare(char *err, size_t errlen)
 
 /* ---- REBUILD stages MC_* (op thread, state lock held) -------------------- */
 
-static const char *peer_socket(const Cuip__Rebuild *rb, const struct cuip_alloc *a)
-{
-	for (size_t i = 0; i < rb->n_peers; i++)
-		if (rb->peers[i]->proc && rb->peers[i]->proc->id == a->creator && rb->peers[i]->socket)
-			return rb->peers[i]->socket;
-	return a->creator_sock[0] ? a->creator_sock : NULL;
-}
-
 static int mc_create_again(struct cuip_alloc *a, char *err, size_t errlen)
 {
 	CUmulticastObjectProp p = {0};
@@ -752,7 +767,7 @@ static int mc_create_again(struct cuip_alloc *a, char *err, size_t errlen)
 
 static int mc_import_again(const Cuip__Rebuild *rb, struct cuip_alloc *a, char *err, size_t errlen)
 {
-	const char *sock = peer_socket(rb, a);
+	const char *sock = cuip_creator_socket(rb, a);
 	char why[384] = "";
 	CUresult r;
 	int fd;
@@ -866,11 +881,12 @@ static int mc_bind_again(struct cuip_alloc *a, char *err, size_t errlen)
 	return 0;
 }
 
-int cuip_mc_rebuild(const Cuip__Rebuild *rb, char *err, size_t errlen)
+static int mc_slice_rebuild(const Cuip__Rebuild *rb, char *err, size_t errlen)
 {
 	size_t n = 0;
 	int ret = 0;
 
+	cuip_state_assert_held();
 	for (struct cuip_alloc *a = vmm.head; a && !ret; a = a->next) {
 		if (!rebuildable(a) || !a->mc->detached)
 			continue;
@@ -909,10 +925,11 @@ static bool same_id(const Cuip__AllocId *id, const struct cuip_alloc *a)
 	return id && id->creator == a->creator && id->serial == a->serial;
 }
 
-int cuip_mc_verify(const Cuip__ProcessState *exp, char *err, size_t errlen)
+static int mc_slice_verify(const Cuip__ProcessState *exp, char *err, size_t errlen)
 {
 	size_t nd = 0, nb = 0, ed = 0, eb = 0;
 
+	cuip_state_assert_held();
 	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
 		if (!a->mc)
 			continue;
@@ -956,3 +973,14 @@ int cuip_mc_verify(const Cuip__ProcessState *exp, char *err, size_t errlen)
 	}
 	return 0;
 }
+
+static bool mc_runs_stage(Cuip__Stage stage)
+{
+	return stage == CUIP__STAGE__STAGE_MC_CREATORS || stage == CUIP__STAGE__STAGE_MC_IMPORTERS ||
+	       stage == CUIP__STAGE__STAGE_MC_DEVICES || stage == CUIP__STAGE__STAGE_MC_BINDINGS;
+}
+
+CUIP_SLICE(multicast, .name = "multicast", .inspect = mc_slice_state,
+	   .prepare_request = CUIP__REQUEST__BODY_PREPARE_MULTICAST, .prepare_name = "PREPARE_MULTICAST",
+	   .prepare = mc_slice_prepare, .detached = mc_slice_any_detached, .runs_stage = mc_runs_stage,
+	   .rebuild = mc_slice_rebuild, .verify = mc_slice_verify);

@@ -1,5 +1,10 @@
 /*
- * ops.c - plugin operations, run one at a time by the "cuip-op" thread.
+ * ops.c - plugin operations, run one at a time by the "cuip-op" thread: the
+ * phase machine. It checks each request against the phase and runs the
+ * resources' checkpoint slices (slice.h: unicast in vmm.c, multicast.c,
+ * pool.c) for INSPECT, PREPARE_*, REBUILD stages and VERIFY, naming no
+ * resource module; QUIESCE, the carrier's SAVE and LOAD of the carried
+ * bytes and RESUME are its own. Called by control.c (the op thread).
  *
  * Lifecycle: ACTIVE -QUIESCE-> QUIESCED -PREPARE_UNICAST-> PREPARED
  * -LOAD/REBUILD-> RESTORING -RESUME-> ACTIVE. A failed step replies a
@@ -13,7 +18,7 @@
  * control thread never takes it. The op thread runs the driver in each
  * device's primary context, retained for the operation and released after;
  * application threads' current contexts are theirs and untouched.
- * Replies come from the reply arena (inspect.c).
+ * Replies come from the reply arena (reply.c).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -23,6 +28,16 @@
 
 #include "carrier.h"
 #include "cuip.h"
+#include "drain.h"
+#include "driver.h"
+#include "inspect.h"
+#include "ipc.h"
+#include "ops.h"
+#include "pool.h"
+#include "record.h"
+#include "reply.h"
+#include "runtime.h"
+#include "slice.h"
 #include "digest.h"
 
 #define ID_FMT	    "%016llx:%llu"
@@ -152,11 +167,12 @@ static void *carrier_lookup(void *arg, const char *name)
 }
 
 /*
- * LOAD runs during restore while every thread of the process but ours and
- * the driver's restore thread is frozen, driver-internal threads included:
- * a copy must complete on the calling thread. Synchronous host-to-device
- * copies do (the stream argument is unused; the carrier's streams stay
- * empty, so its synchronizations return at once).
+ * LOAD runs during restore while the application's threads are frozen
+ * (carrier.h), the driver's internal threads included: only the op thread
+ * and the carrier's own I/O threads run, so a copy must complete on the
+ * thread that issues it. Synchronous host-to-device copies do (the stream
+ * argument is unused; the carrier's streams stay empty, so its
+ * synchronizations return at once).
  */
 static CUresult htod_on_this_thread(CUdeviceptr dst, const void *src, size_t n, CUstream s)
 {
@@ -372,20 +388,27 @@ out:
 	return resp;
 }
 
-/* ---- PREPARE_MULTICAST ------------------------------------------------------ */
+/* ---- PREPARE_* (one per slice) ----------------------------------------------- */
 
-static Cuip__Response *op_prepare_multicast(void)
+static Cuip__Response *op_prepare(const struct cuip_slice *s)
 {
+	Cuip__Phase ph = cuip_phase();
 	char why[512] = "";
 	int ret;
 
-	if (cuip_phase() != CUIP__PHASE__PHASE_QUIESCED)
-		return reply(-EBUSY, "pid %d: PREPARE_MULTICAST in phase %s", self.pid, phase_name(cuip_phase()));
-	ret = cuip_mc_prepare(why, sizeof(why));
-	return ret ? reply(ret, "pid %d: %s", self.pid, why) : reply(0, NULL);
+	if (s->prepared_phase && ph == s->prepared_phase)
+		return reply(0, NULL);
+	if (ph != CUIP__PHASE__PHASE_QUIESCED)
+		return reply(-EBUSY, "pid %d: %s in phase %s", self.pid, s->prepare_name, phase_name(ph));
+	ret = s->prepare(why, sizeof(why));
+	if (ret)
+		return reply(ret, "pid %d: %s", self.pid, why);
+	if (s->prepared_phase)
+		cuip_set_phase(s->prepared_phase);
+	return reply(0, NULL);
 }
 
-/* ---- PREPARE_UNICAST -------------------------------------------------------- */
+/* ---- carried unicast memory ------------------------------------------------- */
 
 static bool is_shared(const struct cuip_alloc *a)
 {
@@ -397,56 +420,6 @@ static bool is_shared(const struct cuip_alloc *a)
 static bool unicast_carried(const struct cuip_alloc *a)
 {
 	return cuip_carried(a);
-}
-
-static Cuip__Response *remap(bool (*want)(const struct cuip_alloc *a));
-
-static Cuip__Response *op_prepare_unicast(void)
-{
-	Cuip__Phase ph = cuip_phase();
-
-	if (ph == CUIP__PHASE__PHASE_PREPARED)
-		return reply(0, NULL);
-	if (ph != CUIP__PHASE__PHASE_QUIESCED)
-		return reply(-EBUSY, "pid %d: PREPARE_UNICAST in phase %s", self.pid, phase_name(ph));
-	/* Mappings first (the VA reservations are the application's and stay),
-	 * then cached exports, then the driver handles. */
-	for (size_t i = 0; i < vmm.nmaps; i++) {
-		struct cuip_mapping *m = vmm.maps[i];
-		CUresult r;
-		if (!unicast_carried(m->a) || m->detached)
-			continue;
-		r = real.cuMemUnmap(m->va, m->size);
-		if (r != CUDA_SUCCESS) {
-			/* Nothing released yet: map back what this call unmapped,
-			 * so the process stays QUIESCED with everything attached
-			 * and a rollback only has to reopen the gate. */
-			Cuip__Response *undo = remap(unicast_carried);
-
-			if (undo) /* from the reply arena, freed with the reply */
-				cuip_set_phase(CUIP__PHASE__PHASE_PREPARED); /* partly detached: REBUILD */
-			return reply(-EIO, "pid %d: allocation " ID_FMT ": unmapping %#llx failed: %s%s", self.pid,
-				     ID(m->a), (unsigned long long)m->va, cuip_cuerr(r),
-				     undo ? "; mapping the others back failed too" : "; the others were mapped back");
-		}
-		m->detached = true;
-	}
-	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
-		CUresult r;
-		if (!unicast_carried(a) || !a->drv)
-			continue;
-		if (a->creator == self.id)
-			cuip_xc_drop(a->serial);
-		r = real.cuMemRelease(a->drv);
-		if (r != CUDA_SUCCESS) {
-			cuip_set_phase(CUIP__PHASE__PHASE_PREPARED); /* partly released: REBUILD */
-			return reply(-EIO, "pid %d: allocation " ID_FMT ": releasing the driver handle failed: %s",
-				     self.pid, ID(a), cuip_cuerr(r));
-		}
-		a->drv = 0;
-	}
-	cuip_set_phase(CUIP__PHASE__PHASE_PREPARED);
-	return reply(0, NULL);
 }
 
 /* ---- LOAD ------------------------------------------------------------------ */
@@ -642,204 +615,6 @@ out:
 
 /* ---- REBUILD --------------------------------------------------------------- */
 
-/*
- * Map every detached mapping whose allocation `want` selects at its original
- * address and replay its access: one pass over the mappings per stage (a
- * pass per allocation would be quadratic in a job with thousands of them).
- */
-static Cuip__Response *remap(bool (*want)(const struct cuip_alloc *a))
-{
-	for (size_t i = 0; i < vmm.nmaps; i++) {
-		struct cuip_mapping *m = vmm.maps[i];
-		struct cuip_alloc *a = m->a;
-		CUresult r;
-		if (!m->detached || !want(a))
-			continue;
-		r = real.cuMemMap(m->va, m->size, m->offset, a->drv, m->map_flags);
-		if (r != CUDA_SUCCESS)
-			return reply(-EIO,
-				     "pid %d: allocation " ID_FMT ": mapping at the original address %#llx failed: %s",
-				     self.pid, ID(a), (unsigned long long)m->va, cuip_cuerr(r));
-		m->detached = false;
-		for (size_t k = 0; k < m->nacc; k++) {
-			CUmemAccessDesc d = {m->acc[k].loc, (CUmemAccess_flags)m->acc[k].flags};
-			r = real.cuMemSetAccess(m->acc[k].va, m->acc[k].size, &d, 1);
-			if (r != CUDA_SUCCESS)
-				return reply(-EIO, "pid %d: allocation " ID_FMT ": access of %#llx for location %d: %s",
-					     self.pid, ID(a), (unsigned long long)m->acc[k].va, m->acc[k].loc.id,
-					     cuip_cuerr(r));
-		}
-	}
-	return NULL;
-}
-
-static const char *peer_socket(const Cuip__Rebuild *rb, const struct cuip_alloc *a)
-{
-	for (size_t i = 0; i < rb->n_peers; i++)
-		if (rb->peers[i]->proc && rb->peers[i]->proc->id == a->creator && rb->peers[i]->socket)
-			return rb->peers[i]->socket;
-	return a->creator_sock[0] ? a->creator_sock : NULL;
-}
-
-static bool created_here(const struct cuip_alloc *a)
-{
-	return unicast_carried(a) && a->creator == self.id;
-}
-
-static bool imported_here(const struct cuip_alloc *a)
-{
-	return is_shared(a) && a->creator != self.id && !a->mc;
-}
-
-static Cuip__Response *rebuild_creators(void)
-{
-	Cuip__Response *err;
-
-	for (struct cuip_alloc *a = vmm.head; a; a = a->next)
-		if (created_here(a) && !a->drv)
-			return reply(-ENODATA, "pid %d: allocation " ID_FMT " was not loaded (no carrier entry)",
-				     self.pid, ID(a));
-	err = remap(created_here);
-	if (err)
-		return err;
-	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
-		CUresult r;
-
-		if (!created_here(a))
-			continue;
-		/* Publish before importers ask: same identity, same token. */
-		if (a->has_token && cuip_xc_export(a->serial, a->drv, a->token, &r))
-			return reply(-EIO, "pid %d: allocation " ID_FMT ": export failed: %s", self.pid, ID(a),
-				     cuip_cuerr(r));
-	}
-	return NULL;
-}
-
-static int by_creator(const void *x, const void *y)
-{
-	const struct cuip_alloc *a = *(struct cuip_alloc *const *)x, *b = *(struct cuip_alloc *const *)y;
-
-	if (a->creator != b->creator)
-		return a->creator < b->creator ? -1 : 1;
-	return a->serial < b->serial ? -1 : a->serial > b->serial;
-}
-
-/* Import one batch of one creator's allocations (fetched FDs in it[]):
- * every FD is closed whatever happens. */
-static Cuip__Response *import_batch(struct cuip_alloc **v, struct cuip_fetch_item *it, size_t n)
-{
-	Cuip__Response *err = NULL;
-
-	for (size_t i = 0; i < n; i++) {
-		struct cuip_alloc *a = v[i];
-		CUresult r;
-
-		if (err) {
-			if (it[i].fd >= 0)
-				close(it[i].fd);
-			continue;
-		}
-		if (it[i].fd < 0) {
-			err = reply(it[i].fd, "pid %d: allocation " ID_FMT " from pid %d: creator refused: %s",
-				    self.pid, ID(a), a->creator_pid, cuip_fetch_refusal(it[i].fd));
-			continue;
-		}
-		r = real.cuMemImportFromShareableHandle(&a->drv, (void *)(uintptr_t)it[i].fd,
-							CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-		close(it[i].fd);
-		if (r != CUDA_SUCCESS) {
-			a->drv = 0;
-			err = reply(-EIO, "pid %d: allocation " ID_FMT ": import failed: %s", self.pid, ID(a),
-				    cuip_cuerr(r));
-		}
-	}
-	return err;
-}
-
-/*
- * Importers: per creator, one connection and one FETCH_MANY per
- * CUIP_MSG_MAX_FDS allocations (thousands of imports cost tens of round
- * trips, not thousands), then the driver imports, then one remap pass.
- */
-/* Ask creator of v[k..j) (one creator) for the next batch, from v[k]. */
-static int fetch_send(int s, struct cuip_alloc **v, size_t k, size_t j, struct cuip_fetch_item *it, char *why,
-		      size_t whylen)
-{
-	size_t m = j - k < CUIP_MSG_MAX_FDS ? j - k : CUIP_MSG_MAX_FDS;
-
-	for (size_t x = 0; x < m; x++)
-		it[x] = (struct cuip_fetch_item){.serial = v[k + x]->serial,
-						 .token = v[k + x]->token,
-						 .toklen = sizeof(v[k + x]->token),
-						 .fd = -1};
-	return cuip_fetch_many_send(s, v[k]->creator, it, m, why, whylen);
-}
-
-static Cuip__Response *rebuild_importers(const Cuip__Rebuild *rb)
-{
-	static struct cuip_fetch_item it[2][CUIP_MSG_MAX_FDS]; /* op thread only */
-	struct cuip_alloc **v;
-	size_t n = 0, i, j, k, failed;
-	unsigned b;
-	int ret;
-	Cuip__Response *err = NULL;
-
-	for (struct cuip_alloc *a = vmm.head; a; a = a->next)
-		n += imported_here(a) && !a->drv;
-	v = calloc(n ? n : 1, sizeof(*v));
-	if (!v)
-		return reply(-ENOMEM, "pid %d: out of memory", self.pid);
-	n = 0;
-	for (struct cuip_alloc *a = vmm.head; a; a = a->next)
-		if (imported_here(a) && !a->drv)
-			v[n++] = a;
-	qsort(v, n, sizeof(*v), by_creator);
-	for (i = 0; i < n && !err; i = j) {
-		const struct cuip_alloc *a = v[i];
-		const char *sock = peer_socket(rb, a);
-		char why[384] = "";
-		int s;
-
-		for (j = i; j < n && v[j]->creator == a->creator; j++)
-			;
-		if (!sock) {
-			err = reply(-ESRCH, "pid %d: allocation " ID_FMT ": no socket for its creator (pid %d)",
-				    self.pid, ID(a), a->creator_pid);
-			break;
-		}
-		s = cuip_fetch_open(sock, a->creator, why, sizeof(why));
-		if (s < 0) {
-			err = reply(s, "pid %d: allocation " ID_FMT " from pid %d: %s", self.pid, ID(a), a->creator_pid,
-				    why);
-			break;
-		}
-		/* Batch b+1 is asked for before batch b is imported: the creator
-		 * dups and sends while this process imports. */
-		failed = i;
-		ret = fetch_send(s, v, i, j, it[0], why, sizeof(why));
-		for (k = i, b = 0; k < j && !err && !ret; k += CUIP_MSG_MAX_FDS, b ^= 1) {
-			size_t m = j - k < CUIP_MSG_MAX_FDS ? j - k : CUIP_MSG_MAX_FDS;
-
-			failed = k;
-			ret = cuip_fetch_many_recv(s, it[b], m, why, sizeof(why));
-			if (!ret && k + m < j && (ret = fetch_send(s, v, k + m, j, it[b ^ 1], why, sizeof(why))))
-				failed = k + m;
-			if (ret)
-				for (size_t x = 0; x < m; x++) /* received but not to be imported */
-					if (it[b][x].fd >= 0)
-						close(it[b][x].fd);
-			if (!ret)
-				err = import_batch(v + k, it[b], m);
-		}
-		if (ret && !err)
-			err = reply(ret, "pid %d: allocation " ID_FMT " from pid %d: %s", self.pid, ID(v[failed]),
-				    a->creator_pid, why);
-		close(s); /* a reply still in flight goes, with its descriptors */
-	}
-	free(v);
-	return err ? err : remap(imported_here);
-}
-
 /* A REBUILD or VERIFY that names another process (the coordinator talking
  * to the wrong socket) is refused before it touches anything. */
 static bool not_us(const Cuip__ProcessId *id)
@@ -853,34 +628,38 @@ static Cuip__Response *wrong_process(const char *op, const Cuip__ProcessId *id)
 		     (unsigned long long)id->id, (unsigned long long)self.id);
 }
 
+/* Detached by a PREPARE while still QUIESCED: a REBUILD is a rollback. */
+static bool any_detached(void)
+{
+	cuip_for_each_slice(s)
+	{
+		if (s->detached && s->detached())
+			return true;
+	}
+	return false;
+}
+
 static Cuip__Response *op_rebuild(const Cuip__Rebuild *rb)
 {
 	Cuip__Phase ph = cuip_phase();
-	Cuip__Response *err = NULL;
+	char why[512] = "";
+	int ret;
 
 	if (not_us(rb->self))
 		return wrong_process("REBUILD", rb->self);
 	/* QUIESCED with multicast detached: a rollback after PREPARE_MULTICAST. */
-	if (ph == CUIP__PHASE__PHASE_ACTIVE || (ph == CUIP__PHASE__PHASE_QUIESCED && !cuip_mc_any_detached()))
+	if (ph == CUIP__PHASE__PHASE_ACTIVE || (ph == CUIP__PHASE__PHASE_QUIESCED && !any_detached()))
 		return reply(-EBUSY, "pid %d: REBUILD in phase %s (shared memory is attached)", self.pid,
 			     phase_name(ph));
 	cuip_set_phase(CUIP__PHASE__PHASE_RESTORING);
-	switch (rb->stage) {
-	case CUIP__STAGE__STAGE_CREATORS:
-		err = rebuild_creators();
-		break;
-	case CUIP__STAGE__STAGE_IMPORTERS:
-		err = rebuild_importers(rb);
-		break;
-	default: {
-		char why[512] = "";
-		int ret = cuip_mc_rebuild(rb, why, sizeof(why));
-		if (ret)
-			err = reply(ret, "pid %d: %s", self.pid, why);
-		break;
+	cuip_for_each_slice(s)
+	{
+		if (!s->runs_stage || !s->runs_stage(rb->stage))
+			continue;
+		ret = s->rebuild(rb, why, sizeof(why));
+		return ret ? reply(ret, "pid %d: %s", self.pid, why) : reply(0, NULL);
 	}
-	}
-	return err ? err : reply(0, NULL);
+	return reply(-EINVAL, "pid %d: unknown rebuild stage %d", self.pid, (int)rb->stage);
 }
 
 /* ---- VERIFY ---------------------------------------------------------------- */
@@ -1013,9 +792,10 @@ static Cuip__Response *op_verify(Cuip__Verify *v)
 			return reply(-EIO, "pid %d: %s", self.pid, cuip_failure());
 		}
 	}
+	cuip_for_each_slice(s)
 	{
 		char why[512] = "";
-		if (cuip_mc_verify(exp, why, sizeof(why))) {
+		if (s->verify && s->verify(exp, why, sizeof(why))) {
 			cuip_fail("%s", why);
 			return reply(-EIO, "pid %d: %s", self.pid, why);
 		}
@@ -1068,7 +848,7 @@ Cuip__Response *cuip_op_run(const Cuip__Request *req, int fd)
 
 	if (cuip_driver_init())
 		return reply(-ENOENT, "no CUDA driver");
-	pthread_mutex_lock(&cuip_state_lock);
+	cuip_state_take();
 	switch (req->body_case) {
 	case CUIP__REQUEST__BODY_INSPECT:
 		r = op_inspect();
@@ -1076,14 +856,8 @@ Cuip__Response *cuip_op_run(const Cuip__Request *req, int fd)
 	case CUIP__REQUEST__BODY_QUIESCE:
 		r = op_quiesce(req->quiesce);
 		break;
-	case CUIP__REQUEST__BODY_PREPARE_MULTICAST:
-		r = op_prepare_multicast();
-		break;
 	case CUIP__REQUEST__BODY_SAVE:
 		r = op_save(req->save, fd);
-		break;
-	case CUIP__REQUEST__BODY_PREPARE_UNICAST:
-		r = op_prepare_unicast();
 		break;
 	case CUIP__REQUEST__BODY_LOAD:
 		r = op_load(req->load, fd);
@@ -1097,11 +871,20 @@ Cuip__Response *cuip_op_run(const Cuip__Request *req, int fd)
 	case CUIP__REQUEST__BODY_RESUME:
 		r = op_resume();
 		break;
-	default:
-		r = reply(-ENOSYS, "request %d is not implemented by this interposer", (int)req->body_case);
+	default: {
+		const struct cuip_slice *prep = NULL;
+
+		cuip_for_each_slice(s)
+		{
+			if (s->prepare && s->prepare_request == req->body_case)
+				prep = s;
+		}
+		r = prep ? op_prepare(prep)
+			 : reply(-ENOSYS, "request %d is not implemented by this interposer", (int)req->body_case);
 		break;
 	}
-	pthread_mutex_unlock(&cuip_state_lock);
+	}
+	cuip_state_drop();
 	if (fd >= 0)
 		close(fd);
 	return r;

@@ -14,29 +14,9 @@
  * mappings; held across the cuMemSetAccess calls it mirrors.
  */
 #include "cuip.h"
-
-static pthread_once_t peer_once = PTHREAD_ONCE_INIT;
-static struct {
-	__typeof__(&cuCtxEnablePeerAccess) enable;
-	__typeof__(&cuCtxDisablePeerAccess) disable;
-	__typeof__(&cuCtxGetDevice) getdev;
-	__typeof__(&cuCtxPushCurrent_v2) push;
-	__typeof__(&cuCtxPopCurrent_v2) pop;
-} rp;
-
-static void peer_init(void)
-{
-	void *h;
-
-	if (cuip_driver_init())
-		return;
-	h = cuip_driver_handle();
-	rp.enable = (__typeof__(rp.enable))cuip_real_dlsym(h, "cuCtxEnablePeerAccess");
-	rp.disable = (__typeof__(rp.disable))cuip_real_dlsym(h, "cuCtxDisablePeerAccess");
-	rp.getdev = (__typeof__(rp.getdev))cuip_real_dlsym(h, "cuCtxGetDevice");
-	rp.push = (__typeof__(rp.push))cuip_real_dlsym(h, "cuCtxPushCurrent_v2");
-	rp.pop = (__typeof__(rp.pop))cuip_real_dlsym(h, "cuCtxPopCurrent_v2");
-}
+#include "driver.h"
+#include "peer.h"
+#include "record.h"
 
 /* Set flags for device `from` on mapping m and record it (lock held). */
 static void mirror(struct cuip_mapping *m, int from, unsigned flags)
@@ -44,6 +24,7 @@ static void mirror(struct cuip_mapping *m, int from, unsigned flags)
 	CUmemAccessDesc d = {{CU_MEM_LOCATION_TYPE_DEVICE, from}, (CUmemAccess_flags)flags};
 	CUresult r;
 
+	cuip_state_assert_held();
 	if (m->detached)
 		return;
 	r = real.cuMemSetAccess(m->va, m->size, &d, 1);
@@ -65,6 +46,7 @@ void cuip_peer_grant(struct cuip_mapping *m)
 {
 	int to = m->a->prop.location.id;
 
+	cuip_state_assert_held();
 	if (!mirrored(m) || to < 0 || to >= 64)
 		return;
 	for (int from = 0; from < 64; from++)
@@ -77,16 +59,16 @@ static CUresult devices(CUcontext peer, int *from, int *to)
 {
 	CUcontext popped;
 	CUdevice d;
-	CUresult r = rp.getdev(&d);
+	CUresult r = real.cuCtxGetDevice(&d);
 
 	if (r != CUDA_SUCCESS)
 		return r;
 	*from = d;
-	r = rp.push(peer);
+	r = real.cuCtxPushCurrent_v2(peer);
 	if (r != CUDA_SUCCESS)
 		return r;
-	r = rp.getdev(&d);
-	rp.pop(&popped);
+	r = real.cuCtxGetDevice(&d);
+	real.cuCtxPopCurrent_v2(&popped);
 	*to = d;
 	return r;
 }
@@ -98,20 +80,20 @@ static CUresult peer_change(CUcontext peer, unsigned int flags, bool on)
 
 	if (cuip_driver_init())
 		return CUDA_ERROR_NOT_FOUND;
-	pthread_once(&peer_once, peer_init);
-	if (!(on ? (void *)rp.enable : (void *)rp.disable) || !rp.getdev || !rp.push || !rp.pop)
+	if (!(on ? (void *)real.cuCtxEnablePeerAccess : (void *)real.cuCtxDisablePeerAccess) || !real.cuCtxGetDevice ||
+	    !real.cuCtxPushCurrent_v2 || !real.cuCtxPopCurrent_v2)
 		return CUDA_ERROR_NOT_FOUND;
 	r = cuip_gate_enter();
 	if (r != CUDA_SUCCESS)
 		return r;
-	r = on ? rp.enable(peer, flags) : rp.disable(peer);
+	r = on ? real.cuCtxEnablePeerAccess(peer, flags) : real.cuCtxDisablePeerAccess(peer);
 	if (r != CUDA_SUCCESS)
 		goto out;
 	if (devices(peer, &from, &to) != CUDA_SUCCESS || from < 0 || from >= 64 || to < 0 || to >= 64) {
 		pr_err("peer access: cannot tell the devices of the contexts; not mirrored");
 		goto out;
 	}
-	pthread_mutex_lock(&cuip_state_lock);
+	cuip_state_take();
 	if (on)
 		vmm.peer[from] |= 1ull << to;
 	else
@@ -121,7 +103,7 @@ static CUresult peer_change(CUcontext peer, unsigned int flags, bool on)
 		if (mirrored(m) && m->a->prop.location.id == to)
 			mirror(m, from, on ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE);
 	}
-	pthread_mutex_unlock(&cuip_state_lock);
+	cuip_state_drop();
 	pr_info("peer access %s: device %d -> memory of device %d", on ? "enabled" : "disabled", from, to);
 out:
 	cuip_gate_exit();

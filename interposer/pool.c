@@ -31,6 +31,12 @@
 #include <string.h>
 
 #include "cuip.h"
+#include "driver.h"
+#include "pool.h"
+#include "record.h"
+#include "reply.h"
+#include "runtime.h"
+#include "slice.h"
 
 struct pool {
 	CUmemoryPool drv;
@@ -58,24 +64,6 @@ static uint64_t next_serial = 1;
 static CUmemoryPool current[64]; /* cuDeviceSetMemPool, per ordinal */
 static _Atomic uint32_t nblocks; /* fast path: frees look nothing up while 0 */
 
-static struct {
-	__typeof__(&cuMemPoolCreate) create;
-	__typeof__(&cuMemPoolDestroy) destroy;
-	__typeof__(&cuMemPoolExportToShareableHandle) exp;
-	__typeof__(&cuMemPoolImportFromShareableHandle) imp;
-	__typeof__(&cuMemPoolExportPointer) exp_ptr;
-	__typeof__(&cuMemPoolImportPointer) imp_ptr;
-	__typeof__(&cuDeviceSetMemPool) set_cur;
-	__typeof__(&cuMemAllocAsync) alloc;
-	__typeof__(&cuMemAllocAsync) alloc_ptsz;
-	__typeof__(&cuMemAllocFromPoolAsync) alloc_pool;
-	__typeof__(&cuMemAllocFromPoolAsync) alloc_pool_ptsz;
-	__typeof__(&cuMemFreeAsync) free;
-	__typeof__(&cuMemFreeAsync) free_ptsz;
-	__typeof__(&cuCtxGetDevice) getdev;
-} rp;
-static pthread_once_t rp_once = PTHREAD_ONCE_INIT;
-
 static void fork_child(void)
 {
 	pthread_mutex_init(&pool_lock, NULL);
@@ -85,38 +73,13 @@ static void fork_child(void)
 	nblocks = 0;
 }
 
-static void rp_init(void)
-{
-	void *h;
-
-	if (cuip_driver_init())
-		return;
-	h = cuip_driver_handle();
-#define R(f, n) rp.f = (__typeof__(rp.f))cuip_real_dlsym(h, n)
-	R(create, "cuMemPoolCreate");
-	R(destroy, "cuMemPoolDestroy");
-	R(exp, "cuMemPoolExportToShareableHandle");
-	R(imp, "cuMemPoolImportFromShareableHandle");
-	R(exp_ptr, "cuMemPoolExportPointer");
-	R(imp_ptr, "cuMemPoolImportPointer");
-	R(set_cur, "cuDeviceSetMemPool");
-	R(alloc, "cuMemAllocAsync");
-	R(alloc_ptsz, "cuMemAllocAsync_ptsz");
-	R(alloc_pool, "cuMemAllocFromPoolAsync");
-	R(alloc_pool_ptsz, "cuMemAllocFromPoolAsync_ptsz");
-	R(free, "cuMemFreeAsync");
-	R(free_ptsz, "cuMemFreeAsync_ptsz");
-	R(getdev, "cuCtxGetDevice");
-#undef R
-	pthread_atfork(NULL, NULL, fork_child);
-}
+CUIP_FORK_HOOK(pool, NULL, NULL, fork_child);
 
 /* Resolve, check the real entry point exists, enter the gate. */
 static CUresult enter(void *fnp)
 {
 	if (cuip_driver_init())
 		return CUDA_ERROR_NOT_FOUND;
-	pthread_once(&rp_once, rp_init);
 	if (!*(void **)fnp)
 		return CUDA_ERROR_NOT_FOUND;
 	return cuip_gate_enter();
@@ -223,13 +186,13 @@ void cuip_pool_freed(uint64_t va)
 
 CUIP_API CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
 {
-	CUresult r = enter(&rp.create);
+	CUresult r = enter(&real.cuMemPoolCreate);
 
 	if (r != CUDA_SUCCESS)
 		return r;
-	r = rp.create(pool, props);
+	r = real.cuMemPoolCreate(pool, props);
 	if (r == CUDA_SUCCESS && !add(*pool, props->location.id, props->handleTypes, false)) {
-		rp.destroy(*pool);
+		real.cuMemPoolDestroy(*pool);
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	cuip_gate_exit();
@@ -239,11 +202,11 @@ CUIP_API CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolPro
 CUIP_API CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool)
 {
 	struct pool *p;
-	CUresult r = enter(&rp.destroy);
+	CUresult r = enter(&real.cuMemPoolDestroy);
 
 	if (r != CUDA_SUCCESS)
 		return r;
-	r = rp.destroy(pool);
+	r = real.cuMemPoolDestroy(pool);
 	if (r == CUDA_SUCCESS) {
 		pthread_mutex_lock(&pool_lock);
 		p = find(pool);
@@ -263,11 +226,11 @@ CUIP_API CUresult CUDAAPI cuMemPoolExportToShareableHandle(void *handle_out, CUm
 							   CUmemAllocationHandleType type, unsigned long long flags)
 {
 	struct pool *p;
-	CUresult r = enter(&rp.exp);
+	CUresult r = enter(&real.cuMemPoolExportToShareableHandle);
 
 	if (r != CUDA_SUCCESS)
 		return r;
-	r = rp.exp(handle_out, pool, type, flags);
+	r = real.cuMemPoolExportToShareableHandle(handle_out, pool, type, flags);
 	if (r == CUDA_SUCCESS) {
 		pthread_mutex_lock(&pool_lock);
 		p = find(pool);
@@ -285,13 +248,13 @@ CUIP_API CUresult CUDAAPI cuMemPoolExportToShareableHandle(void *handle_out, CUm
 CUIP_API CUresult CUDAAPI cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle,
 							     CUmemAllocationHandleType type, unsigned long long flags)
 {
-	CUresult r = enter(&rp.imp);
+	CUresult r = enter(&real.cuMemPoolImportFromShareableHandle);
 
 	if (r != CUDA_SUCCESS)
 		return r;
-	r = rp.imp(pool_out, handle, type, flags);
+	r = real.cuMemPoolImportFromShareableHandle(pool_out, handle, type, flags);
 	if (r == CUDA_SUCCESS && !add(*pool_out, -1, type, true)) {
-		rp.destroy(*pool_out);
+		real.cuMemPoolDestroy(*pool_out);
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	cuip_gate_exit();
@@ -301,11 +264,11 @@ CUIP_API CUresult CUDAAPI cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_
 CUIP_API CUresult CUDAAPI cuMemPoolExportPointer(CUmemPoolPtrExportData *out, CUdeviceptr ptr)
 {
 	struct blk *b;
-	CUresult r = enter(&rp.exp_ptr);
+	CUresult r = enter(&real.cuMemPoolExportPointer);
 
 	if (r != CUDA_SUCCESS)
 		return r;
-	r = rp.exp_ptr(out, ptr);
+	r = real.cuMemPoolExportPointer(out, ptr);
 	if (r == CUDA_SUCCESS) {
 		pthread_mutex_lock(&pool_lock);
 		for (b = bucket[hash(ptr)]; b && b->va != ptr; b = b->next)
@@ -321,11 +284,11 @@ CUIP_API CUresult CUDAAPI cuMemPoolExportPointer(CUmemPoolPtrExportData *out, CU
 CUIP_API CUresult CUDAAPI cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *data)
 {
 	struct pool *p;
-	CUresult r = enter(&rp.imp_ptr);
+	CUresult r = enter(&real.cuMemPoolImportPointer);
 
 	if (r != CUDA_SUCCESS)
 		return r;
-	r = rp.imp_ptr(ptr_out, pool, data);
+	r = real.cuMemPoolImportPointer(ptr_out, pool, data);
 	if (r == CUDA_SUCCESS) {
 		pthread_mutex_lock(&pool_lock);
 		p = find(pool);
@@ -339,11 +302,11 @@ CUIP_API CUresult CUDAAPI cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryP
 
 CUIP_API CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
 {
-	CUresult r = enter(&rp.set_cur);
+	CUresult r = enter(&real.cuDeviceSetMemPool);
 
 	if (r != CUDA_SUCCESS)
 		return r;
-	r = rp.set_cur(dev, pool);
+	r = real.cuDeviceSetMemPool(dev, pool);
 	if (r == CUDA_SUCCESS && dev >= 0 && (size_t)dev < sizeof(current) / sizeof(current[0])) {
 		pthread_mutex_lock(&pool_lock);
 		current[dev] = pool;
@@ -384,7 +347,7 @@ static CUmemoryPool current_pool(void)
 	for (size_t d = 0; d < sizeof(current) / sizeof(current[0]); d++)
 		any = any || current[d];
 	pthread_mutex_unlock(&pool_lock);
-	if (!any || !rp.getdev || rp.getdev(&dev) != CUDA_SUCCESS || dev < 0 ||
+	if (!any || !real.cuCtxGetDevice || real.cuCtxGetDevice(&dev) != CUDA_SUCCESS || dev < 0 ||
 	    (size_t)dev >= sizeof(current) / sizeof(current[0]))
 		return NULL;
 	pthread_mutex_lock(&pool_lock);
@@ -412,14 +375,14 @@ static CUresult alloc_async(__typeof__(&cuMemAllocAsync) fn, CUdeviceptr *dptr, 
 
 CUIP_API CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-	pthread_once(&rp_once, rp_init);
-	return alloc_async(rp.alloc, dptr, bytesize, hStream);
+	cuip_driver_init();
+	return alloc_async(real.cuMemAllocAsync, dptr, bytesize, hStream);
 }
 
 CUIP_API CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-	pthread_once(&rp_once, rp_init);
-	return alloc_async(rp.alloc_ptsz, dptr, bytesize, hStream);
+	cuip_driver_init();
+	return alloc_async(real.cuMemAllocAsync_ptsz, dptr, bytesize, hStream);
 }
 
 static CUresult alloc_pool(__typeof__(&cuMemAllocFromPoolAsync) fn, CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
@@ -439,15 +402,15 @@ static CUresult alloc_pool(__typeof__(&cuMemAllocFromPoolAsync) fn, CUdeviceptr 
 CUIP_API CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
 						  CUstream hStream)
 {
-	pthread_once(&rp_once, rp_init);
-	return alloc_pool(rp.alloc_pool, dptr, bytesize, pool, hStream);
+	cuip_driver_init();
+	return alloc_pool(real.cuMemAllocFromPoolAsync, dptr, bytesize, pool, hStream);
 }
 
 CUIP_API CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
 						       CUstream hStream)
 {
-	pthread_once(&rp_once, rp_init);
-	return alloc_pool(rp.alloc_pool_ptsz, dptr, bytesize, pool, hStream);
+	cuip_driver_init();
+	return alloc_pool(real.cuMemAllocFromPoolAsync_ptsz, dptr, bytesize, pool, hStream);
 }
 
 static CUresult free_async(__typeof__(&cuMemFreeAsync) fn, CUdeviceptr dptr, CUstream st)
@@ -465,14 +428,14 @@ static CUresult free_async(__typeof__(&cuMemFreeAsync) fn, CUdeviceptr dptr, CUs
 
 CUIP_API CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
-	pthread_once(&rp_once, rp_init);
-	return free_async(rp.free, dptr, hStream);
+	cuip_driver_init();
+	return free_async(real.cuMemFreeAsync, dptr, hStream);
 }
 
 CUIP_API CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
-	pthread_once(&rp_once, rp_init);
-	return free_async(rp.free_ptsz, dptr, hStream);
+	cuip_driver_init();
+	return free_async(real.cuMemFreeAsync_ptsz, dptr, hStream);
 }
 
 /* ---- checkpoint side ------------------------------------------------------- */
@@ -505,10 +468,11 @@ int cuip_pool_refusal(char *msg, size_t len)
 	return n;
 }
 
-int cuip_pool_state(Cuip__ProcessState *st)
+static int pool_slice_state(Cuip__ProcessState *st)
 {
 	size_t n = 0, i = 0;
 
+	cuip_state_assert_held();
 	pthread_mutex_lock(&pool_lock);
 	for (struct pool *p = pools; p; p = p->next)
 		n++;
@@ -541,3 +505,6 @@ int cuip_pool_state(Cuip__ProcessState *st)
 	pthread_mutex_unlock(&pool_lock);
 	return 0;
 }
+
+/* Pools keep no state across a checkpoint but what INSPECT reports. */
+CUIP_SLICE(pool, .name = "pool", .inspect = pool_slice_state);

@@ -21,7 +21,9 @@
 #include <string.h>
 
 #include "cuip.h"
-#include "launch.h"
+#include "driver.h"
+#include "launchlist.h"
+#include "resolve.h"
 
 CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
 CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags,

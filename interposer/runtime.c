@@ -1,21 +1,30 @@
 /*
- * runtime.c - the per-process runtime: identity, start, fork, logging.
+ * runtime.c - the per-process runtime: identity, devices, start, fork.
  *
  * Nothing runs until the application's first successful cuInit (or the
  * first tracked call that finds the driver initialized): then the process
- * picks a random identity, records its devices and starts the control
- * server. A process that never uses CUDA leaves no socket and no thread.
+ * picks a random identity, records its devices and runs the start hooks
+ * (CUIP_START_HOOK: lifecycle.c starts the control server). A process that
+ * never uses CUDA leaves no socket and no thread.
  *
- * Start gate and marker (startmark.h): the first cuInit passes the gate
- * (a moment's flock(LOCK_EX) on our own library file, waiting while a
- * checkpoint holds it shared), marks STARTING, calls the driver, starts the
- * control server and marks STARTED (or FAILED / NOSOCKET). start_mu makes
- * one thread do it; the others wait for it.
+ * Start gate and marker (startmark.h): the first start passes the gate (a
+ * moment's flock(LOCK_EX) on our own library file, waiting while a
+ * checkpoint holds it shared) and marks STARTING; cuInit's start then calls
+ * the driver (cuip_start_begin/end), the start hooks run and the marker
+ * says STARTED (or FAILED when cuInit failed, NOSOCKET when a start hook
+ * did). start_mu makes one thread do it; the others wait for it.
  *
  * Fork: the child starts with fresh, empty state (its own identity and
- * socket once it uses CUDA); inherited records, cached exports and sockets
- * are dropped, never used. pthread_atfork takes the state and export-cache
- * locks around fork so that the child's copies are consistent to free.
+ * socket once it uses CUDA). pthread_atfork takes start_mu around fork and
+ * runs the fork hooks the modules register (CUIP_FORK_HOOK): record.c takes
+ * cuip_state_lock around it, so that the child's copies are consistent to
+ * free; in the child each module drops what it inherited, never uses it.
+ *
+ * Base layer: calls only the log, the driver table, the gate (its fork
+ * reset), the importer helpers and client.c's identity; never a module
+ * above (hooks instead).
+ * Callers: the resource modules (cuip_start, identity, devices), ops.c
+ * (rescan after a restore).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,32 +41,16 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "client.h"
 #include "cuip.h"
+#include "driver.h"
 #include "importers.h"
+#include "runtime.h"
 #include "startmark.h"
 
 struct cuip_self self;
-int cuip_log_level = 1;
 static atomic_int started;
 static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
-
-void cuip_log(int level, const char *fmt, ...)
-{
-	char buf[1024];
-	va_list ap;
-	int n;
-
-	if (level > cuip_log_level)
-		return;
-	n = snprintf(buf, sizeof(buf), "cuinterpose[%d]: ", (int)getpid());
-	va_start(ap, fmt);
-	n += vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
-	va_end(ap);
-	if (n > (int)sizeof(buf) - 2)
-		n = (int)sizeof(buf) - 2;
-	buf[n++] = '\n';
-	(void)!write(STDERR_FILENO, buf, (size_t)n);
-}
 
 void cuip_random(void *buf, size_t len)
 {
@@ -247,6 +240,12 @@ static void announce_self(void)
 		cuip_client_start = 0;
 }
 
+/* The hooks other modules register (runtime.h), bounded by the linker. */
+extern const cuip_start_hook_fn __start_cuip_start_hooks[] __attribute__((weak, visibility("hidden")));
+extern const cuip_start_hook_fn __stop_cuip_start_hooks[] __attribute__((weak, visibility("hidden")));
+extern const struct cuip_fork_hook __start_cuip_fork_hooks[] __attribute__((weak, visibility("hidden")));
+extern const struct cuip_fork_hook __stop_cuip_fork_hooks[] __attribute__((weak, visibility("hidden")));
+
 /* Start the runtime; start_mu held, the gate passed. */
 static void start_locked(void)
 {
@@ -259,7 +258,12 @@ static void start_locked(void)
 	cuip_client_identity = self.id;
 	announce_self();
 	devices_scan();
-	ret = cuip_ctl_start();
+	ret = 0;
+	for (const cuip_start_hook_fn *h = __start_cuip_start_hooks; h < __stop_cuip_start_hooks; h++) {
+		int r = (*h)();
+		if (r && !ret)
+			ret = r;
+	}
 	if (ret)
 		pr_err("control socket unavailable: this process cannot be checkpointed by cuinterpose");
 	atomic_store(&started, 1);
@@ -304,24 +308,25 @@ void cuip_start_end(bool ok)
 static void fork_prepare(void)
 {
 	pthread_mutex_lock(&start_mu);
-	pthread_mutex_lock(&cuip_state_lock);
+	for (const struct cuip_fork_hook *h = __start_cuip_fork_hooks; h < __stop_cuip_fork_hooks; h++)
+		if (h->prepare)
+			h->prepare();
 }
 
 static void fork_parent(void)
 {
-	pthread_mutex_unlock(&cuip_state_lock);
+	for (const struct cuip_fork_hook *h = __stop_cuip_fork_hooks; h-- > __start_cuip_fork_hooks;)
+		if (h->parent)
+			h->parent();
 	pthread_mutex_unlock(&start_mu);
 }
 
 static void fork_child(void)
 {
-	pthread_mutex_unlock(&cuip_state_lock);
-	cuip_ctl_reset();
-	cuip_xc_reset();
-	cuip_vmm_reset();
-	cuip_gate_reset();
-	cuip_drain_reset();
-	cuip_ctx_reset();
+	for (const struct cuip_fork_hook *h = __start_cuip_fork_hooks; h < __stop_cuip_fork_hooks; h++)
+		if (h->child)
+			h->child();
+	cuip_gate_reset(); /* gate.c is below the runtime */
 	memset(&self, 0, sizeof(self));
 	cuip_client_identity = 0;
 	cuip_client_pid = 0;
@@ -336,11 +341,8 @@ bool cuip_private_native;
 
 __attribute__((constructor)) static void cuip_init(void)
 {
-	const char *l = getenv("CUINTERPOSE_LOG");
+	const char *l = getenv("CUINTERPOSE_PRIVATE");
 
-	if (l && *l)
-		cuip_log_level = atoi(l);
-	l = getenv("CUINTERPOSE_PRIVATE");
 	if (l && *l && strcmp(l, "carrier")) {
 		cuip_private_native = true;
 		if (strcmp(l, "native"))
@@ -350,10 +352,4 @@ __attribute__((constructor)) static void cuip_init(void)
 				(int)getpid(), l);
 	}
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
-}
-
-__attribute__((destructor)) static void cuip_fini(void)
-{
-	if (atomic_load(&started) && self.pid == getpid())
-		cuip_ctl_stop();
 }

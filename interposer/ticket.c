@@ -22,6 +22,10 @@
 #include <unistd.h>
 
 #include "cuip.h"
+#include "multicast.h"
+#include "record.h"
+#include "runtime.h"
+#include "ticket.h"
 
 #define TICKET_SEALS (F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE)
 #define TICKET_MAX   4096

@@ -1,23 +1,30 @@
 /*
- * vmm.c - tracked unicast VMM allocations: records, logical handles,
- * mappings and access, and the VMM entry points that create, name, map and
- * share them.
+ * vmm.c - unicast VMM memory: the entry points (cuInit, and the calls that
+ * create, name, map, share and release tracked allocations, cuMemCreate ...
+ * cuMemImportFromShareableHandle, plus the count of raw imports) and its
+ * checkpoint slice (PREPARE_UNICAST, REBUILD stages CREATORS and
+ * IMPORTERS), as multicast.c has both for multicast objects. The records
+ * they keep are record.c's; the carrier's SAVE and LOAD of the bytes are
+ * ops.c's.
  *
  * Ownership (FEATURES.md): handle type 0 stays native and untracked (the
  * application gets the driver's handle); a POSIX-capable allocation is
  * tracked from creation, private (OWNER_NATIVE) until its first export or
  * import, then shared for life; FABRIC or mixed handle types are tracked
  * as unsupported, with the reason. Private tracked ones are carried like
- * shared ones unless CUINTERPOSE_PRIVATE=native (cuip_carried). Tracked allocations are named by logical
- * handles (CUIP_HTAG in the top 16 bits); each record holds exactly one
- * driver handle per process, which retain and import alias. A record lives
- * while the application holds a logical handle or a tracked mapping names
- * it; its driver handle is released when it dies.
+ * shared ones unless CUINTERPOSE_PRIVATE=native (cuip_carried). Tracked
+ * allocations are named by logical handles (CUIP_HTAG in the top 16 bits);
+ * each record holds exactly one driver handle per process, which retain and
+ * import alias. A record lives while the application holds a logical handle
+ * or a tracked mapping names it; its driver handle is released when it dies.
  *
- * Locking: cuip_state_lock protects everything here. It is held across
- * short driver calls that change what it protects (map, unmap, set access)
- * so that the records always equal the driver's state, never across exports,
- * imports or peer traffic. Application threads only take it inside the gate.
+ * Callers: the application, through every resolution path (resolve.c); the
+ * op thread runs the slice (ops.c). Locking: cuip_state_lock (record.c)
+ * protects the records and the raw imports. It is held across short driver
+ * calls that change what it protects (map, unmap, set access) so that the
+ * records always equal the driver's state, never across exports, imports
+ * or peer traffic. Application threads only take it inside the gate; the op
+ * thread holds it for a whole operation.
  */
 #include <assert.h>
 #include <errno.h>
@@ -27,14 +34,17 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cuip.h"
+#include "driver.h"
+#include "multicast.h"
+#include "record.h"
+#include "runtime.h"
+#include "slice.h"
+#include "ticket.h"
+#include "xcache.h"
+#include "client.h"
 
-pthread_mutex_t cuip_state_lock = PTHREAD_MUTEX_INITIALIZER;
-struct cuip_vmm vmm;
-
-#define NBUCKET 65536 /* tens of thousands of records in large jobs: short chains */
-static struct cuip_alloc *by_id[NBUCKET];
-static struct cuip_alloc *by_log[NBUCKET];
+#define lock()	 cuip_state_take()
+#define unlock() cuip_state_drop()
 
 /* Live raw (non-ticket) imports: the driver handles the application holds. */
 struct raw_import {
@@ -42,333 +52,6 @@ struct raw_import {
 	struct raw_import *next;
 };
 static struct raw_import *raw_tab[256];
-
-static unsigned hash64(uint64_t v)
-{
-	v ^= v >> 33;
-	v *= 0xff51afd7ed558ccdull;
-	v ^= v >> 33;
-	return (unsigned)(v & (NBUCKET - 1));
-}
-
-#define lock()	 pthread_mutex_lock(&cuip_state_lock)
-#define unlock() pthread_mutex_unlock(&cuip_state_lock)
-
-/* ---- records ------------------------------------------------------------- */
-
-struct cuip_alloc *cuip_alloc_by_id(uint64_t creator, uint64_t serial)
-{
-	for (struct cuip_alloc *a = by_id[hash64(creator ^ serial)]; a; a = a->id_next)
-		if (a->creator == creator && a->serial == serial)
-			return a;
-	return NULL;
-}
-
-static struct cuip_alloc *by_logical(uint64_t h)
-{
-	if (!cuip_is_logical(h))
-		return NULL;
-	for (struct cuip_alloc *a = by_log[hash64(h)]; a; a = a->log_next)
-		if (a->logical == h)
-			return a;
-	return NULL;
-}
-
-static struct cuip_alloc *alloc_new(uint64_t creator, uint64_t serial)
-{
-	struct cuip_alloc *a = calloc(1, sizeof(*a));
-	unsigned b = hash64(creator ^ serial);
-
-	if (!a)
-		return NULL;
-	a->creator = creator;
-	a->serial = serial;
-	a->id_next = by_id[b];
-	by_id[b] = a;
-	a->prev = vmm.tail;
-	if (vmm.tail)
-		vmm.tail->next = a;
-	else
-		vmm.head = a;
-	vmm.tail = a;
-	vmm.nallocs++;
-	return a;
-}
-
-void cuip_logical_assign(struct cuip_alloc *a)
-{
-	const uint64_t mask = (1ull << CUIP_HTAG_SHIFT) - 1;
-	uint64_t h;
-	unsigned b;
-
-	if (a->logical)
-		return;
-	do /* skips values still live after the 48-bit counter wrapped */
-		h = (CUIP_HTAG << CUIP_HTAG_SHIFT) | (++vmm.next_logical & mask);
-	while (by_logical(h) || !(h & mask));
-	a->logical = h;
-	b = hash64(h);
-	a->log_next = by_log[b];
-	by_log[b] = a;
-}
-
-static void logical_drop(struct cuip_alloc *a)
-{
-	struct cuip_alloc **pp;
-
-	if (!a->logical)
-		return;
-	for (pp = &by_log[hash64(a->logical)]; *pp; pp = &(*pp)->log_next) {
-		if (*pp == a) {
-			*pp = a->log_next;
-			break;
-		}
-	}
-	a->logical = 0;
-	a->log_next = NULL;
-}
-
-/* Unlink a record from every table; the caller frees it after unlocking. */
-static void alloc_unlink(struct cuip_alloc *a)
-{
-	struct cuip_alloc **pp;
-
-	logical_drop(a);
-	for (pp = &by_id[hash64(a->creator ^ a->serial)]; *pp; pp = &(*pp)->id_next) {
-		if (*pp == a) {
-			*pp = a->id_next;
-			break;
-		}
-	}
-	if (a->prev)
-		a->prev->next = a->next;
-	else
-		vmm.head = a->next;
-	if (a->next)
-		a->next->prev = a->prev;
-	else
-		vmm.tail = a->prev;
-	vmm.nallocs--;
-	if (a->owner == CUIP__OWNER__OWNER_UNSUPPORTED)
-		vmm.unsupported--;
-}
-
-bool cuip_carried(const struct cuip_alloc *a)
-{
-	if (a->mc)
-		return false;
-	if (a->owner == CUIP__OWNER__OWNER_SHARED)
-		return true;
-	return a->owner == CUIP__OWNER__OWNER_NATIVE && !cuip_private_native && a->creator == self.id &&
-	       (a->origin == CUIP__ORIGIN__ORIGIN_VMM_CREATE || a->origin == CUIP__ORIGIN__ORIGIN_MALLOC);
-}
-
-static bool alloc_dead(const struct cuip_alloc *a)
-{
-	return a->app_handles == 0 && a->nmaps == 0 && a->mc_binds == 0;
-}
-
-/* After unlocking: release what a dead record held. */
-static void alloc_destroy(struct cuip_alloc *a)
-{
-	if (a->creator == self.id && a->has_token)
-		cuip_xc_drop(a->serial);
-	if (a->drv) {
-		CUresult r = real.cuMemRelease(a->drv);
-		if (r != CUDA_SUCCESS)
-			pr_err("releasing the driver handle of allocation %016llx:%llu: %s",
-			       (unsigned long long)a->creator, (unsigned long long)a->serial, cuip_cuerr(r));
-	}
-	if (a->mc)
-		cuip_mc_forget(a);
-	free(a->pieces);
-	free(a);
-}
-
-/* ---- mappings ------------------------------------------------------------ */
-
-/* First mapping whose end is above va. */
-static size_t map_lower(uint64_t va)
-{
-	size_t lo = 0, hi = vmm.nmaps;
-
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		struct cuip_mapping *m = vmm.maps[mid];
-		if (m->va + m->size <= va)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
-}
-
-struct cuip_mapping *cuip_mapping_at(uint64_t va)
-{
-	size_t i = map_lower(va);
-
-	if (i < vmm.nmaps && vmm.maps[i]->va <= va)
-		return vmm.maps[i];
-	return NULL;
-}
-
-static bool map_overlaps(uint64_t va, uint64_t size)
-{
-	size_t i = map_lower(va);
-
-	return i < vmm.nmaps && vmm.maps[i]->va < va + size;
-}
-
-int cuip_map_insert(struct cuip_mapping *m)
-{
-	size_t i;
-
-	if (vmm.nmaps == vmm.capmaps) {
-		size_t cap = vmm.capmaps ? vmm.capmaps * 2 : 64;
-		struct cuip_mapping **n = realloc(vmm.maps, cap * sizeof(*n));
-		if (!n)
-			return -ENOMEM;
-		vmm.maps = n;
-		vmm.capmaps = cap;
-	}
-	i = map_lower(m->va);
-	memmove(&vmm.maps[i + 1], &vmm.maps[i], (vmm.nmaps - i) * sizeof(*vmm.maps));
-	vmm.maps[i] = m;
-	vmm.nmaps++;
-	return 0;
-}
-
-static void map_remove_at(size_t i)
-{
-	memmove(&vmm.maps[i], &vmm.maps[i + 1], (vmm.nmaps - i - 1) * sizeof(*vmm.maps));
-	vmm.nmaps--;
-}
-
-static void map_free(struct cuip_mapping *m)
-{
-	if (m) {
-		free(m->acc);
-		free(m);
-	}
-}
-
-static int loc_cmp(const CUmemLocation *a, const CUmemLocation *b)
-{
-	if (a->type != b->type)
-		return a->type < b->type ? -1 : 1;
-	if (a->id != b->id)
-		return a->id < b->id ? -1 : 1;
-	return 0;
-}
-
-static int acc_cmp(const void *x, const void *y)
-{
-	const struct cuip_access *a = x, *b = y;
-	int c = loc_cmp(&a->loc, &b->loc);
-
-	if (c)
-		return c;
-	return a->va < b->va ? -1 : a->va > b->va;
-}
-
-static int acc_push(struct cuip_access **v, size_t *n, size_t *cap, const struct cuip_access *e)
-{
-	if (*n == *cap) {
-		size_t c = *cap ? *cap * 2 : 4;
-		struct cuip_access *p = realloc(*v, c * sizeof(*p));
-		if (!p)
-			return -ENOMEM;
-		*v = p;
-		*cap = c;
-	}
-	(*v)[(*n)++] = *e;
-	return 0;
-}
-
-/*
- * Record that [va, va+size) of m now has `flags` for `loc`: intervals of the
- * same location are cut around the range, the new one is added (PROT_NONE
- * is the absence of an interval), and neighbours with equal flags merge.
- */
-int cuip_access_set(struct cuip_mapping *m, uint64_t va, uint64_t size, const CUmemLocation *loc, unsigned flags)
-{
-	struct cuip_access *nv = NULL, e;
-	size_t nn = 0, nc = 0, out = 0;
-	uint64_t end = va + size;
-
-	for (size_t i = 0; i < m->nacc; i++) {
-		struct cuip_access *o = &m->acc[i];
-		uint64_t oend = o->va + o->size;
-		if (loc_cmp(&o->loc, loc) || oend <= va || o->va >= end) {
-			if (acc_push(&nv, &nn, &nc, o))
-				goto nomem;
-			continue;
-		}
-		if (o->va < va) {
-			e = *o;
-			e.size = va - o->va;
-			if (acc_push(&nv, &nn, &nc, &e))
-				goto nomem;
-		}
-		if (oend > end) {
-			e = *o;
-			e.va = end;
-			e.size = oend - end;
-			if (acc_push(&nv, &nn, &nc, &e))
-				goto nomem;
-		}
-	}
-	if (flags) {
-		e = (struct cuip_access){.va = va, .size = size, .loc = *loc, .flags = flags};
-		if (acc_push(&nv, &nn, &nc, &e))
-			goto nomem;
-	}
-	if (nn)
-		qsort(nv, nn, sizeof(*nv), acc_cmp);
-	for (size_t i = 0; i < nn; i++) {
-		if (out && !loc_cmp(&nv[out - 1].loc, &nv[i].loc) && nv[out - 1].flags == nv[i].flags &&
-		    nv[out - 1].va + nv[out - 1].size == nv[i].va) {
-			nv[out - 1].size += nv[i].size;
-			continue;
-		}
-		nv[out++] = nv[i];
-	}
-	free(m->acc);
-	m->acc = nv;
-	m->nacc = out;
-	m->capacc = nc;
-	return 0;
-nomem:
-	free(nv);
-	return -ENOMEM;
-}
-
-/* A new mapping covering [lo, hi) of m, with m's access clipped to it. */
-static struct cuip_mapping *map_part(const struct cuip_mapping *m, uint64_t lo, uint64_t hi)
-{
-	struct cuip_mapping *p = calloc(1, sizeof(*p));
-
-	if (!p)
-		return NULL;
-	p->va = lo;
-	p->size = hi - lo;
-	p->offset = m->offset + (lo - m->va);
-	p->a = m->a;
-	p->map_flags = m->map_flags;
-	for (size_t i = 0; i < m->nacc; i++) {
-		struct cuip_access e = m->acc[i];
-		uint64_t s = e.va > lo ? e.va : lo, t = e.va + e.size < hi ? e.va + e.size : hi;
-		if (s >= t)
-			continue;
-		e.va = s;
-		e.size = t - s;
-		if (acc_push(&p->acc, &p->nacc, &p->capacc, &e)) {
-			map_free(p);
-			return NULL;
-		}
-	}
-	return p;
-}
 
 /* ---- raw imports --------------------------------------------------------- */
 
@@ -464,7 +147,7 @@ CUIP_API CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size
 		goto out; /* private: native checkpoint owns it, untouched */
 	cuip_start();
 	lock();
-	a = alloc_new(self.id, ++vmm.next_serial);
+	a = cuip_alloc_new(0, 0);
 	if (!a) {
 		unlock();
 		real.cuMemRelease(h);
@@ -483,8 +166,6 @@ CUIP_API CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size
 		a->unsupported = unsupported_reason(types);
 		vmm.unsupported++;
 	}
-	memcpy(a->creator_sock, self.sock, sizeof(a->creator_sock));
-	a->creator_pid = self.pid;
 	a->app_handles = 1;
 	cuip_logical_assign(a);
 	*handle = a->logical;
@@ -512,21 +193,21 @@ CUIP_API CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
 		goto out;
 	}
 	lock();
-	a = by_logical(handle);
+	a = cuip_by_logical(handle);
 	if (!a) {
 		unlock();
 		r = CUDA_ERROR_INVALID_VALUE;
 		goto out;
 	}
 	if (--a->app_handles == 0)
-		logical_drop(a);
-	if (alloc_dead(a)) {
-		alloc_unlink(a);
+		cuip_logical_drop(a);
+	if (cuip_alloc_dead(a)) {
+		cuip_alloc_unlink(a);
 		dead = true;
 	}
 	unlock();
 	if (dead)
-		alloc_destroy(a);
+		cuip_alloc_destroy(a);
 out:
 	cuip_gate_exit();
 	return r;
@@ -574,7 +255,7 @@ CUIP_API CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocation
 		goto out;
 	}
 	lock();
-	a = by_logical(handle);
+	a = cuip_by_logical(handle);
 	r = a ? real.cuMemGetAllocationPropertiesFromHandle(prop, a->drv) : CUDA_ERROR_INVALID_VALUE;
 	unlock();
 out:
@@ -596,8 +277,8 @@ CUIP_API CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, 
 		goto out;
 	}
 	lock();
-	a = by_logical(handle);
-	if (!a || !size || map_overlaps(ptr, size)) {
+	a = cuip_by_logical(handle);
+	if (!a || !size || cuip_map_overlaps(ptr, size)) {
 		r = CUDA_ERROR_INVALID_VALUE;
 		goto unlock;
 	}
@@ -647,31 +328,31 @@ again:
 		}
 	}
 	ndead = 0;
-	i = map_lower(lo);
+	i = cuip_map_lower(lo);
 	while (i < vmm.nmaps && vmm.maps[i]->va < hi) {
 		struct cuip_mapping *m = vmm.maps[i], *left = NULL, *right = NULL;
 		struct cuip_alloc *a = m->a;
 		if (m->va < lo)
-			left = map_part(m, m->va, lo);
+			left = cuip_map_part(m, m->va, lo);
 		if (m->va + m->size > hi)
-			right = map_part(m, hi, m->va + m->size);
-		map_remove_at(i);
+			right = cuip_map_part(m, hi, m->va + m->size);
+		cuip_map_remove_at(i);
 		a->nmaps--;
 		if (left && !cuip_map_insert(left)) {
 			a->nmaps++;
 			i++;
 		} else {
-			map_free(left);
+			cuip_map_free(left);
 		}
 		if (right && !cuip_map_insert(right)) {
 			a->nmaps++;
 			i++;
 		} else {
-			map_free(right);
+			cuip_map_free(right);
 		}
-		map_free(m);
-		if (alloc_dead(a)) {
-			alloc_unlink(a);
+		cuip_map_free(m);
+		if (cuip_alloc_dead(a)) {
+			cuip_alloc_unlink(a);
 			dead[ndead++] = a;
 			if (ndead == sizeof(dead) / sizeof(dead[0]))
 				break;
@@ -679,7 +360,7 @@ again:
 	}
 	unlock();
 	for (size_t k = 0; k < ndead; k++)
-		alloc_destroy(dead[k]);
+		cuip_alloc_destroy(dead[k]);
 	if (ndead == sizeof(dead) / sizeof(dead[0]))
 		goto again; /* more records died than fit: drain the rest */
 out:
@@ -697,7 +378,7 @@ CUIP_API CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUm
 	lock();
 	r = real.cuMemSetAccess(ptr, size, desc, count);
 	if (r == CUDA_SUCCESS) {
-		for (size_t i = map_lower(lo); i < vmm.nmaps && vmm.maps[i]->va < hi; i++) {
+		for (size_t i = cuip_map_lower(lo); i < vmm.nmaps && vmm.maps[i]->va < hi; i++) {
 			struct cuip_mapping *m = vmm.maps[i];
 			uint64_t s = m->va > lo ? m->va : lo;
 			uint64_t t = m->va + m->size < hi ? m->va + m->size : hi;
@@ -727,7 +408,7 @@ CUIP_API CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CU
 		goto out;
 	}
 	lock();
-	a = by_logical(handle);
+	a = cuip_by_logical(handle);
 	if (!a || !shareableHandle) {
 		unlock();
 		r = CUDA_ERROR_INVALID_VALUE;
@@ -784,6 +465,7 @@ out:
 /* Alias an existing record for an import; caller holds the lock. */
 static void import_alias(struct cuip_alloc *a, CUmemGenericAllocationHandle *handle)
 {
+	cuip_state_assert_held();
 	cuip_logical_assign(a);
 	a->app_handles++;
 	if (a->owner == CUIP__OWNER__OWNER_NATIVE)
@@ -840,7 +522,7 @@ static CUresult import_ticket(CUmemGenericAllocationHandle *handle, const Cuip__
 		return CUDA_SUCCESS;
 	}
 	if (!a)
-		a = alloc_new(creator, serial);
+		a = cuip_alloc_new(creator, serial);
 	if (!a) {
 		unlock();
 		real.cuMemRelease(h);
@@ -915,48 +597,284 @@ out:
 	return r;
 }
 
-/* ---- for multicast.c ------------------------------------------------------ */
+/* ---- the unicast checkpoint slice (op thread, cuip_state_lock held) ------- */
 
-struct cuip_alloc *cuip_alloc_new(uint64_t creator, uint64_t serial)
+#define ID_FMT "%016llx:%llu"
+#define ID(a)  (unsigned long long)(a)->creator, (unsigned long long)(a)->serial
+
+static bool is_shared(const struct cuip_alloc *a)
 {
-	return alloc_new(creator, serial);
+	return a->owner == CUIP__OWNER__OWNER_SHARED;
 }
 
-struct cuip_alloc *cuip_by_logical(uint64_t h)
+/*
+ * Map the detached mappings that want() selects back at their original
+ * addresses, with their access. 0 or -EIO with err filled.
+ */
+static int remap(bool (*want)(const struct cuip_alloc *a), char *err, size_t errlen)
 {
-	return by_logical(h);
+	for (size_t i = 0; i < vmm.nmaps; i++) {
+		struct cuip_mapping *m = vmm.maps[i];
+		struct cuip_alloc *a = m->a;
+		CUresult r;
+		if (!m->detached || !want(a))
+			continue;
+		r = real.cuMemMap(m->va, m->size, m->offset, a->drv, m->map_flags);
+		if (r != CUDA_SUCCESS) {
+			snprintf(err, errlen, "allocation " ID_FMT ": mapping at the original address %#llx failed: %s",
+				 ID(a), (unsigned long long)m->va, cuip_cuerr(r));
+			return -EIO;
+		}
+		m->detached = false;
+		for (size_t k = 0; k < m->nacc; k++) {
+			CUmemAccessDesc d = {m->acc[k].loc, (CUmemAccess_flags)m->acc[k].flags};
+			r = real.cuMemSetAccess(m->acc[k].va, m->acc[k].size, &d, 1);
+			if (r != CUDA_SUCCESS) {
+				snprintf(err, errlen, "allocation " ID_FMT ": access of %#llx for location %d: %s",
+					 ID(a), (unsigned long long)m->acc[k].va, m->acc[k].loc.id, cuip_cuerr(r));
+				return -EIO;
+			}
+		}
+	}
+	return 0;
 }
 
-bool cuip_alloc_unbound(struct cuip_alloc *a)
+/* PREPARE_UNICAST: detach the carried memory (cuip_carried). */
+static int uc_prepare(char *err, size_t errlen)
 {
-	assert(a->mc_binds > 0);
-	a->mc_binds--;
-	if (!alloc_dead(a))
-		return false;
-	alloc_unlink(a);
-	return true;
+	cuip_state_assert_held();
+	/* Mappings first (the VA reservations are the application's and stay),
+	 * then cached exports, then the driver handles. */
+	for (size_t i = 0; i < vmm.nmaps; i++) {
+		struct cuip_mapping *m = vmm.maps[i];
+		CUresult r;
+		if (!cuip_carried(m->a) || m->detached)
+			continue;
+		r = real.cuMemUnmap(m->va, m->size);
+		if (r != CUDA_SUCCESS) {
+			/* Nothing released yet: map back what this call unmapped,
+			 * so the process stays QUIESCED with everything attached
+			 * and a rollback only has to reopen the gate. */
+			char why[512];
+			int undo = remap(cuip_carried, why, sizeof(why));
+
+			if (undo)
+				cuip_set_phase(CUIP__PHASE__PHASE_PREPARED); /* partly detached: REBUILD */
+			snprintf(err, errlen, "allocation " ID_FMT ": unmapping %#llx failed: %s%s", ID(m->a),
+				 (unsigned long long)m->va, cuip_cuerr(r),
+				 undo ? "; mapping the others back failed too" : "; the others were mapped back");
+			return -EIO;
+		}
+		m->detached = true;
+	}
+	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
+		CUresult r;
+		if (!cuip_carried(a) || !a->drv)
+			continue;
+		if (a->creator == self.id)
+			cuip_xc_drop(a->serial);
+		r = real.cuMemRelease(a->drv);
+		if (r != CUDA_SUCCESS) {
+			cuip_set_phase(CUIP__PHASE__PHASE_PREPARED); /* partly released: REBUILD */
+			snprintf(err, errlen, "allocation " ID_FMT ": releasing the driver handle failed: %s", ID(a),
+				 cuip_cuerr(r));
+			return -EIO;
+		}
+		a->drv = 0;
+	}
+	return 0;
 }
 
-void cuip_alloc_destroy(struct cuip_alloc *a)
+static bool created_here(const struct cuip_alloc *a)
 {
-	alloc_destroy(a);
+	return cuip_carried(a) && a->creator == self.id;
 }
+
+static bool imported_here(const struct cuip_alloc *a)
+{
+	return is_shared(a) && a->creator != self.id && !a->mc;
+}
+
+/* STAGE_CREATORS: what LOAD recreated here is mapped back and published. */
+static int rebuild_creators(char *err, size_t errlen)
+{
+	int ret;
+
+	for (struct cuip_alloc *a = vmm.head; a; a = a->next)
+		if (created_here(a) && !a->drv) {
+			snprintf(err, errlen, "allocation " ID_FMT " was not loaded (no carrier entry)", ID(a));
+			return -ENODATA;
+		}
+	ret = remap(created_here, err, errlen);
+	if (ret)
+		return ret;
+	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
+		CUresult r;
+
+		if (!created_here(a))
+			continue;
+		/* Publish before importers ask: same identity, same token. */
+		if (a->has_token && cuip_xc_export(a->serial, a->drv, a->token, &r)) {
+			snprintf(err, errlen, "allocation " ID_FMT ": export failed: %s", ID(a), cuip_cuerr(r));
+			return -EIO;
+		}
+	}
+	return 0;
+}
+
+static int by_creator(const void *x, const void *y)
+{
+	const struct cuip_alloc *a = *(struct cuip_alloc *const *)x, *b = *(struct cuip_alloc *const *)y;
+
+	if (a->creator != b->creator)
+		return a->creator < b->creator ? -1 : 1;
+	return a->serial < b->serial ? -1 : a->serial > b->serial;
+}
+
+/* Import one batch of one creator's allocations (fetched FDs in it[]):
+ * every FD is closed whatever happens. 0 or the first error, err filled. */
+static int import_batch(struct cuip_alloc **v, struct cuip_fetch_item *it, size_t n, char *err, size_t errlen)
+{
+	int ret = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		struct cuip_alloc *a = v[i];
+		CUresult r;
+
+		if (ret) {
+			if (it[i].fd >= 0)
+				close(it[i].fd);
+			continue;
+		}
+		if (it[i].fd < 0) {
+			ret = it[i].fd;
+			snprintf(err, errlen, "allocation " ID_FMT " from pid %d: creator refused: %s", ID(a),
+				 a->creator_pid, cuip_fetch_refusal(it[i].fd));
+			continue;
+		}
+		r = real.cuMemImportFromShareableHandle(&a->drv, (void *)(uintptr_t)it[i].fd,
+							CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+		close(it[i].fd);
+		if (r != CUDA_SUCCESS) {
+			a->drv = 0;
+			ret = -EIO;
+			snprintf(err, errlen, "allocation " ID_FMT ": import failed: %s", ID(a), cuip_cuerr(r));
+		}
+	}
+	return ret;
+}
+
+/*
+ * Importers: per creator, one connection and one FETCH_MANY per
+ * CUIP_MSG_MAX_FDS allocations (thousands of imports cost tens of round
+ * trips, not thousands), then the driver imports, then one remap pass.
+ */
+/* Ask creator of v[k..j) (one creator) for the next batch, from v[k]. */
+static int fetch_send(int s, struct cuip_alloc **v, size_t k, size_t j, struct cuip_fetch_item *it, char *why,
+		      size_t whylen)
+{
+	size_t m = j - k < CUIP_MSG_MAX_FDS ? j - k : CUIP_MSG_MAX_FDS;
+
+	for (size_t x = 0; x < m; x++)
+		it[x] = (struct cuip_fetch_item){.serial = v[k + x]->serial,
+						 .token = v[k + x]->token,
+						 .toklen = sizeof(v[k + x]->token),
+						 .fd = -1};
+	return cuip_fetch_many_send(s, v[k]->creator, it, m, why, whylen);
+}
+
+/* STAGE_IMPORTERS: fetch every shared allocation from its creator again. */
+static int rebuild_importers(const Cuip__Rebuild *rb, char *err, size_t errlen)
+{
+	static struct cuip_fetch_item it[2][CUIP_MSG_MAX_FDS]; /* op thread only */
+	struct cuip_alloc **v;
+	size_t n = 0, i, j, k, failed;
+	unsigned b;
+	int ret, bad = 0;
+
+	for (struct cuip_alloc *a = vmm.head; a; a = a->next)
+		n += imported_here(a) && !a->drv;
+	v = calloc(n ? n : 1, sizeof(*v));
+	if (!v) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	n = 0;
+	for (struct cuip_alloc *a = vmm.head; a; a = a->next)
+		if (imported_here(a) && !a->drv)
+			v[n++] = a;
+	qsort(v, n, sizeof(*v), by_creator);
+	for (i = 0; i < n && !bad; i = j) {
+		const struct cuip_alloc *a = v[i];
+		const char *sock = cuip_creator_socket(rb, a);
+		char why[384] = "";
+		int s;
+
+		for (j = i; j < n && v[j]->creator == a->creator; j++)
+			;
+		if (!sock) {
+			snprintf(err, errlen, "allocation " ID_FMT ": no socket for its creator (pid %d)", ID(a),
+				 a->creator_pid);
+			bad = -ESRCH;
+			break;
+		}
+		s = cuip_fetch_open(sock, a->creator, why, sizeof(why));
+		if (s < 0) {
+			snprintf(err, errlen, "allocation " ID_FMT " from pid %d: %s", ID(a), a->creator_pid, why);
+			bad = s;
+			break;
+		}
+		/* Batch b+1 is asked for before batch b is imported: the creator
+		 * dups and sends while this process imports. */
+		failed = i;
+		ret = fetch_send(s, v, i, j, it[0], why, sizeof(why));
+		for (k = i, b = 0; k < j && !bad && !ret; k += CUIP_MSG_MAX_FDS, b ^= 1) {
+			size_t m = j - k < CUIP_MSG_MAX_FDS ? j - k : CUIP_MSG_MAX_FDS;
+
+			failed = k;
+			ret = cuip_fetch_many_recv(s, it[b], m, why, sizeof(why));
+			if (!ret && k + m < j && (ret = fetch_send(s, v, k + m, j, it[b ^ 1], why, sizeof(why))))
+				failed = k + m;
+			if (ret)
+				for (size_t x = 0; x < m; x++) /* received but not to be imported */
+					if (it[b][x].fd >= 0)
+						close(it[b][x].fd);
+			if (!ret)
+				bad = import_batch(v + k, it[b], m, err, errlen);
+		}
+		if (ret && !bad) {
+			snprintf(err, errlen, "allocation " ID_FMT " from pid %d: %s", ID(v[failed]), a->creator_pid,
+				 why);
+			bad = ret;
+		}
+		close(s); /* a reply still in flight goes, with its descriptors */
+	}
+	free(v);
+	return bad ? bad : remap(imported_here, err, errlen);
+}
+
+static bool uc_runs_stage(Cuip__Stage stage)
+{
+	return stage == CUIP__STAGE__STAGE_CREATORS || stage == CUIP__STAGE__STAGE_IMPORTERS;
+}
+
+static int uc_rebuild(const Cuip__Rebuild *rb, char *err, size_t errlen)
+{
+	cuip_state_assert_held();
+	return rb->stage == CUIP__STAGE__STAGE_CREATORS ? rebuild_creators(err, errlen)
+							: rebuild_importers(rb, err, errlen);
+}
+
+/* SAVE and LOAD of the carried bytes are the carrier's (ops.c). */
+CUIP_SLICE(unicast, .name = "unicast", .prepare_request = CUIP__REQUEST__BODY_PREPARE_UNICAST,
+	   .prepare_name = "PREPARE_UNICAST", .prepared_phase = CUIP__PHASE__PHASE_PREPARED, .prepare = uc_prepare,
+	   .runs_stage = uc_runs_stage, .rebuild = uc_rebuild);
 
 /* ---- fork ---------------------------------------------------------------- */
 
-void cuip_vmm_reset(void)
+/* The child holds none of the parent's raw imports. */
+static void fork_child(void)
 {
-	struct cuip_alloc *a = vmm.head, *n;
-
-	for (size_t i = 0; i < vmm.nmaps; i++)
-		map_free(vmm.maps[i]);
-	free(vmm.maps);
-	for (; a; a = n) {
-		n = a->next;
-		cuip_mc_free(a->mc);
-		free(a->pieces);
-		free(a);
-	}
 	for (int i = 0; i < 256; i++) {
 		struct raw_import *r = raw_tab[i], *rn;
 		for (; r; r = rn) {
@@ -965,46 +883,5 @@ void cuip_vmm_reset(void)
 		}
 		raw_tab[i] = NULL;
 	}
-	memset(by_id, 0, sizeof(by_id));
-	memset(by_log, 0, sizeof(by_log));
-	memset(&vmm, 0, sizeof(vmm));
-	pthread_mutex_init(&cuip_state_lock, NULL);
 }
-
-/* ---- for ipc.c ----------------------------------------------------------- */
-
-struct cuip_alloc *cuip_alloc_create(uint64_t creator, uint64_t serial)
-{
-	return alloc_new(creator, serial);
-}
-
-struct cuip_mapping *cuip_map_take(uint64_t va)
-{
-	size_t i = map_lower(va);
-	struct cuip_mapping *m;
-
-	if (i >= vmm.nmaps || vmm.maps[i]->va != va)
-		return NULL;
-	m = vmm.maps[i];
-	map_remove_at(i);
-	m->a->nmaps--;
-	return m;
-}
-
-void cuip_map_free(struct cuip_mapping *m)
-{
-	map_free(m);
-}
-
-bool cuip_alloc_unlink_if_dead(struct cuip_alloc *a)
-{
-	if (!alloc_dead(a))
-		return false;
-	alloc_unlink(a);
-	return true;
-}
-
-void cuip_alloc_release(struct cuip_alloc *a)
-{
-	alloc_destroy(a);
-}
+CUIP_FORK_HOOK(vmm, NULL, NULL, fork_child);

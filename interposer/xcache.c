@@ -27,7 +27,10 @@
 #include <unistd.h>
 
 #include "cuip.h"
+#include "driver.h"
 #include "importers.h"
+#include "runtime.h"
+#include "xcache.h"
 
 enum xc_state { XC_EXPORTING, XC_READY, XC_DROPPING };
 
@@ -208,7 +211,7 @@ int cuip_xc_fd_cloexec(uint64_t serial)
 	return ret;
 }
 
-void cuip_xc_reset(void)
+static void fork_child(void)
 {
 	for (int i = 0; i < XC_BUCKETS; i++) {
 		struct xc_entry *e = xc_tab[i], *n;
@@ -225,6 +228,7 @@ void cuip_xc_reset(void)
 	pthread_mutex_init(&xc_lock, NULL);
 	pthread_cond_init(&xc_cv, NULL);
 }
+CUIP_FORK_HOOK(xcache, NULL, NULL, fork_child);
 
 /*
  * Liveness of the importers, asked once per process per prune (thousands of

@@ -37,6 +37,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../interposer/client.h"
 #include "../interposer/cuip.h"
 #include "cli.h"
 #include "proc.h"

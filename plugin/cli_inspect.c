@@ -22,6 +22,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "../interposer/client.h"
 #include "../interposer/cuip.h"
 #include "cli.h"
 

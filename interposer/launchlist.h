@@ -1,15 +1,16 @@
 /*
- * launch.h - launch-class entry points (kernel and graph launches, copies,
- * memsets, host functions, stream memory operations). Their wrappers do
- * nothing but pass the API gate, so that a checkpoint can stop new device
- * work without the application's help. One list, used by launch.c (the
- * wrappers) and resolve.c (the resolution table).
+ * launchlist.h - the launch-class entry points (kernel and graph launches,
+ * copies, memsets, host functions, stream memory operations). Their
+ * wrappers (launch.c) do nothing but pass the API gate, so that a
+ * checkpoint can stop new device work without the application's help. One
+ * list, used by driver.h (the real entry points), launch.c (the wrappers)
+ * and resolve.c (the resolution table). Declarations only, no state.
  *
  * L(name, base, first CUDA version of this variant, per-thread-stream variant,
  *   (parameters), (arguments))
  */
-#ifndef CUIP_LAUNCH_H
-#define CUIP_LAUNCH_H
+#ifndef CUIP_LAUNCHLIST_H
+#define CUIP_LAUNCHLIST_H
 
 #include <cuda.h>
 
@@ -116,4 +117,4 @@
 CUIP_LAUNCH_LIST(CUIP_LAUNCH_PROTO)
 #undef CUIP_LAUNCH_PROTO
 
-#endif /* CUIP_LAUNCH_H */
+#endif /* CUIP_LAUNCHLIST_H */

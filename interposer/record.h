@@ -1,0 +1,184 @@
+/*
+ * record.h - allocation records, mappings, access and logical handles
+ * (record.c), the one owner of cuip_state_lock. Every function here runs
+ * with cuip_state_lock held, except cuip_alloc_destroy (after unlocking).
+ */
+#ifndef CUIP_RECORD_H
+#define CUIP_RECORD_H
+
+#include <assert.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda.h>
+
+#include "wire.h"
+
+/* Logical handles: top 16 bits are this tag; the fake and real drivers
+ * never use them (real handles are user-space pointers or small values). */
+#define CUIP_HTAG	   0xC1D0ull
+#define CUIP_HTAG_SHIFT	   48
+#define cuip_is_logical(h) (((uint64_t)(h) >> CUIP_HTAG_SHIFT) == CUIP_HTAG)
+
+struct cuip_access {
+	uint64_t va, size;
+	CUmemLocation loc;
+	unsigned flags;
+};
+
+struct cuip_alloc;
+struct cuip_mc;
+
+/* A piece of a slab (ipc.c): [off, off+size) of the allocation. The
+ * creator's pieces are its live cuMemAlloc results; an importer's are the
+ * pieces it IPC-opened, with their open counts. Sorted by off, disjoint. */
+struct cuip_piece {
+	uint64_t off, size; /* size: what cuMemAlloc was asked for */
+	uint32_t opens;	    /* importer: opens not yet closed */
+	bool loaded;	    /* LOAD: its carrier entry was read */
+};
+
+struct cuip_mapping {
+	uint64_t va, size, offset;
+	struct cuip_alloc *a;
+	unsigned long long map_flags;
+	bool detached;		 /* unmapped by PREPARE_UNICAST, VA kept for the rebuild */
+	bool legacy;		 /* made by cuMemAlloc/cuIpcOpenMemHandle (ipc.c): the VA reservation is ours */
+	struct cuip_access *acc; /* sorted by (location, va), non-overlapping, coalesced */
+	size_t nacc, capacc;
+};
+
+struct cuip_alloc {
+	uint64_t creator, serial;
+	int creator_pid;
+	Cuip__Owner owner;
+	Cuip__Origin origin;
+	CUmemAllocationProp prop;
+	uint64_t size;
+	CUmemGenericAllocationHandle drv; /* 0 while detached (PREPARED) */
+	uint64_t logical;		  /* 0 once the application released it */
+	uint32_t app_handles;
+	uint32_t nmaps;
+	uint32_t minted; /* tickets minted by this process */
+	bool has_token;
+	uint8_t token[16];
+	char creator_sock[108];
+	const char *unsupported; /* OWNER_UNSUPPORTED: why */
+	uint64_t requested;	 /* ORIGIN_MALLOC/IPC_OPEN: the size the application asked for */
+	uint64_t ipc_va;	 /* IPC-opened here: the mapping's address ... */
+	uint32_t ipc_opens;	 /* ... and how many opens it has not closed */
+	struct cuip_mc *mc;	 /* multicast object (multicast.c); NULL: unicast */
+	uint32_t mc_binds;	 /* live multicast bindings of this member */
+	bool slab;		 /* small cuMemAlloc requests share it as pieces (ipc.c) */
+	struct cuip_piece *pieces;
+	size_t npieces, cappieces;
+	uint64_t slab_va;			  /* creator: where its one mapping is */
+	uint64_t slab_used;			  /* creator: bytes its pieces take, PIECE_ALIGN-rounded */
+	struct cuip_alloc *slab_prev, *slab_next; /* creator's slabs (vmm.slabs) */
+	int32_t load_ix;			  /* LOAD: entry whose temporary map holds it, or -1 */
+	struct cuip_alloc *id_next, *log_next;
+	struct cuip_alloc *prev, *next; /* all records, creation order */
+};
+
+/*
+ * The state lock: take and drop it with cuip_state_take()/cuip_state_drop()
+ * (never the mutex directly), so that cuip_state_assert_held() can check,
+ * where a function relies on its caller holding it, that this thread does.
+ */
+extern pthread_mutex_t cuip_state_lock;
+extern __thread bool cuip_state_held;
+
+static inline void cuip_state_take(void)
+{
+	pthread_mutex_lock(&cuip_state_lock);
+	cuip_state_held = true;
+}
+
+static inline void cuip_state_drop(void)
+{
+	assert(cuip_state_held);
+	cuip_state_held = false;
+	pthread_mutex_unlock(&cuip_state_lock);
+}
+
+#define cuip_state_assert_held() assert(cuip_state_held)
+
+struct cuip_vmm {
+	struct cuip_alloc *head, *tail;
+	size_t nallocs;
+	struct cuip_mapping **maps; /* sorted by va */
+	size_t nmaps, capmaps;
+	uint64_t next_serial;
+	uint64_t next_logical;
+	uint32_t raw_imports; /* vmm.c: live raw (non-ticket) imports */
+	uint32_t unsupported;
+	uint64_t peer[64];	  /* peer.c: bit `to` of peer[from]: from's contexts may access to's memory */
+	struct cuip_alloc *slabs; /* ipc.c: this process's slabs, newest first */
+};
+extern struct cuip_vmm vmm;
+
+/*
+ * What a resource adds to a record of its kind: owns(a) tells its records
+ * apart; died(a) frees its part when the record dies (after the driver
+ * handle was released, without cuip_state_lock); forget(a) frees its data
+ * in a fork child. Registered statically (a linker section), like the
+ * runtime's hooks; a record no extension owns is plain unicast.
+ */
+struct cuip_record_ext {
+	bool (*owns)(const struct cuip_alloc *a);
+	void (*died)(struct cuip_alloc *a);
+	void (*forget)(struct cuip_alloc *a);
+};
+#define CUIP_RECORD_EXT(name, owns, died, forget)                  \
+	static const struct cuip_record_ext cuip_record_ext_##name \
+		__attribute__((used, section("cuip_record_exts"), aligned(sizeof(void *)))) = {owns, died, forget}
+
+/* ---- records ---- */
+
+/* The constructor: a new record of (creator, serial), linked everywhere. A
+ * creator of 0 is this process: the record gets the next serial, this
+ * process's pid and control socket. */
+struct cuip_alloc *cuip_alloc_new(uint64_t creator, uint64_t serial);
+/* The destructor, after unlocking: drop the cached export, release the
+ * driver handle, let the kind's extension free its part, free it. */
+void cuip_alloc_destroy(struct cuip_alloc *a);
+struct cuip_alloc *cuip_alloc_by_id(uint64_t creator, uint64_t serial);
+struct cuip_alloc *cuip_by_logical(uint64_t h);
+void cuip_logical_assign(struct cuip_alloc *a);
+void cuip_logical_drop(struct cuip_alloc *a);
+/* Nothing names it any more: no logical handle, mapping or binding. */
+bool cuip_alloc_dead(const struct cuip_alloc *a);
+/* Take a out of every table (destroy it after unlocking). */
+void cuip_alloc_unlink(struct cuip_alloc *a);
+/* Unlink a when it is dead: true then (destroy it after unlocking). */
+bool cuip_alloc_unlink_if_dead(struct cuip_alloc *a);
+/* Drop one multicast member reference; true when the record died and was
+ * unlinked (destroy it after unlocking). */
+bool cuip_alloc_unbound(struct cuip_alloc *a);
+/* Unicast memory whose bytes the carrier saves and reloads, detached from
+ * PREPARE_UNICAST to REBUILD: shared allocations (created or imported
+ * here), and the private ones this process created unless
+ * CUINTERPOSE_PRIVATE=native (then native checkpoint keeps them). */
+bool cuip_carried(const struct cuip_alloc *a);
+/* REBUILD: the socket of a's creator (the coordinator's, else the ticket's), or NULL. */
+const char *cuip_creator_socket(const Cuip__Rebuild *rb, const struct cuip_alloc *a);
+
+/* ---- mappings ---- */
+
+struct cuip_mapping *cuip_mapping_at(uint64_t va);
+/* Index of the first mapping whose end is above va. */
+size_t cuip_map_lower(uint64_t va);
+bool cuip_map_overlaps(uint64_t va, uint64_t size);
+int cuip_map_insert(struct cuip_mapping *m);
+void cuip_map_remove_at(size_t i);
+/* Take the mapping at va out of the table (nmaps of its record drops). */
+struct cuip_mapping *cuip_map_take(uint64_t va);
+void cuip_map_free(struct cuip_mapping *m);
+/* A new mapping covering [lo, hi) of m, with m's access clipped to it. */
+struct cuip_mapping *cuip_map_part(const struct cuip_mapping *m, uint64_t lo, uint64_t hi);
+int cuip_access_set(struct cuip_mapping *m, uint64_t va, uint64_t size, const CUmemLocation *loc, unsigned flags);
+
+#endif /* CUIP_RECORD_H */

@@ -1,0 +1,48 @@
+/*
+ * slice.h - a resource's checkpoint slice, as ops.c's phase machine runs
+ * it. Each resource that keeps state across a checkpoint registers one
+ * (CUIP_SLICE: vmm.c for unicast memory, multicast.c, pool.c); ops.c and
+ * inspect.c walk them and name no resource module. Every function runs on
+ * the op thread with cuip_state_lock held; a NULL member: the slice has no
+ * part in that step. Errors: 0 or a negative errno with err filled (no
+ * pid: ops.c prefixes it). Declarations only, no state.
+ */
+#ifndef CUIP_SLICE_H
+#define CUIP_SLICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "wire.h"
+
+struct cuip_slice {
+	const char *name;
+	/* INSPECT: add this resource's part of the state (reply arena); 0 or -1. */
+	int (*inspect)(Cuip__ProcessState *st);
+	/* PREPARE_*: the request that detaches this resource (from QUIESCED),
+	 * its name for messages, and the phase it leaves on success (0: the
+	 * phase stays; a request in that phase again succeeds at once). */
+	Cuip__Request__BodyCase prepare_request;
+	const char *prepare_name;
+	Cuip__Phase prepared_phase;
+	int (*prepare)(char *err, size_t errlen);
+	/* Detached by its PREPARE while the process is still QUIESCED (a REBUILD
+	 * then is a rollback). */
+	bool (*detached)(void);
+	/* REBUILD: the stages this slice runs, and one stage. */
+	bool (*runs_stage)(Cuip__Stage stage);
+	int (*rebuild)(const Cuip__Rebuild *rb, char *err, size_t errlen);
+	/* VERIFY: what the generic comparison of records and mappings cannot see. */
+	int (*verify)(const Cuip__ProcessState *exp, char *err, size_t errlen);
+};
+
+#define CUIP_SLICE(id, ...)                            \
+	static const struct cuip_slice cuip_slice_##id \
+		__attribute__((used, section("cuip_slices"), aligned(sizeof(void *)))) = {__VA_ARGS__}
+
+/* The registered slices, in link order (bounded by the linker). */
+extern const struct cuip_slice __start_cuip_slices[] __attribute__((weak, visibility("hidden")));
+extern const struct cuip_slice __stop_cuip_slices[] __attribute__((weak, visibility("hidden")));
+#define cuip_for_each_slice(s) for (const struct cuip_slice *s = __start_cuip_slices; s < __stop_cuip_slices; s++)
+
+#endif /* CUIP_SLICE_H */
