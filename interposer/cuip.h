@@ -13,7 +13,7 @@
  *   ticket.c   ticket memfds (mint, recognise)
  *   xcache.c   export cache and the peer FD service (own lock, no driver)
  *   control.c  control socket, the "cuip-ctl" and "cuip-op" threads
- *   client.c   connecting to a control socket (importers, CLI)
+ *   (images/client.c: connecting to a control socket, for importers)
  *   inspect.c  ProcessState of this process
  *   ops.c      checkpoint operations run by the op thread
  *   ipc.c      cuMemAlloc converted to POSIX-capable VMM (small requests as
@@ -394,7 +394,7 @@ void cuip_xc_reset(void);		 /* fork child */
 size_t cuip_contexts(CUcontext *out, size_t max);
 void cuip_ctx_reset(void); /* fork child */
 
-/* ---- control (control.c, client.c) -------------------------------------- */
+/* ---- control (control.c) ------------------------------------------------ */
 
 int cuip_ctl_start(void);
 void cuip_ctl_reset(void); /* fork child: close inherited sockets */

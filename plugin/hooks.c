@@ -56,7 +56,7 @@
 #include "sockdiag.h"
 #include "startgate.h"
 #include "tracee.h"
-#include "../interposer/startmark.h"
+#include "startmark.h"
 
 #define PLUGIN_NAME "cuinterpose"
 

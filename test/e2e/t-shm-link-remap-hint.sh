@@ -7,7 +7,7 @@
 . "$srcdir/lib.sh"
 . "$srcdir/lib-proc.sh"
 
-CLI=$B/plugin/cuinterpose
+CLI=$B/cli/cuinterpose
 start_proc 3 --sem
 R0=$(rank_pid 0)
 trap 'rm -f /dev/shm/sem.cuip-e2e-'"$R0"'; cleanup' EXIT

@@ -1,6 +1,6 @@
 #!/bin/sh
 # documented-env.sh - every CUINTERPOSE_* variable the code reads is
-# documented in README.md and in the man page (plugin/cuinterpose.1).
+# documented in README.md and in the man page (cli/cuinterpose.1).
 #
 # Variables are read by getenv() or by the option helpers (env_uint,
 # env_bool, env_str in plugin/options.c, env_num in interposer/carrier.c),
@@ -13,7 +13,7 @@ set -u
 : "${top_srcdir:?run through make check}"
 cd "$top_srcdir" || exit 1
 readme=README.md
-man=plugin/cuinterpose.1
+man=cli/cuinterpose.1
 names=$({
 	grep -rhoE '"CUINTERPOSE_[A-Z0-9_]+"' --include='*.c' --include='*.h' plugin interposer images | tr -d '"'
 	grep -hoE '\$\{?CUINTERPOSE_[A-Z0-9_]+' contrib/*.sh | tr -d '${'
