@@ -15,7 +15,7 @@ cd "$top_srcdir" || exit 1
 readme=README.md
 man=cli/cuinterpose.1
 names=$({
-	grep -rhoE '"CUINTERPOSE_[A-Z0-9_]+"' --include='*.c' --include='*.h' plugin interposer images | tr -d '"'
+	grep -rhoE '"CUINTERPOSE_[A-Z0-9_]+"' --include='*.c' --include='*.h' plugin interposer images cli | tr -d '"'
 	grep -hoE '\$\{?CUINTERPOSE_[A-Z0-9_]+' contrib/*.sh | tr -d '${'
 } | sort -u)
 [ -n "$names" ] || { echo "FAIL: found no CUINTERPOSE_ variable in the sources"; exit 1; }
@@ -24,7 +24,7 @@ for v in $names; do
 	grep -q "\`$v\`" "$readme" || { echo "FAIL: $v is read by the code but not documented in $readme"; bad=1; }
 	grep -q "$v" "$man" || { echo "FAIL: $v is read by the code but not documented in $man"; bad=1; }
 done
-if grep -rnE 'getenv\([^")]*CUINTERPOSE' --include='*.c' plugin interposer images; then
+if grep -rnE 'getenv\([^")]*CUINTERPOSE' --include='*.c' plugin interposer images cli; then
 	echo "FAIL: a CUINTERPOSE variable is read through a computed name; this check cannot see it"
 	bad=1
 fi
