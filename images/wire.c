@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +15,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "errfmt.h"
 #include "wire.h"
 
 /* ---- CRC32C ------------------------------------------------------------ */
@@ -173,19 +173,6 @@ const char *cuip_kind_name(unsigned kind)
 		return "topology image";
 	}
 	return "unknown";
-}
-
-static void errfmt(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void errfmt(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
 }
 
 ssize_t cuip_encode(unsigned kind, const ProtobufCMessage *msg, uint8_t **out)

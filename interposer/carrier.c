@@ -50,6 +50,7 @@
 #include <unistd.h>
 
 #include "carrier.h"
+#include "errfmt.h"
 #include "wire.h"
 
 #define MIB		(1024ull * 1024)
@@ -160,19 +161,6 @@ static double now(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void errfmt(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void errfmt(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
 }
 
 static const char *cu_name(const struct carrier_ops *ops, CUresult rc)

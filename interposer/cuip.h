@@ -14,7 +14,7 @@
  *             gate.c      the API gate and the lifecycle phase (here)
  *             reply.c     the op thread's reply arena (reply.h)
  *             runtime.c   identity, devices, start, fork hooks (runtime.h)
- *   services  xcache.c, importers.c, client.c, ctx.c, drain.c
+ *   services  xcache.c, ctx.c, drain.c (and from images/: client.c, importers.c)
  *   records   record.c    allocation records, mappings, access, logical
  *                         handles, cuip_state_lock, kind extensions (record.h)
  *   resources vmm.c (unicast VMM), multicast.c, ipc.c (cuMemAlloc, cuIpc*),

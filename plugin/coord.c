@@ -8,7 +8,6 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,9 +15,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "conn.h"
+#include "client.h"
 #include "coord.h"
 #include "digest.h"
+#include "errfmt.h"
 #include "images.h"
 #include "log.h"
 #include "outside.h"
@@ -46,16 +46,8 @@ static void *job_main(void *a)
 	return NULL;
 }
 
-static void part_fail(struct cuip_part *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void part_fail(struct cuip_part *p, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(p->err, sizeof(p->err), fmt, ap);
-	va_end(ap);
-}
+/* The participant's failure, in its own words (p->err). */
+#define part_fail(p, ...) errfmt((p)->err, sizeof((p)->err), __VA_ARGS__)
 
 /* ---- progress of SAVE and LOAD ------------------------------------------ */
 
@@ -330,9 +322,9 @@ static int call(struct cuip_group *g, struct cuip_part *p, Cuip__Request *req, i
 		part_fail(p, "not connected");
 		return -ENOTCONN;
 	}
-	ret = cuip_call(p->fd, req, fd, timeout, resp ? resp : &r, p->err, sizeof(p->err));
+	ret = cuip_client_request(p->fd, req, fd, timeout, resp ? resp : &r, p->err, sizeof(p->err));
 	if (!resp)
-		cuip_response_free(r);
+		cuip_client_free(r);
 	return ret;
 }
 
@@ -341,9 +333,7 @@ static int call(struct cuip_group *g, struct cuip_part *p, Cuip__Request *req, i
 static int step_connect(struct cuip_group *g, struct cuip_part *p, const void *arg)
 {
 	const uint64_t *expect_ids = arg;
-	Cuip__Request req = CUIP__REQUEST__INIT;
-	Cuip__Handshake hs = CUIP__HANDSHAKE__INIT;
-	Cuip__Response *resp;
+	struct cuip_peer peer;
 	int ret;
 
 	if (p->fd >= 0 && !expect_ids)
@@ -354,29 +344,21 @@ static int step_connect(struct cuip_group *g, struct cuip_part *p, const void *a
 			return ret;
 		p->fd = ret;
 	}
-	hs.protocol = CUIP_FORMAT_VERSION;
-	hs.client = (char *)(g->client ? g->client : "plugin");
-	req.body_case = CUIP__REQUEST__BODY_HANDSHAKE;
-	req.handshake = &hs;
-	ret = call(g, p, &req, -1, op_timeout(g), &resp);
+	ret = cuip_client_handshake(p->fd, g->client ? g->client : "plugin", op_timeout(g), &peer, p->err,
+				    sizeof(p->err));
 	if (ret)
 		return ret;
-	if (resp->body_case != CUIP__RESPONSE__BODY_HANDSHAKE || !resp->handshake->self) {
-		part_fail(p, "HANDSHAKE reply carries no identity");
+	if (peer.pid != p->vpid) {
+		part_fail(p, "HANDSHAKE: the interposer says it is pid %d, expected %d", peer.pid, p->vpid);
 		ret = -EPROTO;
-	} else if (resp->handshake->self->pid != p->vpid) {
-		part_fail(p, "HANDSHAKE: the interposer says it is pid %d, expected %d", resp->handshake->self->pid,
-			  p->vpid);
-		ret = -EPROTO;
-	} else if (expect_ids && resp->handshake->self->id != expect_ids[p - g->p]) {
+	} else if (expect_ids && peer.id != expect_ids[p - g->p]) {
 		part_fail(p, "HANDSHAKE: interposer identity %016llx, the checkpoint has %016llx for this pid",
-			  (unsigned long long)resp->handshake->self->id, (unsigned long long)expect_ids[p - g->p]);
+			  (unsigned long long)peer.id, (unsigned long long)expect_ids[p - g->p]);
 		ret = -ESRCH;
 	}
 	if (!ret)
-		p->phase = resp->handshake->phase;
+		p->phase = peer.phase;
 	p->records = 1;
-	cuip_response_free(resp);
 	return ret;
 }
 
@@ -395,7 +377,7 @@ void cuip_group_disconnect(struct cuip_group *g)
 	for (size_t i = 0; i < g->n; i++) {
 		if (g->p[i].fd < 0)
 			continue;
-		if (cuip_bye(g->p[i].fd, op_timeout(g)))
+		if (cuip_client_bye(g->p[i].fd, op_timeout(g)))
 			pr_warn("pid %d did not close its control connection after BYE", g->p[i].pid);
 		g->p[i].fd = -1;
 	}
@@ -415,11 +397,11 @@ static int step_inspect(struct cuip_group *g, struct cuip_part *p, const void *a
 	if (ret)
 		return ret;
 	if (resp->body_case != CUIP__RESPONSE__BODY_STATE || !resp->state->self) {
-		cuip_response_free(resp);
+		cuip_client_free(resp);
 		part_fail(p, "INSPECT reply carries no process state");
 		return -EPROTO;
 	}
-	cuip_response_free(p->inspect);
+	cuip_client_free(p->inspect);
 	p->inspect = resp;
 	p->st = resp->state;
 	p->records = resp->state->n_allocations + resp->state->n_mappings;
@@ -473,7 +455,7 @@ static bool still_quiesced(struct cuip_group *g, struct cuip_part *p, bool *mc)
 	yes = !call(g, p, &req, -1, op_timeout(g), &resp) && resp->body_case == CUIP__RESPONSE__BODY_STATE &&
 	      resp->state->phase == CUIP__PHASE__PHASE_QUIESCED;
 	*mc = !yes || has_mc(resp->state);
-	cuip_response_free(resp);
+	cuip_client_free(resp);
 	memcpy(p->err, err, sizeof(err));
 	return yes;
 }
@@ -602,7 +584,7 @@ static int step_save(struct cuip_group *g, struct cuip_part *p, const void *arg)
 	p->records = n;
 	resp = NULL;
 out:
-	cuip_response_free(resp);
+	cuip_client_free(resp);
 	if (close(fd) && !ret) {
 		ret = -errno;
 		part_fail(p, "closing carrier image %s: %s", file, strerror(errno));
@@ -928,7 +910,7 @@ static int step_load(struct cuip_group *g, struct cuip_part *p, const void *arg)
 	}
 	p->bytes = want;
 	p->records = t->n_carriers;
-	cuip_response_free(resp);
+	cuip_client_free(resp);
 	return ret;
 }
 
@@ -1291,8 +1273,8 @@ void cuip_group_free(struct cuip_group *g)
 	for (size_t i = 0; i < g->n; i++) {
 		if (g->p[i].fd >= 0)
 			close(g->p[i].fd);
-		cuip_response_free(g->p[i].inspect);
-		cuip_response_free(g->p[i].save);
+		cuip_client_free(g->p[i].inspect);
+		cuip_client_free(g->p[i].save);
 	}
 	free(g->p);
 	g->p = NULL;

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../interposer/importers.h"
+#include "importers.h"
 #include "outside.h"
 
 #define NSPID_MAX 32

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "alloc.h"
 #include "wire.h"
 
 struct cuip_pf_proc {
@@ -39,23 +40,5 @@ int cuip_preflight(const struct cuip_pf_proc *p, size_t n, cuip_pf_resolve_fn re
 typedef pid_t (*cuip_pf_importer_fn)(const struct cuip_pf_proc *creator, const Cuip__Importer *im, void *arg);
 int cuip_preflight_importers(const struct cuip_pf_proc *p, size_t n, cuip_pf_importer_fn where, void *arg, char *err,
 			     size_t errlen);
-
-/* Bytes backing an allocation (unicast props size, multicast effective or
- * requested size); 0 when unknown. */
-uint64_t cuip_alloc_size(const Cuip__Allocation *a);
-
-/* A carried unicast allocation this process created (shared, or private
- * unless CUINTERPOSE_PRIVATE=native): the carrier image holds its bytes. */
-int cuip_alloc_carried_by(const Cuip__Allocation *a, uint64_t self);
-/* What the carrier moves for a carried allocation: the whole of it, or one
- * entry per live piece of a slab (freed pieces are not saved). */
-uint64_t cuip_alloc_carried_bytes(const Cuip__Allocation *a);
-size_t cuip_alloc_carrier_entries(const Cuip__Allocation *a);
-/* 1 when e is an entry a's carrier writes (whole, or one live piece). */
-int cuip_carrier_entry_fits(const Cuip__Allocation *a, const Cuip__CarrierEntry *e);
-/* Sort a state's allocations by identity (their order means nothing), then
- * find one by identity in O(log n); NULL when absent. */
-void cuip_sort_allocs(Cuip__ProcessState *st);
-const Cuip__Allocation *cuip_find_alloc(const Cuip__ProcessState *st, const Cuip__AllocId *id);
 
 #endif /* CUIP_PLUGIN_PREFLIGHT_H */

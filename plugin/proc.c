@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "proc.h"
-#include "../interposer/startmark.h"
+#include "startmark.h"
 
 struct pidvec {
 	pid_t *v;

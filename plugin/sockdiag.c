@@ -15,7 +15,6 @@
 #include <netlink/socket.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,24 +23,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "errfmt.h"
 #include "log.h"
 #include "proc.h"
 #include "sockdiag.h"
 
 #define TCP_LISTEN_STATE 10
-
-static void errfmt(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void errfmt(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 struct sk_list {
 	struct cuip_unix_sk *v;

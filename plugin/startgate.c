@@ -1,6 +1,6 @@
 /*
  * startgate.c - the plugin's half of the start gate; see startgate.h and
- * interposer/startmark.h for the protocol. State: the held descriptors
+ * images/startmark.h for the protocol. State: the held descriptors
  * (`held`), touched only from criu's hook thread.
  */
 #include "config.h"
@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../interposer/startmark.h"
+#include "startmark.h"
 #include "log.h"
 #include "proc.h"
 #include "startgate.h"

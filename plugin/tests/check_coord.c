@@ -20,11 +20,11 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include "conn.h"
+#include "client.h"
 #include "coord.h"
 #include "fixtures.h"
 #include "images.h"
-#include "../interposer/importers.h"
+#include "importers.h"
 
 #define NFAKE 4
 

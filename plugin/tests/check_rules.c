@@ -21,7 +21,7 @@
 #include "options.h"
 #include "preflight.h"
 #include "outside.h"
-#include "../interposer/importers.h"
+#include "importers.h"
 
 /* ---- options -------------------------------------------------------------- */
 

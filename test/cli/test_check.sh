@@ -105,6 +105,6 @@ kill -STOP "$child"
 i=0
 while [ "$(awk '{print $3}' /proc/$child/stat)" != T ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
 [ "$(check $good --pid "$child" --json)" = 1 ] || fail "a stopped participant accepted"
-has "\"check\":\"pid $child\",\"status\":\"FAIL\",\"message\":\"[^\"]*does not answer.*the process is stopped"
+has "\"check\":\"pid $child\",\"status\":\"FAIL\",\"message\":\"[^\"]*does not answer (no reply to HANDSHAKE within 5000 ms), the process is stopped"
 kill -CONT "$child"
 echo PASS

@@ -15,13 +15,13 @@ start_job "$N" 8
 cmd "$N" write 0 0
 cmd "$N" verify 0
 before=$(answers "$N")
-"$B/plugin/cuinterpose" inspect "$JOBPID" >"$T/inspect.txt" || fail "cuinterpose inspect"
+"$B/cli/cuinterpose" inspect "$JOBPID" >"$T/inspect.txt" || fail "cuinterpose inspect"
 grep -q "multicast  requested 4194304  effective 8388608  handle types" "$T/inspect.txt" ||
 	fail "inspect: no multicast sizes: $(cat "$T/inspect.txt")"
 grep -qE "mc device 0  GPU-[0-9a-f-]{36}  participant" "$T/inspect.txt" || fail "inspect: no multicast device"
 grep -qE "mc binding device 0  mc offset 0  member [0-9a-f]{16}:[0-9]+  member offset 0  size [0-9]+  BindMem  v1" \
 	"$T/inspect.txt" || fail "inspect: no BindMem v1 binding: $(cat "$T/inspect.txt")"
-"$B/plugin/cuinterpose" inspect --json "$JOBPID" | grep -q '"bind":"BindMem","abi":"v1"' ||
+"$B/cli/cuinterpose" inspect --json "$JOBPID" | grep -q '"bind":"BindMem","abi":"v1"' ||
 	fail "inspect --json: no multicast binding"
 gen=0
 for cycle in 1 2; do

@@ -8,7 +8,7 @@
 # host; bytes and addresses are verified after the restore.
 . "$srcdir/lib.sh"
 command -v unshare >/dev/null || skip "unshare not found"
-CLI=$B/plugin/cuinterpose
+CLI=$B/cli/cuinterpose
 NSINIT=
 cleanup() {
 	[ -n "$NSINIT" ] && kill -9 "$NSINIT" 2>/dev/null

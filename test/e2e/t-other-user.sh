@@ -8,7 +8,7 @@
 command -v setpriv >/dev/null || skip "setpriv (util-linux) not found"
 NOBODY="setpriv --reuid=65534 --regid=65534 --clear-groups"
 THIEF=$B/test/e2e/e2e_thief
-CLI=$B/plugin/cuinterpose
+CLI=$B/cli/cuinterpose
 N=4
 
 # Only the socket's own mode and the interposer may stand in the way.

@@ -13,7 +13,7 @@
 # through native checkpoint (6 MiB per process), none through the carrier;
 # any other value is reported and means native.
 . "$srcdir/lib.sh"
-CLI=$B/plugin/cuinterpose
+CLI=$B/cli/cuinterpose
 export FAKECUDA_FAIL_DIR=$T/faults
 export FAKECUDA_CKPT_LOG=$T/native.log
 mkdir -p "$FAKECUDA_FAIL_DIR"

@@ -11,7 +11,7 @@
 . "$srcdir/lib.sh"
 . "$srcdir/lib-proc.sh"
 
-CLI=$B/plugin/cuinterpose
+CLI=$B/cli/cuinterpose
 start_proc 3 --sem
 R0=$(rank_pid 0)
 # link_remap.N names this test plants (criu numbers its links from a small

@@ -10,7 +10,7 @@
 # of its free space.
 . "$srcdir/lib.sh"
 WORKLOAD=$B/test/e2e/e2e_slab
-CLI=$B/plugin/cuinterpose
+CLI=$B/cli/cuinterpose
 export FAKECUDA_FAIL_DIR=$T/faults
 mkdir -p "$FAKECUDA_FAIL_DIR"
 n=3

@@ -56,7 +56,7 @@ $CC $(mkv AM_CFLAGS_BASE) -o "$out/e2e_reaper" "$top/test/e2e/e2e_reaper.c"
 # and native module (static libraries of the build), carrier-bench the carrier.
 PBC=$(pkg-config --cflags --libs libprotobuf-c)
 cc scale-bench -I"$b" -I"$top/plugin" -I"$top/images" -I"$b/images" "$top/test/bench/scale-bench.c" \
-	"$b/plugin/.libs/libcuipplugin.a" "$b/images/.libs/libcuipimages.a" $PBC $(pkg-config --libs libnl-3.0) -lpthread
+	"$b/plugin/.libs/libcuipplugin.a" "$b/images/.libs/libcuiproto.a" $PBC $(pkg-config --libs libnl-3.0) -lpthread
 $CC $CFLAGS -O2 -I"$top/interposer" -I"$top/images" -I"$b/images" -o "$out/carrier-bench" \
-	"$top/test/bench/carrier-bench.c" "$top/interposer/carrier.c" "$b/images/.libs/libcuipimages.a" $PBC -ldl -lpthread
+	"$top/test/bench/carrier-bench.c" "$b/interposer/.libs/libcuipcarrier.a" "$b/images/.libs/libcuiproto.a" $PBC -ldl -lpthread
 echo "built: $(cd "$out" && echo gpu_job gpu_pool gpu_microbench cuda-checkpoint-shim facts-workload fakecuda-ckpt e2e_reaper scale-bench carrier-bench)"

@@ -60,8 +60,8 @@ else
 fi
 cp -L interposer/.libs/libcuinterpose.so "$out/lib/"
 cp -L plugin/.libs/cuinterpose_plugin.so "$out/plugins/"
-cp -L plugin/cuinterpose "$out/bin/"
-copy_libs interposer/.libs/libcuinterpose.so plugin/.libs/cuinterpose_plugin.so plugin/cuinterpose
+cp -L cli/cuinterpose "$out/bin/"
+copy_libs interposer/.libs/libcuinterpose.so plugin/.libs/cuinterpose_plugin.so cli/cuinterpose
 
 bash "$top/test/gpu/build.sh" "$build" "$out/workloads"
 copy_libs "$out"/workloads/*

@@ -212,7 +212,7 @@ int h_connect(pid_t pid)
 	ck_assert_int_eq(h_sock_path(pid, path, sizeof(path)), 0);
 	s = cuip_client_connect(path);
 	ck_assert_int_ge(s, 0);
-	ck_assert_msg(cuip_client_handshake(s, "test", NULL, err, sizeof(err)) == 0, "handshake: %s", err);
+	ck_assert_msg(cuip_client_handshake(s, "test", 0, NULL, err, sizeof(err)) == 0, "handshake: %s", err);
 	return s;
 }
 

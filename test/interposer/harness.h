@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "client.h" /* interposer/client.c, linked into the tests */
+#include "client.h" /* images/client.c, linked into the tests */
 #include "wire.h"
 
 #define MiB	  (1ul << 20)

@@ -30,7 +30,7 @@ round() { # expect N lines in the result file
 	tail -1 "$T/result" | grep -q "round $1 ok" || fail "$(tail -1 "$T/result")"
 }
 
-setsid "$FR" "$B/plugin/cuinterpose" run -- "$B/test/interposer/vmm_share" -n "$N" -r "$T/ready" \
+setsid "$FR" "$B/cli/cuinterpose" run -- "$B/test/interposer/vmm_share" -n "$N" -r "$T/ready" \
 	-o "$T/result" </dev/null >"$T/job.log" 2>&1 &
 disown
 for _ in $(seq 200); do [ -s "$T/ready" ] && break; sleep 0.05; done

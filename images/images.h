@@ -1,5 +1,6 @@
 /*
- * images.h - the plugin's files in CRIU's image directory.
+ * images.h - the plugin's files in CRIU's image directory, written by the
+ * plugin at dump and read back by its restore and by `cuinterpose show`.
  *
  *   cuinterpose-inventory.img      Inventory: checkpoint id + participants
  *   cuinterpose-<pid>.img          Topology: one participant's state and
@@ -13,8 +14,8 @@
  * the state, carrier file sizes and, optionally, every chunk checksum.
  * Stateless apart from the caller's struct cuip_ckpt.
  */
-#ifndef CUIP_PLUGIN_IMAGES_H
-#define CUIP_PLUGIN_IMAGES_H
+#ifndef CUIP_IMAGES_H
+#define CUIP_IMAGES_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -56,4 +57,4 @@ void cuip_images_free(struct cuip_ckpt *c);
 /* Carrier file name of a participant. */
 void cuip_carrier_name(pid_t vpid, char *buf, size_t len);
 
-#endif /* CUIP_PLUGIN_IMAGES_H */
+#endif /* CUIP_IMAGES_H */

@@ -4,9 +4,8 @@
  * `cuinterpose run -- CMD [ARGS]` puts libcuinterpose.so into LD_PRELOAD
  * (after whatever is already there, so an ASan runtime stays first) and
  * execs CMD in place: same PID, same environment otherwise. The library is
- * $CUINTERPOSE_LIB if set, else the build tree's copy when this binary runs
- * from the build tree, else the installed one. The other subcommands live
- * in cli_<name>.c (see cli.h).
+ * --lib PATH, else what cli_lib.c finds. The other subcommands live in
+ * cli_<name>.c (see cli.h).
  */
 #include <errno.h>
 #include <limits.h>
@@ -40,49 +39,6 @@ static void usage(FILE *f)
 		   "default /run/cuinterpose), CUINTERPOSE_LOG (0 quiet, 1 errors, 2 info, 3 debug)\n"
 		   "\n"
 		   "exit status: 0 ok, 1 a problem was found, 2 usage error; see cuinterpose(1)\n");
-}
-
-static int exists(const char *p)
-{
-	return access(p, R_OK) == 0;
-}
-
-/* The library to preload, in buf; 0 or -ENOENT. */
-int cli_find_lib(char *buf, size_t len)
-{
-	const char *env = getenv("CUINTERPOSE_LIB");
-	char exe[PATH_MAX], *slash;
-	ssize_t n;
-
-	if (env && *env) {
-		snprintf(buf, len, "%s", env);
-		return exists(buf) ? 0 : -ENOENT;
-	}
-	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n > 0) {
-		exe[n] = 0;
-		slash = strrchr(exe, '/');
-		if (slash) {
-			*slash = 0;
-			/* plugin/cuinterpose or plugin/.libs/cuinterpose in a build tree */
-			static const char *const rel[] = {"/../interposer/.libs/libcuinterpose.so",
-							  "/../../interposer/.libs/libcuinterpose.so"};
-			for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
-				if (snprintf(buf, len, "%.*s%s", (int)(len - 64), exe, rel[i]) >= (int)len)
-					continue;
-				if (exists(buf)) {
-					char *r = realpath(buf, NULL);
-					if (r) {
-						snprintf(buf, len, "%s", r);
-						free(r);
-					}
-					return 0;
-				}
-			}
-		}
-	}
-	snprintf(buf, len, "%s/libcuinterpose.so", CUIP_LIBDIR);
-	return exists(buf) ? 0 : -ENOENT;
 }
 
 static int preload_has(const char *list, const char *lib)
@@ -128,7 +84,7 @@ int cli_run(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	if (given ? !exists(lib) : cli_find_lib(lib, sizeof(lib)) != 0) {
+	if (given ? access(lib, R_OK) != 0 : cli_find_lib(lib, sizeof(lib)) != 0) {
 		fprintf(stderr, "cuinterpose run: libcuinterpose.so not found (%s); %s\n", lib,
 			given ? "check the --lib path" : "set CUINTERPOSE_LIB or use --lib PATH");
 		return 1;

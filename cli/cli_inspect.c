@@ -15,6 +15,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,9 +23,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "../interposer/client.h"
-#include "../interposer/cuip.h"
+#include <cuda.h> /* the CUmem* values a record carries */
+
 #include "cli.h"
+#include "client.h"
+#include "errfmt.h"
 
 static int sock_name_ok(const char *path)
 {
@@ -463,9 +466,33 @@ static int parse_seconds(const char *a, long *s)
 	return 0;
 }
 
-int cli_inspect(int argc, char **argv)
+int cli_ask_state(int s, const char *client, unsigned timeout_ms, Cuip__Response **resp, char *err, size_t errlen)
 {
 	Cuip__Request req = CUIP__REQUEST__INIT;
+	int ret = cuip_client_handshake(s, client, timeout_ms, NULL, err, errlen);
+
+	*resp = NULL;
+	if (!ret) {
+		req.body_case = CUIP__REQUEST__BODY_INSPECT;
+		req.inspect = 1;
+		ret = cuip_client_request(s, &req, -1, timeout_ms, resp, err, errlen);
+	}
+	if (!ret && (*resp)->body_case != CUIP__RESPONSE__BODY_STATE) {
+		errfmt(err, errlen, "INSPECT reply carries no process state");
+		ret = -EPROTO;
+	}
+	if (ret) {
+		cuip_client_free(*resp);
+		*resp = NULL;
+		close(s);
+		return ret;
+	}
+	cuip_client_bye(s, timeout_ms); /* the state is ours whatever the goodbye says */
+	return 0;
+}
+
+int cli_inspect(int argc, char **argv)
+{
 	Cuip__Response *resp = NULL;
 	char path[512], err[256] = "";
 	int json = 0, s, ret;
@@ -527,16 +554,7 @@ int cli_inspect(int argc, char **argv)
 		fprintf(stderr, "cuinterpose inspect: cannot connect to %s: %s\n", path, strerror(-s));
 		return 1;
 	}
-	ret = cuip_client_handshake(s, "cli", NULL, err, sizeof(err));
-	if (!ret) {
-		req.body_case = CUIP__REQUEST__BODY_INSPECT;
-		req.inspect = 1;
-		ret = cuip_client_call(s, &req, -1, &resp, NULL, err, sizeof(err));
-	}
-	if (!ret && (resp->status || resp->body_case != CUIP__RESPONSE__BODY_STATE)) {
-		ret = resp->status ? resp->status : -EPROTO;
-		snprintf(err, sizeof(err), "%s", resp->error ? resp->error : strerror(-ret));
-	}
+	ret = cli_ask_state(s, "cli", 0, &resp, err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "cuinterpose inspect: process %d: %s\n", (int)pid, err);
 	} else {
@@ -544,14 +562,7 @@ int cli_inspect(int argc, char **argv)
 			cli_print_state_json(resp->state);
 		else
 			cli_print_state(resp->state);
-		req.body_case = CUIP__REQUEST__BODY_BYE;
-		req.bye = 1;
-		Cuip__Response *bye = NULL;
-		if (!cuip_client_call(s, &req, -1, &bye, NULL, err, sizeof(err)))
-			cuip__response__free_unpacked(bye, NULL);
 	}
-	if (resp)
-		cuip__response__free_unpacked(resp, NULL);
-	close(s);
+	cuip_client_free(resp);
 	return ret ? 1 : 0;
 }

@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,21 +14,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "alloc.h"
+#include "errfmt.h"
 #include "images.h"
-#include "preflight.h"
-
-static void errfmt(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void errfmt(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 void cuip_carrier_name(pid_t vpid, char *buf, size_t len)
 {

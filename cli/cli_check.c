@@ -33,13 +33,11 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../interposer/client.h"
-#include "../interposer/cuip.h"
 #include "cli.h"
+#include "client.h"
 #include "proc.h"
 
 enum verdict { CK_OK, CK_WARN, CK_FAIL };
@@ -361,11 +359,12 @@ static void comm_of(const char *pid, char *buf, size_t len)
 	}
 }
 
+#define ASK_TIMEOUT_MS 5000
+
 /* Handshake + INSPECT one process; its phase in *phase. */
 static int ask(pid_t pid, const char *path, int *phase, char *failure, size_t flen, char *err, size_t errlen)
 {
-	Cuip__Request req = CUIP__REQUEST__INIT;
-	Cuip__Response *resp = NULL;
+	Cuip__Response *resp;
 	int s, ret;
 
 	s = cli_connect_proc(pid, path);
@@ -374,33 +373,14 @@ static int ask(pid_t pid, const char *path, int *phase, char *failure, size_t fl
 		return s;
 	}
 	/* A stopped or hung process must not hang the diagnosis. */
-	struct timeval tv = {.tv_sec = 5};
-	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	ret = cuip_client_handshake(s, "cli-check", NULL, err, errlen);
-	if (!ret) {
-		req.body_case = CUIP__REQUEST__BODY_INSPECT;
-		req.inspect = 1;
-		ret = cuip_client_call(s, &req, -1, &resp, NULL, err, errlen);
-	}
-	if (!ret && (resp->status || resp->body_case != CUIP__RESPONSE__BODY_STATE)) {
-		ret = resp->status ? resp->status : -EPROTO;
-		snprintf(err, errlen, "%s", resp->error ? resp->error : strerror(-ret));
-	}
-	if (!ret) {
-		*phase = resp->state->phase;
-		snprintf(failure, flen, "%s", resp->state->failure ? resp->state->failure : "");
-		req.body_case = CUIP__REQUEST__BODY_BYE;
-		req.bye = 1;
-		Cuip__Response *bye = NULL;
-		char e2[64];
-		if (!cuip_client_call(s, &req, -1, &bye, NULL, e2, sizeof(e2)))
-			cuip__response__free_unpacked(bye, NULL);
-	}
-	if (resp)
-		cuip__response__free_unpacked(resp, NULL);
-	close(s);
-	return ret;
+	cuip_client_timeout(s, ASK_TIMEOUT_MS);
+	ret = cli_ask_state(s, "cli-check", ASK_TIMEOUT_MS, &resp, err, errlen);
+	if (ret)
+		return ret;
+	*phase = resp->state->phase;
+	snprintf(failure, flen, "%s", resp->state->failure ? resp->state->failure : "");
+	cuip_client_free(resp);
+	return 0;
 }
 
 static void check_one(struct check *c, const char *spid, int asked)
@@ -439,7 +419,7 @@ static void check_one(struct check *c, const char *spid, int asked)
 			       nshm, shm);
 	}
 	if (cli_find_socket(pid, path, sizeof(path))) {
-		int serr = 0, s = cuip_proc_start_state(pid, &serr); /* interposer/startmark.h */
+		int serr = 0, s = cuip_proc_start_state(pid, &serr); /* images/startmark.h */
 
 		if (s == 1 /* STARTING */)
 			report(c, CK_OK, name, "%s is starting CUDA (inside its first cuInit)", comm);

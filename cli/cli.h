@@ -1,0 +1,40 @@
+/*
+ * cli.h - the `cuinterpose` command: one file per subcommand, dispatched
+ * by cli.c (run), cli_inspect.c (inspect), cli_show.c (show), cli_check.c
+ * (check); cli_lib.c finds the interposer library for run and check.
+ * Layers: cli.c calls the subcommands; show and check call inspect's and
+ * cli_lib.c's helpers; all of them call only the libraries (images/ and
+ * plugin/, through their public headers). Each subcommand returns the
+ * process exit status, documented in cuinterpose.1: 0 ok, 1 a problem
+ * was found, 2 usage; `show` adds 3 for a directory without cuinterpose
+ * images. Single-threaded, no locks.
+ */
+#ifndef CUIP_CLI_H
+#define CUIP_CLI_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "wire.h"
+
+int cli_run(int argc, char **argv);
+int cli_inspect(int argc, char **argv);
+int cli_show(int argc, char **argv);
+int cli_check(int argc, char **argv);
+
+/* cli_lib.c: the interposer library `run` would preload; 0 or -ENOENT. */
+int cli_find_lib(char *buf, size_t len);
+
+/* cli_inspect.c, shared with show and check. */
+int cli_find_socket(pid_t pid, char *path, size_t len);
+int cli_connect_proc(pid_t pid, const char *path);
+/* HANDSHAKE as client, INSPECT, BYE on connected socket s (closed in every
+ * case), each reply within timeout_ms (0: no limit): 0 and the state in
+ * *resp (free with cuip_client_free), or -errno and err. */
+int cli_ask_state(int s, const char *client, unsigned timeout_ms, Cuip__Response **resp, char *err, size_t errlen);
+const char *cli_phase_name(int p);
+void cli_print_state(const Cuip__ProcessState *st);
+void cli_print_state_json(const Cuip__ProcessState *st);
+void cli_jstr(const char *s);
+
+#endif /* CUIP_CLI_H */
