@@ -183,7 +183,8 @@ void cuip_random(void *buf, size_t len);
 /* Enter a gated (tracked or launch-class) call; CUDA_SUCCESS or NOT_READY. */
 CUresult cuip_gate_enter(void);
 void cuip_gate_exit(void);
-/* Close the gate and wait up to timeout_ms for in-flight calls: 0 or -ETIMEDOUT. */
+/* Close the gate and wait up to timeout_ms for in-flight calls: 0, or
+ * -ETIMEDOUT or -EIO (membarrier failed) with the gate reopened. */
 int cuip_gate_close(unsigned timeout_ms);
 void cuip_gate_open(void);
 Cuip__Phase cuip_phase(void);
@@ -261,7 +262,7 @@ struct cuip_alloc {
 	uint64_t slab_used;			  /* creator: bytes its pieces take, PIECE_ALIGN-rounded */
 	struct cuip_alloc *slab_prev, *slab_next; /* creator's slabs (vmm.slabs) */
 	int32_t load_ix;			  /* LOAD: entry whose temporary map holds it, or -1 */
-	struct cuip_alloc *id_next, *log_next;
+	struct cuip_alloc *id_next;
 	struct cuip_alloc *prev, *next; /* all records, creation order */
 };
 
@@ -292,6 +293,12 @@ void cuip_vmm_reset(void); /* fork child: forget everything */
 int cuip_map_insert(struct cuip_mapping *m);
 int cuip_access_set(struct cuip_mapping *m, uint64_t va, uint64_t size, const CUmemLocation *loc, unsigned flags);
 void cuip_logical_assign(struct cuip_alloc *a);
+/* Without the lock, inside the gate (tracked queries): the driver handle of
+ * the live logical handle h, 0 when h names nothing (released). */
+uint64_t cuip_logical_drv(uint64_t h);
+/* Lock held, gate closed: copy every record's driver handle into the table
+ * (cuip_gate_open; LOAD/REBUILD changed them). */
+void cuip_logical_republish(void);
 /* For ipc.c (caller holds the lock unless said otherwise): a new record; take
  * the mapping at va out of the table (nmaps of its record drops); unlink a
  * record nothing names any more (true: call cuip_alloc_release after

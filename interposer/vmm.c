@@ -18,10 +18,14 @@
  * short driver calls that change what it protects (map, unmap, set access)
  * so that the records always equal the driver's state, never across exports,
  * imports or peer traffic. Application threads only take it inside the gate.
+ * One exception: the logical-handle table (below) is also read without the
+ * lock by tracked queries (cuip_logical_drv), under the memory-ordering
+ * protocol written there; it is written under the lock only.
  */
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +38,52 @@ struct cuip_vmm vmm;
 
 #define NBUCKET 65536 /* tens of thousands of records in large jobs: short chains */
 static struct cuip_alloc *by_id[NBUCKET];
-static struct cuip_alloc *by_log[NBUCKET];
+
+/*
+ * Logical handle -> record and driver handle: a direct-mapped table, read
+ * without the lock by tracked queries. The live handle h sits in slot
+ * h & mask; cuip_logical_assign skips counter values whose slot is taken,
+ * so live handles never collide, and a table twice as large keeps them
+ * apart too (h & mask' differs where h & mask did). alloc_new keeps the
+ * capacity at least twice the number of records, and a record has at most
+ * one logical handle, so assigning never fails and seldom skips.
+ *
+ * Writers (state lock held): insert stores a, then drv (release), then key
+ * (release); removal stores key = 0 (release) in every table of the chain;
+ * a later insert into that slot stores drv (release) before its key.
+ * Reader (no lock, inside the gate): key (acquire) == h, drv (acquire), key
+ * again == h. If the drv it read was stored for a later handle, that store
+ * came after the key was cleared and the acquire makes the clear visible:
+ * the second key read sees 0 or the later handle (logical values are not
+ * reused until the 48-bit counter wraps), never h, and the reader refuses.
+ * So a released handle is refused once its release returned, and a reader
+ * reads only the slot's two atomics, never the record (which a concurrent
+ * release frees).
+ *
+ * Growing publishes a new table (release) that holds the live entries; the
+ * old one stays on the `older` chain, never freed while the process runs
+ * (a lock-free reader may still hold it; their sizes halve, so the chain
+ * takes less than the current table). Removal clears a key in every table,
+ * so an old table holds no released handle; a reader that misses in a
+ * table it loaded before a growth retries in the current one.
+ *
+ * Driver handles change only while the gate is closed (PREPARE, LOAD,
+ * REBUILD in ops.c and multicast.c set a->drv directly): cuip_gate_open
+ * calls cuip_logical_republish, which copies a->drv into the slots before
+ * any application thread can read them.
+ */
+struct lslot {
+	_Atomic uint64_t key; /* the logical handle; 0: free */
+	_Atomic uint64_t drv; /* its record's driver handle */
+	struct cuip_alloc *a; /* its record (state lock) */
+};
+struct ltab {
+	uint64_t mask;
+	struct ltab *older; /* superseded tables, see above */
+	struct lslot s[];
+};
+#define LTAB_MIN 4096
+static _Atomic(struct ltab *) ltab;
 
 /* Live raw (non-ticket) imports: the driver handles the application holds. */
 struct raw_import {
@@ -64,21 +113,90 @@ struct cuip_alloc *cuip_alloc_by_id(uint64_t creator, uint64_t serial)
 	return NULL;
 }
 
+static struct ltab *ltab_now(void)
+{
+	return atomic_load_explicit(&ltab, memory_order_acquire);
+}
+
 static struct cuip_alloc *by_logical(uint64_t h)
 {
-	if (!cuip_is_logical(h))
+	struct ltab *t = ltab_now();
+	struct lslot *s;
+
+	if (!cuip_is_logical(h) || !t)
 		return NULL;
-	for (struct cuip_alloc *a = by_log[hash64(h)]; a; a = a->log_next)
-		if (a->logical == h)
-			return a;
-	return NULL;
+	s = &t->s[h & t->mask];
+	if (atomic_load_explicit(&s->key, memory_order_relaxed) != h)
+		return NULL;
+	assert(s->a && s->a->logical == h);
+	return s->a;
+}
+
+/* A table twice as large (at least LTAB_MIN) holding the live entries. */
+static int ltab_grow(void)
+{
+	struct ltab *t = ltab_now(), *n;
+	uint64_t size = t ? 2 * (t->mask + 1) : LTAB_MIN;
+
+	n = calloc(1, sizeof(*n) + size * sizeof(n->s[0]));
+	if (!n)
+		return -ENOMEM;
+	n->mask = size - 1;
+	n->older = t;
+	for (uint64_t i = 0; t && i <= t->mask; i++) {
+		uint64_t k = atomic_load_explicit(&t->s[i].key, memory_order_relaxed);
+		struct lslot *d = &n->s[k & n->mask];
+
+		if (!k)
+			continue;
+		assert(!atomic_load_explicit(&d->key, memory_order_relaxed));
+		d->a = t->s[i].a;
+		atomic_store_explicit(&d->drv, atomic_load_explicit(&t->s[i].drv, memory_order_relaxed),
+				      memory_order_relaxed);
+		atomic_store_explicit(&d->key, k, memory_order_relaxed);
+	}
+	atomic_store_explicit(&ltab, n, memory_order_release); /* the entries before the pointer */
+	return 0;
+}
+
+uint64_t cuip_logical_drv(uint64_t h)
+{
+	struct ltab *t = ltab_now(), *t2;
+
+	while (t) {
+		struct lslot *s = &t->s[h & t->mask];
+
+		if (atomic_load_explicit(&s->key, memory_order_acquire) == h) {
+			uint64_t d = atomic_load_explicit(&s->drv, memory_order_acquire);
+
+			return atomic_load_explicit(&s->key, memory_order_relaxed) == h ? d : 0;
+		}
+		t2 = ltab_now();
+		if (t2 == t)
+			return 0;
+		t = t2; /* grown meanwhile: the handle may be only in the new one */
+	}
+	return 0;
+}
+
+void cuip_logical_republish(void)
+{
+	for (struct ltab *t = ltab_now(); t; t = t->older)
+		for (uint64_t i = 0; i <= t->mask; i++)
+			if (atomic_load_explicit(&t->s[i].key, memory_order_relaxed))
+				atomic_store_explicit(&t->s[i].drv, t->s[i].a->drv, memory_order_release);
 }
 
 static struct cuip_alloc *alloc_new(uint64_t creator, uint64_t serial)
 {
-	struct cuip_alloc *a = calloc(1, sizeof(*a));
+	struct ltab *t = ltab_now();
+	struct cuip_alloc *a;
 	unsigned b = hash64(creator ^ serial);
 
+	/* Room for one logical handle per record at half load (see ltab). */
+	if ((!t || 2 * (vmm.nallocs + 1) > t->mask + 1) && ltab_grow())
+		return NULL;
+	a = calloc(1, sizeof(*a));
 	if (!a)
 		return NULL;
 	a->creator = creator;
@@ -98,34 +216,35 @@ static struct cuip_alloc *alloc_new(uint64_t creator, uint64_t serial)
 void cuip_logical_assign(struct cuip_alloc *a)
 {
 	const uint64_t mask = (1ull << CUIP_HTAG_SHIFT) - 1;
+	struct ltab *t = ltab_now();
+	struct lslot *s;
 	uint64_t h;
-	unsigned b;
 
 	if (a->logical)
 		return;
-	do /* skips values still live after the 48-bit counter wrapped */
+	assert(t && 2 * vmm.nallocs <= t->mask + 1); /* alloc_new made room */
+	/* Skips values whose slot is taken, live ones after a wrap too. */
+	do
 		h = (CUIP_HTAG << CUIP_HTAG_SHIFT) | (++vmm.next_logical & mask);
-	while (by_logical(h) || !(h & mask));
+	while (!(h & mask) || atomic_load_explicit(&t->s[h & t->mask].key, memory_order_relaxed));
+	s = &t->s[h & t->mask];
+	s->a = a;
+	atomic_store_explicit(&s->drv, a->drv, memory_order_release);
+	atomic_store_explicit(&s->key, h, memory_order_release);
 	a->logical = h;
-	b = hash64(h);
-	a->log_next = by_log[b];
-	by_log[b] = a;
 }
 
 static void logical_drop(struct cuip_alloc *a)
 {
-	struct cuip_alloc **pp;
-
 	if (!a->logical)
 		return;
-	for (pp = &by_log[hash64(a->logical)]; *pp; pp = &(*pp)->log_next) {
-		if (*pp == a) {
-			*pp = a->log_next;
-			break;
-		}
+	for (struct ltab *t = ltab_now(); t; t = t->older) {
+		struct lslot *s = &t->s[a->logical & t->mask];
+
+		if (atomic_load_explicit(&s->key, memory_order_relaxed) == a->logical)
+			atomic_store_explicit(&s->key, 0, memory_order_release);
 	}
 	a->logical = 0;
-	a->log_next = NULL;
 }
 
 /* Unlink a record from every table; the caller frees it after unlocking. */
@@ -564,7 +683,7 @@ out:
 CUIP_API CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
 								 CUmemGenericAllocationHandle handle)
 {
-	struct cuip_alloc *a;
+	CUmemGenericAllocationHandle drv;
 	CUresult r = enter(real.cuMemGetAllocationPropertiesFromHandle);
 
 	if (r != CUDA_SUCCESS)
@@ -573,10 +692,11 @@ CUIP_API CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocation
 		r = real.cuMemGetAllocationPropertiesFromHandle(prop, handle);
 		goto out;
 	}
-	lock();
-	a = by_logical(handle);
-	r = a ? real.cuMemGetAllocationPropertiesFromHandle(prop, a->drv) : CUDA_ERROR_INVALID_VALUE;
-	unlock();
+	/* No lock: the table's lock-free read (see ltab). A release racing
+	 * this query may release the driver handle while the driver reads
+	 * it, as with two application threads on the plain driver. */
+	drv = cuip_logical_drv(handle);
+	r = drv ? real.cuMemGetAllocationPropertiesFromHandle(prop, drv) : CUDA_ERROR_INVALID_VALUE;
 out:
 	cuip_gate_exit();
 	return r;
@@ -966,7 +1086,11 @@ void cuip_vmm_reset(void)
 		raw_tab[i] = NULL;
 	}
 	memset(by_id, 0, sizeof(by_id));
-	memset(by_log, 0, sizeof(by_log));
+	for (struct ltab *t = ltab_now(), *o; t; t = o) {
+		o = t->older;
+		free(t);
+	}
+	atomic_store(&ltab, NULL);
 	memset(&vmm, 0, sizeof(vmm));
 	pthread_mutex_init(&cuip_state_lock, NULL);
 }
