@@ -230,6 +230,15 @@ static long inflight(void)
 	return n;
 }
 
+/* Open again after a close that did not complete: nothing ran while it
+ * was closed, so the query table is current (and the caller, QUIESCE,
+ * does not hold the state lock that republishing needs). */
+static void reopen(void)
+{
+	atomic_store(&gate_is_open, 1);
+	wake_all();
+}
+
 int cuip_gate_close(unsigned timeout_ms)
 {
 	struct timespec dl, now, step;
@@ -251,7 +260,7 @@ int cuip_gate_close(unsigned timeout_ms)
 		pr_err("cannot close the API gate: membarrier failed (%s) after this process relied on it; "
 		       "gate reopened",
 		       strerror(-ret));
-		cuip_gate_open();
+		reopen();
 		return -EIO;
 	}
 	pthread_mutex_lock(&gate_mu);
@@ -273,7 +282,7 @@ int cuip_gate_close(unsigned timeout_ms)
 	}
 	pthread_mutex_unlock(&gate_mu);
 	if (ret)
-		cuip_gate_open();
+		reopen();
 	return ret;
 }
 
@@ -281,8 +290,7 @@ void cuip_gate_open(void)
 {
 	/* Driver handles may have changed while it was closed (restore). */
 	cuip_logical_republish();
-	atomic_store(&gate_is_open, 1);
-	wake_all();
+	reopen();
 }
 
 Cuip__Phase cuip_phase(void)
