@@ -293,12 +293,6 @@ void cuip_vmm_reset(void); /* fork child: forget everything */
 int cuip_map_insert(struct cuip_mapping *m);
 int cuip_access_set(struct cuip_mapping *m, uint64_t va, uint64_t size, const CUmemLocation *loc, unsigned flags);
 void cuip_logical_assign(struct cuip_alloc *a);
-/* Without the lock, inside the gate (tracked queries): the driver handle of
- * the live logical handle h, 0 when h names nothing (released). */
-uint64_t cuip_logical_drv(uint64_t h);
-/* Lock held, gate closed: copy every record's driver handle into the table
- * (cuip_gate_open; LOAD/REBUILD changed them). */
-void cuip_logical_republish(void);
 /* For ipc.c (caller holds the lock unless said otherwise): a new record; take
  * the mapping at va out of the table (nmaps of its record drops); unlink a
  * record nothing names any more (true: call cuip_alloc_release after

@@ -55,6 +55,7 @@
 #include <unistd.h>
 
 #include "cuip.h"
+#include "qtable.h"
 
 struct gate_slot {
 	atomic_long depth; /* written by its thread only */
@@ -289,7 +290,7 @@ int cuip_gate_close(unsigned timeout_ms)
 void cuip_gate_open(void)
 {
 	/* Driver handles may have changed while it was closed (restore). */
-	cuip_logical_republish();
+	cuip_qt_republish();
 	reopen();
 }
 

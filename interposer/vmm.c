@@ -18,72 +18,24 @@
  * short driver calls that change what it protects (map, unmap, set access)
  * so that the records always equal the driver's state, never across exports,
  * imports or peer traffic. Application threads only take it inside the gate.
- * One exception: the logical-handle table (below) is also read without the
- * lock by tracked queries (cuip_logical_drv), under the memory-ordering
- * protocol written there; it is written under the lock only.
+ * Logical handles live in qtable.c, which tracked queries read without it.
  */
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cuip.h"
+#include "qtable.h"
 
 pthread_mutex_t cuip_state_lock = PTHREAD_MUTEX_INITIALIZER;
 struct cuip_vmm vmm;
 
 #define NBUCKET 65536 /* tens of thousands of records in large jobs: short chains */
 static struct cuip_alloc *by_id[NBUCKET];
-
-/*
- * Logical handle -> record and driver handle: a direct-mapped table, read
- * without the lock by tracked queries. The live handle h sits in slot
- * h & mask; cuip_logical_assign skips counter values whose slot is taken,
- * so live handles never collide, and a table twice as large keeps them
- * apart too (h & mask' differs where h & mask did). alloc_new keeps the
- * capacity at least twice the number of records, and a record has at most
- * one logical handle, so assigning never fails and seldom skips.
- *
- * Writers (state lock held): insert stores a, then drv (release), then key
- * (release); removal stores key = 0 (release) in every table of the chain;
- * a later insert into that slot stores drv (release) before its key.
- * Reader (no lock, inside the gate): key (acquire) == h, drv (acquire), key
- * again == h. If the drv it read was stored for a later handle, that store
- * came after the key was cleared and the acquire makes the clear visible:
- * the second key read sees 0 or the later handle (logical values are not
- * reused until the 48-bit counter wraps), never h, and the reader refuses.
- * So a released handle is refused once its release returned, and a reader
- * reads only the slot's two atomics, never the record (which a concurrent
- * release frees).
- *
- * Growing publishes a new table (release) that holds the live entries; the
- * old one stays on the `older` chain, never freed while the process runs
- * (a lock-free reader may still hold it; their sizes halve, so the chain
- * takes less than the current table). Removal clears a key in every table,
- * so an old table holds no released handle; a reader that misses in a
- * table it loaded before a growth retries in the current one.
- *
- * Driver handles change only while the gate is closed (PREPARE, LOAD,
- * REBUILD in ops.c and multicast.c set a->drv directly): cuip_gate_open
- * calls cuip_logical_republish, which copies a->drv into the slots before
- * any application thread can read them.
- */
-struct lslot {
-	_Atomic uint64_t key; /* the logical handle; 0: free */
-	_Atomic uint64_t drv; /* its record's driver handle */
-	struct cuip_alloc *a; /* its record (state lock) */
-};
-struct ltab {
-	uint64_t mask;
-	struct ltab *older; /* superseded tables, see above */
-	struct lslot s[];
-};
-#define LTAB_MIN 4096
-static _Atomic(struct ltab *) ltab;
 
 /* Live raw (non-ticket) imports: the driver handles the application holds. */
 struct raw_import {
@@ -113,88 +65,17 @@ struct cuip_alloc *cuip_alloc_by_id(uint64_t creator, uint64_t serial)
 	return NULL;
 }
 
-static struct ltab *ltab_now(void)
-{
-	return atomic_load_explicit(&ltab, memory_order_acquire);
-}
-
 static struct cuip_alloc *by_logical(uint64_t h)
 {
-	struct ltab *t = ltab_now();
-	struct lslot *s;
-
-	if (!cuip_is_logical(h) || !t)
-		return NULL;
-	s = &t->s[h & t->mask];
-	if (atomic_load_explicit(&s->key, memory_order_relaxed) != h)
-		return NULL;
-	assert(s->a && s->a->logical == h);
-	return s->a;
-}
-
-/* A table twice as large (at least LTAB_MIN) holding the live entries. */
-static int ltab_grow(void)
-{
-	struct ltab *t = ltab_now(), *n;
-	uint64_t size = t ? 2 * (t->mask + 1) : LTAB_MIN;
-
-	n = calloc(1, sizeof(*n) + size * sizeof(n->s[0]));
-	if (!n)
-		return -ENOMEM;
-	n->mask = size - 1;
-	n->older = t;
-	for (uint64_t i = 0; t && i <= t->mask; i++) {
-		uint64_t k = atomic_load_explicit(&t->s[i].key, memory_order_relaxed);
-		struct lslot *d = &n->s[k & n->mask];
-
-		if (!k)
-			continue;
-		assert(!atomic_load_explicit(&d->key, memory_order_relaxed));
-		d->a = t->s[i].a;
-		atomic_store_explicit(&d->drv, atomic_load_explicit(&t->s[i].drv, memory_order_relaxed),
-				      memory_order_relaxed);
-		atomic_store_explicit(&d->key, k, memory_order_relaxed);
-	}
-	atomic_store_explicit(&ltab, n, memory_order_release); /* the entries before the pointer */
-	return 0;
-}
-
-uint64_t cuip_logical_drv(uint64_t h)
-{
-	struct ltab *t = ltab_now(), *t2;
-
-	while (t) {
-		struct lslot *s = &t->s[h & t->mask];
-
-		if (atomic_load_explicit(&s->key, memory_order_acquire) == h) {
-			uint64_t d = atomic_load_explicit(&s->drv, memory_order_acquire);
-
-			return atomic_load_explicit(&s->key, memory_order_relaxed) == h ? d : 0;
-		}
-		t2 = ltab_now();
-		if (t2 == t)
-			return 0;
-		t = t2; /* grown meanwhile: the handle may be only in the new one */
-	}
-	return 0;
-}
-
-void cuip_logical_republish(void)
-{
-	for (struct ltab *t = ltab_now(); t; t = t->older)
-		for (uint64_t i = 0; i <= t->mask; i++)
-			if (atomic_load_explicit(&t->s[i].key, memory_order_relaxed))
-				atomic_store_explicit(&t->s[i].drv, t->s[i].a->drv, memory_order_release);
+	return cuip_is_logical(h) ? cuip_qt_record(h) : NULL;
 }
 
 static struct cuip_alloc *alloc_new(uint64_t creator, uint64_t serial)
 {
-	struct ltab *t = ltab_now();
 	struct cuip_alloc *a;
 	unsigned b = hash64(creator ^ serial);
 
-	/* Room for one logical handle per record at half load (see ltab). */
-	if ((!t || 2 * (vmm.nallocs + 1) > t->mask + 1) && ltab_grow())
+	if (cuip_qt_reserve(vmm.nallocs + 1)) /* a logical handle never fails */
 		return NULL;
 	a = calloc(1, sizeof(*a));
 	if (!a)
@@ -216,21 +97,14 @@ static struct cuip_alloc *alloc_new(uint64_t creator, uint64_t serial)
 void cuip_logical_assign(struct cuip_alloc *a)
 {
 	const uint64_t mask = (1ull << CUIP_HTAG_SHIFT) - 1;
-	struct ltab *t = ltab_now();
-	struct lslot *s;
 	uint64_t h;
 
 	if (a->logical)
 		return;
-	assert(t && 2 * vmm.nallocs <= t->mask + 1); /* alloc_new made room */
-	/* Skips values whose slot is taken, live ones after a wrap too. */
-	do
+	do /* skips values whose slot is taken, live ones after a wrap too */
 		h = (CUIP_HTAG << CUIP_HTAG_SHIFT) | (++vmm.next_logical & mask);
-	while (!(h & mask) || atomic_load_explicit(&t->s[h & t->mask].key, memory_order_relaxed));
-	s = &t->s[h & t->mask];
-	s->a = a;
-	atomic_store_explicit(&s->drv, a->drv, memory_order_release);
-	atomic_store_explicit(&s->key, h, memory_order_release);
+	while (cuip_qt_taken(h) || !(h & mask));
+	cuip_qt_insert(h, a, a->drv);
 	a->logical = h;
 }
 
@@ -238,12 +112,7 @@ static void logical_drop(struct cuip_alloc *a)
 {
 	if (!a->logical)
 		return;
-	for (struct ltab *t = ltab_now(); t; t = t->older) {
-		struct lslot *s = &t->s[a->logical & t->mask];
-
-		if (atomic_load_explicit(&s->key, memory_order_relaxed) == a->logical)
-			atomic_store_explicit(&s->key, 0, memory_order_release);
-	}
+	cuip_qt_remove(a->logical);
 	a->logical = 0;
 }
 
@@ -692,10 +561,10 @@ CUIP_API CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocation
 		r = real.cuMemGetAllocationPropertiesFromHandle(prop, handle);
 		goto out;
 	}
-	/* No lock: the table's lock-free read (see ltab). A release racing
-	 * this query may release the driver handle while the driver reads
-	 * it, as with two application threads on the plain driver. */
-	drv = cuip_logical_drv(handle);
+	/* No lock (qtable.c). A release racing this query may release the
+	 * driver handle while the driver reads it, as with two application
+	 * threads on the plain driver. */
+	drv = cuip_qt_drv(handle);
 	r = drv ? real.cuMemGetAllocationPropertiesFromHandle(prop, drv) : CUDA_ERROR_INVALID_VALUE;
 out:
 	cuip_gate_exit();
@@ -1086,11 +955,7 @@ void cuip_vmm_reset(void)
 		raw_tab[i] = NULL;
 	}
 	memset(by_id, 0, sizeof(by_id));
-	for (struct ltab *t = ltab_now(), *o; t; t = o) {
-		o = t->older;
-		free(t);
-	}
-	atomic_store(&ltab, NULL);
+	cuip_qt_reset();
 	memset(&vmm, 0, sizeof(vmm));
 	pthread_mutex_init(&cuip_state_lock, NULL);
 }
