@@ -187,6 +187,7 @@ void cuip_gate_exit(void);
  * -ETIMEDOUT or -EIO (membarrier failed) with the gate reopened. */
 int cuip_gate_close(unsigned timeout_ms);
 void cuip_gate_open(void);
+void cuip_gate_prepare(void); /* process start: the slow one-time set-up */
 Cuip__Phase cuip_phase(void);
 void cuip_set_phase(Cuip__Phase p);
 void cuip_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

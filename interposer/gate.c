@@ -43,6 +43,12 @@
  * leaves no count and the closer never reads a freed slot: the closer scans
  * with gate_mu held. A fork child keeps only the forking thread's slot.
  * gate_mu/gate_cv serve the slow paths and the slot list only.
+ *
+ * The closer waits for calls in flight, so it must hold no lock such a call
+ * may take before it leaves: QUIESCE (ops.c) closes the gate without the
+ * state lock, which imports take after their FETCH. The membarrier
+ * registration (an RCU grace period) is made at process start
+ * (cuip_gate_prepare from runtime.c), else by the first gated call or close.
  */
 #include <errno.h>
 #include <linux/membarrier.h>
@@ -122,6 +128,14 @@ static void gate_once_init(void)
 		       membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) != 0;
 	if (reader_fence)
 		pr_info("membarrier(PRIVATE_EXPEDITED) unavailable: the open gate fences each call");
+}
+
+void cuip_gate_prepare(void)
+{
+	/* membarrier registration waits for an RCU grace period (6 to 23 ms
+	 * measured on the 2-core test machine, more under load): at process
+	 * start rather than in the first gated call. */
+	pthread_once(&gate_once, gate_once_init);
 }
 
 /* The calling thread's first gated call: put its slot on the list. */

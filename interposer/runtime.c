@@ -259,6 +259,7 @@ static void start_locked(void)
 	cuip_client_identity = self.id;
 	announce_self();
 	devices_scan();
+	cuip_gate_prepare();
 	ret = cuip_ctl_start();
 	if (ret)
 		pr_err("control socket unavailable: this process cannot be checkpointed by cuinterpose");
