@@ -82,9 +82,11 @@ CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArra
 /* Enter a gated (tracked or launch-class) call; CUDA_SUCCESS or NOT_READY. */
 CUresult cuip_gate_enter(void);
 void cuip_gate_exit(void);
-/* Close the gate and wait up to timeout_ms for in-flight calls: 0 or -ETIMEDOUT. */
+/* Close the gate and wait up to timeout_ms for in-flight calls: 0, or
+ * -ETIMEDOUT or -EIO (membarrier failed) with the gate reopened. */
 int cuip_gate_close(unsigned timeout_ms);
 void cuip_gate_open(void);
+void cuip_gate_prepare(void); /* process start: the slow one-time set-up */
 Cuip__Phase cuip_phase(void);
 void cuip_set_phase(Cuip__Phase p);
 void cuip_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -2,64 +2,221 @@
  * gate.c - the API gate and the lifecycle phase.
  *
  * Every tracked and launch-class wrapper brackets its driver call with
- * cuip_gate_enter()/cuip_gate_exit(). Open gate: one atomic increment, one
- * load, one decrement. A checkpoint closes the gate, waits until no call is
- * in flight, and from then on no application thread is inside the driver
- * through us nor inside the interposer's state lock; new calls wait here
- * until the gate reopens (after a complete restore or a rollback), or fail
- * with CUDA_ERROR_NOT_READY once the process is FAILED.
+ * cuip_gate_enter()/cuip_gate_exit(). A checkpoint closes the gate
+ * (cuip_gate_close, QUIESCE in ops.c, on the op thread), waits until no call
+ * is in flight, and from then on no application thread is inside the driver
+ * through us nor inside the interposer's state; new calls wait here until
+ * the gate reopens (after a complete restore or a rollback), or fail with
+ * CUDA_ERROR_NOT_READY once the process is FAILED.
  *
- * Dekker-style: the closer stores `open = 0` then reads `inflight`; an
- * entering thread increments `inflight` then reads `open`. Both sequentially
- * consistent, so at least one of them sees the other. gate_mu/gate_cv only
- * serve the slow paths.
+ * Open gate, per call: the calling thread's own counter (`depth` in its
+ * thread-local slot) goes up, one shared read-mostly flag is loaded, the
+ * counter goes down. No read-modify-write, no fence, no cache line another
+ * thread writes while the gate is open.
+ *
+ * Protocol (asymmetric Dekker). Entering thread T: store depth+1 (relaxed,
+ * only T writes it), compiler barrier, load `gate_is_open`; closed: undo,
+ * wait on gate_cv. Closer: store open = 0, then heavy_barrier(), then sum
+ * every registered slot's depth (acquire) until it reads 0. heavy_barrier()
+ * is membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), which runs a full memory
+ * barrier on every thread of the process that is running (a thread that is
+ * not running passes one when it is scheduled). For each T the barrier falls
+ * somewhere in T's program: before T's depth store, T's later load of the
+ * flag sees 0 (the closer stored it before the barrier) and T backs off;
+ * after it, the depth store is visible to the closer's scan, which waits.
+ * Exit stores depth-1 with release, so everything T did inside the gate
+ * happens before the closer's acquire read of 0. The closer rescans every
+ * few milliseconds as well as on wake-ups, so a missed wake-up costs a
+ * few ms, never the checkpoint. Where membarrier is unavailable (old kernel,
+ * seccomp), decided once before the first thread registers, entering threads
+ * use a sequentially consistent fence between the store and the load
+ * instead (classic Dekker with the closer's seq_cst store and loads).
+ * After a CRIU restore the process's membarrier registration is gone: the
+ * closer registers again when the kernel answers EPERM, or falls back to
+ * MEMBARRIER_CMD_GLOBAL; if membarrier fails altogether after the process
+ * relied on it, cuip_gate_close reopens the gate and returns -EIO (the
+ * checkpoint is refused, the job keeps running).
+ *
+ * Slots: a thread's slot lives in its TLS, registered on the list `slots`
+ * on its first gated call (under gate_mu) and unlinked by a thread-specific
+ * destructor when the thread exits (under gate_mu too), so an exited thread
+ * leaves no count and the closer never reads a freed slot: the closer scans
+ * with gate_mu held. A fork child keeps only the forking thread's slot.
+ * gate_mu/gate_cv serve the slow paths and the slot list only.
+ *
+ * The closer waits for calls in flight, so it must hold no lock such a call
+ * may take before it leaves: QUIESCE (ops.c) closes the gate without the
+ * state lock, which imports take after their FETCH. The membarrier
+ * registration (an RCU grace period) is made at process start
+ * (cuip_gate_prepare from runtime.c), else by the first gated call or close.
  */
 #include <errno.h>
+#include <linux/membarrier.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cuip.h"
+#include "qtable.h"
 
+struct gate_slot {
+	atomic_long depth; /* written by its thread only */
+	struct gate_slot *prev, *next;
+	bool registered;
+};
+
+#define TLS_IE __attribute__((tls_model("initial-exec")))
+
+static __thread struct gate_slot me TLS_IE;
 static atomic_int gate_is_open = 1;
-static atomic_long inflight;
 static atomic_int phase = CUIP__PHASE__PHASE_ACTIVE;
 static atomic_ullong waits;
 static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t gate_cv; /* CLOCK_MONOTONIC, see gate_cv_init */
-static pthread_once_t cv_once = PTHREAD_ONCE_INIT;
+static pthread_cond_t gate_cv; /* CLOCK_MONOTONIC, see gate_once_init */
+static pthread_once_t gate_once = PTHREAD_ONCE_INIT;
+static pthread_key_t slot_key;
+static struct gate_slot *slots; /* gate_mu */
+static bool reader_fence;	/* set once, before the first slot registers */
 static char failure[512];
 
-static void gate_cv_init(void)
+#define RESCAN_NS 5000000L /* the closer rescans the slots this often */
+
+static void wake_all(void);
+
+static int membarrier(int cmd)
+{
+	return (int)syscall(__NR_membarrier, cmd, 0, 0);
+}
+
+static void slot_gone(void *p)
+{
+	struct gate_slot *s = p;
+
+	pthread_mutex_lock(&gate_mu);
+	if (s->registered) {
+		if (s->prev)
+			s->prev->next = s->next;
+		else
+			slots = s->next;
+		if (s->next)
+			s->next->prev = s->prev;
+		s->registered = false;
+	}
+	pthread_mutex_unlock(&gate_mu);
+	/* A thread exiting inside a gated call (pthread_exit from a callback)
+	 * takes its count with it: wake a closer that may wait for it. */
+	if (atomic_load_explicit(&s->depth, memory_order_relaxed) && !atomic_load(&gate_is_open))
+		wake_all();
+}
+
+static void gate_once_init(void)
 {
 	pthread_condattr_t a;
+	int q;
 
 	pthread_condattr_init(&a);
 	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
 	pthread_cond_init(&gate_cv, &a);
 	pthread_condattr_destroy(&a);
+	pthread_key_create(&slot_key, slot_gone);
+	q = membarrier(MEMBARRIER_CMD_QUERY);
+	reader_fence = q < 0 || !(q & MEMBARRIER_CMD_PRIVATE_EXPEDITED) ||
+		       membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) != 0;
+	if (reader_fence)
+		pr_info("membarrier(PRIVATE_EXPEDITED) unavailable: the open gate fences each call");
+}
+
+void cuip_gate_prepare(void)
+{
+	/* membarrier registration waits for an RCU grace period (6 to 23 ms
+	 * measured on the 2-core test machine, more under load): at process
+	 * start rather than in the first gated call. */
+	pthread_once(&gate_once, gate_once_init);
+}
+
+/* The calling thread's first gated call: put its slot on the list. */
+static struct gate_slot *slot_register(void)
+{
+	pthread_once(&gate_once, gate_once_init);
+	pthread_mutex_lock(&gate_mu);
+	me.prev = NULL;
+	me.next = slots;
+	if (slots)
+		slots->prev = &me;
+	slots = &me;
+	me.registered = true;
+	pthread_mutex_unlock(&gate_mu);
+	pthread_setspecific(slot_key, &me);
+	return &me;
+}
+
+/* Make every thread's earlier stores visible to the caller's later loads
+ * and the caller's earlier stores to every thread's later loads: 0 or
+ * -errno (no barrier: the caller must not trust a scan). */
+static int heavy_barrier(void)
+{
+	if (reader_fence) {
+		atomic_thread_fence(memory_order_seq_cst);
+		return 0;
+	}
+	if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
+		return 0;
+	/* Not registered (a restored process) or refused: register and retry. */
+	if (membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 &&
+	    membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
+		return 0;
+	/* The slow global barrier (an RCU grace period): milliseconds, once
+	 * per checkpoint. */
+	if (membarrier(MEMBARRIER_CMD_GLOBAL) == 0)
+		return 0;
+	return -errno;
 }
 
 static void wake_all(void)
 {
-	pthread_once(&cv_once, gate_cv_init);
+	pthread_once(&gate_once, gate_once_init);
 	pthread_mutex_lock(&gate_mu);
 	pthread_cond_broadcast(&gate_cv);
 	pthread_mutex_unlock(&gate_mu);
 }
 
+static inline void slot_add(struct gate_slot *s, long d)
+{
+	long v = atomic_load_explicit(&s->depth, memory_order_relaxed) + d;
+
+	/* release on the way out: the call's work happens before a closer
+	 * reading 0; on the way in the order comes from the barrier below */
+	atomic_store_explicit(&s->depth, v, d < 0 ? memory_order_release : memory_order_relaxed);
+}
+
+static inline bool open_after_store(void)
+{
+	if (__builtin_expect(reader_fence, 0))
+		atomic_thread_fence(memory_order_seq_cst);
+	else
+		atomic_signal_fence(memory_order_seq_cst); /* the compiler keeps the order */
+	return atomic_load_explicit(&gate_is_open, memory_order_relaxed);
+}
+
 CUresult cuip_gate_enter(void)
 {
+	struct gate_slot *s = &me;
+
+	if (__builtin_expect(!s->registered, 0))
+		slot_register();
 	for (;;) {
-		atomic_fetch_add(&inflight, 1);
-		if (atomic_load(&gate_is_open))
+		slot_add(s, 1);
+		if (__builtin_expect(open_after_store(), 1)) {
+			atomic_thread_fence(memory_order_acquire); /* pairs with cuip_gate_open */
 			return CUDA_SUCCESS;
-		if (atomic_fetch_sub(&inflight, 1) == 1)
-			wake_all(); /* the closer may be waiting for zero */
+		}
+		slot_add(s, -1);
+		wake_all(); /* the closer may be waiting for this slot */
 		atomic_fetch_add(&waits, 1);
-		pthread_once(&cv_once, gate_cv_init);
 		pthread_mutex_lock(&gate_mu);
 		while (!atomic_load(&gate_is_open) && atomic_load(&phase) != CUIP__PHASE__PHASE_FAILED)
 			pthread_cond_wait(&gate_cv, &gate_mu);
@@ -71,16 +228,38 @@ CUresult cuip_gate_enter(void)
 
 void cuip_gate_exit(void)
 {
-	if (atomic_fetch_sub(&inflight, 1) == 1 && !atomic_load(&gate_is_open))
+	struct gate_slot *s = &me;
+
+	slot_add(s, -1);
+	if (__builtin_expect(!open_after_store(), 0))
 		wake_all();
+}
+
+/* Calls in flight (gate_mu held). */
+static long inflight(void)
+{
+	long n = 0;
+
+	for (struct gate_slot *s = slots; s; s = s->next)
+		n += atomic_load_explicit(&s->depth, memory_order_acquire);
+	return n;
+}
+
+/* Open again after a close that did not complete: nothing ran while it
+ * was closed, so the query table is current (and the caller, QUIESCE,
+ * does not hold the state lock that republishing needs). */
+static void reopen(void)
+{
+	atomic_store(&gate_is_open, 1);
+	wake_all();
 }
 
 int cuip_gate_close(unsigned timeout_ms)
 {
-	struct timespec dl;
+	struct timespec dl, now, step;
 	int ret = 0;
 
-	pthread_once(&cv_once, gate_cv_init);
+	pthread_once(&gate_once, gate_once_init);
 	clock_gettime(CLOCK_MONOTONIC, &dl);
 	dl.tv_sec += timeout_ms / 1000;
 	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
@@ -89,23 +268,44 @@ int cuip_gate_close(unsigned timeout_ms)
 		dl.tv_nsec -= 1000000000L;
 	}
 	atomic_store(&gate_is_open, 0);
+	ret = heavy_barrier();
+	if (ret) {
+		/* Threads that entered without a fence may be unseen: refuse to
+		 * close rather than claim it; the job keeps running. */
+		pr_err("cannot close the API gate: membarrier failed (%s) after this process relied on it; "
+		       "gate reopened",
+		       strerror(-ret));
+		reopen();
+		return -EIO;
+	}
 	pthread_mutex_lock(&gate_mu);
-	while (atomic_load(&inflight) > 0) {
-		if (pthread_cond_timedwait(&gate_cv, &gate_mu, &dl) == ETIMEDOUT && atomic_load(&inflight) > 0) {
+	while (inflight() > 0) {
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec > dl.tv_sec || (now.tv_sec == dl.tv_sec && now.tv_nsec >= dl.tv_nsec)) {
 			ret = -ETIMEDOUT;
 			break;
 		}
+		step = now;
+		step.tv_nsec += RESCAN_NS;
+		if (step.tv_nsec >= 1000000000L) {
+			step.tv_sec++;
+			step.tv_nsec -= 1000000000L;
+		}
+		if (step.tv_sec > dl.tv_sec || (step.tv_sec == dl.tv_sec && step.tv_nsec > dl.tv_nsec))
+			step = dl;
+		pthread_cond_timedwait(&gate_cv, &gate_mu, &step);
 	}
 	pthread_mutex_unlock(&gate_mu);
 	if (ret)
-		cuip_gate_open();
+		reopen();
 	return ret;
 }
 
 void cuip_gate_open(void)
 {
-	atomic_store(&gate_is_open, 1);
-	wake_all();
+	/* Driver handles may have changed while it was closed (restore). */
+	cuip_qt_republish();
+	reopen();
 }
 
 Cuip__Phase cuip_phase(void)
@@ -143,8 +343,13 @@ uint64_t cuip_gate_waits(void)
 
 void cuip_gate_reset(void)
 {
-	/* A forked child has only the forking thread: nothing is in flight. */
-	atomic_store(&inflight, 0);
+	/* A forked child has only the forking thread: the other threads'
+	 * slots (their TLS) are gone, its own keeps its count. */
+	slots = NULL;
+	if (me.registered) {
+		me.prev = me.next = NULL;
+		slots = &me;
+	}
 	atomic_store(&gate_is_open, 1);
 	atomic_store(&phase, CUIP__PHASE__PHASE_ACTIVE);
 	atomic_store(&waits, 0);

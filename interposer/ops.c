@@ -15,7 +15,10 @@
  *
  * The op thread holds cuip_state_lock for each operation: application
  * threads cannot want it meanwhile (they wait at the closed gate), and the
- * control thread never takes it. The op thread runs the driver in each
+ * control thread never takes it. QUIESCE drops it while it closes the
+ * gate: a call in flight may need it to leave (an import takes it after
+ * its FETCH), and waiting for that call with the lock held would stall
+ * both until the timeout. The op thread runs the driver in each
  * device's primary context, retained for the operation and released after;
  * application threads' current contexts are theirs and untouched.
  * Replies come from the reply arena (reply.c).
@@ -204,10 +207,14 @@ static Cuip__Response *op_quiesce(const Cuip__Quiesce *q)
 		return reply(0, NULL);
 	if (ph != CUIP__PHASE__PHASE_ACTIVE)
 		return reply(-EBUSY, "pid %d: QUIESCE in phase %s", self.pid, phase_name(ph));
+	cuip_state_drop(); /* see the top of this file */
 	ret = cuip_gate_close(q->timeout_ms);
-	if (ret)
+	cuip_state_take();
+	if (ret == -ETIMEDOUT)
 		return reply(ret, "pid %d: CUDA calls still in flight after %u ms; gate reopened", self.pid,
 			     q->timeout_ms);
+	if (ret)
+		return reply(ret, "pid %d: cannot close the API gate: %s; gate reopened", self.pid, strerror(-ret));
 	/* A pool shared after the preflight's INSPECT: refused before anything changes. */
 	if (cuip_pool_refusal(msg, sizeof(msg))) {
 		cuip_gate_open();

@@ -13,7 +13,8 @@
  * Callers: the resource modules (vmm.c, ipc.c, peer.c, multicast.c), the
  * checkpoint slices (inspect.c, ops.c). Locking: cuip_state_lock protects
  * everything here; every function but the destructor runs with it held.
- * Application threads take it only inside the gate.
+ * Application threads take it only inside the gate. Logical handles live
+ * in qtable.c, which tracked queries read without the lock.
  */
 #include <assert.h>
 #include <errno.h>
@@ -24,6 +25,7 @@
 #include <unistd.h>
 
 #include "driver.h"
+#include "qtable.h"
 #include "record.h"
 #include "runtime.h"
 #include "xcache.h"
@@ -34,7 +36,6 @@ struct cuip_vmm vmm;
 
 #define NBUCKET 65536 /* tens of thousands of records in large jobs: short chains */
 static struct cuip_alloc *by_id[NBUCKET];
-static struct cuip_alloc *by_log[NBUCKET];
 
 static unsigned hash64(uint64_t v)
 {
@@ -78,12 +79,7 @@ struct cuip_alloc *cuip_alloc_by_id(uint64_t creator, uint64_t serial)
 
 struct cuip_alloc *cuip_by_logical(uint64_t h)
 {
-	if (!cuip_is_logical(h))
-		return NULL;
-	for (struct cuip_alloc *a = by_log[hash64(h)]; a; a = a->log_next)
-		if (a->logical == h)
-			return a;
-	return NULL;
+	return cuip_is_logical(h) ? cuip_qt_record(h) : NULL;
 }
 
 struct cuip_alloc *cuip_alloc_new(uint64_t creator, uint64_t serial)
@@ -92,6 +88,8 @@ struct cuip_alloc *cuip_alloc_new(uint64_t creator, uint64_t serial)
 	unsigned b;
 
 	cuip_state_assert_held();
+	if (cuip_qt_reserve(vmm.nallocs + 1)) /* a logical handle never fails */
+		return NULL;
 	a = calloc(1, sizeof(*a));
 	if (!a)
 		return NULL;
@@ -120,35 +118,24 @@ void cuip_logical_assign(struct cuip_alloc *a)
 {
 	const uint64_t mask = (1ull << CUIP_HTAG_SHIFT) - 1;
 	uint64_t h;
-	unsigned b;
 
 	cuip_state_assert_held();
 	if (a->logical)
 		return;
-	do /* skips values still live after the 48-bit counter wrapped */
+	do /* skips values whose slot is taken, live ones after a wrap too */
 		h = (CUIP_HTAG << CUIP_HTAG_SHIFT) | (++vmm.next_logical & mask);
-	while (cuip_by_logical(h) || !(h & mask));
+	while (cuip_qt_taken(h) || !(h & mask));
+	cuip_qt_insert(h, a, a->drv);
 	a->logical = h;
-	b = hash64(h);
-	a->log_next = by_log[b];
-	by_log[b] = a;
 }
 
 void cuip_logical_drop(struct cuip_alloc *a)
 {
-	struct cuip_alloc **pp;
-
 	cuip_state_assert_held();
 	if (!a->logical)
 		return;
-	for (pp = &by_log[hash64(a->logical)]; *pp; pp = &(*pp)->log_next) {
-		if (*pp == a) {
-			*pp = a->log_next;
-			break;
-		}
-	}
+	cuip_qt_remove(a->logical);
 	a->logical = 0;
-	a->log_next = NULL;
 }
 
 /* Unlink a record from every table; the caller frees it after unlocking. */
@@ -470,7 +457,7 @@ static void fork_child(void)
 		free(a);
 	}
 	memset(by_id, 0, sizeof(by_id));
-	memset(by_log, 0, sizeof(by_log));
+	cuip_qt_reset();
 	memset(&vmm, 0, sizeof(vmm));
 	pthread_mutex_init(&cuip_state_lock, NULL);
 }

@@ -79,7 +79,7 @@ struct cuip_alloc {
 	uint64_t slab_used;			  /* creator: bytes its pieces take, PIECE_ALIGN-rounded */
 	struct cuip_alloc *slab_prev, *slab_next; /* creator's slabs (vmm.slabs) */
 	int32_t load_ix;			  /* LOAD: entry whose temporary map holds it, or -1 */
-	struct cuip_alloc *id_next, *log_next;
+	struct cuip_alloc *id_next;
 	struct cuip_alloc *prev, *next; /* all records, creation order */
 };
 

@@ -258,6 +258,7 @@ static void start_locked(void)
 	cuip_client_identity = self.id;
 	announce_self();
 	devices_scan();
+	cuip_gate_prepare();
 	ret = 0;
 	for (const cuip_start_hook_fn *h = __start_cuip_start_hooks; h < __stop_cuip_start_hooks; h++) {
 		int r = (*h)();

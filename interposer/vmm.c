@@ -36,6 +36,7 @@
 
 #include "driver.h"
 #include "multicast.h"
+#include "qtable.h"
 #include "record.h"
 #include "runtime.h"
 #include "slice.h"
@@ -245,7 +246,7 @@ out:
 CUIP_API CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
 								 CUmemGenericAllocationHandle handle)
 {
-	struct cuip_alloc *a;
+	CUmemGenericAllocationHandle drv;
 	CUresult r = enter(real.cuMemGetAllocationPropertiesFromHandle);
 
 	if (r != CUDA_SUCCESS)
@@ -254,10 +255,11 @@ CUIP_API CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocation
 		r = real.cuMemGetAllocationPropertiesFromHandle(prop, handle);
 		goto out;
 	}
-	lock();
-	a = cuip_by_logical(handle);
-	r = a ? real.cuMemGetAllocationPropertiesFromHandle(prop, a->drv) : CUDA_ERROR_INVALID_VALUE;
-	unlock();
+	/* No lock (qtable.c). A release racing this query may release the
+	 * driver handle while the driver reads it, as with two application
+	 * threads on the plain driver. */
+	drv = cuip_qt_drv(handle);
+	r = drv ? real.cuMemGetAllocationPropertiesFromHandle(prop, drv) : CUDA_ERROR_INVALID_VALUE;
 out:
 	cuip_gate_exit();
 	return r;

@@ -13,6 +13,7 @@ Suite *ipc_suite(void);
 Suite *mc_suite(void);
 Suite *slab_suite(void);
 Suite *pool_suite(void);
+Suite *query_suite(void);
 
 int main(void)
 {
@@ -26,6 +27,7 @@ int main(void)
 	srunner_add_suite(sr, mc_suite());
 	srunner_add_suite(sr, slab_suite());
 	srunner_add_suite(sr, pool_suite());
+	srunner_add_suite(sr, query_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

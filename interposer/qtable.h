@@ -1,0 +1,38 @@
+/*
+ * qtable.h - the logical-handle table (qtable.c): logical handle -> record
+ * and driver handle, read without any lock by tracked queries.
+ *
+ * Callers: vmm.c (records, logical handles, the query), gate.c
+ * (cuip_gate_open republishes). Writers hold cuip_state_lock; cuip_qt_drv
+ * takes no lock and is called inside the API gate.
+ */
+#ifndef CUIP_QTABLE_H
+#define CUIP_QTABLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct cuip_alloc;
+
+/* Room for nrecords live handles (at half load): 0 or -ENOMEM. Lock held. */
+int cuip_qt_reserve(size_t nrecords);
+/* Whether h's slot holds a live handle (h itself or one it collides with):
+ * a new handle must not be such a value. Lock held. */
+bool cuip_qt_taken(uint64_t h);
+/* Enter live handle h (not taken) for record a, driver handle drv. Lock held. */
+void cuip_qt_insert(uint64_t h, struct cuip_alloc *a, uint64_t drv);
+/* h names nothing any more, in every reader from the return on. Lock held. */
+void cuip_qt_remove(uint64_t h);
+/* The record of live handle h, or NULL. Lock held. */
+struct cuip_alloc *cuip_qt_record(uint64_t h);
+/* Without the lock, inside the gate: the driver handle of live handle h,
+ * 0 when h names nothing (released, never assigned). */
+uint64_t cuip_qt_drv(uint64_t h);
+/* Copy every live record's driver handle into the table (they change only
+ * while the gate is closed: LOAD, REBUILD). Lock held, gate closed. */
+void cuip_qt_republish(void);
+/* Fork child: forget everything (one thread, no reader). */
+void cuip_qt_reset(void);
+
+#endif
