@@ -5,10 +5,10 @@
  * query costs the driver call plus a few loads and shares no written cache
  * line with other threads.
  *
- * Callers: vmm.c, which keeps the records and assigns the handles, and
- * gate.c (cuip_gate_open republishes). Locking: writers (every function but
- * cuip_qt_drv) hold cuip_state_lock; readers hold nothing and are inside
- * the API gate.
+ * Callers: record.c, which keeps the records and assigns the handles,
+ * vmm.c (the query), and gate.c (cuip_gate_open republishes). Locking:
+ * writers (every function but cuip_qt_drv) hold cuip_state_lock; readers
+ * hold nothing and are inside the API gate.
  *
  * A direct-mapped table: the live handle h sits in slot h & mask. vmm.c
  * skips counter values whose slot is taken (cuip_qt_taken), so live handles
@@ -37,8 +37,9 @@
  *
  * Driver handles change only while the gate is closed (PREPARE, LOAD,
  * REBUILD in ops.c and multicast.c set a->drv directly): cuip_gate_open
- * calls cuip_qt_republish, which copies a->drv into the slots before any
- * application thread can read them.
+ * calls cuip_qt_republish, which copies a->drv into the slots (through the
+ * address insert was given, so this table needs nothing of the record's
+ * layout) before any application thread can read them.
  */
 #include <assert.h>
 #include <errno.h>
@@ -47,12 +48,12 @@
 
 #include "cuip.h"
 #include "qtable.h"
-#include "record.h"
 
 struct lslot {
-	_Atomic uint64_t key; /* the logical handle; 0: free */
-	_Atomic uint64_t drv; /* its record's driver handle */
-	struct cuip_alloc *a; /* its record (state lock) */
+	_Atomic uint64_t key;			 /* the logical handle; 0: free */
+	_Atomic uint64_t drv;			 /* its record's driver handle */
+	struct cuip_alloc *a;			 /* its record (state lock) */
+	const CUmemGenericAllocationHandle *src; /* where the record keeps drv (&a->drv): republish reads it */
 };
 struct ltab {
 	uint64_t mask;
@@ -86,6 +87,7 @@ static int ltab_grow(void)
 			continue;
 		assert(!atomic_load_explicit(&d->key, memory_order_relaxed));
 		d->a = t->s[i].a;
+		d->src = t->s[i].src;
 		atomic_store_explicit(&d->drv, atomic_load_explicit(&t->s[i].drv, memory_order_relaxed),
 				      memory_order_relaxed);
 		atomic_store_explicit(&d->key, k, memory_order_relaxed);
@@ -110,7 +112,7 @@ bool cuip_qt_taken(uint64_t h)
 	return t && atomic_load_explicit(&t->s[h & t->mask].key, memory_order_relaxed);
 }
 
-void cuip_qt_insert(uint64_t h, struct cuip_alloc *a, uint64_t drv)
+void cuip_qt_insert(uint64_t h, struct cuip_alloc *a, const CUmemGenericAllocationHandle *drv)
 {
 	struct ltab *t = ltab_now();
 	struct lslot *s;
@@ -118,7 +120,8 @@ void cuip_qt_insert(uint64_t h, struct cuip_alloc *a, uint64_t drv)
 	assert(t && h && !cuip_qt_taken(h)); /* cuip_qt_reserve made room */
 	s = &t->s[h & t->mask];
 	s->a = a;
-	atomic_store_explicit(&s->drv, drv, memory_order_release);
+	s->src = drv;
+	atomic_store_explicit(&s->drv, *drv, memory_order_release);
 	atomic_store_explicit(&s->key, h, memory_order_release);
 }
 
@@ -142,7 +145,7 @@ struct cuip_alloc *cuip_qt_record(uint64_t h)
 	s = &t->s[h & t->mask];
 	if (atomic_load_explicit(&s->key, memory_order_relaxed) != h)
 		return NULL;
-	assert(s->a && s->a->logical == h);
+	assert(s->a);
 	return s->a;
 }
 
@@ -171,7 +174,7 @@ void cuip_qt_republish(void)
 	for (struct ltab *t = ltab_now(); t; t = t->older)
 		for (uint64_t i = 0; i <= t->mask; i++)
 			if (atomic_load_explicit(&t->s[i].key, memory_order_relaxed))
-				atomic_store_explicit(&t->s[i].drv, t->s[i].a->drv, memory_order_release);
+				atomic_store_explicit(&t->s[i].drv, *t->s[i].src, memory_order_release);
 }
 
 void cuip_qt_reset(void)

@@ -2,7 +2,7 @@
  * qtable.h - the logical-handle table (qtable.c): logical handle -> record
  * and driver handle, read without any lock by tracked queries.
  *
- * Callers: vmm.c (records, logical handles, the query), gate.c
+ * Callers: record.c (records, logical handles), vmm.c (the query), gate.c
  * (cuip_gate_open republishes). Writers hold cuip_state_lock; cuip_qt_drv
  * takes no lock and is called inside the API gate.
  */
@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <cuda.h>
 
 struct cuip_alloc;
 
@@ -20,8 +21,9 @@ int cuip_qt_reserve(size_t nrecords);
 /* Whether h's slot holds a live handle (h itself or one it collides with):
  * a new handle must not be such a value. Lock held. */
 bool cuip_qt_taken(uint64_t h);
-/* Enter live handle h (not taken) for record a, driver handle drv. Lock held. */
-void cuip_qt_insert(uint64_t h, struct cuip_alloc *a, uint64_t drv);
+/* Enter live handle h (not taken) for record a, whose driver handle is *drv
+ * (&a->drv: republish reads it there again). Lock held. */
+void cuip_qt_insert(uint64_t h, struct cuip_alloc *a, const CUmemGenericAllocationHandle *drv);
 /* h names nothing any more, in every reader from the return on. Lock held. */
 void cuip_qt_remove(uint64_t h);
 /* The record of live handle h, or NULL. Lock held. */

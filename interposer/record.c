@@ -125,7 +125,7 @@ void cuip_logical_assign(struct cuip_alloc *a)
 	do /* skips values whose slot is taken, live ones after a wrap too */
 		h = (CUIP_HTAG << CUIP_HTAG_SHIFT) | (++vmm.next_logical & mask);
 	while (cuip_qt_taken(h) || !(h & mask));
-	cuip_qt_insert(h, a, a->drv);
+	cuip_qt_insert(h, a, &a->drv);
 	a->logical = h;
 }
 
