@@ -412,8 +412,10 @@ void cuip_arena_release(void);
 /* Build this process's state from the records (caller holds state_lock);
  * memory from the arena. */
 Cuip__ProcessState *cuip_state_build(void);
-/* Run one plugin operation (op thread). fd: the FD that came with it (consumed). */
-Cuip__Response *cuip_op_run(const Cuip__Request *req, int fd);
+/* Run one plugin operation (op thread). fds: the FDs that came with it
+ * (consumed; SAVE and LOAD: the carrier files, at most CUIP_OP_MAX_FDS). */
+#define CUIP_OP_MAX_FDS 64 /* = CARRIER_FILES_MAX */
+Cuip__Response *cuip_op_run(const Cuip__Request *req, const int *fds, size_t nfds);
 void cuip_response_free(Cuip__Response *r);
 
 /* ---- stream-ordered memory pools (pool.c) -------------------------------- */

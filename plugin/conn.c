@@ -111,6 +111,12 @@ void cuip_response_free(Cuip__Response *resp)
 int cuip_call(int sock, const Cuip__Request *req, int fd_out, unsigned timeout_ms, Cuip__Response **resp, char *err,
 	      size_t errlen)
 {
+	return cuip_callv(sock, req, &fd_out, fd_out >= 0, timeout_ms, resp, err, errlen);
+}
+
+int cuip_callv(int sock, const Cuip__Request *req, const int *fds_out, size_t nfds, unsigned timeout_ms,
+	       Cuip__Response **resp, char *err, size_t errlen)
+{
 	struct live *a = calloc(1, sizeof(*a));
 	ProtobufCAllocator alloc = {.alloc = arena_alloc, .free = arena_free, .allocator_data = a};
 	ProtobufCMessage *m = NULL;
@@ -123,7 +129,7 @@ int cuip_call(int sock, const Cuip__Request *req, int fd_out, unsigned timeout_m
 		return -ENOMEM;
 	}
 	set_rcvtimeo(sock, timeout_ms);
-	ret = cuip_msg_send(sock, CUIP_KIND_REQUEST, &req->base, fd_out);
+	ret = cuip_msg_sendv(sock, CUIP_KIND_REQUEST, &req->base, fds_out, nfds);
 	if (ret) {
 		free(a);
 		snprintf(err, errlen, "sending %s: %s", cuip_request_name(req->body_case), strerror(-ret));

@@ -20,6 +20,10 @@
 int cuip_call(int sock, const Cuip__Request *req, int fd_out, unsigned timeout_ms, Cuip__Response **resp, char *err,
 	      size_t errlen);
 
+/* The same with nfds descriptors (SAVE and LOAD: the carrier files). */
+int cuip_callv(int sock, const Cuip__Request *req, const int *fds_out, size_t nfds, unsigned timeout_ms,
+	       Cuip__Response **resp, char *err, size_t errlen);
+
 void cuip_response_free(Cuip__Response *resp);
 
 /* BYE, its reply, then wait (up to timeout_ms) until the server closes; the

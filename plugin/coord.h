@@ -20,6 +20,9 @@
 #include "options.h"
 #include "wire.h"
 
+/* Most carrier files of one participant (the interposer's CARRIER_FILES_MAX). */
+#define CUIP_CARRIER_FILES_MAX 64
+
 struct cuip_part {
 	pid_t pid;	     /* real pid (criu's view) */
 	pid_t vpid;	     /* pid the participant sees for itself */
@@ -32,6 +35,11 @@ struct cuip_part {
 	Cuip__Response *save;	      /* owns the carrier entries below */
 	Cuip__CarrierEntry **carriers;
 	size_t n_carriers;
+	/* striped carrier: its files in order (Topology.carrier_files); none
+	 * with one file. Dump: names in carrier_names; restore: the topology's. */
+	char *carrier_files[CUIP_CARRIER_FILES_MAX];
+	size_t n_carrier_files;
+	char carrier_names[CUIP_CARRIER_FILES_MAX][48];
 	uint64_t expected_bytes; /* sum of the carried allocations */
 	bool quiesced;		 /* QUIESCE was sent: the gate may be closed */
 	bool torn_down;		 /* multicast or unicast detached: rebuild needed */
