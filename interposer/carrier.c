@@ -620,8 +620,8 @@ static int check_piece(struct xfer *x, size_t i, const uint8_t *p, uint64_t off,
 			     "carrier %s: %s: chunk %" PRIu64 " (bytes %" PRIu64 "-%" PRIu64 ", file offset %" PRIu64
 			     ") of %s has crc32c %#010x, the index says %#010x (corrupt carrier image)",
 			     pass_name(x->pass), item_name(it, i, nb, sizeof(nb)), (base + off + o) / it->chunk_size,
-			     base + off + o, base + off + o + l - 1, foff + o, file_name(x, it->file, fb, sizeof(fb)), c,
-			     it->crc[k]);
+			     base + off + o, base + off + o + l - 1, foff + o, file_name(x, it->file, fb, sizeof(fb)),
+			     c, it->crc[k]);
 			return -1;
 		}
 	}
@@ -1428,9 +1428,9 @@ static void *map_array(size_t count, size_t size, size_t *len)
 	return p == MAP_FAILED ? NULL : p;
 }
 
-int carrier_save_striped(const struct carrier_ops *ops, const struct carrier_config *cfg, const int *fds,
-			 size_t nfds, uint64_t offset, struct carrier_item *items, size_t n,
-			 struct carrier_stats *stats, char *err, size_t errlen)
+int carrier_save_striped(const struct carrier_ops *ops, const struct carrier_config *cfg, const int *fds, size_t nfds,
+			 uint64_t offset, struct carrier_item *items, size_t n, struct carrier_stats *stats, char *err,
+			 size_t errlen)
 {
 	struct carrier_config envcfg;
 	struct carrier_item *sub;
@@ -1503,15 +1503,15 @@ out:
 	return rc;
 }
 
-int carrier_load_striped(const struct carrier_ops *ops, const struct carrier_config *cfg, const int *fds,
-			 size_t nfds, const struct carrier_item *items, size_t n, struct carrier_stats *stats,
-			 char *err, size_t errlen)
+int carrier_load_striped(const struct carrier_ops *ops, const struct carrier_config *cfg, const int *fds, size_t nfds,
+			 const struct carrier_item *items, size_t n, struct carrier_stats *stats, char *err,
+			 size_t errlen)
 {
 	struct carrier_item *sub;
 	size_t nsub = 0, len_sub, j = 0;
 	int rc;
 
-		memset(stats, 0, sizeof(*stats));
+	memset(stats, 0, sizeof(*stats));
 	bool striped = false;
 
 	if (stats)

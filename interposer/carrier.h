@@ -229,9 +229,9 @@ int carrier_stripe_split(const struct carrier_item *items, size_t n, size_t nfil
  * filled for all its chunks. Free the extents with
  * carrier_items_free_extents() whatever the result.
  */
-int carrier_save_striped(const struct carrier_ops *ops, const struct carrier_config *cfg, const int *fds,
-			 size_t nfds, uint64_t offset, struct carrier_item *items, size_t n,
-			 struct carrier_stats *stats, char *err, size_t errlen);
+int carrier_save_striped(const struct carrier_ops *ops, const struct carrier_config *cfg, const int *fds, size_t nfds,
+			 uint64_t offset, struct carrier_item *items, size_t n, struct carrier_stats *stats, char *err,
+			 size_t errlen);
 
 /*
  * Load items whose ext/next say where their bytes are (items without
@@ -240,9 +240,9 @@ int carrier_save_striped(const struct carrier_ops *ops, const struct carrier_con
  * refused (-EINVAL) before the device is touched; otherwise as
  * carrier_load_files().
  */
-int carrier_load_striped(const struct carrier_ops *ops, const struct carrier_config *cfg, const int *fds,
-			 size_t nfds, const struct carrier_item *items, size_t n, struct carrier_stats *stats,
-			 char *err, size_t errlen);
+int carrier_load_striped(const struct carrier_ops *ops, const struct carrier_config *cfg, const int *fds, size_t nfds,
+			 const struct carrier_item *items, size_t n, struct carrier_stats *stats, char *err,
+			 size_t errlen);
 
 void carrier_items_free_extents(struct carrier_item *items, size_t n);
 

@@ -205,8 +205,9 @@ static void show_carriers(struct show *s, const Cuip__Topology *t)
 			if (e->n_extents) {
 				printf(",\"extents\":[");
 				for (size_t k = 0; k < e->n_extents; k++)
-					printf("%s{\"file\":%u,\"offset\":%" PRIu64 ",\"size\":%" PRIu64 "}", k ? "," : "",
-					       e->extents[k]->file, e->extents[k]->offset, e->extents[k]->size);
+					printf("%s{\"file\":%u,\"offset\":%" PRIu64 ",\"size\":%" PRIu64 "}",
+					       k ? "," : "", e->extents[k]->file, e->extents[k]->offset,
+					       e->extents[k]->size);
 				printf("]");
 			}
 			printf("}");

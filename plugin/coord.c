@@ -578,7 +578,8 @@ static int check_extents(struct cuip_part *p, const Cuip__SaveReply *sr, const i
 				end[x->file] = x->offset + x->size;
 		}
 		if (e->n_extents && sum != e->size) {
-			part_fail(p, "SAVE returned carrier entry %zu whose extents hold %" PRIu64 " of %" PRIu64 " bytes",
+			part_fail(p,
+				  "SAVE returned carrier entry %zu whose extents hold %" PRIu64 " of %" PRIu64 " bytes",
 				  i, sum, e->size);
 			return -EPROTO;
 		}

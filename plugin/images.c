@@ -275,7 +275,8 @@ static int check_carriers(int dirfd, const char *tname, const Cuip__Topology *t,
 				       "%llu)",
 				       f, (long long)sb.st_size, (unsigned long long)(foff + run),
 				       (unsigned long long)e->alloc->creator, (unsigned long long)e->alloc->serial,
-				       (unsigned long long)((pos + ((uint64_t)sb.st_size > foff ? sb.st_size - foff : 0)) /
+				       (unsigned long long)((pos +
+							     ((uint64_t)sb.st_size > foff ? sb.st_size - foff : 0)) /
 							    e->chunk_size));
 				return -ENODATA;
 			}
@@ -409,7 +410,8 @@ int cuip_images_verify_carriers(int dirfd, const struct cuip_ckpt *c, char *err,
 
 				/* Chunks never straddle extents (checked at read). */
 				if (cuip_entry_locate(t, e, off, &f, &foff, &run) || run < len) {
-					errfmt(err, errlen, "carrier entry of allocation %llx:%llu: no extent for chunk %zu",
+					errfmt(err, errlen,
+					       "carrier entry of allocation %llx:%llu: no extent for chunk %zu",
 					       (unsigned long long)e->alloc->creator,
 					       (unsigned long long)e->alloc->serial, ch);
 					ret = -EBADMSG;
@@ -430,7 +432,8 @@ int cuip_images_verify_carriers(int dirfd, const struct cuip_ckpt *c, char *err,
 				}
 				got = pread(fd, buf, len, (off_t)foff);
 				if (got != (ssize_t)len) {
-					errfmt(err, errlen, "%s: truncated at byte %llu (allocation %llx:%llu chunk %zu)", f,
+					errfmt(err, errlen,
+					       "%s: truncated at byte %llu (allocation %llx:%llu chunk %zu)", f,
 					       (unsigned long long)foff, (unsigned long long)e->alloc->creator,
 					       (unsigned long long)e->alloc->serial, ch);
 					ret = -ENODATA;
