@@ -1509,10 +1509,8 @@ int carrier_load_striped(const struct carrier_ops *ops, const struct carrier_con
 {
 	struct carrier_item *sub;
 	size_t nsub = 0, len_sub, j = 0;
-	int rc;
-
-	memset(stats, 0, sizeof(*stats));
 	bool striped = false;
+	int rc;
 
 	if (stats)
 		memset(stats, 0, sizeof(*stats));
