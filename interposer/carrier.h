@@ -9,7 +9,8 @@
  * device copies on per-buffer streams overlap file I/O, several threads
  * issue pwrite()/pread() at computed offsets, and each chunk of chunk_size
  * bytes gets a CRC32C computed on the staging buffer. Extra host memory is
- * bounded by the staging size (default 256 MiB) whatever the carrier size.
+ * bounded by the staging size (default 224 MiB, less for a smaller carrier:
+ * its own size or two chunks) whatever the carrier size.
  * The file holds raw bytes only; the caller records each item's offset,
  * size, chunk_size and CRCs as a Cuip__CarrierEntry in the topology image.
  *
@@ -115,7 +116,7 @@ static inline uint64_t carrier_nchunks(uint64_t size, uint32_t chunk_size)
 #define CARRIER_FILES_MAX 64
 
 struct carrier_config {
-	uint64_t staging_bytes; /* pinned staging per call, all buffers [CUINTERPOSE_STAGING_MB, 256] */
+	uint64_t staging_bytes; /* most pinned staging per call, all buffers [CUINTERPOSE_STAGING_MB, 224] */
 	uint32_t chunk_size;	/* default bytes per CRC for save [CUINTERPOSE_CHUNK_MB, 4] */
 	unsigned threads;	/* I/O threads incl. the caller, 1..64; 0: 2 per file for save (buffered
 				   writes to one file serialize in the kernel), 12 for load, at most 16

@@ -1105,7 +1105,7 @@ START_TEST(config_from_environment)
 	unsetenv("CUINTERPOSE_CARRIER_THREADS");
 	unsetenv("CUINTERPOSE_CARRIER_VERIFY");
 	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), 0);
-	ck_assert_uint_eq(c.staging_bytes, 256 * MIB);
+	ck_assert_uint_eq(c.staging_bytes, 224 * MIB);
 	ck_assert_uint_eq(c.chunk_size, 4 * MIB);
 	ck_assert_uint_eq(c.threads, 0);
 	ck_assert_int_eq(c.verify_first, 0);
