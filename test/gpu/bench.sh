@@ -202,33 +202,27 @@ bench_one() {
 	esac
 }
 
-run_bench_llm() {
-	local g k
-	part_start bench-llm
-	for g in $BENCH_LLM_GIB; do
+# run_bench_sizes PART SCENARIO TARGET GIB...: ours and upstream per size, then the rows
+run_bench_sizes() {
+	local part=$1 sc=$2 target=$3 g k
+	shift 3
+	part_start "$part"
+	for g in "$@"; do
 		for k in ours base; do
 			bench_kind $k || continue
-			[ $k = base ] && [ ! -f "$BASE_PLUGIN" ] && { result "bench-llm-${g}G-base" SKIP "no baseline/cuda_plugin.so in the bundle"; continue; }
-			bench_one bench_llm "bench-llm-${g}G" $k "$g"
+			if [ $k = base ] && [ ! -f "$BASE_PLUGIN" ]; then
+				result "$part-${g}G-base" SKIP "no baseline/cuda_plugin.so in the bundle"
+				continue
+			fi
+			bench_one "$sc" "$part-${g}G" $k "$g"
 		done
-		bench_rows "bench-llm-${g}G" "bench-llm-${g}G-ours" "bench-llm-${g}G-base" 0.4
+		bench_rows "$part-${g}G" "$part-${g}G-ours" "$part-${g}G-base" "$target"
 	done
-	part_end bench-llm
+	part_end "$part"
 }
 
-run_bench_share() {
-	local g k
-	part_start bench-share
-	for g in $BENCH_SHARE_GIB; do
-		for k in ours base; do
-			bench_kind $k || continue
-			[ $k = base ] && [ ! -f "$BASE_PLUGIN" ] && { result "bench-share-${g}G-base" SKIP "no baseline/cuda_plugin.so in the bundle"; continue; }
-			bench_one bench_share "bench-share-${g}G" $k "$g"
-		done
-		bench_rows "bench-share-${g}G" "bench-share-${g}G-ours" "bench-share-${g}G-base" 0.25
-	done
-	part_end bench-share
-}
+run_bench_llm() { run_bench_sizes bench-llm bench_llm 0.4 $BENCH_LLM_GIB; }
+run_bench_share() { run_bench_sizes bench-share bench_share 0.25 $BENCH_SHARE_GIB; }
 
 run_bench_carrier() {
 	local gib=${BENCH_CARRIER_GIB:-8} f=${BENCH_CARRIER_FILES:-16} why d

@@ -59,7 +59,9 @@ rss_start() { # DIR [BASEDIR] PIDS...
 		b=
 		[ -n "$base" ] && [ -f "$base/$p" ] && b=$(awk '{print $2, $4}' "$base/$p")
 		# shellcheck disable=SC2086
-		rss_sample "$d/$p" "$p" $b &
+		# not holding the caller's stdout: a $(...) around rss_start
+		# would wait for the sampler
+		rss_sample "$d/$p" "$p" $b </dev/null >/dev/null 2>&1 &
 		RSS_SAMPLERS="$RSS_SAMPLERS $!"
 	done
 }
