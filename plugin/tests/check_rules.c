@@ -490,8 +490,8 @@ static void write_ckpt(void)
 	ce.crc32c = crcs;
 	ce.n_crc32c = 2;
 	free(buf);
-	ip[0] = (struct cuip_img_proc){&cr.st, &cep, 1};
-	ip[1] = (struct cuip_img_proc){&im.st, NULL, 0};
+	ip[0] = (struct cuip_img_proc){.st = &cr.st, .carriers = &cep, .n_carriers = 1};
+	ip[1] = (struct cuip_img_proc){.st = &im.st};
 	ck_assert_int_eq(cuip_images_write(dirfd_, ckid, ip, 2, size, err, sizeof(err)), 0);
 }
 
@@ -597,7 +597,7 @@ START_TEST(images_refuse_topologies_from_another_checkpoint)
 
 	write_ckpt();
 	/* rewrite 102's topology under another checkpoint id (mixed dirs) */
-	ip[0] = (struct cuip_img_proc){&im.st, NULL, 0};
+	ip[0] = (struct cuip_img_proc){.st = &im.st};
 	int fd = openat(dirfd_, "save-inv", O_CREAT | O_WRONLY, 0600);
 	close(fd);
 	ck_assert_int_eq(renameat(dirfd_, "cuinterpose-inventory.img", dirfd_, "save-inv"), 0);
