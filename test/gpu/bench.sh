@@ -45,7 +45,7 @@ BENCH_KINDS=${BENCH_KINDS:-ours base}
 BENCH_IO_THREADS=${BENCH_IO_THREADS:-1 4 8 16}
 
 bench_kind() { case " $BENCH_KINDS " in *" $1 "*) return 0 ;; esac; return 1; }
-bench_dir() { echo "${BENCH_DIR:-$T}/$1"; }
+bench_dir() { echo "${BENCH_DIR:-$T}/$1/img"; }
 part_start() { PART_T0=$(date +%s.%N); say "=== $1"; }
 part_end() { say "=== $1 done in $(echo "$(date +%s.%N) $PART_T0" | awk '{printf "%.0f", $1 - $2}')s"; }
 
