@@ -43,6 +43,8 @@ BENCH_LLM_GIB=${BENCH_LLM_GIB:-2 8 32}
 BENCH_SHARE_GIB=${BENCH_SHARE_GIB:-4}
 BENCH_KINDS=${BENCH_KINDS:-ours base}
 BENCH_IO_THREADS=${BENCH_IO_THREADS:-1 4 8 16}
+# the samples as time series too (NAME/rss-d/PID.series.txt, in logs.tar.gz)
+export RSS_SERIES=${RSS_SERIES:-1}
 
 bench_kind() { case " $BENCH_KINDS " in *" $1 "*) return 0 ;; esac; return 1; }
 bench_dir() { echo "${BENCH_DIR:-$T}/$1/img"; }

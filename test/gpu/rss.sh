@@ -18,7 +18,9 @@
 # after the dump) or at rss_stop. Restore: the pids do not exist yet; each
 # sampler waits for its pid, takes its base from BASEDIR (the same
 # process's line of the dump: "more than before the checkpoint") and resets
-# VmHWM once when the pid appears.
+# VmHWM once when the pid appears. RSS_SERIES=1: every sample also goes to
+# DIR/PID.series.txt as "EPOCH VmRSS RssAnon" (KiB), to see which phase of a
+# dump holds the memory.
 rss_sample() { # OUT PID BASE_RSS BASE_ANON
 	local out=$1 p=$2 brss=${3:-} banon=${4:-} k v _ hwm=0 anon=0 seen=0 rss=0 a=0
 	while [ ! -e "${out%/*}/stop" ]; do
@@ -41,6 +43,7 @@ rss_sample() { # OUT PID BASE_RSS BASE_ANON
 			done <"/proc/$p/status" 2>/dev/null
 			[ "$rss" -gt "$hwm" ] && hwm=$rss
 			[ "$a" -gt "$anon" ] && anon=$a
+			[ -n "${RSS_SERIES:-}" ] && echo "${EPOCHREALTIME:-0} $rss $a" >>"$out.series.txt"
 		elif [ $seen = 1 ]; then
 			break
 		fi
@@ -77,7 +80,7 @@ rss_stop() { # DIR
 rss_extra() { # DIR [anon]
 	local f
 	for f in "$1"/[0-9]*; do
-		[ -f "$f" ] || continue
+		[ -f "$f" ] && [ "${f%.series.txt}" = "$f" ] || continue
 		awk -v anon="${2:-}" '{e = anon ? $5 - $4 : $3 - $2; printf "%d %.1f\n", $1, (e > 0 ? e : 0) / 1024}' "$f"
 	done
 }
