@@ -178,23 +178,16 @@ static int check_carriers(int dirfd, const char *tname, const Cuip__Topology *t,
 
 	cuip_carrier_name(st->self->pid, want, sizeof(want));
 	/* Striped: the files are the participant's, in order (no other name
-	 * is ever opened), and each is there. */
+	 * is ever opened); each is there (checked after the entries, which
+	 * name the allocation and chunk a missing file holds). */
 	for (size_t k = 0; k < t->n_carrier_files; k++) {
 		char name[64];
-		struct stat sb;
 
 		cuip_carrier_stripe_name(st->self->pid, (unsigned)k, name, sizeof(name));
 		if (!t->carrier_files[k] || strcmp(t->carrier_files[k], name)) {
 			errfmt(err, errlen, "%s: carrier file %zu is \"%s\", expected %s", tname, k,
 			       t->carrier_files[k] ? t->carrier_files[k] : "(none)", name);
 			return -EBADMSG;
-		}
-		if (fstatat(dirfd, name, &sb, 0)) {
-			int ret = -errno;
-			errfmt(err, errlen, "%s: %s (stripe %zu of %zu of pid %d's carrier)", name,
-			       errno == ENOENT ? "missing" : strerror(errno), k, t->n_carrier_files,
-			       (int)st->self->pid);
-			return ret;
 		}
 	}
 	for (size_t i = 0; i < t->n_carriers; i++) {
@@ -264,9 +257,10 @@ static int check_carriers(int dirfd, const char *tname, const Cuip__Topology *t,
 			}
 			if (fstatat(dirfd, f, &sb, 0)) {
 				int ret = -errno;
-				errfmt(err, errlen, "%s: %s (allocation %llx:%llu)", f,
+				errfmt(err, errlen, "%s: %s (allocation %llx:%llu chunk %llu)", f,
 				       errno == ENOENT ? "missing" : strerror(errno),
-				       (unsigned long long)e->alloc->creator, (unsigned long long)e->alloc->serial);
+				       (unsigned long long)e->alloc->creator, (unsigned long long)e->alloc->serial,
+				       (unsigned long long)(pos / e->chunk_size));
 				return ret;
 			}
 			if (foff + run < foff || (uint64_t)sb.st_size < foff + run) {
@@ -283,6 +277,17 @@ static int check_carriers(int dirfd, const char *tname, const Cuip__Topology *t,
 			pos += run;
 		}
 		*bytes += e->size;
+	}
+	for (size_t k = 0; k < t->n_carrier_files; k++) {
+		struct stat sb;
+
+		if (fstatat(dirfd, t->carrier_files[k], &sb, 0)) {
+			int ret = -errno;
+			errfmt(err, errlen, "%s: %s (stripe %zu of %zu of pid %d's carrier)", t->carrier_files[k],
+			       errno == ENOENT ? "missing" : strerror(errno), k, t->n_carrier_files,
+			       (int)st->self->pid);
+			return ret;
+		}
 	}
 	/* Every carried allocation must have an entry. */
 	for (size_t k = 0; k < st->n_allocations; k++) {
