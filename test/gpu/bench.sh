@@ -88,24 +88,14 @@ measured() {
 $(carrier_rate "$d/dump.log" SAVE) $(carrier_rate "$d/restore.log" LOAD)" >"$T/$name/bench"
 }
 
-# sc_bench_llm NAME KIND(ours|base) GIB: one dump+restore of the LLM job
-sc_bench_llm() {
-	local name=$1 kind=$2 gib=$3 mib pre pl before tokens pids why d
-	fail() { echo "$*" >"$T/why"; echo "FAIL: $*"; exit 1; }
-	mib=$((gib * 1024))
-	d=$(bench_dir "$name")
-	[ "$kind" = ours ] && pre=1 pl=$T/plugins || pre=0 pl=$T/base-plugins
-	why=$(room $((mib + 1024)) $([ "$kind" = base ] && echo $((mib * 2 + 4096)) || echo 4096))
-	[ -n "$why" ] && { echo "$why" >"$T/why"; exit 4; }
-	READY_TIMEOUT=600 start_fw "$name" llm 1 "$pre" -- --cache-mib "$mib" ||
-		fail "start: $(tail -n 2 "$T/$name/job.log" | tr '\n' ' ')"
-	cmd 300 verify || fail "verify before: $CMDERR"
-	before=$(answers)
-	cmd 300 gen || fail "gen before: $CMDERR"
-	tokens=$(answers)
-	pids=$(tree_pids)
+# dump_restore NAME KIND DIR PLUGINDIR "PIDS" [DUMP ARGS]: one dump and one
+# restore with every process's RSS sampled; the images are dropped and the
+# row written by measured(). Runs inside a scenario (fail exits it).
+dump_restore() {
+	local name=$1 kind=$2 d=$3 pl=$4 pids=$5
+	shift 5
 	rss_start "$T/$name/rss-d" $pids
-	CRIU_TIMEOUT=550 criu_do dump "$d" "$pl" --link-remap ||
+	CRIU_TIMEOUT=550 criu_do dump "$d" "$pl" "$@" ||
 		fail "criu dump failed: $(grep -E 'Error|cuinterpose:.*(refus|fail)|cuda_plugin.*fail' "$d/dump.log" | tail -n 2 | tr '\n' ' ')"
 	DS=$SECS
 	wait_gone $pids || fail "dumped processes still alive"
@@ -120,6 +110,24 @@ sc_bench_llm() {
 	grep -h "cuinterpose: \(SAVE\|LOAD\): " "$d"/*.log | sed 's/^.*cuinterpose: /  /'
 	drop_images "$d"
 	measured "$name" "$kind" "$d"
+}
+
+# sc_bench_llm NAME KIND(ours|base) GIB: one dump+restore of the LLM job
+sc_bench_llm() {
+	local name=$1 kind=$2 gib=$3 mib pre pl before tokens why d
+	fail() { echo "$*" >"$T/why"; echo "FAIL: $*"; exit 1; }
+	mib=$((gib * 1024))
+	d=$(bench_dir "$name")
+	[ "$kind" = ours ] && pre=1 pl=$T/plugins || pre=0 pl=$T/base-plugins
+	why=$(room $((mib + 1024)) $([ "$kind" = base ] && echo $((mib * 2 + 4096)) || echo 4096))
+	[ -n "$why" ] && { echo "$why" >"$T/why"; exit 4; }
+	READY_TIMEOUT=600 start_fw "$name" llm 1 "$pre" -- --cache-mib "$mib" ||
+		fail "start: $(tail -n 2 "$T/$name/job.log" | tr '\n' ' ')"
+	cmd 300 verify || fail "verify before: $CMDERR"
+	before=$(answers)
+	cmd 300 gen || fail "gen before: $CMDERR"
+	tokens=$(answers)
+	dump_restore "$name" "$kind" "$d" "$pl" "$(tree_pids)" --link-remap
 	cmd 300 verify || fail "after restore: $CMDERR"
 	[ "$(answers)" = "$before" ] || fail "answers changed: $(answers | tr '\n' ' ') vs $(echo $before)"
 	cmd 300 gen || fail "gen after restore: $CMDERR"
@@ -137,7 +145,7 @@ sc_bench_llm() {
 # sc_bench_share NAME KIND(ours|base) GIB: 4 processes sharing GIB (ours), or
 # rank 0 holding it privately (upstream cuda_plugin)
 sc_bench_share() {
-	local name=$1 kind=$2 gib=$3 mib pre pl args pids d
+	local name=$1 kind=$2 gib=$3 mib pre pl args why d
 	fail() { echo "$*" >"$T/why"; echo "FAIL: $*"; exit 1; }
 	mib=$((gib * 1024))
 	d=$(bench_dir "$name")
@@ -150,21 +158,7 @@ sc_bench_share() {
 	[ -n "$why" ] && { echo "$why" >"$T/why"; exit 4; }
 	READY_TIMEOUT=600 start_job "$name" 4 $pre "${args[@]}" || fail "start: $(tail -n 1 "$T/$name/job.log")"
 	cmd 300 verify || fail "verify before: $CMDERR"
-	pids=$(job_pids)
-	rss_start "$T/$name/rss-d" $pids
-	CRIU_TIMEOUT=550 criu_do dump "$d" "$pl" || fail "criu dump failed"
-	DS=$SECS
-	wait_gone $pids || fail "dumped processes alive"
-	rss_stop "$T/$name/rss-d"
-	IMG=$(du -sm "$d" | cut -f1)
-	rss_start "$T/$name/rss-r" "$T/$name/rss-d" $pids
-	CRIU_TIMEOUT=550 criu_do restore "$d" "$pl" || fail "criu restore failed"
-	RS=$SECS
-	sleep 0.5
-	rss_stop "$T/$name/rss-r"
-	grep -h "cuinterpose: \(SAVE\|LOAD\): " "$d"/*.log | sed 's/^.*cuinterpose: /  /'
-	drop_images "$d"
-	measured "$name" "$kind" "$d"
+	dump_restore "$name" "$kind" "$d" "$pl" "$(job_pids)"
 	cmd 600 verify || fail "bytes after restore: $CMDERR"
 	cmd 30 exit
 	kill_job
