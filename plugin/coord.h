@@ -17,11 +17,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "images.h"
 #include "options.h"
 #include "wire.h"
-
-/* Most carrier files of one participant (the interposer's CARRIER_FILES_MAX). */
-#define CUIP_CARRIER_FILES_MAX 64
 
 struct cuip_part {
 	pid_t pid;	     /* real pid (criu's view) */

@@ -180,6 +180,11 @@ static int check_carriers(int dirfd, const char *tname, const Cuip__Topology *t,
 	/* Striped: the files are the participant's, in order (no other name
 	 * is ever opened); each is there (checked after the entries, which
 	 * name the allocation and chunk a missing file holds). */
+	if (t->n_carrier_files > CUIP_CARRIER_FILES_MAX) {
+		errfmt(err, errlen, "%s: %zu carrier files, at most %d", tname, t->n_carrier_files,
+		       CUIP_CARRIER_FILES_MAX);
+		return -EBADMSG;
+	}
 	for (size_t k = 0; k < t->n_carrier_files; k++) {
 		char name[64];
 

@@ -38,7 +38,7 @@ struct fake {
 	const char *delay_on;
 	unsigned delay_ms;
 	int save_short;
-	int bad_extent; /* SAVE answers an extent in a file it was not given */
+	int bad_extent; /* SAVE answers an extent in a file it was not given (1), one byte short (2) */
 	int phase;	/* Cuip__Phase as an interposer would report it; 0: ACTIVE */
 	char log[64][24];
 	int nlog;
@@ -127,9 +127,9 @@ static void handle_save(struct fake *f, const Cuip__Save *s, int fd, Cuip__Respo
 			Cuip__CarrierExtent *x = calloc(1, sizeof(*x));
 
 			cuip__carrier_extent__init(x);
-			x->file = 7;
+			x->file = f->bad_extent == 1 ? 7 : 0;
 			x->offset = e->offset;
-			x->size = e->size;
+			x->size = f->bad_extent == 1 ? e->size : e->size - 1;
 			e->extents = calloc(1, sizeof(*e->extents));
 			e->extents[e->n_extents++] = x;
 		}
@@ -451,6 +451,17 @@ START_TEST(save_reply_with_an_extent_beyond_its_files_is_refused)
 }
 END_TEST
 
+START_TEST(save_reply_whose_extents_miss_a_byte_is_refused)
+{
+	group_of(2);
+	fk[0].bad_extent = 2;
+	ck_assert_int_eq(cuip_group_dump(&g), -EPROTO);
+	ck_assert_msg(strstr(g.err, "whose extents hold"), "%s", g.err);
+	ck_assert_int_lt(ev_first(-1, "REQ PREPARE_UNICAST"), 0);
+	group_done();
+}
+END_TEST
+
 START_TEST(preflight_refusal_changes_nothing)
 {
 	group_of(2);
@@ -548,6 +559,7 @@ Suite *coord_suite(void)
 	tcase_add_test(t, a_rollback_over_a_half_done_rebuild_does_not_load_again);
 	tcase_add_test(t, save_moving_fewer_bytes_than_expected_is_refused);
 	tcase_add_test(t, save_reply_with_an_extent_beyond_its_files_is_refused);
+	tcase_add_test(t, save_reply_whose_extents_miss_a_byte_is_refused);
 	tcase_add_test(t, preflight_refusal_changes_nothing);
 	tcase_add_test(t, an_importer_outside_the_group_refuses_the_dump);
 	tcase_add_test(t, restore_rebuilds_creators_before_importers_then_verifies_and_resumes);

@@ -558,7 +558,7 @@ END_TEST
 /* The same carrier striped: chunk 0 in cuinterpose-carrier-101.img, the
  * 100 bytes of chunk 1 in cuinterpose-carrier-101-1.img. `bad` spoils the
  * index: 1 an extent in a third file, 2 a first extent that splits a chunk,
- * 3 a stripe file of another name. */
+ * 3 a stripe file of another name, 4 65 carrier files. */
 static Cuip__CarrierExtent xt[2];
 static Cuip__CarrierExtent *xtp[2] = {&xt[0], &xt[1]};
 static char *stripe_files[2] = {"cuinterpose-carrier-101.img", "cuinterpose-carrier-101-1.img"};
@@ -591,6 +591,14 @@ static void write_striped_ckpt(int bad)
 	stripe_files[1] = bad == 3 ? "cuinterpose-carrier-101-x.img" : "cuinterpose-carrier-101-1.img";
 	ip[0] = (struct cuip_img_proc){
 		.st = &cr.st, .carriers = &cep, .n_carriers = 1, .carrier_files = stripe_files, .n_carrier_files = 2};
+	if (bad == 4) { /* more files than a SAVE may carry */
+		static char *many[CUIP_CARRIER_FILES_MAX + 1];
+
+		for (int k = 0; k <= CUIP_CARRIER_FILES_MAX; k++)
+			many[k] = stripe_files[0];
+		ip[0].carrier_files = many;
+		ip[0].n_carrier_files = CUIP_CARRIER_FILES_MAX + 1;
+	}
 	ip[1] = (struct cuip_img_proc){.st = &im.st};
 	ck_assert_int_eq(cuip_images_write(dirfd_, ckid, ip, 2, size, err, sizeof(err)), 0);
 	ce.extents = NULL;
@@ -638,6 +646,11 @@ START_TEST(striped_images_refuse_a_bad_index_and_a_missing_stripe)
 	ck_assert_msg(strstr(err, "carrier file 1 is \"cuinterpose-carrier-101-x.img\", expected "
 				  "cuinterpose-carrier-101-1.img"),
 		      "%s", err);
+	img_teardown();
+	img_setup();
+	write_striped_ckpt(4);
+	ck_assert_int_eq(cuip_images_read(dirfd_, &c, err, sizeof(err)), -EBADMSG);
+	ck_assert_msg(strstr(err, "cuinterpose-101.img: 65 carrier files, at most 64"), "%s", err);
 	img_teardown();
 	img_setup();
 	write_striped_ckpt(0);

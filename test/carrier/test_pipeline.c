@@ -970,6 +970,16 @@ START_TEST(striped_load_refuses_bad_extents_and_names_file_and_chunk)
 			 -EINVAL);
 	ck_assert_msg(strstr(err, "alloc 0: its ") && strstr(err, "extents hold"), "%s", err);
 	dst.items[0].next++;
+	dst.items[0].ncrc = 1; /* fewer checksums than the extents' chunks */
+	ck_assert_int_eq(carrier_load_striped(&stub_ops, &c, fds, 3, dst.items, dst.n, NULL, err, sizeof(err)),
+			 -EINVAL);
+	ck_assert_msg(strstr(err, "alloc 0: extent 0") && strstr(err, "has no checksums"), "%s", err);
+	dst.items[0].ncrc = src.items[0].ncrc;
+	dst.items[0].chunk_size = 0;
+	ck_assert_int_eq(carrier_load_striped(&stub_ops, &c, fds, 3, dst.items, dst.n, NULL, err, sizeof(err)),
+			 -EINVAL);
+	ck_assert_msg(strstr(err, "alloc 0: extent 0") && strstr(err, "has no chunk size"), "%s", err);
+	dst.items[0].chunk_size = src.items[0].chunk_size;
 	/* Nothing reached the device for any of these. */
 	stub_get(&cnt);
 	ck_assert_int_eq(cnt.calls[STUB_HTOD], 0);
