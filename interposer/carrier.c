@@ -24,6 +24,13 @@
  *         have finished, check every item's chunk CRCs, start one copy per
  *         item; alternate slots.
  *
+ * Striping (carrier_save_striped/_load_striped) sits on top: a pure split
+ * (carrier_stripe_split) cuts each item into extents of whole chunks and
+ * gives each to the least-filled file; the extents are items of their own
+ * for the pipeline above, with crc pointing into their item's array and
+ * name_offset keeping chunk numbers in messages those of the allocation.
+ * Staging is sized to need: at most the bytes carried (or two chunks).
+ *
  * An error names the item and its bytes where one item is to blame (an
  * async copy refused, a bad CRC, the file ending inside it), and the run's
  * first and last items where one wait or one write covers them all.
