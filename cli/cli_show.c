@@ -90,28 +90,20 @@ static void when(uint64_t ns, char *out, size_t len)
  * chunks (-1 when the file cannot be read); fills bad[] with up to
  * SHOW_MAX_BAD chunk numbers. Truncation is reported as a problem here.
  */
-static long verify_entry(struct show *s, const Cuip__CarrierEntry *e, uint64_t *bad)
+static long verify_entry(struct show *s, const Cuip__Topology *t, const Cuip__CarrierEntry *e, uint64_t *bad)
 {
+	const char *file = NULL, *f;
 	uint8_t *buf;
 	long nbad = 0;
-	int fd;
+	int fd = -1;
 
 	if (!e->chunk_size || !e->file || strchr(e->file, '/'))
 		return -1; /* already reported by the index checks */
-	fd = openat(s->dirfd, e->file, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		problem(s, "%s: %s (allocation %016" PRIx64 ":%" PRIu64 ")", e->file,
-			errno == ENOENT ? "missing" : strerror(errno), e->alloc ? e->alloc->creator : 0,
-			e->alloc ? e->alloc->serial : 0);
-		return -1;
-	}
 	buf = malloc(e->chunk_size);
-	if (!buf) {
-		close(fd);
+	if (!buf)
 		return -1;
-	}
 	for (size_t ch = 0; ch < e->n_crc32c; ch++) {
-		uint64_t off = (uint64_t)ch * e->chunk_size;
+		uint64_t off = (uint64_t)ch * e->chunk_size, foff, run;
 		size_t len;
 		ssize_t got;
 		uint32_t crc;
@@ -119,13 +111,32 @@ static long verify_entry(struct show *s, const Cuip__CarrierEntry *e, uint64_t *
 		if (off >= e->size)
 			break;
 		len = (size_t)(e->size - off < e->chunk_size ? e->size - off : e->chunk_size);
-		got = pread(fd, buf, len, (off_t)(e->offset + off));
+		/* Striped entries: the chunk's extent names its file. */
+		if (cuip_entry_locate(t, e, off, &f, &foff, &run) || !f || strchr(f, '/') || run < len) {
+			problem(s, "allocation %016" PRIx64 ":%" PRIu64 ": chunk %zu lies in no extent of the index",
+				e->alloc->creator, e->alloc->serial, ch);
+			nbad = -1;
+			break;
+		}
+		if (!file || strcmp(file, f)) {
+			if (fd >= 0)
+				close(fd);
+			file = f;
+			fd = openat(s->dirfd, f, O_RDONLY | O_CLOEXEC);
+			if (fd < 0) {
+				problem(s, "%s: %s (allocation %016" PRIx64 ":%" PRIu64 " chunk %zu)", f,
+					errno == ENOENT ? "missing" : strerror(errno), e->alloc->creator,
+					e->alloc->serial, ch);
+				nbad = -1;
+				break;
+			}
+		}
+		got = pread(fd, buf, len, (off_t)foff);
 		if (got != (ssize_t)len) {
 			problem(s,
 				"%s: truncated: allocation %016" PRIx64 ":%" PRIu64 " chunk %zu (bytes %" PRIu64
 				"..%" PRIu64 ") is not there; the dump did not complete or the file was cut",
-				e->file, e->alloc->creator, e->alloc->serial, ch, e->offset + off,
-				e->offset + off + len);
+				f, e->alloc->creator, e->alloc->serial, ch, foff, foff + len);
 			nbad = nbad ? nbad : 1;
 			break;
 		}
@@ -138,8 +149,8 @@ static long verify_entry(struct show *s, const Cuip__CarrierEntry *e, uint64_t *
 				problem(s,
 					"%s: corrupt: allocation %016" PRIx64 ":%" PRIu64 " chunk %zu (bytes %" PRIu64
 					"..%" PRIu64 "): crc32c %08x, index says %08x",
-					e->file, e->alloc->creator, e->alloc->serial, ch, e->offset + off,
-					e->offset + off + len, crc, e->crc32c[ch]);
+					f, e->alloc->creator, e->alloc->serial, ch, foff, foff + len, crc,
+					e->crc32c[ch]);
 			}
 			nbad++;
 		}
@@ -148,7 +159,8 @@ static long verify_entry(struct show *s, const Cuip__CarrierEntry *e, uint64_t *
 		problem(s, "%s: allocation %016" PRIx64 ":%" PRIu64 ": %ld more corrupt chunks", e->file,
 			e->alloc->creator, e->alloc->serial, nbad - SHOW_MAX_BAD);
 	free(buf);
-	close(fd);
+	if (fd >= 0)
+		close(fd);
 	return nbad;
 }
 
@@ -156,6 +168,12 @@ static void show_carriers(struct show *s, const Cuip__Topology *t)
 {
 	if (!s->json)
 		printf("carriers (%zu):\n", t->n_carriers);
+	if (!s->json && t->n_carrier_files) {
+		printf("  striped over %zu files:", t->n_carrier_files);
+		for (size_t k = 0; k < t->n_carrier_files; k++)
+			printf(" %s", t->carrier_files[k]);
+		printf("\n");
+	}
 	for (size_t i = 0; i < t->n_carriers; i++) {
 		const Cuip__CarrierEntry *e = t->carriers[i];
 		uint64_t chunks = e->chunk_size ? (e->size + e->chunk_size - 1) / e->chunk_size : 0;
@@ -168,7 +186,7 @@ static void show_carriers(struct show *s, const Cuip__Topology *t)
 			continue;
 		}
 		if (s->verify) {
-			nbad = verify_entry(s, e, bad);
+			nbad = verify_entry(s, t, e, bad);
 			verdict = nbad == 0 ? "OK" : nbad < 0 ? "UNREADABLE" : "CORRUPT";
 		}
 		if (s->json) {
@@ -184,6 +202,14 @@ static void show_carriers(struct show *s, const Cuip__Topology *t)
 			printf("]");
 			if (e->has_alloc_offset)
 				printf(",\"piece_offset\":%" PRIu64, e->alloc_offset);
+			if (e->n_extents) {
+				printf(",\"extents\":[");
+				for (size_t k = 0; k < e->n_extents; k++)
+					printf("%s{\"file\":%u,\"offset\":%" PRIu64 ",\"size\":%" PRIu64 "}",
+					       k ? "," : "", e->extents[k]->file, e->extents[k]->offset,
+					       e->extents[k]->size);
+				printf("]");
+			}
 			printf("}");
 		} else {
 			printf("  %016" PRIx64 ":%" PRIu64, e->alloc->creator, e->alloc->serial);
@@ -192,6 +218,8 @@ static void show_carriers(struct show *s, const Cuip__Topology *t)
 			printf("  %s  offset %" PRIu64 "  size %" PRIu64 "  chunks %" PRIu64
 			       " x %u  checksums %zu  %s\n",
 			       e->file, e->offset, e->size, chunks, e->chunk_size, e->n_crc32c, verdict);
+			if (e->n_extents > 1 || (e->n_extents == 1 && e->extents[0]->file))
+				printf("    striped: %zu extents over %zu files\n", e->n_extents, t->n_carrier_files);
 		}
 	}
 }

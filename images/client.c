@@ -100,8 +100,8 @@ void cuip_client_timeout(int sock, unsigned ms)
 
 /* Send req, receive the response decoded with alloc (NULL: protobuf-c's
  * default); *resp is NULL on failure. */
-static int exchange(int sock, const Cuip__Request *req, int fd_send, ProtobufCAllocator *alloc, Cuip__Response **resp,
-		    int *fd_recv, char *err, size_t errlen)
+static int exchange(int sock, const Cuip__Request *req, const int *fds, size_t nfds, ProtobufCAllocator *alloc,
+		    Cuip__Response **resp, int *fd_recv, char *err, size_t errlen)
 {
 	const char *name = cuip_request_name(req->body_case);
 	ProtobufCMessage *m = NULL;
@@ -111,7 +111,7 @@ static int exchange(int sock, const Cuip__Request *req, int fd_send, ProtobufCAl
 	*resp = NULL;
 	if (fd_recv)
 		*fd_recv = -1;
-	ret = cuip_msg_send(sock, CUIP_KIND_REQUEST, &req->base, fd_send);
+	ret = cuip_msg_sendv(sock, CUIP_KIND_REQUEST, &req->base, fds, nfds);
 	if (ret) {
 		errfmt(err, errlen, "sending %s: %s", name, strerror(-ret));
 		return ret;
@@ -129,19 +129,19 @@ static int exchange(int sock, const Cuip__Request *req, int fd_send, ProtobufCAl
 int cuip_client_call(int sock, const Cuip__Request *req, int fd_send, Cuip__Response **resp, int *fd_recv, char *err,
 		     size_t errlen)
 {
-	return exchange(sock, req, fd_send, NULL, resp, fd_recv, err, errlen);
+	return exchange(sock, req, &fd_send, fd_send >= 0, NULL, resp, fd_recv, err, errlen);
 }
 
 /* The exchange within timeout_ms, a refusal turned into its status (the
  * response, if any, is still the caller's to free). */
-static int checked(int sock, const Cuip__Request *req, int fd_send, unsigned timeout_ms, ProtobufCAllocator *alloc,
-		   Cuip__Response **resp, char *err, size_t errlen)
+static int checked(int sock, const Cuip__Request *req, const int *fds, size_t nfds, unsigned timeout_ms,
+		   ProtobufCAllocator *alloc, Cuip__Response **resp, char *err, size_t errlen)
 {
 	const char *name = cuip_request_name(req->body_case);
 	int ret;
 
 	set_timeo(sock, SO_RCVTIMEO, timeout_ms);
-	ret = exchange(sock, req, fd_send, alloc, resp, NULL, err, errlen);
+	ret = exchange(sock, req, fds, nfds, alloc, resp, NULL, err, errlen);
 	if (ret == -EAGAIN || ret == -EWOULDBLOCK) {
 		errfmt(err, errlen, "no reply to %s within %u ms", name, timeout_ms);
 		return -ETIMEDOUT;
@@ -203,6 +203,12 @@ void cuip_client_free(Cuip__Response *resp)
 int cuip_client_request(int sock, const Cuip__Request *req, int fd_send, unsigned timeout_ms, Cuip__Response **resp,
 			char *err, size_t errlen)
 {
+	return cuip_client_requestv(sock, req, &fd_send, fd_send >= 0, timeout_ms, resp, err, errlen);
+}
+
+int cuip_client_requestv(int sock, const Cuip__Request *req, const int *fds, size_t nfds, unsigned timeout_ms,
+			 Cuip__Response **resp, char *err, size_t errlen)
+{
 	struct live *a = calloc(1, sizeof(*a));
 	ProtobufCAllocator alloc = {.alloc = arena_alloc, .free = arena_free, .allocator_data = a};
 	int ret;
@@ -212,7 +218,7 @@ int cuip_client_request(int sock, const Cuip__Request *req, int fd_send, unsigne
 		errfmt(err, errlen, "%s: out of memory", cuip_request_name(req->body_case));
 		return -ENOMEM;
 	}
-	ret = checked(sock, req, fd_send, timeout_ms, &alloc, resp, err, errlen);
+	ret = checked(sock, req, fds, nfds, timeout_ms, &alloc, resp, err, errlen);
 	if (ret) {
 		*resp = NULL; /* a refusal lives in the arena too */
 		arena_destroy(a);
@@ -238,7 +244,7 @@ int cuip_client_handshake(int sock, const char *client, unsigned timeout_ms, str
 	hs.client = (char *)client;
 	req.body_case = CUIP__REQUEST__BODY_HANDSHAKE;
 	req.handshake = &hs;
-	ret = checked(sock, &req, -1, timeout_ms, NULL, &resp, err, errlen);
+	ret = checked(sock, &req, NULL, 0, timeout_ms, NULL, &resp, err, errlen);
 	if (!ret && (resp->body_case != CUIP__RESPONSE__BODY_HANDSHAKE || !resp->handshake->self)) {
 		errfmt(err, errlen, "HANDSHAKE reply carries no identity");
 		ret = -EPROTO;
@@ -264,7 +270,7 @@ int cuip_client_bye(int sock, unsigned timeout_ms)
 		return 0;
 	req.body_case = CUIP__REQUEST__BODY_BYE;
 	req.bye = 1;
-	ret = checked(sock, &req, -1, timeout_ms, NULL, &resp, err, sizeof(err));
+	ret = checked(sock, &req, NULL, 0, timeout_ms, NULL, &resp, err, sizeof(err));
 	if (resp)
 		cuip__response__free_unpacked(resp, NULL);
 	if (!ret) {

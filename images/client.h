@@ -51,6 +51,9 @@ int cuip_client_call(int sock, const Cuip__Request *req, int fd_send, Cuip__Resp
  */
 int cuip_client_request(int sock, const Cuip__Request *req, int fd_send, unsigned timeout_ms, Cuip__Response **resp,
 			char *err, size_t errlen);
+/* The same with nfds descriptors (SAVE and LOAD: the carrier files). */
+int cuip_client_requestv(int sock, const Cuip__Request *req, const int *fds, size_t nfds, unsigned timeout_ms,
+			 Cuip__Response **resp, char *err, size_t errlen);
 void cuip_client_free(Cuip__Response *resp);
 
 /* Who answered a HANDSHAKE. */

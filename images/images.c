@@ -23,6 +23,43 @@ void cuip_carrier_name(pid_t vpid, char *buf, size_t len)
 	snprintf(buf, len, CUIP_CARRIER_FMT, (int)vpid);
 }
 
+void cuip_carrier_stripe_name(pid_t vpid, unsigned k, char *buf, size_t len)
+{
+	if (k)
+		snprintf(buf, len, "cuinterpose-carrier-%d-%u.img", (int)vpid, k);
+	else
+		cuip_carrier_name(vpid, buf, len);
+}
+
+int cuip_entry_locate(const Cuip__Topology *t, const Cuip__CarrierEntry *e, uint64_t pos, const char **file,
+		      uint64_t *foff, uint64_t *run)
+{
+	uint64_t at = 0;
+
+	if (pos >= e->size)
+		return -EBADMSG;
+	if (!e->n_extents) {
+		*file = e->file;
+		*foff = e->offset + pos;
+		*run = e->size - pos;
+		return 0;
+	}
+	for (size_t k = 0; k < e->n_extents; k++) {
+		const Cuip__CarrierExtent *x = e->extents[k];
+
+		if (pos < at + x->size) {
+			if (x->file >= t->n_carrier_files)
+				return -EBADMSG;
+			*file = t->carrier_files[x->file];
+			*foff = x->offset + (pos - at);
+			*run = x->size - (pos - at);
+			return 0;
+		}
+		at += x->size;
+	}
+	return -EBADMSG;
+}
+
 /* One participant's topology image, on a thread of its own: encoding,
  * checksumming and the fsync of each image overlap with the others'. */
 struct topo_job {
@@ -45,6 +82,8 @@ static void *topo_write(void *arg)
 	t.state = (Cuip__ProcessState *)j->p->st;
 	t.carriers = j->p->carriers;
 	t.n_carriers = j->p->n_carriers;
+	t.carrier_files = j->p->carrier_files;
+	t.n_carrier_files = j->p->n_carrier_files;
 	j->ret = cuip_image_write(j->dirfd, j->name, CUIP_KIND_TOPOLOGY, &t.base);
 	return NULL;
 }
@@ -125,6 +164,24 @@ static int check_carriers(int dirfd, const char *tname, const Cuip__Topology *t,
 	char want[64];
 
 	cuip_carrier_name(st->self->pid, want, sizeof(want));
+	/* Striped: the files are the participant's, in order (no other name
+	 * is ever opened); each is there (checked after the entries, which
+	 * name the allocation and chunk a missing file holds). */
+	if (t->n_carrier_files > CUIP_CARRIER_FILES_MAX) {
+		errfmt(err, errlen, "%s: %zu carrier files, at most %d", tname, t->n_carrier_files,
+		       CUIP_CARRIER_FILES_MAX);
+		return -EBADMSG;
+	}
+	for (size_t k = 0; k < t->n_carrier_files; k++) {
+		char name[64];
+
+		cuip_carrier_stripe_name(st->self->pid, (unsigned)k, name, sizeof(name));
+		if (!t->carrier_files[k] || strcmp(t->carrier_files[k], name)) {
+			errfmt(err, errlen, "%s: carrier file %zu is \"%s\", expected %s", tname, k,
+			       t->carrier_files[k] ? t->carrier_files[k] : "(none)", name);
+			return -EBADMSG;
+		}
+	}
 	for (size_t i = 0; i < t->n_carriers; i++) {
 		const Cuip__CarrierEntry *e = t->carriers[i];
 		const Cuip__Allocation *a = NULL;
@@ -174,17 +231,55 @@ static int check_carriers(int dirfd, const char *tname, const Cuip__Topology *t,
 			       e->n_crc32c, (unsigned long long)chunks);
 			return -EBADMSG;
 		}
-		if (fstatat(dirfd, e->file, &sb, 0)) {
-			int ret = -errno;
-			errfmt(err, errlen, "%s: %s", e->file, errno == ENOENT ? "missing" : strerror(errno));
-			return ret;
-		}
-		if (e->offset + e->size < e->offset || (uint64_t)sb.st_size < e->offset + e->size) {
-			errfmt(err, errlen, "%s: truncated: %lld bytes, the index needs %llu", e->file,
-			       (long long)sb.st_size, (unsigned long long)(e->offset + e->size));
-			return -ENODATA;
+		/* Every byte of the entry lies in a file that holds it; a
+		 * striped entry's extents are whole chunks but the last. */
+		for (uint64_t pos = 0; pos < e->size;) {
+			const char *f;
+			uint64_t foff, run;
+
+			if (cuip_entry_locate(t, e, pos, &f, &foff, &run) || !f || strchr(f, '/') ||
+			    (run < e->size - pos && (pos + run) % e->chunk_size)) {
+				errfmt(err, errlen,
+				       "%s: carrier entry %zu (allocation %llx:%llu): extents do not cover its %llu "
+				       "bytes in whole chunks (byte %llu)",
+				       tname, i, (unsigned long long)e->alloc->creator,
+				       (unsigned long long)e->alloc->serial, (unsigned long long)e->size,
+				       (unsigned long long)pos);
+				return -EBADMSG;
+			}
+			if (fstatat(dirfd, f, &sb, 0)) {
+				int ret = -errno;
+				errfmt(err, errlen, "%s: %s (allocation %llx:%llu chunk %llu)", f,
+				       errno == ENOENT ? "missing" : strerror(errno),
+				       (unsigned long long)e->alloc->creator, (unsigned long long)e->alloc->serial,
+				       (unsigned long long)(pos / e->chunk_size));
+				return ret;
+			}
+			if (foff + run < foff || (uint64_t)sb.st_size < foff + run) {
+				errfmt(err, errlen,
+				       "%s: truncated: %lld bytes, the index needs %llu (allocation %llx:%llu chunk "
+				       "%llu)",
+				       f, (long long)sb.st_size, (unsigned long long)(foff + run),
+				       (unsigned long long)e->alloc->creator, (unsigned long long)e->alloc->serial,
+				       (unsigned long long)((pos +
+							     ((uint64_t)sb.st_size > foff ? sb.st_size - foff : 0)) /
+							    e->chunk_size));
+				return -ENODATA;
+			}
+			pos += run;
 		}
 		*bytes += e->size;
+	}
+	for (size_t k = 0; k < t->n_carrier_files; k++) {
+		struct stat sb;
+
+		if (fstatat(dirfd, t->carrier_files[k], &sb, 0)) {
+			int ret = -errno;
+			errfmt(err, errlen, "%s: %s (stripe %zu of %zu of pid %d's carrier)", t->carrier_files[k],
+			       errno == ENOENT ? "missing" : strerror(errno), k, t->n_carrier_files,
+			       (int)st->self->pid);
+			return ret;
+		}
 	}
 	/* Every carried allocation must have an entry. */
 	for (size_t k = 0; k < st->n_allocations; k++) {
@@ -294,7 +389,8 @@ int cuip_images_verify_carriers(int dirfd, const struct cuip_ckpt *c, char *err,
 
 		for (size_t k = 0; k < t->n_carriers && !ret; k++) {
 			const Cuip__CarrierEntry *e = t->carriers[k];
-			int fd;
+			const char *open_name = NULL;
+			int fd = -1;
 
 			if (e->chunk_size > bufsz || !buf) {
 				bufsz = e->chunk_size > bufsz ? e->chunk_size : bufsz;
@@ -303,20 +399,40 @@ int cuip_images_verify_carriers(int dirfd, const struct cuip_ckpt *c, char *err,
 				if (!buf)
 					return -ENOMEM;
 			}
-			fd = openat(dirfd, e->file, O_RDONLY | O_CLOEXEC);
-			if (fd < 0) {
-				ret = -errno;
-				errfmt(err, errlen, "%s: %s", e->file, strerror(errno));
-				break;
-			}
 			for (size_t ch = 0; ch < e->n_crc32c; ch++) {
-				uint64_t off = (uint64_t)ch * e->chunk_size;
+				uint64_t off = (uint64_t)ch * e->chunk_size, foff, run;
 				size_t len = (size_t)(e->size - off < e->chunk_size ? e->size - off : e->chunk_size);
-				ssize_t got = pread(fd, buf, len, (off_t)(e->offset + off));
+				const char *f;
+				ssize_t got;
 
+				/* Chunks never straddle extents (checked at read). */
+				if (cuip_entry_locate(t, e, off, &f, &foff, &run) || run < len) {
+					errfmt(err, errlen,
+					       "carrier entry of allocation %llx:%llu: no extent for chunk %zu",
+					       (unsigned long long)e->alloc->creator,
+					       (unsigned long long)e->alloc->serial, ch);
+					ret = -EBADMSG;
+					break;
+				}
+				if (!open_name || strcmp(open_name, f)) {
+					if (fd >= 0)
+						close(fd);
+					open_name = f;
+					fd = openat(dirfd, f, O_RDONLY | O_CLOEXEC);
+					if (fd < 0) {
+						ret = -errno;
+						errfmt(err, errlen, "%s: %s (allocation %llx:%llu chunk %zu)", f,
+						       strerror(errno), (unsigned long long)e->alloc->creator,
+						       (unsigned long long)e->alloc->serial, ch);
+						break;
+					}
+				}
+				got = pread(fd, buf, len, (off_t)foff);
 				if (got != (ssize_t)len) {
-					errfmt(err, errlen, "%s: truncated at byte %llu", e->file,
-					       (unsigned long long)(e->offset + off));
+					errfmt(err, errlen,
+					       "%s: truncated at byte %llu (allocation %llx:%llu chunk %zu)", f,
+					       (unsigned long long)foff, (unsigned long long)e->alloc->creator,
+					       (unsigned long long)e->alloc->serial, ch);
 					ret = -ENODATA;
 					break;
 				}
@@ -324,15 +440,15 @@ int cuip_images_verify_carriers(int dirfd, const struct cuip_ckpt *c, char *err,
 					errfmt(err, errlen,
 					       "%s: corrupt: checksum mismatch in chunk %zu (bytes %llu..%llu) of "
 					       "allocation %llx:%llu",
-					       e->file, ch, (unsigned long long)(e->offset + off),
-					       (unsigned long long)(e->offset + off + len),
+					       f, ch, (unsigned long long)foff, (unsigned long long)(foff + len),
 					       (unsigned long long)e->alloc->creator,
 					       (unsigned long long)e->alloc->serial);
 					ret = -EBADMSG;
 					break;
 				}
 			}
-			close(fd);
+			if (fd >= 0)
+				close(fd);
 		}
 	}
 	free(buf);

@@ -7,6 +7,8 @@
  *                                  the index of its carrier bytes
  *   cuinterpose-carrier-<pid>.img  raw shared bytes (written by the
  *                                  interposer into a file the plugin opened)
+ *   cuinterpose-carrier-<pid>-<k>.img  further stripes of a striped carrier
+ *                                  (k = 1..files-1; Topology.carrier_files)
  *
  * <pid> is the pid the participant sees for itself, which CRIU restores.
  * Reading validates everything before a restore touches any process:
@@ -23,11 +25,16 @@
 
 #include "wire.h"
 
+/* Most carrier files of one participant (the interposer's CARRIER_FILES_MAX). */
+#define CUIP_CARRIER_FILES_MAX 64
+
 /* One participant as written at dump. */
 struct cuip_img_proc {
 	const Cuip__ProcessState *st; /* st->self->pid names the files */
 	Cuip__CarrierEntry **carriers;
 	size_t n_carriers;
+	char **carrier_files; /* striped: the files in order; none: one file */
+	size_t n_carrier_files;
 };
 
 int cuip_images_write(int dirfd, const uint8_t ckpt_id[16], const struct cuip_img_proc *p, size_t n,
@@ -54,7 +61,18 @@ int cuip_images_match(const struct cuip_ckpt *c, const pid_t *vpids, size_t n, c
 
 void cuip_images_free(struct cuip_ckpt *c);
 
-/* Carrier file name of a participant. */
+/* Carrier file name of a participant; stripe k > 0 of a striped carrier. */
 void cuip_carrier_name(pid_t vpid, char *buf, size_t len);
+void cuip_carrier_stripe_name(pid_t vpid, unsigned k, char *buf, size_t len);
+
+/*
+ * Where byte `pos` of a carrier entry lies: the file's name (*file), the
+ * offset in it (*foff) and how many of the entry's bytes follow there
+ * contiguously (*run). Reads the extents of a striped entry (their file
+ * indexes name t->carrier_files), else `offset` of `file`. Returns 0, or
+ * -EBADMSG when pos is past the entry or an extent names no file.
+ */
+int cuip_entry_locate(const Cuip__Topology *t, const Cuip__CarrierEntry *e, uint64_t pos, const char **file,
+		      uint64_t *foff, uint64_t *run);
 
 #endif /* CUIP_IMAGES_H */

@@ -24,6 +24,13 @@
  *         have finished, check every item's chunk CRCs, start one copy per
  *         item; alternate slots.
  *
+ * Striping (carrier_save_striped/_load_striped) sits on top: a pure split
+ * (carrier_stripe_split) cuts each item into extents of whole chunks and
+ * gives each to the least-filled file; the extents are items of their own
+ * for the pipeline above, with crc pointing into their item's array and
+ * name_offset keeping chunk numbers in messages those of the allocation.
+ * Staging is sized to need: at most the bytes carried (or two chunks).
+ *
  * An error names the item and its bytes where one item is to blame (an
  * async copy refused, a bad CRC, the file ending inside it), and the run's
  * first and last items where one wait or one write covers them all.
@@ -55,7 +62,11 @@
 
 #define MIB		(1024ull * 1024)
 #define PAGE		4096ull
-#define DEFAULT_STAGING (256 * MIB)
+/* 224 MiB of staging keeps a process within 256 MiB of extra resident
+ * memory during a transfer: measured on the fake driver (private-bench),
+ * staging plus 1.3 MiB for threads, index and the driver's bookkeeping
+ * (test/bench/RESULTS.md). A carrier smaller than this pins its own size. */
+#define DEFAULT_STAGING (224 * MIB)
 #define DEFAULT_CHUNK	(4u << 20)
 /* Measured on an H200 host (test/bench/RESULTS.md): buffered writes to one
  * file serialize on its inode lock, so save peaks at two threads per file
@@ -179,6 +190,17 @@ static const char *item_name(const struct carrier_item *it, size_t i, char *buf,
 	snprintf(buf, len, "item %zu", i);
 	return buf;
 }
+
+/* The file of index f for messages: its name, or "file f". */
+static const char *cfg_file_name(const struct carrier_config *c, size_t f, char *buf, size_t len)
+{
+	if (c->file_names && f < c->n_file_names && c->file_names[f])
+		return c->file_names[f];
+	snprintf(buf, len, "file %zu", f);
+	return buf;
+}
+
+#define file_name(x, f, buf, len) cfg_file_name((x)->cfg, f, buf, len)
 
 /* Record the transfer's first error; later ones are consequences. */
 static void fail(struct xfer *x, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -503,9 +525,10 @@ static int save_finish(struct worker *w, struct slot *sl)
 	rc = pwrite_all(x->fds[x->items[sl->s.item].file], buf, sl->s.len, sl->s.foff);
 	w->io_s += now() - t;
 	if (rc) {
-		char nb[160];
-		fail(x, rc, "carrier save: %s: writing %" PRIu64 " bytes at file offset %" PRIu64 " failed: %s",
-		     slice_name(x, &sl->s, nb, sizeof(nb)), sl->s.len, sl->s.foff, strerror(-rc));
+		char nb[160], fb[32];
+		fail(x, rc, "carrier save: %s: writing %" PRIu64 " bytes at file offset %" PRIu64 " of %s failed: %s",
+		     slice_name(x, &sl->s, nb, sizeof(nb)), sl->s.len, sl->s.foff,
+		     file_name(x, x->items[sl->s.item].file, fb, sizeof(fb)), strerror(-rc));
 		return -1;
 	}
 	account(x, sl->s.len);
@@ -559,9 +582,10 @@ static int pread_all(int fd, uint8_t *p, uint64_t len, uint64_t off, uint64_t *g
 static void short_read(struct xfer *x, const struct slot *sl, uint64_t at)
 {
 	uint64_t off, len, boff;
-	char nb[32];
+	char nb[32], fb[32];
 
 	for (size_t i = sl->s.item; i <= sl->s.last; i++) {
+		const struct carrier_item *it = &x->items[i];
 		uint64_t fo;
 
 		if (!piece(x, &sl->s, i, &off, &len, &boff))
@@ -570,9 +594,10 @@ static void short_read(struct xfer *x, const struct slot *sl, uint64_t at)
 		if (at >= fo + len)
 			continue;
 		fail(x, -ENODATA,
-		     "carrier %s: %s: file ends at offset %" PRIu64 ", %" PRIu64 " bytes short of the %" PRIu64
-		     " bytes at %" PRIu64 " (truncated carrier image)",
-		     pass_name(x->pass), item_name(&x->items[i], i, nb, sizeof(nb)), at, fo + len - at, len, fo);
+		     "carrier %s: %s: %s ends at offset %" PRIu64 ", %" PRIu64 " bytes short of the %" PRIu64
+		     " bytes at %" PRIu64 " (chunk %" PRIu64 "; truncated carrier image)",
+		     pass_name(x->pass), item_name(it, i, nb, sizeof(nb)), file_name(x, it->file, fb, sizeof(fb)), at,
+		     fo + len - at, len, fo, (it->name_offset + off + (at > fo ? at - fo : 0)) / it->chunk_size);
 		return;
 	}
 	assert(!"short read beyond the slice");
@@ -582,8 +607,8 @@ static void short_read(struct xfer *x, const struct slot *sl, uint64_t at)
 static int check_piece(struct xfer *x, size_t i, const uint8_t *p, uint64_t off, uint64_t len)
 {
 	const struct carrier_item *it = &x->items[i];
-	uint64_t foff = it->offset + off;
-	char nb[32];
+	uint64_t foff = it->offset + off, base = it->name_offset;
+	char nb[32], fb[32];
 
 	for (uint64_t o = 0, k = off / it->chunk_size; o < len; o += it->chunk_size, k++) {
 		uint64_t l = len - o < it->chunk_size ? len - o : it->chunk_size;
@@ -592,9 +617,10 @@ static int check_piece(struct xfer *x, size_t i, const uint8_t *p, uint64_t off,
 		if (c != it->crc[k]) {
 			fail(x, -EBADMSG,
 			     "carrier %s: %s: chunk %" PRIu64 " (bytes %" PRIu64 "-%" PRIu64 ", file offset %" PRIu64
-			     ") has crc32c %#010x, the index says %#010x (corrupt carrier image)",
-			     pass_name(x->pass), item_name(it, i, nb, sizeof(nb)), k, off + o, off + o + l - 1,
-			     foff + o, c, it->crc[k]);
+			     ") of %s has crc32c %#010x, the index says %#010x (corrupt carrier image)",
+			     pass_name(x->pass), item_name(it, i, nb, sizeof(nb)), (base + off + o) / it->chunk_size,
+			     base + off + o, base + off + o + l - 1, foff + o, file_name(x, it->file, fb, sizeof(fb)),
+			     c, it->crc[k]);
 			return -1;
 		}
 	}
@@ -618,8 +644,10 @@ static int load_read(struct worker *w, struct slot *sl)
 		return -1;
 	}
 	if (rc) {
-		fail(x, -EIO, "carrier %s: %s: reading %" PRIu64 " bytes at file offset %" PRIu64 " failed: %s",
-		     pass_name(x->pass), slice_name(x, &sl->s, nb, sizeof(nb)), sl->s.len, sl->s.foff, strerror(-rc));
+		char fb[32];
+		fail(x, -EIO, "carrier %s: %s: reading %" PRIu64 " bytes at file offset %" PRIu64 " of %s failed: %s",
+		     pass_name(x->pass), slice_name(x, &sl->s, nb, sizeof(nb)), sl->s.len, sl->s.foff,
+		     file_name(x, x->items[sl->s.item].file, fb, sizeof(fb)), strerror(-rc));
 		return -1;
 	}
 	t = now();
@@ -821,7 +849,7 @@ static int run_pass(struct xfer *x, enum pass pass)
 static void plan(struct xfer *x)
 {
 	const struct carrier_config *c = x->cfg;
-	uint64_t need = 1, biggest = 0, share, want, buf;
+	uint64_t need = 1, biggest = 0, share, want, buf, cap;
 	unsigned threads = c->threads;
 	uint64_t slices;
 
@@ -864,6 +892,19 @@ static void plan(struct xfer *x)
 		buf = want;
 	if (buf < need)
 		buf = need; /* a chunk must fit: may exceed a tiny staging bound */
+	/* Staging sized to need: never more pinned than the bytes carried
+	 * (in pages), or than two buffers of one chunk where that is more.
+	 * Smaller buffers first (down to a chunk), then fewer threads. */
+	cap = (x->total + PAGE - 1) / PAGE * PAGE;
+	if (cap < SLOTS_PER_THREAD * need)
+		cap = SLOTS_PER_THREAD * need;
+	if ((uint64_t)SLOTS_PER_THREAD * threads * buf > cap) {
+		uint64_t b = cap / (SLOTS_PER_THREAD * threads) / PAGE * PAGE;
+
+		buf = b > need ? b : need;
+	}
+	while (threads > 1 && (uint64_t)SLOTS_PER_THREAD * threads * buf > cap)
+		threads--;
 	x->buf_bytes = buf;
 	slices = count_slices(x);
 	/* No thread without at least one slice to work on. */
@@ -1262,15 +1303,19 @@ int carrier_load_files(const struct carrier_ops *ops, const struct carrier_confi
 	for (size_t i = 0; i < n; i++) {
 		uint64_t end = items[i].offset + items[i].size;
 		struct stat sb;
-		char nb[32];
+		char nb[32], fb[32];
 
 		if (!items[i].size || fstat(fds[items[i].file], &sb) || !S_ISREG(sb.st_mode))
 			continue;
 		if (end > (uint64_t)sb.st_size) {
+			uint64_t have = (uint64_t)sb.st_size > items[i].offset ? sb.st_size - items[i].offset : 0;
+
 			errfmt(err, errlen,
 			       "carrier load: %s: needs file bytes %" PRIu64 "-%" PRIu64 ", the file has %" PRIu64
-			       " (truncated carrier image)",
-			       item_name(&items[i], i, nb, sizeof(nb)), items[i].offset, end - 1, (uint64_t)sb.st_size);
+			       " (%s; chunk %" PRIu64 " is missing: truncated carrier image)",
+			       item_name(&items[i], i, nb, sizeof(nb)), items[i].offset, end - 1, (uint64_t)sb.st_size,
+			       cfg_file_name(cfg, items[i].file, fb, sizeof(fb)),
+			       (items[i].name_offset + have) / items[i].chunk_size);
 			return -ENODATA;
 		}
 	}
@@ -1282,6 +1327,300 @@ int carrier_load(const struct carrier_ops *ops, const struct carrier_config *cfg
 		 const struct carrier_item *items, size_t n, struct carrier_stats *stats, char *err, size_t errlen)
 {
 	return carrier_load_files(ops, cfg, &fd, 1, items, n, stats, err, errlen);
+}
+
+/* ---- striping ----------------------------------------------------------- */
+
+uint64_t carrier_stripe_unit(uint64_t total, size_t nfiles, uint32_t chunk_size)
+{
+	uint64_t c = chunk_size ? chunk_size : DEFAULT_CHUNK, u;
+
+	if (nfiles < 1)
+		nfiles = 1;
+	/* Four extents per file balance the files within a quarter of a
+	 * share; bigger extents only make the index shorter. */
+	u = total / nfiles / 4;
+	if (u > CARRIER_STRIPE_MAX)
+		u = CARRIER_STRIPE_MAX;
+	u = (u + c - 1) / c * c;
+	return u ? u : c;
+}
+
+/* Extent size for item it: unit in whole chunks of it. */
+static uint64_t item_unit(const struct carrier_item *it, uint64_t unit)
+{
+	return (unit + it->chunk_size - 1) / it->chunk_size * it->chunk_size;
+}
+
+size_t carrier_stripe_count(const struct carrier_item *items, size_t n, uint64_t unit)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		uint64_t u = items[i].chunk_size && unit ? item_unit(&items[i], unit) : 0;
+
+		k += !u || items[i].size <= u ? 1 : (size_t)((items[i].size + u - 1) / u);
+	}
+	return k;
+}
+
+int carrier_stripe_split(const struct carrier_item *items, size_t n, size_t nfiles, uint64_t unit,
+			 struct carrier_item *out, size_t nout, size_t *parent)
+{
+	uint64_t load[CARRIER_FILES_MAX] = {0};
+	size_t j = 0;
+
+	if (!nfiles || nfiles > CARRIER_FILES_MAX || !unit || nout < carrier_stripe_count(items, n, unit))
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		const struct carrier_item *it = &items[i];
+		uint64_t u, off = 0;
+
+		if (!it->chunk_size || (it->crc && it->ncrc < carrier_nchunks(it->size, it->chunk_size)))
+			return -EINVAL;
+		u = item_unit(it, unit);
+		do {
+			struct carrier_item *e = &out[j];
+			uint64_t len = it->size - off < u ? it->size - off : u;
+			size_t f = 0;
+
+			for (size_t k = 1; k < nfiles; k++)
+				if (load[k] < load[f])
+					f = k;
+			load[f] += len;
+			*e = (struct carrier_item){.va = it->va + off,
+						   .size = len,
+						   .ctx = it->ctx,
+						   .name = it->name,
+						   .chunk_size = it->chunk_size,
+						   .file = (unsigned)f,
+						   .crc = it->crc ? it->crc + off / it->chunk_size : NULL,
+						   .ncrc = carrier_nchunks(len, it->chunk_size),
+						   .name_offset = it->name_offset + off};
+			if (parent)
+				parent[j] = i;
+			j++;
+			off += len;
+		} while (off < it->size);
+	}
+	assert(j == carrier_stripe_count(items, n, unit));
+	return 0;
+}
+
+void carrier_items_free_extents(struct carrier_item *items, size_t n)
+{
+	for (size_t i = 0; items && i < n; i++) {
+		free(items[i].ext);
+		items[i].ext = NULL;
+		items[i].next = 0;
+	}
+}
+
+/* The extents' item arrays live in one mapping: a load runs while the
+ * application's threads are frozen, maybe inside malloc. */
+static void *map_array(size_t count, size_t size, size_t *len)
+{
+	void *p;
+
+	*len = (count ? count : 1) * size;
+	p = mmap(NULL, *len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+int carrier_save_striped(const struct carrier_ops *ops, const struct carrier_config *cfg, const int *fds, size_t nfds,
+			 uint64_t offset, struct carrier_item *items, size_t n, struct carrier_stats *stats, char *err,
+			 size_t errlen)
+{
+	struct carrier_config envcfg;
+	struct carrier_item *sub;
+	size_t *parent, nsub, len_sub, len_par;
+	uint64_t total = 0, unit;
+	uint32_t chunk = 0;
+	int rc;
+
+	for (size_t i = 0; i < n; i++) {
+		items[i].ext = NULL;
+		items[i].next = 0;
+	}
+	if (nfds <= 1 || !items)
+		return carrier_save_files(ops, cfg, fds, nfds, offset, items, n, stats, err, errlen);
+	if (stats)
+		memset(stats, 0, sizeof(*stats));
+	for (size_t i = 0; i < n; i++)
+		items[i].file = 0;
+	rc = check_args("save", ops, &cfg, &envcfg, fds, nfds, items, n, false, err, errlen);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < n; i++) {
+		if (!items[i].chunk_size)
+			items[i].chunk_size = cfg->chunk_size;
+		if (items[i].chunk_size > chunk)
+			chunk = items[i].chunk_size;
+		total += items[i].size;
+	}
+	rc = check_items("save", items, n, false, err, errlen);
+	if (rc)
+		return rc;
+	unit = carrier_stripe_unit(total, nfds, chunk);
+	nsub = carrier_stripe_count(items, n, unit);
+	sub = map_array(nsub, sizeof(*sub), &len_sub);
+	parent = map_array(nsub, sizeof(*parent), &len_par);
+	if (!sub || !parent) {
+		errfmt(err, errlen, "carrier save: cannot map %zu extents: %s", nsub, strerror(errno));
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = carrier_stripe_split(items, n, nfds, unit, sub, nsub, parent);
+	assert(!rc); /* arguments checked above */
+	rc = carrier_save_files(ops, cfg, fds, nfds, offset, sub, nsub, stats, err, errlen);
+	if (rc)
+		goto out;
+	for (size_t j = 0; j < nsub; j++) {
+		struct carrier_item *it = &items[parent[j]];
+
+		if (!it->ext) {
+			size_t k = carrier_stripe_count(it, 1, unit);
+
+			it->ext = calloc(k, sizeof(*it->ext));
+			if (!it->ext) {
+				errfmt(err, errlen, "carrier save: out of memory for the extents of %zu items", n);
+				rc = -ENOMEM;
+				goto out;
+			}
+			it->offset = sub[j].offset;
+			it->file = sub[j].file;
+			it->ncrc = carrier_nchunks(it->size, it->chunk_size);
+		}
+		it->ext[it->next++] =
+			(struct carrier_extent){.file = sub[j].file, .offset = sub[j].offset, .size = sub[j].size};
+	}
+out:
+	if (sub)
+		munmap(sub, len_sub);
+	if (parent)
+		munmap(parent, len_par);
+	return rc;
+}
+
+int carrier_load_striped(const struct carrier_ops *ops, const struct carrier_config *cfg, const int *fds, size_t nfds,
+			 const struct carrier_item *items, size_t n, struct carrier_stats *stats, char *err,
+			 size_t errlen)
+{
+	struct carrier_item *sub;
+	size_t nsub = 0, len_sub, j = 0;
+	bool striped = false;
+	int rc;
+
+	if (stats)
+		memset(stats, 0, sizeof(*stats));
+	for (size_t i = 0; i < n && items; i++) {
+		nsub += items[i].ext ? items[i].next : 1;
+		striped = striped || items[i].ext;
+	}
+	if (!striped)
+		return carrier_load_files(ops, cfg, fds, nfds, items, n, stats, err, errlen);
+	sub = map_array(nsub, sizeof(*sub), &len_sub);
+	if (!sub) {
+		errfmt(err, errlen, "carrier load: cannot map %zu extents: %s", nsub, strerror(errno));
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct carrier_item *it = &items[i];
+		uint64_t off = 0;
+		char nb[32];
+
+		if (!it->ext) {
+			sub[j++] = *it;
+			continue;
+		}
+		for (size_t k = 0; k < it->next; k++) {
+			const struct carrier_extent *e = &it->ext[k];
+			const char *why = NULL;
+
+			if (!it->chunk_size)
+				why = "has no chunk size";
+			else if (e->file >= nfds)
+				why = "names a file beyond the carrier files";
+			else if (e->size > it->size - off || (!e->size && it->size))
+				why = "runs past the item's size";
+			else if (k + 1 < it->next && e->size % it->chunk_size)
+				why = "splits a chunk";
+			else if (it->crc && it->ncrc < carrier_nchunks(off + e->size, it->chunk_size))
+				why = "has no checksums";
+			if (why) {
+				errfmt(err, errlen,
+				       "carrier load: %s: extent %zu (file %u, %" PRIu64 " bytes at offset %" PRIu64
+				       ") %s (corrupt carrier index)",
+				       item_name(it, i, nb, sizeof(nb)), k, e->file, e->size, e->offset, why);
+				rc = -EINVAL;
+				goto out;
+			}
+			sub[j] = (struct carrier_item){.va = it->va + off,
+						       .size = e->size,
+						       .ctx = it->ctx,
+						       .name = it->name,
+						       .chunk_size = it->chunk_size,
+						       .offset = e->offset,
+						       .file = e->file,
+						       .crc = it->crc ? it->crc + off / it->chunk_size : NULL,
+						       .ncrc = carrier_nchunks(e->size, it->chunk_size),
+						       .name_offset = it->name_offset + off};
+			j++;
+			off += e->size;
+		}
+		if (off != it->size) {
+			errfmt(err, errlen,
+			       "carrier load: %s: its %zu extents hold %" PRIu64 " bytes, the item %" PRIu64
+			       " (corrupt carrier index)",
+			       item_name(it, i, nb, sizeof(nb)), it->next, off, it->size);
+			rc = -EINVAL;
+			goto out;
+		}
+	}
+	assert(j == nsub);
+	rc = carrier_load_files(ops, cfg, fds, nfds, sub, nsub, stats, err, errlen);
+out:
+	munmap(sub, len_sub);
+	return rc;
+}
+
+/* ---- the index's form of the extents -------------------------------------- */
+
+int carrier_extents_to_entry(const struct carrier_item *it, Cuip__CarrierEntry *e, void *(*zalloc)(size_t))
+{
+	if (!it->ext)
+		return 0;
+	e->extents = zalloc(sizeof(*e->extents) * it->next);
+	if (!e->extents)
+		return -ENOMEM;
+	for (size_t k = 0; k < it->next; k++) {
+		Cuip__CarrierExtent *x = zalloc(sizeof(*x));
+
+		if (!x)
+			return -ENOMEM;
+		cuip__carrier_extent__init(x);
+		x->file = it->ext[k].file;
+		x->offset = it->ext[k].offset;
+		x->size = it->ext[k].size;
+		e->extents[e->n_extents++] = x;
+	}
+	return 0;
+}
+
+int carrier_extents_from_entry(struct carrier_item *it, const Cuip__CarrierEntry *e)
+{
+	it->ext = NULL;
+	it->next = 0;
+	if (!e->n_extents)
+		return 0;
+	it->ext = calloc(e->n_extents, sizeof(*it->ext));
+	if (!it->ext)
+		return -ENOMEM;
+	for (size_t k = 0; k < e->n_extents; k++)
+		it->ext[k] = (struct carrier_extent){
+			.file = e->extents[k]->file, .offset = e->extents[k]->offset, .size = e->extents[k]->size};
+	it->next = e->n_extents;
+	return 0;
 }
 
 /* ---- configuration ------------------------------------------------------ */

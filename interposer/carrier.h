@@ -9,7 +9,8 @@
  * device copies on per-buffer streams overlap file I/O, several threads
  * issue pwrite()/pread() at computed offsets, and each chunk of chunk_size
  * bytes gets a CRC32C computed on the staging buffer. Extra host memory is
- * bounded by the staging size (default 256 MiB) whatever the carrier size.
+ * bounded by the staging size (default 224 MiB, less for a smaller carrier:
+ * its own size or two chunks) whatever the carrier size.
  * The file holds raw bytes only; the caller records each item's offset,
  * size, chunk_size and CRCs as a Cuip__CarrierEntry in the topology image.
  *
@@ -39,6 +40,8 @@
 #include <stdint.h>
 #include <cuda.h>
 
+#include "cuinterpose.pb-c.h"
+
 /*
  * The real driver's entry points (exact symbol names in brackets; fill with
  * carrier_ops_resolve()). All are required except those marked optional.
@@ -65,6 +68,13 @@ struct carrier_ops {
 int carrier_ops_resolve(struct carrier_ops *ops, void *(*lookup)(void *arg, const char *name), void *arg, char *err,
 			size_t errlen);
 
+/* One piece of a striped item: `size` bytes at `offset` of file `file`. */
+struct carrier_extent {
+	uint32_t file;
+	uint64_t offset;
+	uint64_t size;
+};
+
 /* One allocation's bytes. */
 struct carrier_item {
 	CUdeviceptr va;	     /* device address, mapped read/write for ctx's device */
@@ -82,6 +92,16 @@ struct carrier_item {
 				ncrc >= carrier_nchunks() entries, filled; load: expected values */
 	size_t ncrc;	     /* entries in crc. save: capacity, set to the count used; load: must
 				equal carrier_nchunks(size, chunk_size) */
+	/* Striped (carrier_save_striped/_load_striped only): the item's bytes
+	 * in order over the files, each extent whole chunks but the last.
+	 * save: set (malloc'd, free with carrier_items_free_extents) when
+	 * there are several files; load: from the entry, NULL = all at
+	 * `offset` of `file`. */
+	struct carrier_extent *ext;
+	size_t next;
+	/* Messages: byte offset of this item inside the object `name` names
+	 * (a stripe of an allocation); chunk numbers count from there. */
+	uint64_t name_offset;
 };
 
 /* Chunks (CRC values) for `size` bytes: ceil(size / chunk_size). */
@@ -96,7 +116,7 @@ static inline uint64_t carrier_nchunks(uint64_t size, uint32_t chunk_size)
 #define CARRIER_FILES_MAX 64
 
 struct carrier_config {
-	uint64_t staging_bytes; /* pinned staging per call, all buffers [CUINTERPOSE_STAGING_MB, 256] */
+	uint64_t staging_bytes; /* most pinned staging per call, all buffers [CUINTERPOSE_STAGING_MB, 224] */
 	uint32_t chunk_size;	/* default bytes per CRC for save [CUINTERPOSE_CHUNK_MB, 4] */
 	unsigned threads;	/* I/O threads incl. the caller, 1..64; 0: 2 per file for save (buffered
 				   writes to one file serialize in the kernel), 12 for load, at most 16
@@ -109,6 +129,10 @@ struct carrier_config {
 	uint64_t progress_every;
 	void (*progress)(void *arg, uint64_t done, uint64_t total);
 	void *progress_arg;
+	/* Optional names of the files, indexed like the fds, for messages
+	 * (NULL: "file N"). */
+	const char *const *file_names;
+	size_t n_file_names;
 };
 
 /*
@@ -173,5 +197,63 @@ int carrier_save_files(const struct carrier_ops *ops, const struct carrier_confi
 int carrier_load_files(const struct carrier_ops *ops, const struct carrier_config *cfg, const int *fds, size_t nfds,
 		       const struct carrier_item *items, size_t n, struct carrier_stats *stats, char *err,
 		       size_t errlen);
+
+/*
+ * Striping: one process's carrier over several files, so that buffered
+ * writes are not serialized on one inode (one file ~3 GB/s, 16 files
+ * ~32 GB/s on the H200 host; test/bench/RESULTS.md).
+ *
+ * carrier_stripe_unit() is the extent size for `total` bytes over nfiles:
+ * a quarter of each file's share, at least one chunk and at most
+ * CARRIER_STRIPE_MAX, in whole chunks. carrier_stripe_count() and
+ * carrier_stripe_split() cut items into extents of at most `unit` bytes
+ * (rounded up to each item's chunk size) and give each extent to the file
+ * holding the fewest bytes so far (ties: the lowest index), so the files
+ * end within one unit of each other. Extent j is a carrier_item of its own:
+ * va, size, crc and ncrc narrowed to its chunks (crc points into the
+ * item's array), ctx, name and chunk_size copied, name_offset its byte
+ * offset in the item, file assigned, offset 0; parent[j] is its item.
+ * Pure functions: no I/O, no allocation. split returns 0, or -EINVAL when
+ * nfiles is 0 or above CARRIER_FILES_MAX, unit is 0, an item has no chunk
+ * size, or (save) an item's crc array is shorter than its chunks.
+ */
+#define CARRIER_STRIPE_MAX (64ull << 20)
+uint64_t carrier_stripe_unit(uint64_t total, size_t nfiles, uint32_t chunk_size);
+size_t carrier_stripe_count(const struct carrier_item *items, size_t n, uint64_t unit);
+int carrier_stripe_split(const struct carrier_item *items, size_t n, size_t nfiles, uint64_t unit,
+			 struct carrier_item *out, size_t nout, size_t *parent);
+
+/*
+ * Save items striped over fds[0..nfds): with one fd exactly carrier_save()
+ * (no extents: the layout of a one-file carrier); with several, each item
+ * gets ext/next (its extents; offset and file name the first) and its crc
+ * filled for all its chunks. Free the extents with
+ * carrier_items_free_extents() whatever the result.
+ */
+int carrier_save_striped(const struct carrier_ops *ops, const struct carrier_config *cfg, const int *fds, size_t nfds,
+			 uint64_t offset, struct carrier_item *items, size_t n, struct carrier_stats *stats, char *err,
+			 size_t errlen);
+
+/*
+ * Load items whose ext/next say where their bytes are (items without
+ * extents: `size` bytes at `offset` of fds[file]). Extents that do not add
+ * up to the item's size, split a chunk, or name a file beyond nfds are
+ * refused (-EINVAL) before the device is touched; otherwise as
+ * carrier_load_files().
+ */
+int carrier_load_striped(const struct carrier_ops *ops, const struct carrier_config *cfg, const int *fds, size_t nfds,
+			 const struct carrier_item *items, size_t n, struct carrier_stats *stats, char *err,
+			 size_t errlen);
+
+void carrier_items_free_extents(struct carrier_item *items, size_t n);
+
+/*
+ * The index's form of an item's extents (Cuip__CarrierEntry.extents): to
+ * the entry of a SAVE reply (allocated with zalloc; nothing when the item
+ * has none), and from a LOAD's entry into it->ext (malloc'd; free with
+ * carrier_items_free_extents). 0 or -ENOMEM.
+ */
+int carrier_extents_to_entry(const struct carrier_item *it, Cuip__CarrierEntry *e, void *(*zalloc)(size_t));
+int carrier_extents_from_entry(struct carrier_item *it, const Cuip__CarrierEntry *e);
 
 #endif /* CUIP_CARRIER_H */

@@ -60,7 +60,8 @@ struct conn {
 struct op_item {
 	int idx;
 	int sock;
-	int fd; /* FD that came with the request, or -1 */
+	int fds[CUIP_OP_MAX_FDS]; /* FDs that came with the request */
+	size_t nfds;
 	Cuip__Request *req;
 	struct op_item *next;
 };
@@ -287,10 +288,11 @@ static bool serve_one(int idx)
 	Cuip__Request *req = NULL;
 	struct op_item *it;
 	char err[256] = "";
-	int fd = -1, ret;
+	int fds[CUIP_OP_MAX_FDS], ret;
+	size_t nfds = 0;
 
-	ret = cuip_msg_recv(c->fd, CUIP_KIND_REQUEST, &cuip__request__descriptor, NULL, (ProtobufCMessage **)&req, &fd,
-			    err, sizeof(err));
+	ret = cuip_msg_recvv(c->fd, CUIP_KIND_REQUEST, &cuip__request__descriptor, NULL, (ProtobufCMessage **)&req, fds,
+			     CUIP_OP_MAX_FDS, &nfds, err, sizeof(err));
 	if (ret) {
 		if (ret != -ECONNRESET)
 			pr_info("control connection closed: %s", err);
@@ -343,7 +345,8 @@ static bool serve_one(int idx)
 		}
 		it->idx = idx;
 		it->sock = c->fd;
-		it->fd = fd;
+		memcpy(it->fds, fds, nfds * sizeof(*fds));
+		it->nfds = nfds;
 		it->req = req;
 		c->busy = true;
 		c->ckpt |= req->body_case == CUIP__REQUEST__BODY_QUIESCE;
@@ -358,8 +361,8 @@ static bool serve_one(int idx)
 		return true;
 	}
 done:
-	if (fd >= 0)
-		close(fd);
+	for (size_t i = 0; i < nfds; i++)
+		close(fds[i]);
 	protobuf_c_message_free_unpacked(&req->base, NULL);
 	return ret == 0;
 }
@@ -480,7 +483,7 @@ static void *op_main(void *arg)
 		sock = it->sock;
 		pthread_mutex_unlock(&op_mu);
 
-		resp = cuip_op_run(it->req, it->fd);
+		resp = cuip_op_run(it->req, it->fds, it->nfds);
 		if (resp) {
 			if (cuip_msg_send(sock, CUIP_KIND_RESPONSE, &resp->base, -1))
 				shutdown(sock, SHUT_RDWR); /* ctl sees EOF and closes it */
@@ -557,8 +560,8 @@ static void fork_child(void)
 			close(conns[i].fd);
 	for (struct op_item *it = op_head, *n; it; it = n) {
 		n = it->next;
-		if (it->fd >= 0)
-			close(it->fd);
+		for (size_t i = 0; i < it->nfds; i++)
+			close(it->fds[i]);
 		protobuf_c_message_free_unpacked(&it->req->base, NULL);
 		free(it);
 	}

@@ -235,7 +235,7 @@ static Cuip__Response *op_quiesce(const Cuip__Quiesce *q)
 
 /* ---- SAVE ------------------------------------------------------------------ */
 
-static Cuip__Response *op_save(const Cuip__Save *s, int fd)
+static Cuip__Response *op_save(const Cuip__Save *s, const int *fds, size_t nfds)
 {
 	struct carrier_item *items = NULL;
 	struct tmpmap *maps = NULL;
@@ -253,8 +253,9 @@ static Cuip__Response *op_save(const Cuip__Save *s, int fd)
 
 	if (cuip_phase() != CUIP__PHASE__PHASE_QUIESCED)
 		return reply(-EBUSY, "pid %d: SAVE in phase %s (QUIESCE first)", self.pid, phase_name(cuip_phase()));
-	if (fd < 0)
-		return reply(-EBADF, "pid %d: SAVE came without a carrier file", self.pid);
+	if (!nfds || (nfds > 1 && s->n_files != nfds))
+		return reply(-EBADF, "pid %d: SAVE came with %zu carrier files for %zu names", self.pid, nfds,
+			     s->n_files);
 	if (s->chunk_size == 0 || s->chunk_size > CARRIER_CHUNK_MAX)
 		return reply(-EINVAL, "pid %d: SAVE chunk size %u is out of range", self.pid, s->chunk_size);
 	ret = carrier_setup(&ops, &cfg, err, sizeof(err));
@@ -341,7 +342,9 @@ static Cuip__Response *op_save(const Cuip__Save *s, int fd)
 		as[i]->load_ix = -1;
 	if (resp)
 		goto out;
-	ret = carrier_save(&ops, &cfg, fd, s->offset, items, ni, &stats, err, sizeof(err));
+	cfg.file_names = (const char *const *)s->files;
+	cfg.n_file_names = s->n_files;
+	ret = carrier_save_striped(&ops, &cfg, fds, nfds, s->offset, items, ni, &stats, err, sizeof(err));
 	if (ret) {
 		resp = reply(ret, "pid %d: saving device memory: %s", self.pid, err);
 		goto out;
@@ -370,6 +373,8 @@ static Cuip__Response *op_save(const Cuip__Save *s, int fd)
 		e->chunk_size = items[i].chunk_size;
 		e->crc32c = items[i].crc;
 		e->n_crc32c = items[i].ncrc;
+		if (carrier_extents_to_entry(&items[i], e, cuip_zalloc))
+			goto nomem;
 		if (as[i]->slab) {
 			e->has_alloc_offset = 1;
 			e->alloc_offset = aoff[i];
@@ -388,6 +393,7 @@ out:
 	for (size_t i = 0; maps && i < n; i++)
 		tmp_unmap(&maps[i]);
 	release_devices();
+	carrier_items_free_extents(items, ni);
 	free(items);
 	free(maps);
 	free(as);
@@ -475,7 +481,7 @@ static Cuip__Response *load_check_pieces(const Cuip__Load *l)
 	return resp;
 }
 
-static Cuip__Response *op_load(const Cuip__Load *l, int fd)
+static Cuip__Response *op_load(const Cuip__Load *l, const int *fds, size_t nfds)
 {
 	struct carrier_item *items = NULL;
 	struct tmpmap *maps = NULL;
@@ -490,7 +496,7 @@ static Cuip__Response *op_load(const Cuip__Load *l, int fd)
 	uint64_t total = 0;
 	int ret;
 
-	if (fd < 0)
+	if (!nfds)
 		return reply(-EBADF, "pid %d: LOAD came without a carrier file", self.pid);
 	if (cuip_phase() == CUIP__PHASE__PHASE_ACTIVE || cuip_phase() == CUIP__PHASE__PHASE_QUIESCED)
 		return reply(-EBUSY, "pid %d: LOAD in phase %s (shared memory is attached)", self.pid,
@@ -592,9 +598,15 @@ item:
 		items[i].offset = e->offset;
 		items[i].crc = e->crc32c;
 		items[i].ncrc = e->n_crc32c;
+		if (carrier_extents_from_entry(&items[i], e)) {
+			resp = reply(-ENOMEM, "pid %d: out of memory", self.pid);
+			goto out;
+		}
 		total += e->size;
 	}
-	ret = carrier_load(&ops, &cfg, fd, items, n, &stats, err, sizeof(err));
+	cfg.file_names = (const char *const *)l->files;
+	cfg.n_file_names = l->n_files;
+	ret = carrier_load_striped(&ops, &cfg, fds, nfds, items, n, &stats, err, sizeof(err));
 	if (ret) {
 		resp = reply(ret, "pid %d: loading device memory: %s", self.pid, err);
 		goto out;
@@ -615,6 +627,7 @@ out:
 	for (size_t i = 0; maps && i < n; i++)
 		tmp_unmap(&maps[i]);
 	release_devices();
+	carrier_items_free_extents(items, n);
 	free(items);
 	free(maps);
 	return resp;
@@ -849,7 +862,7 @@ static Cuip__Response *op_inspect(void)
 	return r;
 }
 
-Cuip__Response *cuip_op_run(const Cuip__Request *req, int fd)
+Cuip__Response *cuip_op_run(const Cuip__Request *req, const int *fds, size_t nfds)
 {
 	Cuip__Response *r;
 
@@ -864,10 +877,10 @@ Cuip__Response *cuip_op_run(const Cuip__Request *req, int fd)
 		r = op_quiesce(req->quiesce);
 		break;
 	case CUIP__REQUEST__BODY_SAVE:
-		r = op_save(req->save, fd);
+		r = op_save(req->save, fds, nfds);
 		break;
 	case CUIP__REQUEST__BODY_LOAD:
-		r = op_load(req->load, fd);
+		r = op_load(req->load, fds, nfds);
 		break;
 	case CUIP__REQUEST__BODY_REBUILD:
 		r = op_rebuild(req->rebuild);
@@ -892,8 +905,8 @@ Cuip__Response *cuip_op_run(const Cuip__Request *req, int fd)
 	}
 	}
 	cuip_state_drop();
-	if (fd >= 0)
-		close(fd);
+	for (size_t i = 0; i < nfds; i++)
+		close(fds[i]);
 	return r;
 }
 

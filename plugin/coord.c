@@ -312,8 +312,8 @@ static unsigned op_timeout(const struct cuip_group *g)
 	return g->o->op_timeout_ms;
 }
 
-static int call(struct cuip_group *g, struct cuip_part *p, Cuip__Request *req, int fd, unsigned timeout,
-		Cuip__Response **resp)
+static int callv(struct cuip_group *g, struct cuip_part *p, Cuip__Request *req, const int *fds, size_t nfds,
+		 unsigned timeout, Cuip__Response **resp)
 {
 	Cuip__Response *r = NULL;
 	int ret;
@@ -322,10 +322,16 @@ static int call(struct cuip_group *g, struct cuip_part *p, Cuip__Request *req, i
 		part_fail(p, "not connected");
 		return -ENOTCONN;
 	}
-	ret = cuip_client_request(p->fd, req, fd, timeout, resp ? resp : &r, p->err, sizeof(p->err));
+	ret = cuip_client_requestv(p->fd, req, fds, nfds, timeout, resp ? resp : &r, p->err, sizeof(p->err));
 	if (!resp)
 		cuip_client_free(r);
 	return ret;
+}
+
+static int call(struct cuip_group *g, struct cuip_part *p, Cuip__Request *req, int fd, unsigned timeout,
+		Cuip__Response **resp)
+{
+	return callv(g, p, req, &fd, fd >= 0, timeout, resp);
 }
 
 /* ---- connect + handshake --------------------------------------------- */
@@ -504,6 +510,74 @@ static bool is_quiesced(const struct cuip_group *g, const struct cuip_part *p, c
 	return p->quiesced;
 }
 
+/*
+ * Carrier files for `bytes` carried by one process: CUINTERPOSE_CARRIER_FILES,
+ * or one per CARRIER_FILE_BYTES up to min(16, online CPUs). Buffered writes
+ * to one file serialize on its inode (one file ~3 GB/s, 16 files 32-35 GB/s
+ * on the H200 host, test/bench/RESULTS.md); a small carrier stays one file.
+ */
+#define CARRIER_FILE_BYTES (256ull << 20)
+#define CARRIER_FILES_AUTO 16
+
+static unsigned carrier_files_for(const struct cuip_opts *o, uint64_t bytes)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	uint64_t k = bytes / CARRIER_FILE_BYTES, cap = CARRIER_FILES_AUTO;
+
+	if (o->carrier_files)
+		return o->carrier_files;
+	if (cpus > 0 && (uint64_t)cpus < cap)
+		cap = (uint64_t)cpus;
+	return k < 1 ? 1 : k > cap ? (unsigned)cap : (unsigned)k;
+}
+
+/* The SAVE reply's extents: in the files sent, adding up to each entry,
+ * and within what each file holds. */
+static int check_extents(struct cuip_part *p, const Cuip__SaveReply *sr, const int *fds, size_t nfds)
+{
+	uint64_t end[CUIP_CARRIER_FILES_MAX] = {0};
+
+	for (size_t i = 0; i < sr->n_entries; i++) {
+		const Cuip__CarrierEntry *e = sr->entries[i];
+		uint64_t sum = 0;
+
+		if (nfds > 1 && !e->n_extents && e->size) {
+			part_fail(p, "SAVE returned carrier entry %zu without extents over %zu files", i, nfds);
+			return -EPROTO;
+		}
+		if (!e->n_extents)
+			end[0] = e->offset + e->size > end[0] ? e->offset + e->size : end[0];
+		for (size_t k = 0; k < e->n_extents; k++) {
+			const Cuip__CarrierExtent *x = e->extents[k];
+
+			if (x->file >= nfds) {
+				part_fail(p, "SAVE returned carrier entry %zu with an extent in file %u of %zu", i,
+					  x->file, nfds);
+				return -EPROTO;
+			}
+			sum += x->size;
+			if (x->offset + x->size > end[x->file])
+				end[x->file] = x->offset + x->size;
+		}
+		if (e->n_extents && sum != e->size) {
+			part_fail(p,
+				  "SAVE returned carrier entry %zu whose extents hold %" PRIu64 " of %" PRIu64 " bytes",
+				  i, sum, e->size);
+			return -EPROTO;
+		}
+	}
+	for (size_t f = 0; f < nfds; f++) {
+		struct stat sb;
+
+		if (fstat(fds[f], &sb) || (uint64_t)sb.st_size < end[f]) {
+			part_fail(p, "carrier image %s holds %lld bytes, expected %" PRIu64, p->carrier_names[f],
+				  (long long)sb.st_size, end[f]);
+			return -EIO;
+		}
+	}
+	return 0;
+}
+
 static int step_save(struct cuip_group *g, struct cuip_part *p, const void *arg)
 {
 	Cuip__Request req = CUIP__REQUEST__INIT;
@@ -511,10 +585,10 @@ static int step_save(struct cuip_group *g, struct cuip_part *p, const void *arg)
 	const Cuip__ProcessState *st = p->st;
 	Cuip__AllocId **ids;
 	Cuip__Response *resp = NULL;
-	char file[64];
-	struct stat sb;
-	size_t n = 0, nent = 0;
-	int fd, ret;
+	char *file = p->carrier_names[0];
+	int fds[CUIP_CARRIER_FILES_MAX];
+	size_t n = 0, nent = 0, nfds = 0, k;
+	int ret = 0;
 
 	ids = calloc(st->n_allocations, sizeof(*ids));
 	if (!ids)
@@ -527,22 +601,31 @@ static int step_save(struct cuip_group *g, struct cuip_part *p, const void *arg)
 		nent += cuip_alloc_carrier_entries(st->allocations[i]);
 		p->expected_bytes += cuip_alloc_carried_bytes(st->allocations[i]);
 	}
-	cuip_carrier_name(p->vpid, file, sizeof(file));
-	fd = openat(g->imgdir, file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		ret = -errno;
-		part_fail(p, "cannot create carrier image %s: %s", file, strerror(errno));
-		free(ids);
-		return ret;
+	k = carrier_files_for(g->o, p->expected_bytes);
+	p->n_carrier_files = 0;
+	for (nfds = 0; nfds < k; nfds++) {
+		cuip_carrier_stripe_name(p->vpid, (unsigned)nfds, p->carrier_names[nfds], sizeof(p->carrier_names[0]));
+		p->carrier_files[nfds] = p->carrier_names[nfds];
+		fds[nfds] = openat(g->imgdir, p->carrier_names[nfds], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (fds[nfds] < 0) {
+			ret = -errno;
+			part_fail(p, "cannot create carrier image %s: %s", p->carrier_names[nfds], strerror(errno));
+			free(ids);
+			goto out;
+		}
 	}
 	save.allocs = ids;
 	save.n_allocs = n;
 	save.offset = 0;
 	save.file = file;
 	save.chunk_size = g->o->chunk_size;
+	if (nfds > 1) {
+		save.files = p->carrier_files;
+		save.n_files = nfds;
+	}
 	req.body_case = CUIP__REQUEST__BODY_SAVE;
 	req.save = &save;
-	ret = call(g, p, &req, fd, g->o->data_timeout_ms, &resp);
+	ret = callv(g, p, &req, fds, nfds, g->o->data_timeout_ms, &resp);
 	free(ids);
 	if (ret)
 		goto out;
@@ -571,12 +654,10 @@ static int step_save(struct cuip_group *g, struct cuip_part *p, const void *arg)
 		ret = -EIO;
 		goto out;
 	}
-	if (fstat(fd, &sb) || (uint64_t)sb.st_size < p->expected_bytes) {
-		part_fail(p, "carrier image %s holds %lld bytes, expected %" PRIu64, file, (long long)sb.st_size,
-			  p->expected_bytes);
-		ret = -EIO;
+	ret = check_extents(p, resp->save, fds, nfds);
+	if (ret)
 		goto out;
-	}
+	p->n_carrier_files = nfds > 1 ? nfds : 0;
 	p->save = resp;
 	p->carriers = resp->save->entries;
 	p->n_carriers = resp->save->n_entries;
@@ -585,9 +666,11 @@ static int step_save(struct cuip_group *g, struct cuip_part *p, const void *arg)
 	resp = NULL;
 out:
 	cuip_client_free(resp);
-	if (close(fd) && !ret) {
-		ret = -errno;
-		part_fail(p, "closing carrier image %s: %s", file, strerror(errno));
+	for (size_t f = 0; f < nfds; f++) {
+		if (close(fds[f]) && !ret) {
+			ret = -errno;
+			part_fail(p, "closing carrier image %s: %s", p->carrier_names[f], strerror(errno));
+		}
 	}
 	return ret;
 }
@@ -606,13 +689,18 @@ static uint64_t save_total(const struct cuip_group *g, const struct cuip_part *p
 
 static int64_t save_done(const struct cuip_group *g, const struct cuip_part *p, const void *arg)
 {
-	char file[64];
-	struct stat sb;
+	unsigned k = carrier_files_for(g->o, save_total(g, p, arg));
+	int64_t done = 0;
 
-	cuip_carrier_name(p->vpid, file, sizeof(file));
-	if (fstatat(g->imgdir, file, &sb, 0))
-		return 0; /* not created yet */
-	return (int64_t)sb.st_blocks * 512;
+	for (unsigned f = 0; f < k; f++) {
+		char file[64];
+		struct stat sb;
+
+		cuip_carrier_stripe_name(p->vpid, f, file, sizeof(file));
+		if (!fstatat(g->imgdir, file, &sb, 0)) /* else not created yet */
+			done += (int64_t)sb.st_blocks * 512;
+	}
+	return done;
 }
 
 static const struct meter save_meter = {.total = save_total, .done = save_done};
@@ -720,6 +808,8 @@ void cuip_group_topology(const struct cuip_group *g, size_t i, Cuip__Topology *t
 	t->state = (Cuip__ProcessState *)g->p[i].st;
 	t->carriers = g->p[i].carriers;
 	t->n_carriers = g->p[i].n_carriers;
+	t->carrier_files = (char **)g->p[i].carrier_files;
+	t->n_carrier_files = g->p[i].n_carrier_files;
 }
 
 static int write_images(struct cuip_group *g)
@@ -735,6 +825,8 @@ static int write_images(struct cuip_group *g)
 		ip[i].st = g->p[i].st;
 		ip[i].carriers = g->p[i].carriers;
 		ip[i].n_carriers = g->p[i].n_carriers;
+		ip[i].carrier_files = g->p[i].carrier_files;
+		ip[i].n_carrier_files = g->p[i].n_carrier_files;
 		g->carried_bytes += g->p[i].expected_bytes;
 	}
 	ret = cuip_images_write(g->imgdir, g->ckpt_id, ip, g->n, g->carried_bytes, g->err, sizeof(g->err));
@@ -884,22 +976,37 @@ static int step_load(struct cuip_group *g, struct cuip_part *p, const void *arg)
 	Cuip__Load load = CUIP__LOAD__INIT;
 	Cuip__Response *resp;
 	uint64_t want = 0;
-	int fd, ret;
+	int fds[CUIP_CARRIER_FILES_MAX], ret = 0;
+	size_t nfds = t->n_carrier_files ? t->n_carrier_files : 1, f;
 
 	for (size_t i = 0; i < t->n_carriers; i++)
 		want += t->carriers[i]->size;
-	fd = openat(g->imgdir, t->carriers[0]->file, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		ret = -errno;
-		part_fail(p, "cannot open carrier image %s: %s", t->carriers[0]->file, strerror(errno));
-		return ret;
+	if (nfds > CUIP_CARRIER_FILES_MAX) {
+		part_fail(p, "the topology names %zu carrier files, at most %d", nfds, CUIP_CARRIER_FILES_MAX);
+		return -EBADMSG;
 	}
-	load.entries = t->carriers;
-	load.n_entries = t->n_carriers;
-	req.body_case = CUIP__REQUEST__BODY_LOAD;
-	req.load = &load;
-	ret = call(g, p, &req, fd, g->o->data_timeout_ms, &resp);
-	close(fd);
+	for (f = 0; f < nfds; f++) {
+		const char *name = t->n_carrier_files ? t->carrier_files[f] : t->carriers[0]->file;
+
+		fds[f] = openat(g->imgdir, name, O_RDONLY | O_CLOEXEC);
+		if (fds[f] < 0) {
+			ret = -errno;
+			part_fail(p, "cannot open carrier image %s (stripe %zu of %zu): %s", name, f, nfds,
+				  strerror(errno));
+			break;
+		}
+	}
+	if (!ret) {
+		load.entries = t->carriers;
+		load.n_entries = t->n_carriers;
+		load.files = t->carrier_files;
+		load.n_files = t->n_carrier_files;
+		req.body_case = CUIP__REQUEST__BODY_LOAD;
+		req.load = &load;
+		ret = callv(g, p, &req, fds, nfds, g->o->data_timeout_ms, &resp);
+	}
+	while (f-- > 0)
+		close(fds[f]);
 	if (ret)
 		return ret;
 	if (resp->body_case != CUIP__RESPONSE__BODY_LOAD || resp->load->bytes != want) {

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "images.h"
 #include "options.h"
 #include "wire.h"
 
@@ -32,6 +33,11 @@ struct cuip_part {
 	Cuip__Response *save;	      /* owns the carrier entries below */
 	Cuip__CarrierEntry **carriers;
 	size_t n_carriers;
+	/* striped carrier: its files in order (Topology.carrier_files); none
+	 * with one file. Dump: names in carrier_names; restore: the topology's. */
+	char *carrier_files[CUIP_CARRIER_FILES_MAX];
+	size_t n_carrier_files;
+	char carrier_names[CUIP_CARRIER_FILES_MAX][48];
 	uint64_t expected_bytes; /* sum of the carried allocations */
 	bool quiesced;		 /* QUIESCE was sent: the gate may be closed */
 	bool torn_down;		 /* multicast or unicast detached: rebuild needed */

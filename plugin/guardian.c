@@ -218,6 +218,9 @@ static bool read_msg(bool *end)
 			W.g->p[i].st = t->state;
 			W.g->p[i].carriers = t->carriers;
 			W.g->p[i].n_carriers = t->n_carriers;
+			W.g->p[i].n_carrier_files = 0;
+			for (size_t k = 0; k < t->n_carrier_files && k < CUIP_CARRIER_FILES_MAX; k++)
+				W.g->p[i].carrier_files[W.g->p[i].n_carrier_files++] = t->carrier_files[k];
 		} else if (t) {
 			cuip__topology__free_unpacked(t, NULL);
 		}

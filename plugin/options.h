@@ -28,6 +28,7 @@ struct cuip_opts {
 	unsigned start_wait_ms;	     /* CUINTERPOSE_START_WAIT_MS: a process inside its first cuInit at discovery */
 	unsigned progress_ms;	     /* CUINTERPOSE_PROGRESS_MS: SAVE/LOAD progress lines; 0 = off */
 	uint32_t chunk_size;	     /* CUINTERPOSE_CHUNK_SIZE: bytes per carrier checksum */
+	unsigned carrier_files;	     /* CUINTERPOSE_CARRIER_FILES: files per carrier; 0 = by size */
 	int verify_carriers;	     /* CUINTERPOSE_VERIFY_CARRIERS: check carrier CRCs before restore */
 	int verbose;		     /* CUINTERPOSE_VERBOSE: per-participant lines at info level */
 	int leave_running;	     /* CUINTERPOSE_LEAVE_RUNNING: -1 = ask CRIU */

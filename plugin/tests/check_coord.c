@@ -38,7 +38,8 @@ struct fake {
 	const char *delay_on;
 	unsigned delay_ms;
 	int save_short;
-	int phase; /* Cuip__Phase as an interposer would report it; 0: ACTIVE */
+	int bad_extent; /* SAVE answers an extent in a file it was not given (1), one byte short (2) */
+	int phase;	/* Cuip__Phase as an interposer would report it; 0: ACTIVE */
 	char log[64][24];
 	int nlog;
 };
@@ -122,6 +123,16 @@ static void handle_save(struct fake *f, const Cuip__Save *s, int fd, Cuip__Respo
 		}
 		ck_assert_int_eq(cuip_write_all(fd, buf, size), 0);
 		free(buf);
+		if (f->bad_extent) {
+			Cuip__CarrierExtent *x = calloc(1, sizeof(*x));
+
+			cuip__carrier_extent__init(x);
+			x->file = f->bad_extent == 1 ? 7 : 0;
+			x->offset = e->offset;
+			x->size = f->bad_extent == 1 ? e->size : e->size - 1;
+			e->extents = calloc(1, sizeof(*e->extents));
+			e->extents[e->n_extents++] = x;
+		}
 		sr->entries[sr->n_entries++] = e;
 		total += size;
 	}
@@ -133,6 +144,9 @@ static void handle_save(struct fake *f, const Cuip__Save *s, int fd, Cuip__Respo
 static void free_save(Cuip__SaveReply *sr)
 {
 	for (size_t i = 0; i < sr->n_entries; i++) {
+		for (size_t k = 0; k < sr->entries[i]->n_extents; k++)
+			free(sr->entries[i]->extents[k]);
+		free(sr->entries[i]->extents);
 		free(sr->entries[i]->crc32c);
 		free(sr->entries[i]);
 	}
@@ -425,6 +439,29 @@ START_TEST(save_moving_fewer_bytes_than_expected_is_refused)
 }
 END_TEST
 
+START_TEST(save_reply_with_an_extent_beyond_its_files_is_refused)
+{
+	group_of(2);
+	fk[0].bad_extent = 1;
+	ck_assert_int_eq(cuip_group_dump(&g), -EPROTO);
+	ck_assert_msg(strstr(g.err, "with an extent in file 7 of 1"), "%s", g.err);
+	ck_assert_int_lt(ev_first(-1, "REQ PREPARE_UNICAST"), 0);
+	ck_assert_int_ge(ev_first(1, "REQ RESUME"), 0);
+	group_done();
+}
+END_TEST
+
+START_TEST(save_reply_whose_extents_miss_a_byte_is_refused)
+{
+	group_of(2);
+	fk[0].bad_extent = 2;
+	ck_assert_int_eq(cuip_group_dump(&g), -EPROTO);
+	ck_assert_msg(strstr(g.err, "whose extents hold"), "%s", g.err);
+	ck_assert_int_lt(ev_first(-1, "REQ PREPARE_UNICAST"), 0);
+	group_done();
+}
+END_TEST
+
 START_TEST(preflight_refusal_changes_nothing)
 {
 	group_of(2);
@@ -521,6 +558,8 @@ Suite *coord_suite(void)
 	tcase_add_test(t, failure_after_teardown_rebuilds_from_the_saved_bytes);
 	tcase_add_test(t, a_rollback_over_a_half_done_rebuild_does_not_load_again);
 	tcase_add_test(t, save_moving_fewer_bytes_than_expected_is_refused);
+	tcase_add_test(t, save_reply_with_an_extent_beyond_its_files_is_refused);
+	tcase_add_test(t, save_reply_whose_extents_miss_a_byte_is_refused);
 	tcase_add_test(t, preflight_refusal_changes_nothing);
 	tcase_add_test(t, an_importer_outside_the_group_refuses_the_dump);
 	tcase_add_test(t, restore_rebuilds_creators_before_importers_then_verifies_and_resumes);

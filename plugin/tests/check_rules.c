@@ -490,8 +490,8 @@ static void write_ckpt(void)
 	ce.crc32c = crcs;
 	ce.n_crc32c = 2;
 	free(buf);
-	ip[0] = (struct cuip_img_proc){&cr.st, &cep, 1};
-	ip[1] = (struct cuip_img_proc){&im.st, NULL, 0};
+	ip[0] = (struct cuip_img_proc){.st = &cr.st, .carriers = &cep, .n_carriers = 1};
+	ip[1] = (struct cuip_img_proc){.st = &im.st};
 	ck_assert_int_eq(cuip_images_write(dirfd_, ckid, ip, 2, size, err, sizeof(err)), 0);
 }
 
@@ -555,6 +555,111 @@ START_TEST(images_refuse_a_truncated_carrier)
 }
 END_TEST
 
+/* The same carrier striped: chunk 0 in cuinterpose-carrier-101.img, the
+ * 100 bytes of chunk 1 in cuinterpose-carrier-101-1.img. `bad` spoils the
+ * index: 1 an extent in a third file, 2 a first extent that splits a chunk,
+ * 3 a stripe file of another name, 4 65 carrier files. */
+static Cuip__CarrierExtent xt[2];
+static Cuip__CarrierExtent *xtp[2] = {&xt[0], &xt[1]};
+static char *stripe_files[2] = {"cuinterpose-carrier-101.img", "cuinterpose-carrier-101-1.img"};
+
+static void write_striped_ckpt(int bad)
+{
+	uint64_t size = (1 << 20) + 100;
+	uint8_t *buf = malloc(size);
+	struct cuip_img_proc ip[2];
+	char err[256];
+	int fd;
+
+	write_ckpt();
+	fd = openat(dirfd_, "cuinterpose-carrier-101.img", O_RDONLY);
+	ck_assert_int_eq(cuip_read_all(fd, buf, size), 0);
+	close(fd);
+	fd = openat(dirfd_, "cuinterpose-carrier-101-1.img", O_CREAT | O_WRONLY | O_TRUNC, 0600);
+	ck_assert_int_eq(cuip_write_all(fd, buf + (1 << 20), 100), 0);
+	close(fd);
+	ck_assert_int_eq(truncate(strcat(strcpy((char[128]){0}, dir), "/cuinterpose-carrier-101.img"), 1 << 20), 0);
+	free(buf);
+	for (int k = 0; k < 2; k++)
+		cuip__carrier_extent__init(&xt[k]);
+	xt[0].file = 0;
+	xt[0].size = bad == 2 ? (1 << 20) - 4 : 1 << 20;
+	xt[1].file = bad == 1 ? 2 : 1;
+	xt[1].size = bad == 2 ? 104 : 100;
+	ce.extents = xtp;
+	ce.n_extents = 2;
+	stripe_files[1] = bad == 3 ? "cuinterpose-carrier-101-x.img" : "cuinterpose-carrier-101-1.img";
+	ip[0] = (struct cuip_img_proc){
+		.st = &cr.st, .carriers = &cep, .n_carriers = 1, .carrier_files = stripe_files, .n_carrier_files = 2};
+	if (bad == 4) { /* more files than a SAVE may carry */
+		static char *many[CUIP_CARRIER_FILES_MAX + 1];
+
+		for (int k = 0; k <= CUIP_CARRIER_FILES_MAX; k++)
+			many[k] = stripe_files[0];
+		ip[0].carrier_files = many;
+		ip[0].n_carrier_files = CUIP_CARRIER_FILES_MAX + 1;
+	}
+	ip[1] = (struct cuip_img_proc){.st = &im.st};
+	ck_assert_int_eq(cuip_images_write(dirfd_, ckid, ip, 2, size, err, sizeof(err)), 0);
+	ce.extents = NULL;
+	ce.n_extents = 0;
+}
+
+START_TEST(striped_images_are_read_and_verified_extent_by_extent)
+{
+	struct cuip_ckpt c;
+	char err[256];
+
+	write_striped_ckpt(0);
+	ck_assert_msg(cuip_images_read(dirfd_, &c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(c.carried_bytes, (1 << 20) + 100);
+	ck_assert_uint_eq(c.topo[0]->n_carrier_files, 2);
+	ck_assert_uint_eq(c.topo[0]->carriers[0]->n_extents, 2);
+	ck_assert_msg(cuip_images_verify_carriers(dirfd_, &c, err, sizeof(err)) == 0, "%s", err);
+	cuip_images_free(&c);
+	/* A flipped byte in the second stripe: that file, chunk 1. */
+	poke("cuinterpose-carrier-101-1.img", 50, 0x40);
+	ck_assert_int_eq(cuip_images_read(dirfd_, &c, err, sizeof(err)), 0);
+	ck_assert_int_eq(cuip_images_verify_carriers(dirfd_, &c, err, sizeof(err)), -EBADMSG);
+	ck_assert_msg(strstr(err, "cuinterpose-carrier-101-1.img: corrupt: checksum mismatch in chunk 1"), "%s", err);
+	cuip_images_free(&c);
+}
+END_TEST
+
+START_TEST(striped_images_refuse_a_bad_index_and_a_missing_stripe)
+{
+	struct cuip_ckpt c;
+	char err[256];
+
+	write_striped_ckpt(1);
+	ck_assert_int_eq(cuip_images_read(dirfd_, &c, err, sizeof(err)), -EBADMSG);
+	ck_assert_msg(strstr(err, "extents do not cover its 1048676 bytes in whole chunks (byte 1048576)"), "%s", err);
+	img_teardown();
+	img_setup();
+	write_striped_ckpt(2);
+	ck_assert_int_eq(cuip_images_read(dirfd_, &c, err, sizeof(err)), -EBADMSG);
+	ck_assert_msg(strstr(err, "extents do not cover its 1048676 bytes in whole chunks (byte 0)"), "%s", err);
+	img_teardown();
+	img_setup();
+	write_striped_ckpt(3);
+	ck_assert_int_eq(cuip_images_read(dirfd_, &c, err, sizeof(err)), -EBADMSG);
+	ck_assert_msg(strstr(err, "carrier file 1 is \"cuinterpose-carrier-101-x.img\", expected "
+				  "cuinterpose-carrier-101-1.img"),
+		      "%s", err);
+	img_teardown();
+	img_setup();
+	write_striped_ckpt(4);
+	ck_assert_int_eq(cuip_images_read(dirfd_, &c, err, sizeof(err)), -EBADMSG);
+	ck_assert_msg(strstr(err, "cuinterpose-101.img: 65 carrier files, at most 64"), "%s", err);
+	img_teardown();
+	img_setup();
+	write_striped_ckpt(0);
+	ck_assert_int_eq(unlinkat(dirfd_, "cuinterpose-carrier-101-1.img", 0), 0);
+	ck_assert_int_eq(cuip_images_read(dirfd_, &c, err, sizeof(err)), -ENOENT);
+	ck_assert_msg(strstr(err, "cuinterpose-carrier-101-1.img: missing (allocation c1:1 chunk 1)"), "%s", err);
+}
+END_TEST
+
 START_TEST(images_refuse_corrupt_truncated_and_wrong_version_topologies)
 {
 	struct cuip_ckpt c;
@@ -597,7 +702,7 @@ START_TEST(images_refuse_topologies_from_another_checkpoint)
 
 	write_ckpt();
 	/* rewrite 102's topology under another checkpoint id (mixed dirs) */
-	ip[0] = (struct cuip_img_proc){&im.st, NULL, 0};
+	ip[0] = (struct cuip_img_proc){.st = &im.st};
 	int fd = openat(dirfd_, "save-inv", O_CREAT | O_WRONLY, 0600);
 	close(fd);
 	ck_assert_int_eq(renameat(dirfd_, "cuinterpose-inventory.img", dirfd_, "save-inv"), 0);
@@ -645,6 +750,8 @@ Suite *rules_suite(void)
 	tcase_add_test(t, images_round_trip_and_match_the_participant_set);
 	tcase_add_test(t, images_refuse_a_corrupt_carrier_naming_the_file_and_chunk);
 	tcase_add_test(t, images_refuse_a_truncated_carrier);
+	tcase_add_test(t, striped_images_are_read_and_verified_extent_by_extent);
+	tcase_add_test(t, striped_images_refuse_a_bad_index_and_a_missing_stripe);
 	tcase_add_test(t, images_refuse_corrupt_truncated_and_wrong_version_topologies);
 	tcase_add_test(t, images_refuse_topologies_from_another_checkpoint);
 	suite_add_tcase(s, t);

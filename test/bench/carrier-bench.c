@@ -8,6 +8,10 @@
  *       sequential writer/reader, and the best of 2..W parallel pwrite/pread
  *       threads on disjoint ranges;
  *   (c) carrier_save / carrier_load for each thread count asked for;
+ *       with -x, one file against carrier_save_striped/_load_striped over
+ *       -F files (the interposer's own split, as SAVE and LOAD do), and
+ *       the striped carrier's ratios to the best plain parallel write into
+ *       separate files and the best parallel read (target >= 0.8);
  *
  * then carrier/(a) and carrier/(b) ratios, medians of R runs, and the peak
  * extra resident memory of each carrier run. Standalone: dlopens
@@ -67,7 +71,9 @@ static struct {
 	int device;
 	int fsync_plain;
 	int verify;
-	uint64_t item; /* -i: bytes per item (0: one item per file) */
+	uint64_t item;	    /* -i: bytes per item (0: one item per file) */
+	int stripe;	    /* -x: one file, then striped over `files` by the carrier */
+	unsigned cur_files; /* files of the carrier rows now running */
 } opt = {
 	.size = 1024 * MIB,
 	.dir = "/tmp",
@@ -343,8 +349,9 @@ static void cfiles_open(struct cfiles *c, unsigned threads)
 	uint64_t per;
 	char err[512], path[4200];
 
-	c->nf = opt.files;
-	per = (opt.size / c->nf + 4095) / 4096 * 4096;
+	c->nf = opt.cur_files;
+	/* Striped: the items are not split by hand, the carrier splits them. */
+	per = opt.stripe ? opt.size : (opt.size / c->nf + 4095) / 4096 * 4096;
 	if (carrier_config_init(&c->cfg, err, sizeof(err)))
 		die("%s", err);
 	c->cfg.staging_bytes = opt.staging_mb * MIB;
@@ -361,7 +368,8 @@ static void cfiles_open(struct cfiles *c, unsigned threads)
 			uint64_t l = opt.item && len - o > opt.item ? opt.item : len - o;
 			struct carrier_item *it = &c->it[c->n++];
 
-			*it = (struct carrier_item){.va = dev + off + o, .size = l, .name = "bench", .file = k};
+			*it = (struct carrier_item){
+				.va = dev + off + o, .size = l, .name = "bench", .file = opt.stripe ? 0 : k};
 			it->ncrc = carrier_nchunks(l, c->cfg.chunk_size);
 			it->crc = calloc(it->ncrc + 1, sizeof(uint32_t));
 			if (!len)
@@ -382,7 +390,10 @@ static void cfiles_save(struct cfiles *c, struct crun *out)
 
 	anon_base = anon_peak = status_kb("RssAnon");
 	reset_hwm();
-	if (carrier_save_files(&ops, &c->cfg, c->fds, c->nf, 0, c->it, c->n, &out->save_st, err, sizeof(err)))
+	if (opt.stripe
+		    ? carrier_save_striped(&ops, &c->cfg, c->fds, c->nf, 0, c->it, c->n, &out->save_st, err,
+					   sizeof(err))
+		    : carrier_save_files(&ops, &c->cfg, c->fds, c->nf, 0, c->it, c->n, &out->save_st, err, sizeof(err)))
 		die("%s", err);
 	out->save_hwm = status_kb("VmHWM") - base;
 	out->save_anon = anon_peak - anon_base;
@@ -401,7 +412,9 @@ static void cfiles_load(struct cfiles *c, struct crun *out, int verify)
 	base = status_kb("VmRSS");
 	anon_base = anon_peak = status_kb("RssAnon");
 	reset_hwm();
-	if (carrier_load_files(&ops, &c->cfg, c->fds, c->nf, c->it, c->n, &out->load_st, err, sizeof(err)))
+	if (opt.stripe
+		    ? carrier_load_striped(&ops, &c->cfg, c->fds, c->nf, c->it, c->n, &out->load_st, err, sizeof(err))
+		    : carrier_load_files(&ops, &c->cfg, c->fds, c->nf, c->it, c->n, &out->load_st, err, sizeof(err)))
 		die("%s", err);
 	out->load_hwm = status_kb("VmHWM") - base;
 	out->load_anon = anon_peak - anon_base;
@@ -417,6 +430,7 @@ static void cfiles_close(struct cfiles *c)
 		snprintf(path, sizeof(path), "%s.%u", carrier_path, k);
 		unlink(path);
 	}
+	carrier_items_free_extents(c->it, c->n);
 	for (size_t i = 0; i < c->n; i++)
 		free(c->it[i].crc);
 	free(c->it);
@@ -657,6 +671,9 @@ static void usage(void)
 		"  -F  carrier over this many files, the device bytes split evenly (1)\n"
 		"  -i  carrier items of this many bytes each (suffixes K M G; default one per file); prints\n"
 		"      the cost per item\n"
+		"  -x  carrier rows for one file, then striped over -F files by the carrier itself\n"
+		"      (carrier_save_striped, as the plugin's SAVE), with ratios to the best plain\n"
+		"      parallel write (separate files) and read\n"
 		"  -f  fdatasync the plain writes  -n  skip verifying device bytes after load\n"
 		"  -P  instead: P processes at once, each SIZE/P on its own device, against one process\n");
 	exit(2);
@@ -669,7 +686,7 @@ int main(int argc, char **argv)
 	unsigned procs = 0;
 	int c;
 
-	while ((c = getopt(argc, argv, "s:d:S:c:t:w:F:r:D:l:P:i:fnh")) != -1) {
+	while ((c = getopt(argc, argv, "s:d:S:c:t:w:F:r:D:l:P:i:xfnh")) != -1) {
 		switch (c) {
 		case 's':
 			opt.size = parse_size(optarg);
@@ -711,6 +728,9 @@ int main(int argc, char **argv)
 		case 'P':
 			procs = (unsigned)strtoul(optarg, NULL, 10);
 			break;
+		case 'x':
+			opt.stripe = 1;
+			break;
 		case 'f':
 			opt.fsync_plain = 1;
 			break;
@@ -724,6 +744,7 @@ int main(int argc, char **argv)
 	if (!opt.size || opt.runs < 1 || opt.runs > MAX_RUNS || opt.writers < 1 || opt.writers > 64 || opt.files < 1 ||
 	    opt.files > CARRIER_FILES_MAX)
 		usage();
+	opt.cur_files = opt.files;
 	if (procs)
 		return procs > 64 ? (usage(), 2) : overlap(procs);
 	snprintf(plain_path, sizeof(plain_path), "%s/carrier-bench-plain.%d", opt.dir, getpid());
@@ -792,51 +813,79 @@ int main(int argc, char **argv)
 	printf("%-34s %8.2f GB/s (%u threads)\n", "(b) best write, separate files", m_ws, sbest);
 	/* The ratio column compares with the best plain write of the same
 	 * shape: one file, or as many separate files as the carrier uses. */
-	if (opt.files > 1)
+	if (opt.files > 1 && !opt.stripe)
 		m_wn = m_ws;
 	printf("%-34s %8.2f GB/s (%u threads)\n\n", "(b) best read", m_rn, rbest);
 
-	printf("(c) carrier threads   save GB/s  /D2H  /write1 /writeN   load GB/s  /H2D  /read1 /readN"
-	       "  staging MiB  extra RSS MiB save/load (HWM; anon)\n");
-	for (unsigned ti = 0; ti < opt.nthreads; ti++) {
-		double sv[MAX_RUNS], ld[MAX_RUNS];
-		struct crun cr = {0}, last = {0};
-		uint64_t hwm = 0, lhwm = 0, an = 0, lan = 0;
+	double best_save = 0, best_load = 0;
+	int want_stripe = opt.stripe;
+	unsigned passes = want_stripe ? 2 : 1;
 
-		for (int r = 0; r < opt.runs; r++) {
-			carrier_run(opt.threads[ti], &cr, opt.verify && r == opt.runs - 1);
-			sv[r] = cr.save_gbs;
-			ld[r] = cr.load_gbs;
-			hwm = cr.save_hwm > hwm ? cr.save_hwm : hwm;
-			lhwm = cr.load_hwm > lhwm ? cr.load_hwm : lhwm;
-			an = cr.save_anon > an ? cr.save_anon : an;
-			lan = cr.load_anon > lan ? cr.load_anon : lan;
-			last = cr;
+	for (unsigned pass = 0; pass < passes; pass++) {
+		/* -x: pass 0 one file (carrier_save_files), pass 1 striped;
+		 * /writeN compares one file with the best one-file write,
+		 * striped with the best write into separate files. */
+		opt.stripe = want_stripe && pass;
+		opt.cur_files = want_stripe && !pass ? 1 : opt.files;
+		if (want_stripe) {
+			m_wn = pass ? m_ws : m_wn;
+			printf("%s\n", pass ? "carrier striped over the files by carrier_save_striped:"
+					    : "carrier into one file:");
 		}
-		if (opt.verify)
-			verify_device();
-		double ms = median(sv, opt.runs), ml = median(ld, opt.runs);
-		printf("    %-7s %2u/%-2u %9.2f %6.3f %7.2f %7.2f %11.2f %5.3f %7.2f %6.2f %10.0f"
-		       "     %.0f/%.0f; %.0f/%.0f\n",
-		       opt.threads[ti] ? "" : "default", last.save_st.threads, last.load_st.threads, ms, ms / m_d2h,
-		       ms / m_w1, ms / m_wn, ml, ml / m_h2d, ml / m_r1, ml / m_rn,
-		       last.save_st.staging_bytes / (double)MIB, hwm / (double)MIB, lhwm / (double)MIB,
-		       an / (double)MIB, lan / (double)MIB);
-		printf("                      save: setup %.3fs, per-thread sums: copy wait %.2fs, write %.2fs, crc "
-		       "%.2fs;"
-		       " load: setup %.3fs, copy wait %.2fs, read %.2fs, crc %.2fs\n",
-		       last.save_st.setup_seconds, last.save_st.copy_wait_seconds, last.save_st.io_seconds,
-		       last.save_st.crc_seconds, last.load_st.setup_seconds, last.load_st.copy_wait_seconds,
-		       last.load_st.io_seconds, last.load_st.crc_seconds);
-		if (opt.item) {
-			double items = (double)((opt.size + opt.item - 1) / opt.item);
+		printf("(c) carrier threads   save GB/s  /D2H  /write1 /writeN   load GB/s  /H2D  /read1 /readN"
+		       "  staging MiB  extra RSS MiB save/load (HWM; anon)\n");
+		for (unsigned ti = 0; ti < opt.nthreads; ti++) {
+			double sv[MAX_RUNS], ld[MAX_RUNS];
+			struct crun cr = {0}, last = {0};
+			uint64_t hwm = 0, lhwm = 0, an = 0, lan = 0;
 
-			/* From the median throughputs: seconds = bytes / rate. */
-			printf("                      %.0f items of %" PRIu64 " bytes: save %.1f us, load %.1f us "
-			       "per item\n",
-			       items, opt.item, 1e6 * opt.size / (ms * GB) / items, 1e6 * opt.size / (ml * GB) / items);
+			for (int r = 0; r < opt.runs; r++) {
+				carrier_run(opt.threads[ti], &cr, opt.verify && r == opt.runs - 1);
+				sv[r] = cr.save_gbs;
+				ld[r] = cr.load_gbs;
+				hwm = cr.save_hwm > hwm ? cr.save_hwm : hwm;
+				lhwm = cr.load_hwm > lhwm ? cr.load_hwm : lhwm;
+				an = cr.save_anon > an ? cr.save_anon : an;
+				lan = cr.load_anon > lan ? cr.load_anon : lan;
+				last = cr;
+			}
+			if (opt.verify)
+				verify_device();
+			double ms = median(sv, opt.runs), ml = median(ld, opt.runs);
+			if (opt.stripe || passes == 1) {
+				best_save = ms > best_save ? ms : best_save;
+				best_load = ml > best_load ? ml : best_load;
+			}
+			printf("    %-7s %2u/%-2u %9.2f %6.3f %7.2f %7.2f %11.2f %5.3f %7.2f %6.2f %10.0f"
+			       "     %.0f/%.0f; %.0f/%.0f\n",
+			       opt.threads[ti] ? "" : "default", last.save_st.threads, last.load_st.threads, ms,
+			       ms / m_d2h, ms / m_w1, ms / m_wn, ml, ml / m_h2d, ml / m_r1, ml / m_rn,
+			       last.save_st.staging_bytes / (double)MIB, hwm / (double)MIB, lhwm / (double)MIB,
+			       an / (double)MIB, lan / (double)MIB);
+			printf("                      save: setup %.3fs, per-thread sums: copy wait %.2fs, write "
+			       "%.2fs, crc "
+			       "%.2fs;"
+			       " load: setup %.3fs, copy wait %.2fs, read %.2fs, crc %.2fs\n",
+			       last.save_st.setup_seconds, last.save_st.copy_wait_seconds, last.save_st.io_seconds,
+			       last.save_st.crc_seconds, last.load_st.setup_seconds, last.load_st.copy_wait_seconds,
+			       last.load_st.io_seconds, last.load_st.crc_seconds);
+			if (opt.item) {
+				double items = (double)((opt.size + opt.item - 1) / opt.item);
+
+				/* From the median throughputs: seconds = bytes / rate. */
+				printf("                      %.0f items of %" PRIu64
+				       " bytes: save %.1f us, load %.1f us "
+				       "per item\n",
+				       items, opt.item, 1e6 * opt.size / (ms * GB) / items,
+				       1e6 * opt.size / (ml * GB) / items);
+			}
 		}
 	}
+	if (passes == 2)
+		printf("\nstriped over %u files, best of the thread counts: save %.2f GB/s = %.2f of the best plain "
+		       "parallel write (%.2f GB/s, %u separate files); load %.2f GB/s = %.2f of the best plain "
+		       "parallel read (%.2f GB/s, %u threads) (target >= 0.8)\n",
+		       opt.files, best_save, best_save / m_ws, m_ws, sbest, best_load, best_load / m_rn, m_rn, rbest);
 	if (opt.verify)
 		printf("\ndevice bytes verified after the last load of each thread count\n");
 	cu.free_host(pinned);

@@ -19,6 +19,16 @@ fi
 if [ "$driver" = fake ]; then
 	run=$(cd "$(dirname "$bench")/../fakecuda" && pwd)/fakecuda-run
 	[ -x "$run" ] || { echo "carrier-bench.sh: no $run: make -C test/fakecuda first" >&2; exit 1; }
+	# A device service of its own, stopped afterwards.
+	if [ -z "${FAKECUDA_SOCKET:-}" ]; then
+		d=$(mktemp -d /tmp/carrier-bench.XXXXXX)
+		export FAKECUDA_SOCKET=$d/devd.sock
+		rc=0
+		"$run" "$bench" "$@" || rc=$?
+		"$run" --stop >/dev/null 2>&1
+		rm -rf "$d"
+		exit $rc
+	fi
 	exec "$run" "$bench" "$@"
 fi
 exec "$bench" "$@"

@@ -750,6 +750,361 @@ START_TEST(progress_reported_to_total)
 }
 END_TEST
 
+/* ---- striping ------------------------------------------------------------ */
+
+START_TEST(stripe_unit_is_a_quarter_share_in_whole_chunks)
+{
+	ck_assert_uint_eq(carrier_stripe_unit(8ull << 30, 16, 4 * MIB), CARRIER_STRIPE_MAX);
+	ck_assert_uint_eq(carrier_stripe_unit(6 * MIB, 3, 1 * MIB), 1 * MIB);
+	ck_assert_uint_eq(carrier_stripe_unit(0, 4, 1 * MIB), 1 * MIB);
+	ck_assert_uint_eq(carrier_stripe_unit(100 * MIB, 1, 1 * MIB), 25 * MIB);
+	ck_assert_uint_eq(carrier_stripe_unit(10 * MIB, 2, 3 * MIB), 3 * MIB);
+	ck_assert_uint_eq(carrier_stripe_unit(64 * MIB, 2, 3 * MIB), 9 * MIB);
+}
+END_TEST
+
+START_TEST(stripe_split_balances_files_and_narrows_crcs)
+{
+	uint32_t crc[4][16];
+	struct carrier_item in[4], out[16];
+	size_t parent[16];
+	uint64_t sizes[4] = {10 * MIB, 1 * MIB + 3, 0, 5 * MIB}, load[3] = {0}, maxload = 0, minload = ~0ull;
+
+	for (size_t i = 0; i < 4; i++)
+		in[i] = (struct carrier_item){.va = 0x100000000ull * (i + 1),
+					      .size = sizes[i],
+					      .ctx = STUB_CTX,
+					      .name = "x",
+					      .chunk_size = 1 * MIB,
+					      .crc = crc[i],
+					      .ncrc = 16,
+					      .name_offset = i == 3 ? 7 * MIB : 0};
+	ck_assert_uint_eq(carrier_stripe_count(in, 4, 2 * MIB), 5 + 1 + 1 + 3);
+	ck_assert_int_eq(carrier_stripe_split(in, 4, 3, 2 * MIB, out, 16, parent), 0);
+	for (size_t j = 0, i = 0; j < 10; j++) {
+		uint64_t off = out[j].va - in[parent[j]].va;
+
+		ck_assert_uint_ge(parent[j], i); /* items in order, extents in order */
+		i = parent[j];
+		ck_assert_uint_eq(out[j].chunk_size, 1 * MIB);
+		ck_assert_ptr_eq(out[j].ctx, STUB_CTX);
+		ck_assert_ptr_eq(out[j].crc, in[i].crc + off / MIB);
+		ck_assert_uint_eq(out[j].ncrc, carrier_nchunks(out[j].size, MIB));
+		ck_assert_uint_eq(out[j].name_offset, in[i].name_offset + off);
+		ck_assert_uint_eq(off % MIB, 0);
+		ck_assert_uint_le(out[j].size, 2 * MIB);
+		ck_assert_uint_lt(out[j].file, 3);
+		/* Whole chunks, but the item's last extent. */
+		if (off + out[j].size < in[i].size)
+			ck_assert_uint_eq(out[j].size, 2 * MIB);
+		else
+			ck_assert_uint_eq(off + out[j].size, in[i].size);
+		load[out[j].file] += out[j].size;
+	}
+	/* Item 0's five extents go round the files: 0, 1, 2, 0, 1. */
+	ck_assert_uint_eq(out[0].file, 0);
+	ck_assert_uint_eq(out[1].file, 1);
+	ck_assert_uint_eq(out[2].file, 2);
+	ck_assert_uint_eq(out[3].file, 0);
+	ck_assert_uint_eq(out[4].file, 1);
+	for (int f = 0; f < 3; f++) {
+		maxload = load[f] > maxload ? load[f] : maxload;
+		minload = load[f] < minload ? load[f] : minload;
+	}
+	ck_assert_uint_le(maxload - minload, 2 * MIB);
+	ck_assert_uint_eq(load[0] + load[1] + load[2], 16 * MIB + 3);
+	/* The empty item is one empty extent. */
+	ck_assert_uint_eq(parent[6], 2);
+	ck_assert_uint_eq(out[6].size, 0);
+
+	ck_assert_int_eq(carrier_stripe_split(in, 4, 0, 2 * MIB, out, 16, parent), -EINVAL);
+	ck_assert_int_eq(carrier_stripe_split(in, 4, CARRIER_FILES_MAX + 1, 2 * MIB, out, 16, parent), -EINVAL);
+	ck_assert_int_eq(carrier_stripe_split(in, 4, 3, 0, out, 16, parent), -EINVAL);
+	ck_assert_int_eq(carrier_stripe_split(in, 4, 3, 2 * MIB, out, 9, parent), -EINVAL);
+	in[1].ncrc = 1; /* 1 MiB + 3 needs two */
+	ck_assert_int_eq(carrier_stripe_split(in, 4, 3, 2 * MIB, out, 16, parent), -EINVAL);
+	in[1].ncrc = 16;
+	in[3].chunk_size = 0;
+	ck_assert_int_eq(carrier_stripe_split(in, 4, 3, 2 * MIB, out, 16, parent), -EINVAL);
+	/* A unit that is no multiple of the chunk rounds up to whole chunks. */
+	in[3].chunk_size = 1 * MIB;
+	ck_assert_uint_eq(carrier_stripe_count(in, 4, 1 * MIB + 1), 5 + 1 + 1 + 3);
+}
+END_TEST
+
+/* Save `src` striped over nfds scratch files; checks the extents against
+ * the files' bytes and CRCs. */
+static void striped_save(struct dev *src, const struct carrier_config *c, int *fds, size_t nfds)
+{
+	uint64_t end[8] = {0};
+	struct carrier_stats st;
+	char err[512];
+
+	for (size_t f = 0; f < nfds; f++)
+		fds[f] = scratch_fd();
+	ck_assert_msg(carrier_save_striped(&stub_ops, c, fds, nfds, 0, src->items, src->n, &st, err, sizeof(err)) == 0,
+		      "%s", err);
+	for (size_t i = 0; i < src->n; i++) {
+		const struct carrier_item *it = &src->items[i];
+		uint64_t pos = 0;
+
+		ck_assert_ptr_nonnull(it->ext);
+		ck_assert_uint_eq(it->offset, it->ext[0].offset);
+		ck_assert_uint_eq(it->file, it->ext[0].file);
+		ck_assert_uint_eq(it->ncrc, carrier_nchunks(it->size, it->chunk_size));
+		for (size_t k = 0; k < it->next; k++) {
+			const struct carrier_extent *e = &it->ext[k];
+			uint8_t *p = malloc(e->size + 1);
+
+			ck_assert_uint_lt(e->file, nfds);
+			if (k + 1 < it->next)
+				ck_assert_uint_eq(e->size % it->chunk_size, 0);
+			ck_assert_int_eq(pread(fds[e->file], p, e->size, e->offset), (ssize_t)e->size);
+			ck_assert_int_eq(memcmp(p, src->mem[i] + pos, e->size), 0);
+			for (uint64_t o = 0; o < e->size; o += it->chunk_size) {
+				uint64_t l = e->size - o < it->chunk_size ? e->size - o : it->chunk_size;
+
+				ck_assert_uint_eq(it->crc[(pos + o) / it->chunk_size], ref_crc32c(p + o, l));
+			}
+			if (e->offset + e->size > end[e->file])
+				end[e->file] = e->offset + e->size;
+			pos += e->size;
+			free(p);
+		}
+		ck_assert_uint_eq(pos, it->size);
+	}
+	for (size_t f = 0; f < nfds; f++) {
+		struct stat sb;
+
+		ck_assert_int_eq(fstat(fds[f], &sb), 0);
+		ck_assert_uint_eq((uint64_t)sb.st_size, end[f]);
+		ck_assert_uint_gt(end[f], 0); /* every file got bytes */
+	}
+}
+
+/* Load-side items with the source's extents (copied: the loader's own). */
+static void striped_like(struct dev *dst, const struct dev *src)
+{
+	dev_like(dst, src, 0);
+	for (size_t i = 0; i < src->n; i++) {
+		dst->items[i].ext = malloc(src->items[i].next * sizeof(struct carrier_extent));
+		memcpy(dst->items[i].ext, src->items[i].ext, src->items[i].next * sizeof(struct carrier_extent));
+		dst->items[i].next = src->items[i].next;
+		dst->items[i].file = src->items[i].file;
+	}
+}
+
+static const uint64_t big_mixed[] = {3 * MIB + 5, 1, 4 * KIB + 3, 2 * MIB, 64 * KIB + 1};
+#define NBIG (sizeof(big_mixed) / sizeof(big_mixed[0]))
+
+START_TEST(striped_roundtrip_every_byte_and_crc)
+{
+	struct carrier_config c = cfg_make(1 * MIB, 64 * KIB, 0);
+	struct dev src, dst, one;
+	char err[512];
+	int fds[3], fd1 = scratch_fd();
+
+	dev_init(&src, big_mixed, NBIG, 0);
+	striped_save(&src, &c, fds, 3);
+	/* 5 MiB + over 3 files: units of ~448 KiB, the big items in pieces. */
+	ck_assert_uint_gt(src.items[0].next, 3);
+	striped_like(&dst, &src);
+	ck_assert_msg(carrier_load_striped(&stub_ops, &c, fds, 3, dst.items, dst.n, NULL, err, sizeof(err)) == 0, "%s",
+		      err);
+	for (size_t i = 0; i < dst.n; i++)
+		ck_assert_int_eq(pattern_check(dst.mem[i], big_mixed[i], (uint32_t)i + 1), -1);
+	/* One file: exactly carrier_save's layout, no extents. */
+	dev_init(&one, big_mixed, NBIG, 0);
+	ck_assert_msg(carrier_save_striped(&stub_ops, &c, &fd1, 1, 0, one.items, one.n, NULL, err, sizeof(err)) == 0,
+		      "%s", err);
+	for (size_t i = 0, off = 0; i < one.n; off += big_mixed[i], i++) {
+		ck_assert_ptr_null(one.items[i].ext);
+		ck_assert_uint_eq(one.items[i].offset, off);
+	}
+	assert_no_leak();
+	carrier_items_free_extents(src.items, src.n);
+	carrier_items_free_extents(dst.items, dst.n);
+	ck_assert_ptr_null(src.items[0].ext);
+	dev_free(&src);
+	dev_free(&dst);
+	dev_free(&one);
+	for (int f = 0; f < 3; f++)
+		close(fds[f]);
+	close(fd1);
+}
+END_TEST
+
+START_TEST(striped_load_refuses_bad_extents_and_names_file_and_chunk)
+{
+	static const char *const names[] = {"carrier-0.img", "carrier-1.img", "carrier-2.img"};
+	struct carrier_config c = cfg_make(1 * MIB, 64 * KIB, 2);
+	struct dev src, dst;
+	struct stub_counts cnt;
+	char err[512], want[160];
+	int fds[3];
+	struct carrier_extent *e, saved;
+	uint64_t pos = 0, at;
+	uint8_t b;
+
+	c.file_names = names;
+	c.n_file_names = 3;
+	dev_init(&src, big_mixed, NBIG, 0);
+	striped_save(&src, &c, fds, 3);
+	striped_like(&dst, &src);
+	e = &dst.items[0].ext[1];
+	saved = *e;
+	stub_reset();
+
+	e->file = 3;
+	ck_assert_int_eq(carrier_load_striped(&stub_ops, &c, fds, 3, dst.items, dst.n, NULL, err, sizeof(err)),
+			 -EINVAL);
+	ck_assert_msg(strstr(err, "alloc 0: extent 1 (file 3,") && strstr(err, "names a file beyond"), "%s", err);
+	*e = saved;
+	e->size -= 1; /* splits a chunk */
+	ck_assert_int_eq(carrier_load_striped(&stub_ops, &c, fds, 3, dst.items, dst.n, NULL, err, sizeof(err)),
+			 -EINVAL);
+	ck_assert_msg(strstr(err, "alloc 0: extent 1") && strstr(err, "splits a chunk"), "%s", err);
+	*e = saved;
+	dst.items[0].next--; /* the last extent lost */
+	ck_assert_int_eq(carrier_load_striped(&stub_ops, &c, fds, 3, dst.items, dst.n, NULL, err, sizeof(err)),
+			 -EINVAL);
+	ck_assert_msg(strstr(err, "alloc 0: its ") && strstr(err, "extents hold"), "%s", err);
+	dst.items[0].next++;
+	dst.items[0].ncrc = 1; /* fewer checksums than the extents' chunks */
+	ck_assert_int_eq(carrier_load_striped(&stub_ops, &c, fds, 3, dst.items, dst.n, NULL, err, sizeof(err)),
+			 -EINVAL);
+	ck_assert_msg(strstr(err, "alloc 0: extent 0") && strstr(err, "has no checksums"), "%s", err);
+	dst.items[0].ncrc = src.items[0].ncrc;
+	dst.items[0].chunk_size = 0;
+	ck_assert_int_eq(carrier_load_striped(&stub_ops, &c, fds, 3, dst.items, dst.n, NULL, err, sizeof(err)),
+			 -EINVAL);
+	ck_assert_msg(strstr(err, "alloc 0: extent 0") && strstr(err, "has no chunk size"), "%s", err);
+	dst.items[0].chunk_size = src.items[0].chunk_size;
+	/* Nothing reached the device for any of these. */
+	stub_get(&cnt);
+	ck_assert_int_eq(cnt.calls[STUB_HTOD], 0);
+
+	/* A flipped byte in the second extent of alloc 0: the chunk is
+	 * numbered within the allocation, the file named. */
+	pos = saved.size; /* alloc 0's bytes before extent 1 */
+	at = saved.offset + 3 * 64 * KIB + 9;
+	ck_assert_int_eq(pread(fds[saved.file], &b, 1, at), 1);
+	b ^= 0x40;
+	ck_assert_int_eq(pwrite(fds[saved.file], &b, 1, at), 1);
+	ck_assert_int_eq(carrier_load_striped(&stub_ops, &c, fds, 3, dst.items, dst.n, NULL, err, sizeof(err)),
+			 -EBADMSG);
+	snprintf(want, sizeof(want), "alloc 0: chunk %llu (bytes %llu-%llu, file offset %llu) of %s has crc32c",
+		 (unsigned long long)(pos / (64 * KIB) + 3), (unsigned long long)(pos + 3 * 64 * KIB),
+		 (unsigned long long)(pos + 4 * 64 * KIB - 1), (unsigned long long)(saved.offset + 3 * 64 * KIB),
+		 names[saved.file]);
+	ck_assert_msg(strstr(err, want), "'%s' lacks '%s'", err, want);
+	b ^= 0x40;
+	ck_assert_int_eq(pwrite(fds[saved.file], &b, 1, at), 1);
+
+	/* A stripe file cut short: refused before the device, naming it. */
+	ck_assert_int_eq(ftruncate(fds[saved.file], saved.offset + 5), 0);
+	stub_reset();
+	ck_assert_int_eq(carrier_load_striped(&stub_ops, &c, fds, 3, dst.items, dst.n, NULL, err, sizeof(err)),
+			 -ENODATA);
+	snprintf(want, sizeof(want), "(%s; chunk %llu is missing: truncated carrier image)", names[saved.file],
+		 (unsigned long long)(pos / (64 * KIB)));
+	ck_assert_msg(strstr(err, want), "'%s' lacks '%s'", err, want);
+	stub_get(&cnt);
+	ck_assert_int_eq(cnt.calls[STUB_HTOD], 0);
+	assert_no_leak();
+	carrier_items_free_extents(src.items, src.n);
+	carrier_items_free_extents(dst.items, dst.n);
+	dev_free(&src);
+	dev_free(&dst);
+	for (int f = 0; f < 3; f++)
+		close(fds[f]);
+}
+END_TEST
+
+START_TEST(staging_sized_to_the_carrier)
+{
+	struct carrier_config c = cfg_make(256 * MIB, 1 * MIB, 0);
+	uint64_t small[] = {4 * KIB + 3}, mid[] = {5 * MIB + 1, 3 * MIB};
+	struct dev a, b;
+	struct carrier_stats st;
+	struct stub_counts cnt;
+	char err[512];
+	int fd = scratch_fd();
+
+	dev_init(&a, small, 1, 0);
+	ck_assert_msg(carrier_save(&stub_ops, &c, fd, 0, a.items, 1, &st, err, sizeof(err)) == 0, "%s", err);
+	/* Two buffers of the one (page-rounded) chunk, not 256 MiB. */
+	ck_assert_uint_le(st.staging_bytes, 16 * KIB);
+	dev_init(&b, mid, 2, 0);
+	stub_reset();
+	ck_assert_msg(carrier_save(&stub_ops, &c, fd, 0, b.items, 2, &st, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_le(st.staging_bytes, 8 * MIB + 4 * KIB);
+	ck_assert_uint_ge(st.buffer_bytes, 1 * MIB);
+	stub_get(&cnt);
+	ck_assert_int_le(cnt.pinned_peak, 8 * MIB + 4 * KIB);
+	ck_assert_msg(carrier_load(&stub_ops, &c, fd, b.items, 2, &st, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_le(st.staging_bytes, 8 * MIB + 4 * KIB);
+	assert_no_leak();
+	dev_free(&a);
+	dev_free(&b);
+	close(fd);
+}
+END_TEST
+
+/* Device->host copies issued when each slice had been written. */
+struct overlap {
+	uint64_t done[64];
+	int64_t dtoh[64];
+	unsigned n;
+};
+
+static void on_slice(void *arg, uint64_t done, uint64_t total)
+{
+	struct overlap *o = arg;
+	struct stub_counts c;
+
+	(void)total;
+	stub_get(&c);
+	if (o->n < 64) {
+		o->done[o->n] = done;
+		o->dtoh[o->n++] = c.calls[STUB_DTOH];
+	}
+}
+
+START_TEST(save_copies_next_slice_while_writing_this_one)
+{
+	/* One thread, buffers of one 64 KiB chunk, a 1 MiB item: 16 slices.
+	 * When slice k has been written, the copy of slice k+1 has been
+	 * issued already (and only that one: two staging buffers). */
+	struct carrier_config c = cfg_make(128 * KIB, 64 * KIB, 1);
+	uint64_t one[] = {1 * MIB};
+	struct overlap o = {.n = 0};
+	struct dev src;
+	struct carrier_stats st;
+	char err[512];
+	int fd = scratch_fd();
+
+	c.progress = on_slice;
+	c.progress_arg = &o;
+	c.progress_every = 1;
+	dev_init(&src, one, 1, 0);
+	stub_reset();
+	ck_assert_msg(carrier_save(&stub_ops, &c, fd, 0, src.items, 1, &st, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(st.buffer_bytes, 64 * KIB);
+	ck_assert_uint_ge(o.n, 16);
+	for (unsigned k = 0; k < o.n; k++) {
+		uint64_t written = o.done[k] / (64 * KIB);
+
+		if (written < 16)
+			ck_assert_msg(o.dtoh[k] == (int64_t)written + 1, "after %llu slices %lld copies issued",
+				      (unsigned long long)written, (long long)o.dtoh[k]);
+	}
+	ck_assert_int_eq(o.dtoh[o.n - 1], 16);
+	dev_free(&src);
+	close(fd);
+}
+END_TEST
+
 START_TEST(config_from_environment)
 {
 	struct carrier_config c;
@@ -760,7 +1115,7 @@ START_TEST(config_from_environment)
 	unsetenv("CUINTERPOSE_CARRIER_THREADS");
 	unsetenv("CUINTERPOSE_CARRIER_VERIFY");
 	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), 0);
-	ck_assert_uint_eq(c.staging_bytes, 256 * MIB);
+	ck_assert_uint_eq(c.staging_bytes, 224 * MIB);
 	ck_assert_uint_eq(c.chunk_size, 4 * MIB);
 	ck_assert_uint_eq(c.threads, 0);
 	ck_assert_int_eq(c.verify_first, 0);
@@ -819,8 +1174,18 @@ static Suite *suite(int needs_root)
 		suite_add_tcase(s, t);
 		return s;
 	}
-	t = tcase_create("pipeline");
+	t = tcase_create("stripe");
+	tcase_add_checked_fixture(t, setup, NULL);
+	tcase_set_timeout(t, 60);
+	tcase_add_test(t, stripe_unit_is_a_quarter_share_in_whole_chunks);
+	tcase_add_test(t, stripe_split_balances_files_and_narrows_crcs);
+	tcase_add_test(t, striped_roundtrip_every_byte_and_crc);
+	tcase_add_test(t, striped_load_refuses_bad_extents_and_names_file_and_chunk);
+	tcase_add_test(t, staging_sized_to_the_carrier);
+	tcase_add_test(t, save_copies_next_slice_while_writing_this_one);
+	suite_add_tcase(s, t);
 
+	t = tcase_create("pipeline");
 	tcase_add_checked_fixture(t, setup, NULL);
 	tcase_set_timeout(t, 60);
 	tcase_add_test(t, roundtrip_mixed_sizes_every_byte_and_crc);

@@ -65,7 +65,7 @@ copy_libs interposer/.libs/libcuinterpose.so plugin/.libs/cuinterpose_plugin.so 
 
 bash "$top/test/gpu/build.sh" "$build" "$out/workloads"
 copy_libs "$out"/workloads/*
-cp "$top"/test/gpu/*.sh "$top"/test/gpu/*.c "$top"/test/gpu/*.cu "$out/scripts/"
+cp "$top"/test/gpu/*.sh "$top"/test/gpu/*.py "$top"/test/gpu/*.c "$top"/test/gpu/*.cu "$out/scripts/"
 cp -r "$top/test/gpu/frameworks" "$out/scripts/"
 cp "$top/test/e2e/e2e_pool.c" "$out/scripts/" # gpu_pool
 strip --strip-debug "$out"/bin/* "$out"/lib/* "$out"/plugins/* "$out"/workloads/* 2>/dev/null || true

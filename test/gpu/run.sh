@@ -2,7 +2,8 @@
 # run.sh - the real-GPU validation and benchmark suite, in one command.
 #
 #   bundle/scripts/run.sh [--sizes GiB,GiB,...] [--reps N] [--out DIR] [--budget SECONDS]
-#                         [--only facts,val,ipc,gpu2,base,pool,bench,micro,scale,killed,fw] [--micro-iters N]
+#                         [--only facts,val,ipc,gpu2,base,pool,bench,micro,scale,killed,fw,
+#                                 bench-llm,bench-share,bench-carrier] [--micro-iters N]
 #                         [--native-baseline]
 #
 # Runs from a bundle made by test/gpu/bundle.sh (bin/criu, lib/, plugins/,
@@ -33,6 +34,13 @@
 #  fw      the real-framework jobs (fw.sh): PyTorch IPC and expandable
 #          segments, cudaMallocAsync, a transformers LLM, CuPy IPC and small
 #          arrays, against CRIU's upstream cuda_plugin
+#  bench-llm, bench-share, bench-carrier
+#          issue 17's benchmarks (bench.sh; not in the default set, each one
+#          call of at most 600 s): the LLM job at BENCH_LLM_GIB (2 8 32) and
+#          a 4-process sharing job (BENCH_SHARE_GIB, 4) against upstream
+#          cuda_plugin, peak extra RSS of every process, the carrier's
+#          SAVE/LOAD rates against the best plain parallel write/read into
+#          the same directory; carrier-bench -x striped over 16 files
 #  killed  criu SIGKILLed (CUINTERPOSE_FAULT) after the native checkpoint of a
 #          dump: the guardian restores and rebuilds the job in place; then
 #          criu killed during a restore's LOAD: the guardian kills the tree
@@ -754,6 +762,7 @@ run_scale() {
 }
 
 . "$S/fw.sh"
+. "$S/bench.sh"
 
 finish() {
 	[ -n "${FINISHED:-}" ] && return
@@ -803,6 +812,9 @@ want bench && run_bench
 want scale && run_scale
 want fw && run_fw
 want killed && run_killed
+want bench-llm && run_bench_llm
+want bench-share && run_bench_share
+want bench-carrier && run_bench_carrier
 
 finish
 ! grep -qP '\t(FAIL|UNEXPECTED-PASS)\t' "$RESULTS"

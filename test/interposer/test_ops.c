@@ -478,6 +478,23 @@ START_TEST(quiesce_then_resume_without_teardown)
 			strstr(r->error, "is carried but not in the SAVE request (made after INSPECT); nothing saved"),
 			"%s", r->error);
 		cuip__response__free_unpacked(r, NULL);
+		/* No carrier file at all, and two files without their names. */
+		r = call(s, &req, -1);
+		ck_assert_int_eq(r->status, -EBADF);
+		ck_assert_msg(strstr(r->error, "SAVE came with 0 carrier files for 0 names"), "%s", r->error);
+		cuip__response__free_unpacked(r, NULL);
+		{
+			int two[2] = {fd, fd}, got = -1;
+			char err[256];
+
+			ck_assert_int_eq(cuip_msg_sendv(s, CUIP_KIND_REQUEST, &req.base, two, 2), 0);
+			ck_assert_int_eq(cuip_msg_recv(s, CUIP_KIND_RESPONSE, &cuip__response__descriptor, NULL,
+						       (ProtobufCMessage **)&r, &got, err, sizeof(err)),
+					 0);
+			ck_assert_int_eq(r->status, -EBADF);
+			ck_assert_msg(strstr(r->error, "SAVE came with 2 carrier files for 0 names"), "%s", r->error);
+			cuip__response__free_unpacked(r, NULL);
+		}
 		close(fd);
 		unlink(file);
 	}

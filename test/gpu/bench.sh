@@ -1,0 +1,245 @@
+# bench.sh - issue 17's benchmark parts of the GPU suite, sourced by run.sh
+# (whose helpers start_job, start_fw, cmd, answers, criu_do, wait_gone,
+# scenario, result, tree_pids it uses). Each part runs alone and fits in one
+# call of 600 s at the sizes below; every part prints its elapsed time.
+#
+#   run.sh --only bench-llm      the LLM-style job (fwjob.py llm: a GPT-2-shaped
+#                                fp16 model + BENCH_LLM_GIB of cache), ours
+#                                (interposer preloaded, every tracked
+#                                allocation through the striped carrier) then
+#                                upstream cuda_plugin, one dump+restore each;
+#                                sizes BENCH_LLM_GIB (default "2 8 32")
+#   run.sh --only bench-share    gpu_job, 4 processes sharing BENCH_SHARE_GIB
+#                                (default 4) through ours, against the same
+#                                bytes held privately by rank 0 through
+#                                upstream cuda_plugin (--private-only)
+#   run.sh --only bench-carrier  carrier-bench -x: the carrier into one file
+#                                and striped over BENCH_CARRIER_FILES (16)
+#                                files against the best plain parallel write
+#                                and read, BENCH_CARRIER_GIB (8) in the image
+#                                directory's file system
+#
+# BENCH_KINDS="ours base" (default) picks the sides; ratio rows need both in
+# one run. For every dump and restore: seconds, the peak extra RSS of EVERY
+# process of the job (rss.sh: VmHWM after clear_refs over the RSS before the
+# dump; restore against the same process's RSS before the dump), and for
+# ours the carrier's SAVE/LOAD GB/s from the plugin's log lines, against the
+# best plain parallel write/read (plainio.py, 1..16 threads on as many
+# files) of the same byte count into the same image directory right after.
+# Targets: LLM dump+restore <= 0.4x upstream at 8 and 32 GiB; sharing job
+# <= 0.25x upstream-private; extra RSS <= 256 MiB per process; carrier save
+# and load >= 0.8x the best plain parallel write/read.
+#
+# Disk and memory: images of ours and upstream never coexist (each run's
+# images are deleted before the next starts, plainio's files after each
+# thread count); before each run the image directory's free space must hold
+# the images plus 4 GiB, and for upstream MemAvailable must hold the device
+# bytes twice (native checkpoint copies them into the process, CRIU's page
+# dump reads them again), else that run is a SKIP row with the reason.
+# BENCH_DIR (default the suite's work directory) is where images go.
+. "$S/rss.sh"
+
+BENCH_LLM_GIB=${BENCH_LLM_GIB:-2 8 32}
+BENCH_SHARE_GIB=${BENCH_SHARE_GIB:-4}
+BENCH_KINDS=${BENCH_KINDS:-ours base}
+BENCH_IO_THREADS=${BENCH_IO_THREADS:-1 4 8 16}
+# the samples as time series too (NAME/rss-d/PID.series.txt, in logs.tar.gz)
+export RSS_SERIES=${RSS_SERIES:-1}
+
+bench_kind() { case " $BENCH_KINDS " in *" $1 "*) return 0 ;; esac; return 1; }
+bench_dir() { echo "${BENCH_DIR:-$T}/$1/img"; }
+part_start() { PART_T0=$(date +%s.%N); say "=== $1"; }
+part_end() { say "=== $1 done in $(echo "$(date +%s.%N) $PART_T0" | awk '{printf "%.0f", $1 - $2}')s"; }
+
+# room MIB_IMAGES MIB_RAM: why a run cannot go, or nothing
+room() {
+	local avail ram
+	mkdir -p "${BENCH_DIR:-$T}"
+	avail=$(df -Pm "${BENCH_DIR:-$T}" | awk 'NR == 2 {print $4}')
+	ram=$(awk '$1 == "MemAvailable:" {printf "%d", $2 / 1024}' /proc/meminfo)
+	if [ "$avail" -lt $(($1 + 4096)) ]; then
+		echo "needs $(($1 + 4096)) MiB free for images in ${BENCH_DIR:-$T}, $avail MiB free"
+	elif [ "$ram" -lt "$2" ]; then
+		echo "needs $2 MiB of available memory, $ram MiB available"
+	fi
+}
+
+# carrier_rate LOG SAVE|LOAD: the plugin's MB/s for that phase, in GB/s
+carrier_rate() {
+	grep -h "cuinterpose: $2: " "$1" 2>/dev/null | sed -n 's/.*, \([0-9.]*\) MB\/s.*/\1/p' | tail -n 1 |
+		awk '{printf "%.2f", $1 / 1000}'
+}
+
+# plain_io DIR BYTES: "WRITE_GBS READ_GBS" best of BENCH_IO_THREADS, into DIR
+plain_io() {
+	local out
+	out=$(python3 "$S/plainio.py" "$1" "$2" $BENCH_IO_THREADS 2>&1)
+	echo "$out" | sed 's/^/  /' >&2
+	echo "$out" | awk '/^best write/ {print $3, $8}'
+}
+
+# measured NAME KIND DIR: the row of one dump+restore into $T/NAME/bench:
+# "dump_s restore_s rss_dump_max rss_restore_max images_mib save_gbs load_gbs"
+# after it printed every process's extra RSS
+measured() {
+	local name=$1 kind=$2 d=$3
+	echo "  extra RSS per process, MiB (pid value): dump $(rss_extra "$T/$name/rss-d" | tr '\n' ' ')restore $(rss_extra "$T/$name/rss-r" | tr '\n' ' ')"
+	echo "$DS $RS $(rss_max "$T/$name/rss-d") $(rss_max "$T/$name/rss-r") $IMG \
+$(carrier_rate "$d/dump.log" SAVE) $(carrier_rate "$d/restore.log" LOAD)" >"$T/$name/bench"
+}
+
+# dump_restore NAME KIND DIR PLUGINDIR "PIDS" [DUMP ARGS]: one dump and one
+# restore with every process's RSS sampled; the images are dropped and the
+# row written by measured(). Runs inside a scenario (fail exits it).
+dump_restore() {
+	local name=$1 kind=$2 d=$3 pl=$4 pids=$5
+	shift 5
+	rss_start "$T/$name/rss-d" $pids
+	CRIU_TIMEOUT=550 criu_do dump "$d" "$pl" "$@" ||
+		fail "criu dump failed: $(grep -E 'Error|cuinterpose:.*(refus|fail)|cuda_plugin.*fail' "$d/dump.log" | tail -n 2 | tr '\n' ' ')"
+	DS=$SECS
+	wait_gone $pids || fail "dumped processes still alive"
+	rss_stop "$T/$name/rss-d"
+	IMG=$(du -sm "$d" | cut -f1)
+	rss_start "$T/$name/rss-r" "$T/$name/rss-d" $pids
+	CRIU_TIMEOUT=550 criu_do restore "$d" "$pl" ||
+		fail "criu restore failed: $(grep -E 'Error|cuinterpose:.*(refus|fail)|cuda_plugin.*fail' "$d/restore.log" | tail -n 2 | tr '\n' ' ')"
+	RS=$SECS
+	sleep 0.5
+	rss_stop "$T/$name/rss-r"
+	grep -h "cuinterpose: \(SAVE\|LOAD\): " "$d"/*.log | sed 's/^.*cuinterpose: /  /'
+	drop_images "$d"
+	measured "$name" "$kind" "$d"
+}
+
+# sc_bench_llm NAME KIND(ours|base) GIB: one dump+restore of the LLM job
+sc_bench_llm() {
+	local name=$1 kind=$2 gib=$3 mib pre pl before tokens why d
+	fail() { echo "$*" >"$T/why"; echo "FAIL: $*"; exit 1; }
+	mib=$((gib * 1024))
+	d=$(bench_dir "$name")
+	[ "$kind" = ours ] && pre=1 pl=$T/plugins || pre=0 pl=$T/base-plugins
+	why=$(room $((mib + 1024)) $([ "$kind" = base ] && echo $((mib * 2 + 4096)) || echo 4096))
+	[ -n "$why" ] && { echo "$why" >"$T/why"; exit 4; }
+	READY_TIMEOUT=600 start_fw "$name" llm 1 "$pre" -- --cache-mib "$mib" ||
+		fail "start: $(tail -n 2 "$T/$name/job.log" | tr '\n' ' ')"
+	cmd 300 verify || fail "verify before: $CMDERR"
+	before=$(answers)
+	cmd 300 gen || fail "gen before: $CMDERR"
+	tokens=$(answers)
+	dump_restore "$name" "$kind" "$d" "$pl" "$(tree_pids)" --link-remap
+	cmd 300 verify || fail "after restore: $CMDERR"
+	[ "$(answers)" = "$before" ] || fail "answers changed: $(answers | tr '\n' ' ') vs $(echo $before)"
+	cmd 300 gen || fail "gen after restore: $CMDERR"
+	[ "$(answers)" = "$tokens" ] || fail "generation differs after restore"
+	cmd 30 exit
+	kill -9 $(tree_pids) 2>/dev/null
+	kill_job
+	if [ "$kind" = ours ]; then
+		# the baseline: the same bytes, plain, into the same directory
+		echo "$(plain_io "$d" $((mib << 20)))" >"$T/$name/plain"
+	fi
+	echo "ok" >"$T/why"
+}
+
+# sc_bench_share NAME KIND(ours|base) GIB: 4 processes sharing GIB (ours), or
+# rank 0 holding it privately (upstream cuda_plugin)
+sc_bench_share() {
+	local name=$1 kind=$2 gib=$3 mib pre pl args why d
+	fail() { echo "$*" >"$T/why"; echo "FAIL: $*"; exit 1; }
+	mib=$((gib * 1024))
+	d=$(bench_dir "$name")
+	if [ "$kind" = ours ]; then
+		pre=1 pl=$T/plugins args=(--shared-mib "$mib" --private-mib 16 --no-graph)
+	else
+		pre=0 pl=$T/base-plugins args=(--private-only --shared-mib "$mib" --private-mib 16 --no-graph)
+	fi
+	why=$(room $((mib + 1024)) $([ "$kind" = base ] && echo $((mib * 2 + 4096)) || echo 4096))
+	[ -n "$why" ] && { echo "$why" >"$T/why"; exit 4; }
+	READY_TIMEOUT=600 start_job "$name" 4 $pre "${args[@]}" || fail "start: $(tail -n 1 "$T/$name/job.log")"
+	cmd 300 verify || fail "verify before: $CMDERR"
+	dump_restore "$name" "$kind" "$d" "$pl" "$(job_pids)"
+	cmd 600 verify || fail "bytes after restore: $CMDERR"
+	cmd 30 exit
+	kill_job
+	[ "$kind" = ours ] && echo "$(plain_io "$d" $((mib << 20)))" >"$T/$name/plain"
+	echo ok >"$T/why"
+}
+
+# bench_rows PREFIX NAME_OURS NAME_BASE TARGET: result rows of one size
+bench_rows() {
+	local p=$1 o=$T/$2/bench b=$T/$3/bench target=$4 k f
+	for k in ours base; do
+		f=$T/$([ $k = ours ] && echo "$2" || echo "$3")/bench
+		[ -f "$f" ] || continue
+		result "$p-$k" DONE "$(awk '{printf "dump %.2fs restore %.2fs total %.2fs; peak extra RSS of the processes dump %s MiB restore %s MiB; images %s MiB", $1, $2, $1 + $2, $3, $4, $5}' "$f"); per process (pid MiB) dump: $(rss_extra "${f%/bench}/rss-d" | tr '\n' ',') restore: $(rss_extra "${f%/bench}/rss-r" | tr '\n' ',')"
+		result "$p-$k-rss" "$(awk '{print ($3 <= 256 && $4 <= 256) ? "MET" : "MISSED"}' "$f")" \
+			"$(awk '{printf "largest extra RSS of any process: dump %s MiB, restore %s MiB (target <= 256)", $3, $4}' "$f")"
+	done
+	if [ -f "$o" ] && [ -f "$b" ]; then
+		result "$p-ratio" "$(awk -v t="$target" 'NR == FNR {a = $1 + $2; next} {print (a / ($1 + $2) <= t) ? "MET" : "MISSED"}' "$o" "$b")" \
+			"$(awk -v t="$target" 'NR == FNR {a = $1 + $2; next} {printf "ours %.2fs / upstream %.2fs = %.2f (target <= %s)", a, $1 + $2, a / ($1 + $2), t}' "$o" "$b")"
+	fi
+	if [ -f "$o" ] && [ -s "$T/$2/plain" ]; then
+		result "$p-carrier-io" "$(awk 'NR == FNR {s = $6; l = $7; next} {print (s >= 0.8 * $1 && l >= 0.8 * $2) ? "MET" : "MISSED"}' "$o" "$T/$2/plain")" \
+			"$(awk 'NR == FNR {s = $6; l = $7; next} {printf "carrier SAVE %s GB/s = %.2f of the best plain parallel write %s GB/s; LOAD %s GB/s = %.2f of the best plain parallel read %s GB/s (same directory, same run; target >= 0.8)", s, s / $1, $1, l, l / $2, $2}' "$o" "$T/$2/plain")"
+	fi
+}
+
+# bench_one SCENARIO PREFIX KIND GIB: run it, turn a skip or failure into a row
+bench_one() {
+	local sc=$1 name=$2-$3 kind=$3 gib=$4
+	SC_RC=0
+	scenario "$name" "$sc" "$name" "$kind" "$gib"
+	case $SC_RC in
+	0) ;;
+	4) result "$name" SKIP "$SC_WHY" ;;
+	*) result "$name" FAIL "$SC_WHY" ;;
+	esac
+}
+
+# run_bench_sizes PART SCENARIO TARGET GIB...: ours and upstream per size, then the rows
+run_bench_sizes() {
+	local part=$1 sc=$2 target=$3 g k
+	shift 3
+	part_start "$part"
+	for g in "$@"; do
+		for k in ours base; do
+			bench_kind $k || continue
+			if [ $k = base ] && [ ! -f "$BASE_PLUGIN" ]; then
+				result "$part-${g}G-base" SKIP "no baseline/cuda_plugin.so in the bundle"
+				continue
+			fi
+			bench_one "$sc" "$part-${g}G" $k "$g"
+		done
+		bench_rows "$part-${g}G" "$part-${g}G-ours" "$part-${g}G-base" "$target"
+	done
+	part_end "$part"
+}
+
+run_bench_llm() { run_bench_sizes bench-llm bench_llm 0.4 $BENCH_LLM_GIB; }
+run_bench_share() { run_bench_sizes bench-share bench_share 0.25 $BENCH_SHARE_GIB; }
+
+run_bench_carrier() {
+	local gib=${BENCH_CARRIER_GIB:-8} f=${BENCH_CARRIER_FILES:-16} why d
+	part_start bench-carrier
+	SC_RC=0
+	d=$(bench_dir bench-carrier)
+	mkdir -p "$d"
+	why=$(room $((gib * 1024 * 2)) $((gib * 1024 + 4096)))
+	if [ -n "$why" ]; then
+		result bench-carrier SKIP "$why"
+	else
+		timeout -k 5 550 "${R[@]}" "$WL/carrier-bench" -x -F "$f" -s "${gib}G" -r 3 -t 0,8,16 -w 16 -n -d "$d" \
+			>"$T/logs/bench-carrier.log" 2>&1
+		sed 's/^/  /' "$T/logs/bench-carrier.log"
+		if grep -q '^striped over' "$T/logs/bench-carrier.log"; then
+			result bench-carrier "$(awk '/^striped over/ {split($0, a, " = "); s = a[2] + 0; split(a[3], b, " "); l = b[1] + 0; print (s >= 0.8 && l >= 0.8) ? "MET" : "MISSED"}' "$T/logs/bench-carrier.log")" \
+				"$(grep '^striped over' "$T/logs/bench-carrier.log")"
+		else
+			result bench-carrier FAIL "$(tail -n 2 "$T/logs/bench-carrier.log" | tr '\n' ' ')"
+		fi
+	fi
+	rm -rf "$d"
+	part_end bench-carrier
+}

@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""plainio.py - the best plain parallel write and read into a directory, the
+baseline the carrier's SAVE and LOAD rates are held against (test/gpu/bench.sh).
+
+    plainio.py DIR BYTES THREADS [THREADS...]
+
+For each thread count N: N threads each pwrite() their share of BYTES into a
+file of their own in DIR (8 MiB blocks from one buffer, page cache, no fsync:
+as the carrier writes), then N threads pread() them back; the files are
+removed after each N. Prints one line per N and then
+"best write W GB/s (N threads) read R GB/s (M threads)". os.pwrite and
+os.preadv release the GIL, so the threads run in parallel.
+"""
+import os
+import sys
+import threading
+import time
+
+BLOCK = 8 << 20
+
+
+def run(d, total, n, write):
+    per = (total // n + BLOCK - 1) // BLOCK * BLOCK
+    paths = [os.path.join(d, "plainio-%d-%d.tmp" % (os.getpid(), i)) for i in range(n)]
+    errs = []
+
+    def one(i):
+        try:
+            left = max(0, min(per, total - i * per))
+            buf = bytes(range(256)) * (BLOCK // 256) if write else bytearray(BLOCK)
+            mv = memoryview(buf)
+            fd = os.open(paths[i], (os.O_WRONLY | os.O_CREAT | os.O_TRUNC) if write else os.O_RDONLY, 0o600)
+            off = 0
+            while off < left:
+                ln = min(BLOCK, left - off)
+                if write:
+                    got = os.pwrite(fd, mv[:ln], off)
+                else:
+                    got = os.preadv(fd, [mv[:ln]], off)
+                if got <= 0:
+                    raise OSError("short %s at %d of %s" % ("write" if write else "read", off, paths[i]))
+                off += got
+            os.close(fd)
+        except OSError as e:
+            errs.append(str(e))
+
+    th = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    t0 = time.monotonic()
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    dt = time.monotonic() - t0
+    if errs:
+        raise SystemExit("plainio: " + errs[0])
+    if not write:
+        for p in paths:
+            os.unlink(p)
+    return total / dt / 1e9
+
+
+def main():
+    if len(sys.argv) < 4:
+        raise SystemExit(__doc__)
+    d, total = sys.argv[1], int(sys.argv[2])
+    best_w, best_r = (0.0, 0), (0.0, 0)
+    for n in (int(x) for x in sys.argv[3:]):
+        w = run(d, total, n, True)
+        r = run(d, total, n, False)
+        print("plainio %d threads, %d files: write %.2f GB/s, read %.2f GB/s" % (n, n, w, r), flush=True)
+        best_w, best_r = max(best_w, (w, n)), max(best_r, (r, n))
+    print("best write %.2f GB/s (%d threads) read %.2f GB/s (%d threads)" % (best_w + best_r))
+
+
+if __name__ == "__main__":
+    main()
