@@ -11,28 +11,13 @@ export MALLOC_ARENA_MAX=1 # see t-faults.sh
 N=3
 K=0
 
-snapshot() {
-	for p in $(job_pids); do
-		echo "$p fds $(ls /proc/$p/fd | wc -l) maps $(app_maps $p | wc -l)"
-		app_maps $p | awk '{print $1, $6}' >"$T/maps.$p.now"
-		ls -l /proc/$p/fd | awk '{print $9, $11}' >"$T/fds.$p.now"
-	done
-}
+export CENSUS_DEVMEM=1 # lib.sh census: FDs, mappings and device memory
 
 intact() {
 	for p in $(job_pids); do alive $p || fail "$1: pid $p died"; done
 	cmd $N verify $GEN
 	[ "$(answers $N)" = "$before" ] || fail "$1: addresses changed"
-	same=0
-	for _ in $(seq 20); do
-		[ "$(snapshot)" = "$snap" ] && { same=1; break; }
-		sleep 0.1
-	done
-	[ $same = 1 ] || fail "$1: FDs or mappings leaked: before
-$snap
-after
-$(snapshot)
-$(for f in "$T"/*.ref; do diff "$f" "${f%.ref}.now"; done)"
+	census_back 5 "$1"
 }
 
 # guardian_done DIR: wait for the guardian's verdict in DIR's log (it is
@@ -67,8 +52,7 @@ cmd $N verify $GEN
 before=$(answers $N)
 criu_dump "$T/warm" --leave-running || fail "warm-up dump"
 cmd $N verify $GEN
-snap=$(snapshot)
-for f in "$T"/*.now; do mv "$f" "${f%.now}.ref"; done
+census_keep 10
 
 for point in discovery begin:QUIESCE QUIESCE PREPARE_MULTICAST SAVE IMAGES begin:PREPARE_UNICAST PREPARE_UNICAST \
 	native-lock native-checkpoint; do

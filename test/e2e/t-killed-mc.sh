@@ -12,11 +12,7 @@ WORKLOAD=$B/test/e2e/e2e_mc
 K=0
 GEN=0
 
-snapshot() {
-	for p in $(job_pids); do
-		echo "$p fds $(ls /proc/$p/fd | wc -l) maps $(app_maps $p | wc -l)"
-	done
-}
+export CENSUS_DEVMEM=1 # lib.sh census: FDs, mappings and device memory
 
 writes_reach_everyone() {
 	for k in $(seq 0 $((N - 1))); do
@@ -32,7 +28,7 @@ cmd $N verify $GEN
 before=$(answers $N)
 criu_dump "$T/warm" --leave-running || fail "warm-up dump"
 cmd $N verify $GEN
-snap=$(snapshot)
+census_keep 10
 
 for point in begin:PREPARE_MULTICAST PREPARE_MULTICAST SAVE begin:PREPARE_UNICAST PREPARE_UNICAST native-checkpoint; do
 	K=$((K + 1))
@@ -49,7 +45,7 @@ for point in begin:PREPARE_MULTICAST PREPARE_MULTICAST SAVE begin:PREPARE_UNICAS
 	for p in $(job_pids); do alive "$p" || fail "$point: pid $p died"; done
 	cmd $N verify $GEN
 	[ "$(answers $N)" = "$before" ] || fail "$point: addresses changed: $(answers $N) vs $before"
-	[ "$(snapshot)" = "$snap" ] || fail "$point: FDs or mappings leaked: $snap -> $(snapshot)"
+	census_back 5 "$point"
 	writes_reach_everyone
 done
 

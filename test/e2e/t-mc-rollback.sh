@@ -23,11 +23,7 @@ arm() { # PID|any SPEC
 }
 disarm() { rm -f "$FAKECUDA_FAIL_DIR"/*; }
 pid_of() { awk '{print $2}' "$T/w/r$1.ready"; }
-snapshot() {
-	for p in $(job_pids); do
-		echo "$p fds $(ls /proc/$p/fd | wc -l) maps $(app_maps $p | wc -l)"
-	done
-}
+export CENSUS_DEVMEM=1 # lib.sh census: FDs, mappings and device memory
 
 # every rank writes through its multicast mapping in turn; all see it
 writes_reach_everyone() {
@@ -56,7 +52,7 @@ rolled_back() {
 	for p in $(job_pids); do alive "$p" || fail "$what: pid $p died"; done
 	cmd $N verify $GEN
 	[ "$(answers $N)" = "$before" ] || fail "$what: addresses changed: $(answers $N) vs $before"
-	[ "$(snapshot)" = "$snap" ] || fail "$what: FDs or mappings leaked: $snap -> $(snapshot)"
+	census_back 5 "$what"
 	writes_reach_everyone
 }
 
@@ -67,7 +63,7 @@ before=$(answers $N)
 # Settle lazily made state (export caches, staging) before counting FDs.
 criu_dump "$T/warm" --leave-running || fail "warm-up dump"
 cmd $N verify $GEN
-snap=$(snapshot)
+census_keep 10
 
 # rank 1's multicast unmap fails after rank 0 released the object: the
 # rollback finishes rank 1's teardown before the team is rebuilt
@@ -90,7 +86,7 @@ for i in 1 2; do
 	for p in $(job_pids); do alive "$p" || fail "pid $p died"; done
 	cmd $N verify $GEN
 	[ "$(answers $N)" = "$before" ] || fail "--leave-running: addresses changed"
-	[ "$(snapshot)" = "$snap" ] || fail "--leave-running: FDs or mappings leaked: $snap -> $(snapshot)"
+	census_back 5 "--leave-running"
 	writes_reach_everyone
 done
 cmd $N exit
