@@ -37,53 +37,43 @@ static int peer[MAXPROCS];
 static CUdeviceptr va[NBUF];
 static CUipcMemHandle handle[NBUF];
 
-static uint32_t word(int b, size_t i, uint32_t gen)
+struct key {
+	int b;
+	size_t from; /* word index of the first word written */
+	uint32_t gen;
+};
+
+static uint32_t word(uint64_t j, const void *arg)
 {
-	return i < HEAD / 4 ? gen * 977u + (uint32_t)i : (uint32_t)(b * 0x9e3779b9u) ^ (uint32_t)i;
+	const struct key *k = arg;
+	size_t i = k->from + j;
+
+	return i < HEAD / 4 ? k->gen * 977u + (uint32_t)i : (uint32_t)(k->b * 0x9e3779b9u) ^ (uint32_t)i;
 }
 
-static int fill(int b, CUdeviceptr p, size_t size, size_t from, size_t to, uint32_t gen)
+/* Write bytes [from, to) of buffer b's pattern of generation gen. */
+static int fill(int b, CUdeviceptr p, size_t from, size_t to, uint32_t gen)
 {
-	uint32_t *w = malloc(size);
-	int ret = 0;
+	struct key k = {b, from / 4, gen};
 
-	if (!w)
-		return wl_fail("out of memory");
-	if (cuMemcpyDtoH(w, p, size) != CUDA_SUCCESS)
-		ret = wl_fail("read of buffer %d", b);
-	for (size_t i = from / 4; i < to / 4; i++)
-		w[i] = word(b, i, gen);
-	if (!ret && cuMemcpyHtoD(p, w, size) != CUDA_SUCCESS)
-		ret = wl_fail("write of buffer %d", b);
-	free(w);
-	return ret;
+	return wl_fill_words(p + from, (to - from) / 4, word, &k);
 }
 
 static int check(int b, CUdeviceptr p, size_t size, uint32_t gen)
 {
-	uint32_t *w = malloc(size);
-	CUdeviceptr base = 0;
-	size_t got = 0;
-	int ret = 0;
+	struct key k = {b, 0, gen};
+	char what[32];
 
-	if (!w)
-		return wl_fail("out of memory");
-	if (cuMemcpyDtoH(w, p, size) != CUDA_SUCCESS)
-		ret = wl_fail("read of buffer %d at %#llx", b, (unsigned long long)p);
-	for (size_t i = 0; !ret && i < size / 4; i++)
-		if (w[i] != word(b, i, gen))
-			ret = wl_fail("buffer %d word %zu: %#x, expected %#x", b, i, w[i], word(b, i, gen));
-	free(w);
-	if (!ret && (cuMemGetAddressRange(&base, &got, p + 64) || base != p || got != size))
-		ret = wl_fail("buffer %d: address range %#llx+%zu, expected %#llx+%zu", b, (unsigned long long)base,
-			      got, (unsigned long long)p, size);
-	if (!ret && two) {
+	snprintf(what, sizeof(what), "buffer %d", b);
+	if (wl_check_words(p, size / 4, word, &k, what) || wl_check_range(p, size, p + 64, what))
+		return -1;
+	if (two) {
 		CUmemLocation l1 = {CU_MEM_LOCATION_TYPE_DEVICE, 1};
 		unsigned long long f = 0;
 		if (cuMemGetAccess(&f, &l1, p) || f != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
-			ret = wl_fail("buffer %d: device 1 has access %llu", b, f);
+			return wl_fail("buffer %d: device 1 has access %llu", b, f);
 	}
-	return ret;
+	return 0;
 }
 
 static int xfer(int s, void *p, size_t n, int out)
@@ -127,7 +117,7 @@ static int do_fresh(void)
 	int ret = 0;
 
 	if (wl_rank == 0) {
-		if (cuMemAlloc(&p, 2u << 20) || fill(7, p, 2u << 20, 0, 2u << 20, 5) || cuIpcGetMemHandle(&h, p))
+		if (cuMemAlloc(&p, 2u << 20) || fill(7, p, 0, 2u << 20, 5) || cuIpcGetMemHandle(&h, p))
 			return wl_fail("fresh buffer");
 		for (int r = 1; r < nprocs; r++)
 			if (xfer(peer[r], &h, sizeof(h), 1))
@@ -155,7 +145,7 @@ static int command(const char *verb, unsigned a, unsigned b, char *out, size_t l
 		for (int k = 0; k < NBUF && !ret; k++)
 			ret = check(k, va[k], buf_size[k], k ? 0 : a);
 	} else if (!strcmp(verb, "write")) {
-		ret = (int)a == wl_rank ? fill(0, va[0], buf_size[0], 0, HEAD, b) : 0;
+		ret = (int)a == wl_rank ? fill(0, va[0], 0, HEAD, b) : 0;
 	} else if (!strcmp(verb, "fresh")) {
 		ret = do_fresh();
 	} else if (!strcmp(verb, "reopen")) {
@@ -189,7 +179,7 @@ int main(int argc, char **argv)
 		return wl_failed(wl_prog);
 	for (int b = 0; b < NBUF; b++) {
 		if (wl_rank == 0) {
-			if (cuMemAlloc(&va[b], buf_size[b]) || fill(b, va[b], buf_size[b], 0, buf_size[b], 0) ||
+			if (cuMemAlloc(&va[b], buf_size[b]) || fill(b, va[b], 0, buf_size[b], 0) ||
 			    cuIpcGetMemHandle(&handle[b], va[b])) {
 				wl_fail("buffer %d", b);
 				return wl_failed(wl_prog);

@@ -89,39 +89,15 @@ static char extra[256];
 
 #define CK(call) WL_CK(call)
 
-static uint8_t pattern(uint64_t off, unsigned k, unsigned gen)
-{
-	return (uint8_t)((off * 29) ^ (k * 13) ^ gen ^ (off >> 12) ^ (off >> 19));
-}
-
-/* Pattern k of generation gen over the first glen bytes (0 after them). */
-struct key {
-	unsigned k, gen;
-	uint64_t glen;
-};
-
-static uint8_t key_byte(uint64_t off, const void *arg)
-{
-	const struct key *key = arg;
-
-	return pattern(off, key->k, off < key->glen ? key->gen : 0);
-}
-
 static int put(CUdeviceptr va, uint64_t len, unsigned k, unsigned gen)
 {
-	struct key key = {k, gen, len};
-
-	if (wl_fill_bytes(va, len, key_byte, &key))
-		return -1;
-	CK(cuCtxSynchronize());
-	return 0;
+	return wl_put_pattern(va, len, k, gen);
 }
 
+/* Compare [va, va+len) against pattern k; the first `glen` bytes have gen. */
 static int check(CUdeviceptr va, uint64_t len, unsigned k, unsigned gen, uint64_t glen, const char *what)
 {
-	struct key key = {k, gen, glen};
-
-	return wl_check_bytes(va, len, key_byte, &key, what);
+	return wl_check_pattern(va, len, k, gen, glen, what);
 }
 
 static CUmemAllocationProp props(void)

@@ -56,46 +56,32 @@ static size_t size_of(int i, int round)
 	}
 }
 
-static uint8_t byte(int i, size_t j, uint32_t gen)
+struct key {
+	int i;
+	uint32_t gen;
+};
+
+static uint8_t byte(uint64_t j, const void *arg)
 {
-	return (uint8_t)(i * 131 + j * 7 + gen * 29 + (j >> 8));
+	const struct key *k = arg;
+
+	return (uint8_t)(k->i * 131 + j * 7 + k->gen * 29 + (j >> 8));
 }
 
 static int fill(int i, CUdeviceptr p, size_t n, uint32_t gen)
 {
-	uint8_t *w = malloc(n);
-	int ret = 0;
+	struct key k = {i, gen};
 
-	if (!w)
-		return wl_fail("out of memory");
-	for (size_t j = 0; j < n; j++)
-		w[j] = byte(i, j, gen);
-	if (cuMemcpyHtoD(p, w, n) != CUDA_SUCCESS)
-		ret = wl_fail("write of buffer %d", i);
-	free(w);
-	return ret;
+	return wl_fill_bytes(p, n, byte, &k);
 }
 
 static int check(int i, CUdeviceptr p, size_t n, uint32_t gen)
 {
-	uint8_t *w = malloc(n);
-	CUdeviceptr base = 0;
-	size_t got = 0;
-	int ret = 0;
+	struct key k = {i, gen};
+	char what[64];
 
-	if (!w)
-		return wl_fail("out of memory");
-	if (cuMemcpyDtoH(w, p, n) != CUDA_SUCCESS)
-		ret = wl_fail("read of buffer %d at %#llx", i, (unsigned long long)p);
-	for (size_t j = 0; !ret && j < n; j++)
-		if (w[j] != byte(i, j, gen))
-			ret = wl_fail("buffer %d (%zu bytes at %#llx) byte %zu: %#x, expected %#x", i, n,
-				      (unsigned long long)p, j, w[j], byte(i, j, gen));
-	free(w);
-	if (!ret && (cuMemGetAddressRange(&base, &got, p + n / 2) || base != p || got != n))
-		ret = wl_fail("buffer %d: address range %#llx+%zu, expected %#llx+%zu", i, (unsigned long long)base,
-			      got, (unsigned long long)p, n);
-	return ret;
+	snprintf(what, sizeof(what), "buffer %d (%zu bytes)", i, n);
+	return wl_check_bytes(p, n, byte, &k, what) || wl_check_range(p, n, p + n / 2, what) ? -1 : 0;
 }
 
 static int xfer(int s, void *p, size_t n, int out)

@@ -275,87 +275,138 @@ static void *stage(void)
 	return buf;
 }
 
-int wl_fill_bytes(CUdeviceptr va, uint64_t len, wl_byte_fn fn, const void *arg)
+/* A pattern of bytes (unit 1) or words (unit 4). */
+struct elems {
+	unsigned unit;
+	wl_byte_fn byte;
+	wl_word_fn word;
+	const void *arg;
+};
+
+static uint32_t elem(const struct elems *e, uint64_t i)
 {
+	return e->unit == 1 ? e->byte(i, e->arg) : e->word(i, e->arg);
+}
+
+static uint32_t elem_at(const struct elems *e, const void *buf, uint64_t i)
+{
+	return e->unit == 1 ? ((const uint8_t *)buf)[i] : ((const uint32_t *)buf)[i];
+}
+
+/* Write n elements at va (what == NULL), or read them back and compare. */
+static int staged(CUdeviceptr va, uint64_t n, const struct elems *e, const char *what)
+{
+	const uint64_t per = STAGE / e->unit;
 	uint8_t *buf = stage();
 
 	if (!buf)
 		return wl_fail("out of memory");
-	for (uint64_t done = 0; done < len;) {
-		uint64_t m = len - done < STAGE ? len - done : STAGE;
+	for (uint64_t done = 0; done < n;) {
+		uint64_t m = n - done < per ? n - done : per;
+		CUdeviceptr at = va + done * e->unit;
+		CUresult r;
 
-		for (uint64_t i = 0; i < m; i++)
-			buf[i] = fn(done + i, arg);
-		WL_CK(cuMemcpyHtoD(va + done, buf, m));
+		if (!what) {
+			for (uint64_t i = 0; i < m; i++) {
+				uint32_t v = elem(e, done + i);
+
+				if (e->unit == 1)
+					buf[i] = (uint8_t)v;
+				else
+					((uint32_t *)buf)[i] = v;
+			}
+			WL_CK(cuMemcpyHtoD(at, buf, m * e->unit));
+			done += m;
+			continue;
+		}
+		r = cuMemcpyDtoH(buf, at, m * e->unit);
+		if (r != CUDA_SUCCESS)
+			return wl_fail("rank %d: cuMemcpyDtoH of %s at %#llx failed: %s (%d)", wl_rank, what,
+				       (unsigned long long)va, wl_err(r), (int)r);
+		for (uint64_t i = 0; i < m; i++) {
+			uint32_t want = elem(e, done + i), got = elem_at(e, buf, i);
+
+			if (got != want)
+				return wl_fail("rank %d: %s at %#llx: %s %llu is %#x, expected %#x", wl_rank, what,
+					       (unsigned long long)va, e->unit == 1 ? "byte" : "word",
+					       (unsigned long long)(done + i), got, want);
+		}
 		done += m;
 	}
 	return 0;
+}
+
+int wl_fill_bytes(CUdeviceptr va, uint64_t len, wl_byte_fn fn, const void *arg)
+{
+	struct elems e = {.unit = 1, .byte = fn, .arg = arg};
+
+	return staged(va, len, &e, NULL);
 }
 
 int wl_fill_words(CUdeviceptr va, uint64_t nwords, wl_word_fn fn, const void *arg)
 {
-	uint32_t *buf = stage();
+	struct elems e = {.unit = 4, .word = fn, .arg = arg};
 
-	if (!buf)
-		return wl_fail("out of memory");
-	for (uint64_t done = 0; done < nwords;) {
-		uint64_t m = nwords - done < STAGE / 4 ? nwords - done : STAGE / 4;
-
-		for (uint64_t i = 0; i < m; i++)
-			buf[i] = fn(done + i, arg);
-		WL_CK(cuMemcpyHtoD(va + done * 4, buf, m * 4));
-		done += m;
-	}
-	return 0;
+	return staged(va, nwords, &e, NULL);
 }
 
 int wl_check_bytes(CUdeviceptr va, uint64_t len, wl_byte_fn fn, const void *arg, const char *what)
 {
-	uint8_t *buf = stage();
+	struct elems e = {.unit = 1, .byte = fn, .arg = arg};
 
-	if (!buf)
-		return wl_fail("out of memory");
-	for (uint64_t done = 0; done < len;) {
-		uint64_t m = len - done < STAGE ? len - done : STAGE;
-		CUresult r = cuMemcpyDtoH(buf, va + done, m);
-
-		if (r != CUDA_SUCCESS)
-			return wl_fail("rank %d: cuMemcpyDtoH of %s at %#llx failed: %s (%d)", wl_rank, what,
-				       (unsigned long long)va, wl_err(r), (int)r);
-		for (uint64_t i = 0; i < m; i++) {
-			uint8_t want = fn(done + i, arg);
-
-			if (buf[i] != want)
-				return wl_fail("rank %d: %s at %#llx: byte %llu is %#x, expected %#x", wl_rank, what,
-					       (unsigned long long)va, (unsigned long long)(done + i), buf[i], want);
-		}
-		done += m;
-	}
-	return 0;
+	return staged(va, len, &e, what);
 }
 
 int wl_check_words(CUdeviceptr va, uint64_t nwords, wl_word_fn fn, const void *arg, const char *what)
 {
-	uint32_t *buf = stage();
+	struct elems e = {.unit = 4, .word = fn, .arg = arg};
 
-	if (!buf)
-		return wl_fail("out of memory");
-	for (uint64_t done = 0; done < nwords;) {
-		uint64_t m = nwords - done < STAGE / 4 ? nwords - done : STAGE / 4;
-		CUresult r = cuMemcpyDtoH(buf, va + done * 4, m * 4);
+	return staged(va, nwords, &e, what);
+}
 
-		if (r != CUDA_SUCCESS)
-			return wl_fail("rank %d: cuMemcpyDtoH of %s at %#llx failed: %s (%d)", wl_rank, what,
-				       (unsigned long long)va, wl_err(r), (int)r);
-		for (uint64_t i = 0; i < m; i++) {
-			uint32_t want = fn(done + i, arg);
+/* The common byte pattern: k's bytes, generation gen over the first glen. */
+struct gen_key {
+	unsigned k, gen;
+	uint64_t glen;
+};
 
-			if (buf[i] != want)
-				return wl_fail("rank %d: %s at %#llx: word %llu is %#x, expected %#x", wl_rank, what,
-					       (unsigned long long)va, (unsigned long long)(done + i), buf[i], want);
-		}
-		done += m;
-	}
+uint8_t wl_pattern(uint64_t off, unsigned k, unsigned gen)
+{
+	return (uint8_t)((off * 31) ^ (k * 17) ^ gen ^ (off >> 12) ^ (off >> 20));
+}
+
+static uint8_t gen_byte(uint64_t off, const void *arg)
+{
+	const struct gen_key *key = arg;
+
+	return wl_pattern(off, key->k, off < key->glen ? key->gen : 0);
+}
+
+int wl_put_pattern(CUdeviceptr va, uint64_t len, unsigned k, unsigned gen)
+{
+	struct gen_key key = {k, gen, len};
+
+	if (wl_fill_bytes(va, len, gen_byte, &key))
+		return -1;
+	WL_CK(cuCtxSynchronize());
+	return 0;
+}
+
+int wl_check_pattern(CUdeviceptr va, uint64_t len, unsigned k, unsigned gen, uint64_t glen, const char *what)
+{
+	struct gen_key key = {k, gen, glen};
+
+	return wl_check_bytes(va, len, gen_byte, &key, what);
+}
+
+int wl_check_range(CUdeviceptr base, size_t size, CUdeviceptr inner, const char *what)
+{
+	CUdeviceptr got = 0;
+	size_t gsize = 0;
+
+	if (cuMemGetAddressRange(&got, &gsize, inner) != CUDA_SUCCESS || got != base || gsize != size)
+		return wl_fail("%s: address range %#llx+%zu, expected %#llx+%zu", what, (unsigned long long)got, gsize,
+			       (unsigned long long)base, size);
 	return 0;
 }
 

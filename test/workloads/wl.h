@@ -114,6 +114,16 @@ int wl_fill_words(CUdeviceptr va, uint64_t nwords, wl_word_fn fn, const void *ar
  */
 int wl_check_bytes(CUdeviceptr va, uint64_t len, wl_byte_fn fn, const void *arg, const char *what);
 int wl_check_words(CUdeviceptr va, uint64_t nwords, wl_word_fn fn, const void *arg, const char *what);
+/*
+ * The workloads' common byte pattern k: generation gen over [0, glen), 0
+ * after. wl_put_pattern writes [va, va+len) all of generation gen and
+ * synchronizes the context; wl_check_pattern compares.
+ */
+uint8_t wl_pattern(uint64_t off, unsigned k, unsigned gen);
+int wl_put_pattern(CUdeviceptr va, uint64_t len, unsigned k, unsigned gen);
+int wl_check_pattern(CUdeviceptr va, uint64_t len, unsigned k, unsigned gen, uint64_t glen, const char *what);
+/* cuMemGetAddressRange of an address inside answers [base, base+size). */
+int wl_check_range(CUdeviceptr base, size_t size, CUdeviceptr inner, const char *what);
 /* FNV-1a over bytes, from h (start with WL_FNV_INIT). */
 #define WL_FNV_INIT 2166136261u
 uint32_t wl_fnv1a(uint32_t h, const void *buf, size_t len);
