@@ -64,35 +64,14 @@ static CUmemGenericAllocationHandle vmm_handle, raw_handle;
 static int nfresh;
 static int nshared = NSHARED; /* 0 with --private */
 
-static int put(CUdeviceptr va, uint64_t len, unsigned k, unsigned gen)
-{
-	return wl_put_pattern(va, len, k, gen);
-}
-
-/* Compare [va, va+len) against pattern k; the first `glen` bytes have gen. */
-static int check(CUdeviceptr va, uint64_t len, unsigned k, unsigned gen, uint64_t glen, const char *what)
-{
-	return wl_check_pattern(va, len, k, gen, glen, what);
-}
-
-static CUmemAllocationProp props(void)
-{
-	return wl_prop(dev, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-}
-
-static int map_rw(CUmemGenericAllocationHandle h, uint64_t size, CUdeviceptr *va)
-{
-	return wl_map(h, size, dev, 1, va);
-}
-
 static int create_shared(uint64_t size, unsigned k, int idx, int *tk)
 {
-	CUmemAllocationProp p = props();
+	CUmemAllocationProp p = wl_prop(dev, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 
 	WL_CK(cuMemCreate(&sh_handle[idx], size, &p, 0));
-	if (map_rw(sh_handle[idx], size, &sh_va[idx]))
+	if (wl_map(sh_handle[idx], size, dev, 1, &sh_va[idx]))
 		return -1;
-	if (put(sh_va[idx], size, k, 0))
+	if (wl_put_pattern(sh_va[idx], size, k, 0))
 		return -1;
 	return wl_export(sh_handle[idx], tk);
 }
@@ -101,7 +80,7 @@ static int import_shared(int fd, uint64_t size, int idx)
 {
 	if (wl_import(fd, &sh_handle[idx]))
 		return -1;
-	return map_rw(sh_handle[idx], size, &sh_va[idx]);
+	return wl_map(sh_handle[idx], size, dev, 1, &sh_va[idx]);
 }
 
 static int setup_cuda(void)
@@ -115,13 +94,14 @@ static int setup_cuda(void)
 		WL_CK(cuDeviceGetCount(&ndev));
 	if (wl_context(wl_rank % ndev, &dev, &ctx))
 		return -1;
-	p = props();
+	p = wl_prop(dev, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 	/* native-owned memory */
 	WL_CK(cuMemAlloc(&priv_va, private_size));
-	if (put(priv_va, private_size, 100 + (unsigned)wl_rank, 0))
+	if (wl_put_pattern(priv_va, private_size, 100 + (unsigned)wl_rank, 0))
 		return -1;
 	WL_CK(cuMemCreate(&vmm_handle, vmm_size, &p, 0));
-	if (map_rw(vmm_handle, vmm_size, &vmm_va) || put(vmm_va, vmm_size, 200 + (unsigned)wl_rank, 0))
+	if (wl_map(vmm_handle, vmm_size, dev, 1, &vmm_va) ||
+	    wl_put_pattern(vmm_va, vmm_size, 200 + (unsigned)wl_rank, 0))
 		return -1;
 	return 0;
 }
@@ -154,7 +134,7 @@ static int raw_helper(int sock)
 
 	if (wl_context(0, &dev, &ctx))
 		return -1;
-	p = props();
+	p = wl_prop(dev, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 	WL_CK(cuMemCreate(&h, 2 * MIB, &p, 0));
 	if (wl_export(h, &fd) || wl_send(sock, &(uint64_t){99}, sizeof(uint64_t), fd))
 		return -1;
@@ -172,7 +152,8 @@ static int do_verify(unsigned gen, char *out, size_t len)
 	for (int k = 0; k < nshared; k++) {
 		char what[32];
 		snprintf(what, sizeof(what), "shared[%d]", k);
-		if (check(sh_va[k], shared_size[k], (unsigned)k, k == 0 ? gen : 0, k == 0 ? WRITE_LEN : 0, what))
+		if (wl_check_pattern(sh_va[k], shared_size[k], (unsigned)k, k == 0 ? gen : 0, k == 0 ? WRITE_LEN : 0,
+				     what))
 			return -1;
 		/* the application's own handle still answers, and the address
 		 * maps back to an allocation of the right size */
@@ -180,14 +161,14 @@ static int do_verify(unsigned gen, char *out, size_t len)
 		WL_CK(cuMemRetainAllocationHandle(&h, (void *)(uintptr_t)sh_va[k]));
 		WL_CK(cuMemRelease(h));
 	}
-	if (check(priv_va, private_size, 100 + (unsigned)wl_rank, 0, 0, "private cuMemAlloc") ||
-	    check(vmm_va, vmm_size, 200 + (unsigned)wl_rank, 0, 0, "never-shared VMM"))
+	if (wl_check_pattern(priv_va, private_size, 100 + (unsigned)wl_rank, 0, 0, "private cuMemAlloc") ||
+	    wl_check_pattern(vmm_va, vmm_size, 200 + (unsigned)wl_rank, 0, 0, "never-shared VMM"))
 		return -1;
 	WL_CK(cuMemGetAddressRange(&base, &sz, priv_va));
 	if (base != priv_va || sz < private_size)
 		return wl_fail("cuMemGetAddressRange(private) gives %#llx+%zu", (unsigned long long)base, sz);
 	for (int f = 0; f < nfresh; f++)
-		if (check(sh_va[NSHARED + f], 2 * MIB, 50 + (unsigned)f, 0, 0, "fresh"))
+		if (wl_check_pattern(sh_va[NSHARED + f], 2 * MIB, 50 + (unsigned)f, 0, 0, "fresh"))
 			return -1;
 	snprintf(out, len, "ok %#llx %#llx %#llx %#llx %#llx", (unsigned long long)sh_va[0],
 		 (unsigned long long)sh_va[1], (unsigned long long)sh_va[2], (unsigned long long)priv_va,
@@ -214,7 +195,7 @@ static int do_fresh(void)
 		if (fd < 0 || import_shared(fd, 2 * MIB, idx))
 			return -1;
 		close(fd);
-		if (check(sh_va[idx], 2 * MIB, 50 + (unsigned)nfresh, 0, 0, "fresh import"))
+		if (wl_check_pattern(sh_va[idx], 2 * MIB, 50 + (unsigned)nfresh, 0, 0, "fresh import"))
 			return -1;
 	}
 	nfresh++;
@@ -257,7 +238,7 @@ static int command(const char *verb, unsigned a, unsigned b, char *out, size_t l
 	if (!strcmp(verb, "verify"))
 		return do_verify(a, out, len);
 	if (!strcmp(verb, "write"))
-		return (int)a == wl_rank ? put(sh_va[0], WRITE_LEN, 0, b) : 0;
+		return (int)a == wl_rank ? wl_put_pattern(sh_va[0], WRITE_LEN, 0, b) : 0;
 	if (!strcmp(verb, "fresh"))
 		return do_fresh();
 	if (!strcmp(verb, "reimport"))
@@ -309,7 +290,7 @@ int main(int argc, char **argv)
 		int fd = wl_recv_fd(rawsk[0], &tag, sizeof(tag));
 		if (fd < 0)
 			return wl_failed(wl_prog);
-		if (wl_import(fd, &raw_handle) || map_rw(raw_handle, 2 * MIB, &raw_va)) {
+		if (wl_import(fd, &raw_handle) || wl_map(raw_handle, 2 * MIB, dev, 1, &raw_va)) {
 			wl_fail("raw import failed: %s", wl_why);
 			return wl_failed(wl_prog);
 		}

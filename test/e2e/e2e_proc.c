@@ -89,33 +89,12 @@ static char extra[256];
 
 #define CK(call) WL_CK(call)
 
-static int put(CUdeviceptr va, uint64_t len, unsigned k, unsigned gen)
-{
-	return wl_put_pattern(va, len, k, gen);
-}
-
-/* Compare [va, va+len) against pattern k; the first `glen` bytes have gen. */
-static int check(CUdeviceptr va, uint64_t len, unsigned k, unsigned gen, uint64_t glen, const char *what)
-{
-	return wl_check_pattern(va, len, k, gen, glen, what);
-}
-
-static CUmemAllocationProp props(void)
-{
-	return wl_prop(dev, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-}
-
-static int map_rw(CUmemGenericAllocationHandle h, uint64_t size, CUdeviceptr *va)
-{
-	return wl_map(h, size, dev, 1, va);
-}
-
 static int start_cuda(void)
 {
 	if (wl_context(0, &dev, &ctx))
 		return -1;
 	CK(cuMemAlloc(&priv_va, priv_size));
-	if (put(priv_va, priv_size, 100 + (unsigned)wl_rank, 0))
+	if (wl_put_pattern(priv_va, priv_size, 100 + (unsigned)wl_rank, 0))
 		return -1;
 	cuda_on = true;
 	return 0;
@@ -146,8 +125,8 @@ static int import_one(int k, unsigned gen)
 	close(fd);
 	if (r != CUDA_SUCCESS)
 		return wl_fail("import of shared[%d] through pidfd_getfd: %s (%d)", k, wl_err(r), (int)r);
-	if (map_rw(sh_h[k], sh_size[k], &sh_va[k]) ||
-	    check(sh_va[k], sh_size[k], (unsigned)k, k == 0 ? gen : 0, k == 0 ? WRITE_LEN : 0, "import"))
+	if (wl_map(sh_h[k], sh_size[k], dev, 1, &sh_va[k]) ||
+	    wl_check_pattern(sh_va[k], sh_size[k], (unsigned)k, k == 0 ? gen : 0, k == 0 ? WRITE_LEN : 0, "import"))
 		return -1;
 	return 0;
 }
@@ -255,11 +234,12 @@ static int do_verify(unsigned gen, char *out, size_t len)
 		return 0;
 	}
 	for (int k = 0; k < nsh_mapped; k++)
-		if (check(sh_va[k], sh_size[k], (unsigned)k, k == 0 ? gen : 0, k == 0 ? WRITE_LEN : 0, "shared"))
+		if (wl_check_pattern(sh_va[k], sh_size[k], (unsigned)k, k == 0 ? gen : 0, k == 0 ? WRITE_LEN : 0,
+				     "shared"))
 			return -1;
-	if (check(priv_va, priv_size, 100 + (unsigned)wl_rank, 0, 0, "private"))
+	if (wl_check_pattern(priv_va, priv_size, 100 + (unsigned)wl_rank, 0, 0, "private"))
 		return -1;
-	if (wl_rank == 0 && check(ipc_va, ipc_size, 7, 0, 0, "ipc"))
+	if (wl_rank == 0 && wl_check_pattern(ipc_va, ipc_size, 7, 0, 0, "ipc"))
 		return -1;
 	n = snprintf(out, len, "ok priv %#llx", (unsigned long long)priv_va);
 	for (int k = 0; k < nsh_mapped; k++)
@@ -274,7 +254,7 @@ static int command(const char *verb, unsigned a, unsigned b, char *out, size_t l
 	if (!strcmp(verb, "verify"))
 		return do_verify(a, out, len);
 	if (!strcmp(verb, "write"))
-		return (int)a == wl_rank && cuda_on ? put(sh_va[0], WRITE_LEN, 0, b) : 0;
+		return (int)a == wl_rank && cuda_on ? wl_put_pattern(sh_va[0], WRITE_LEN, 0, b) : 0;
 	if (!strcmp(verb, "cuda"))
 		return (int)a == wl_rank ? do_cuda(b) : 0;
 	if (!strcmp(verb, "spawn"))
@@ -297,17 +277,18 @@ static int creator(void)
 
 	if (start_cuda())
 		return -1;
-	p = props();
+	p = wl_prop(dev, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 	info.pid = getpid();
 	for (int k = 0; k < NSH; k++) {
 		CK(cuMemCreate(&sh_h[k], sh_size[k], &p, 0));
-		if (map_rw(sh_h[k], sh_size[k], &sh_va[k]) || put(sh_va[k], sh_size[k], (unsigned)k, 0))
+		if (wl_map(sh_h[k], sh_size[k], dev, 1, &sh_va[k]) ||
+		    wl_put_pattern(sh_va[k], sh_size[k], (unsigned)k, 0))
 			return -1;
 		CK(cuMemExportToShareableHandle(&info.fd[k], sh_h[k], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
 	}
 	nsh_mapped = NSH;
 	CK(cuMemAlloc(&ipc_va, ipc_size));
-	if (put(ipc_va, ipc_size, 7, 0))
+	if (wl_put_pattern(ipc_va, ipc_size, 7, 0))
 		return -1;
 	CK(cuIpcGetMemHandle(&info.ipc, ipc_va));
 	return 0;

@@ -286,6 +286,64 @@ $cur
 $(census_diff)"
 }
 
+# warm_reference [PIDS...]: settle the interposers' lazily made state
+# (export caches, staging) with one successful in-place checkpoint, check
+# every rank ($N ranks at generation $GEN), then take the reference census
+# (census_keep) of PIDS (the job's by default).
+warm_reference() {
+	note "warm-up dump"
+	criu_dump "$T/warm" --leave-running || fail "warm-up dump"
+	cmd "$N" verify "$GEN"
+	census_keep 10 "$@"
+}
+
+# intact WHAT [PIDS...]: every participant alive, the $N ranks verify
+# generation $GEN with the addresses they answered first ($before), and no
+# FD, mapping or device memory leaked (census_back, against census_keep).
+intact() {
+	local what=$1 p
+
+	shift
+	for p in $(job_pids); do alive "$p" || fail "$what: pid $p died"; done
+	cmd "$N" verify "$GEN"
+	[ "$(answers "$N")" = "$before" ] || fail "$what: addresses changed: $(answers "$N") vs $before"
+	census_back 5 "$what" "$@"
+}
+
+# Fault injection through the fake driver (the test sets FAKECUDA_FAIL_DIR):
+# arm PID|any SPEC makes the next matching call of PID (of any process) fail.
+arm() {
+	echo "$2" >"$FAKECUDA_FAIL_DIR/.tmp" && mv "$FAKECUDA_FAIL_DIR/.tmp" "$FAKECUDA_FAIL_DIR/$1"
+}
+disarm() { rm -f "$FAKECUDA_FAIL_DIR"/*; }
+pid_of() { awk '{print $2}' "$T/w/r$1.ready"; } # pid_of RANK
+
+# writes_reach_everyone: every one of the $N ranks in turn writes a new
+# generation ($GEN counts on) and every rank sees it.
+writes_reach_everyone() {
+	local k
+
+	for k in $(seq 0 $((N - 1))); do
+		GEN=$((GEN + 1))
+		cmd "$N" write "$k" "$GEN"
+		cmd "$N" verify "$GEN"
+	done
+}
+
+# guardian_done DIR: wait (bounded) for the guardian's verdict in DIR's log,
+# written when its rollback has finished; fail unless the rollback
+# completed; print its line.
+guardian_done() {
+	local glog=$1/cuinterpose-guardian.log
+
+	for _ in $(seq 600); do
+		grep -qs "rollback complete\|ROLLBACK FAILED" "$glog" && break
+		sleep 0.05
+	done
+	grep -qs "rollback complete" "$glog" || fail "no completed rollback in $glog: $(cat "$glog" 2>&1)"
+	grep -h "rollback complete" "$glog" | sed 's/.*rollback complete/rollback complete/'
+}
+
 # wait_gone PIDS...: wait until none runs (10 s at most), then give the
 # reaper up to 10 s more to reap them: a zombie still holds its pid, and a
 # restore of that pid fails "Can't fork for PID: File exists". A process

@@ -34,11 +34,6 @@ export MALLOC_ARENA_MAX=1
 mkdir -p "$FAKECUDA_FAIL_DIR"
 N=3
 
-arm() { # PID|any SPEC
-	echo "$2" >"$FAKECUDA_FAIL_DIR/.tmp" && mv "$FAKECUDA_FAIL_DIR/.tmp" "$FAKECUDA_FAIL_DIR/$1"
-}
-disarm() { rm -f "$FAKECUDA_FAIL_DIR"/*; }
-pid_of() { awk '{print $2}' "$T/w/r$1.ready"; }
 
 start_job $N
 GEN=1
@@ -73,14 +68,9 @@ criu_restore "$T/d" || fail "criu restore after the injected failure"
 cmd $N verify $GEN
 [ "$(answers $N)" = "$before" ] || fail "addresses changed after restore"
 
-# Settle lazily made state (export caches, staging) with one in-place
-# checkpoint before counting FDs and mappings.
-note "warm-up dump"
-criu_dump "$T/warm" --leave-running || fail "warm-up dump"
-cmd $N verify $GEN
 survivors="$(pid_of 0) $(pid_of 1)"
 victim=$(pid_of 2)
-census_keep 10 $survivors
+warm_reference $survivors
 
 # A participant SIGKILLed while SAVE moves the carrier bytes.
 note "dump with rank 2 killed during SAVE"

@@ -18,11 +18,6 @@ mkdir -p "$FAKECUDA_FAIL_DIR"
 N=4
 K=0
 
-arm() { # PID|any SPEC
-	echo "$2" >"$FAKECUDA_FAIL_DIR/.tmp" && mv "$FAKECUDA_FAIL_DIR/.tmp" "$FAKECUDA_FAIL_DIR/$1"
-}
-disarm() { rm -f "$FAKECUDA_FAIL_DIR"/*; }
-pid_of() { awk '{print $2}' "$T/w/r$1.ready"; }
 
 # FDs, mappings (lib.sh census) and device memory are counted.
 export CENSUS_DEVMEM=1
@@ -41,14 +36,6 @@ dump_fails() {
 		fail "$what: no cuinterpose error in dump.log"
 }
 
-# intact WHAT: every participant alive, bytes/addresses/sharing as before,
-# no FD or mapping leaked.
-intact() {
-	for p in $(job_pids); do alive $p || fail "$1: pid $p died"; done
-	cmd $N verify $GEN
-	[ "$(answers $N)" = "$before" ] || fail "$1: addresses changed"
-	census_back 5 "$1"
-}
 
 expect_rollback() {
 	dump_fails "$@"
@@ -60,11 +47,7 @@ GEN=0
 cmd $N write 1 $GEN
 cmd $N verify $GEN
 before=$(answers $N)
-# Settle the interposers' lazily made state (export caches, staging) with
-# one successful in-place checkpoint before counting.
-criu_dump "$T/warm" --leave-running || fail "warm-up dump"
-cmd $N verify $GEN
-census_keep 10
+warm_reference
 
 # HANDSHAKE: rank 2's control socket is gone.
 s2=$(ls "$CUINTERPOSE_SOCKET_DIR"/"$(pid_of 2)"-*.sock)

@@ -13,25 +13,6 @@ K=0
 
 export CENSUS_DEVMEM=1 # lib.sh census: FDs, mappings and device memory
 
-intact() {
-	for p in $(job_pids); do alive $p || fail "$1: pid $p died"; done
-	cmd $N verify $GEN
-	[ "$(answers $N)" = "$before" ] || fail "$1: addresses changed"
-	census_back 5 "$1"
-}
-
-# guardian_done DIR: wait for the guardian's verdict in DIR's log (it is
-# written when the rollback has finished; bounded, not a pacing sleep).
-guardian_done() {
-	glog=$1/cuinterpose-guardian.log
-	for _ in $(seq 600); do
-		grep -qs "rollback complete\|ROLLBACK FAILED" "$glog" && break
-		sleep 0.05
-	done
-	grep -qs "rollback complete" "$glog" || fail "no completed rollback in $glog: $(cat "$glog" 2>&1)"
-	grep -h "rollback complete" "$glog" | sed 's/.*rollback complete/rollback complete/'
-}
-
 # killed POINT [ACTION]: criu dies at POINT; the guardian rolls back.
 killed() {
 	K=$((K + 1))
@@ -50,9 +31,7 @@ GEN=0
 cmd $N write 1 $GEN
 cmd $N verify $GEN
 before=$(answers $N)
-criu_dump "$T/warm" --leave-running || fail "warm-up dump"
-cmd $N verify $GEN
-census_keep 10
+warm_reference
 
 for point in discovery begin:QUIESCE QUIESCE PREPARE_MULTICAST SAVE IMAGES begin:PREPARE_UNICAST PREPARE_UNICAST \
 	native-lock native-checkpoint; do
@@ -194,4 +173,4 @@ else
 fi
 
 note done
-[ -z "$dead" ] && cmd $N exit
+if [ -z "$dead" ]; then cmd $N exit; fi

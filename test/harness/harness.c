@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "wl.h"
 
 static char dir[64];
 static char sock[128];
@@ -299,46 +300,17 @@ int h_wait(pid_t pid)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+/* Descriptor passing is the workload library's (test/workloads/wl.c). */
 int h_send_fd(int s, int fd, const void *buf, size_t len)
 {
-	union {
-		char b[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-
-	if (fd >= 0) {
-		struct cmsghdr *c;
-
-		memset(&ctl, 0, sizeof(ctl));
-		mh.msg_control = ctl.b;
-		mh.msg_controllen = sizeof(ctl.b);
-		c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	}
-	return sendmsg(s, &mh, MSG_NOSIGNAL) == (ssize_t)len ? 0 : -1;
+	return wl_send(s, buf, len, fd);
 }
 
 int h_recv_fd(int s, void *buf, size_t len)
 {
-	union {
-		char b[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec iov = {.iov_base = buf, .iov_len = len};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b, .msg_controllen = sizeof(ctl.b)};
-	int fd = -1;
+	int fd;
 
-	if (recvmsg(s, &mh, MSG_WAITALL | MSG_CMSG_CLOEXEC) != (ssize_t)len)
-		return -2;
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-			memcpy(&fd, CMSG_DATA(c), sizeof(int));
-	return fd;
+	return wl_recv(s, buf, len, &fd) ? -2 : fd;
 }
 
 int h_send(int s, const void *buf, size_t len)

@@ -9,8 +9,9 @@
  * memory, child processes forked before the test's own cuInit with a socket
  * to the parent, descriptor passing, and accounting of descriptors, device
  * memory and resident memory that waits, bounded, for asynchronous releases
- * to settle.  Test code, single-threaded unless a test says otherwise: no
- * locks.
+ * to settle.  Built with the workload library (test/workloads/wl.c), whose
+ * descriptor passing it uses.  Test code, single-threaded unless a test
+ * says otherwise: no locks.
  */
 #ifndef CUIP_TEST_HARNESS_H
 #define CUIP_TEST_HARNESS_H
