@@ -388,6 +388,17 @@ CUresult devmem_copy(uint64_t dst, uint64_t src, size_t n, int ord);
 int devmem_is_device(uint64_t va);
 int alloc_slot_new(void);
 void alloc_slot_put(int slot); /* drops the devd reference when nothing holds the slot */
+/*
+ * Slot `slot` (new, used) takes the devd allocation request q gives (FKW_ALLOC
+ * or FKW_IPC_OPEN): devd's answer in *r, its arena window on physical device
+ * dev (~0u: the one devd answered) of size bytes (0: the size devd answered),
+ * and unless align is 0 (VMM memory, mapped by the application) a fresh VA
+ * range of that size aligned to align in *va with a mapping of its first
+ * map_size bytes (0: all).  On failure the devd allocation is dropped and
+ * the slot given back.  mem.c, pool.c, ipc.c, vmm.c; G.lock held.
+ */
+CUresult alloc_open(int slot, const struct fkw_req *q, uint32_t dev, uint64_t size, uint64_t align, uint64_t map_size,
+		    struct fkw_resp *r, uint64_t *va);
 void mc_slot_put(int slot);
 CUresult mc_refresh(struct fk_mc *m);
 

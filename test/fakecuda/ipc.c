@@ -45,26 +45,10 @@ CUresult ipc_attach(uint64_t id, uint64_t token, int slot, uint64_t *va)
 	struct fkw_req q = {.op = FKW_IPC_OPEN, .id = id, .token = token};
 	struct fk_alloc *a = &G.alloc[slot];
 	struct fkw_resp r;
-	CUresult res = conn_rpc(&q, &r, NULL, 0);
+	CUresult res = alloc_open(slot, &q, ~0u, 0, 2ul << 20, 0, &r, va);
 
-	*va = 0;
-	if (res) {
-		a->used = 0;
+	if (res)
 		return res;
-	}
-	a->devd_id = r.id;
-	a->aoff = r.off;
-	a->win = arena_at(r.dev, r.off, r.size);
-	*va = va_reserve(r.size, 2ul << 20, 0);
-	if (!a->win || !*va || map_add(*va, r.size, 0, slot, 0, ~0u) < 0) {
-		if (*va)
-			va_release(*va, r.size);
-		*va = 0;
-		a->win = NULL;
-		conn_drop(FKW_KIND_ALLOC, r.id);
-		a->used = 0;
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
 	a->kind = FK_A_IPC;
 	a->size = r.size;
 	a->ord = dev_ord_of_phys((int)r.dev);

@@ -235,23 +235,9 @@ static CUresult blk_create(int ord, size_t size, int *slotp, uint64_t *vap)
 	a = &G.alloc[slot];
 	q.dev = (uint32_t)dev_phys(ord);
 	q.size = size;
-	res = conn_rpc(&q, &r, NULL, 0);
-	if (res) {
-		a->used = 0;
+	res = alloc_open(slot, &q, q.dev, size, 2ul << 20, size, &r, &va);
+	if (res)
 		return res;
-	}
-	a->devd_id = r.id;
-	a->aoff = r.off;
-	a->win = arena_at(q.dev, r.off, size);
-	va = va_reserve(size, 2ul << 20, 0);
-	if (!a->win || !va || map_add(va, size, 0, slot, 0, ~0u) < 0) {
-		if (va)
-			va_release(va, size);
-		a->win = NULL;
-		conn_drop(FKW_KIND_ALLOC, a->devd_id);
-		a->used = 0;
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
 	a->kind = FK_A_LINEAR;
 	a->ord = ord;
 	a->size = size;
