@@ -310,6 +310,19 @@ intact() {
 	census_back 5 "$what" "$@"
 }
 
+# wait_line FILE PATTERN: wait until FILE has a line matching PATTERN (an
+# event the test reacts to: the log line is written before the state it
+# names is left).
+wait_line() {
+	local i=0
+
+	while ! grep -qE "$2" "$1" 2>/dev/null; do
+		i=$((i + 1))
+		[ $i -gt 1200 ] && fail "no line /$2/ in $1"
+		sleep 0.05
+	done
+}
+
 # Fault injection through the fake driver (the test sets FAKECUDA_FAIL_DIR):
 # arm PID|any SPEC makes the next matching call of PID (of any process) fail.
 arm() {

@@ -105,11 +105,7 @@ second_dump_refused() {
 	CUINTERPOSE_GUARDIAN_STOP_MS=0 CUINTERPOSE_FAULT=stop@$point criu_dump "$T/f$K" --leave-running \
 		>"$T/f$K.out" 2>&1 &
 	first=$!
-	for _ in $(seq 600); do
-		grep -qs "stop at $point" "$T/f$K/dump.log" && break
-		sleep 0.05
-	done
-	grep -qs "stop at $point" "$T/f$K/dump.log" || fail "the first dump did not reach $point"
+	wait_line "$T/f$K/dump.log" "stop at $point" # the first dump reached it
 	if criu_dump "$T/second$K" >"$T/second$K.out" 2>&1; then
 		fail "a second dump during $what succeeded"
 	fi
