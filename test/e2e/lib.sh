@@ -286,6 +286,21 @@ $cur
 $(census_diff)"
 }
 
+# start_reference WRITER [JOB ARGS...]: start the job ($N ranks), rank
+# WRITER writes generation GEN=0 and every rank verifies it; their answers
+# (the addresses) are $before, and warm_reference takes the reference census.
+start_reference() {
+	local writer=$1
+
+	shift
+	start_job "$N" "$@"
+	GEN=0
+	cmd "$N" write "$writer" "$GEN"
+	cmd "$N" verify "$GEN"
+	before=$(answers "$N")
+	warm_reference
+}
+
 # warm_reference [PIDS...]: settle the interposers' lazily made state
 # (export caches, staging) with one successful in-place checkpoint, check
 # every rank ($N ranks at generation $GEN), then take the reference census

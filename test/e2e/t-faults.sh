@@ -42,12 +42,7 @@ expect_rollback() {
 	intact "$1"
 }
 
-start_job $N
-GEN=0
-cmd $N write 1 $GEN
-cmd $N verify $GEN
-before=$(answers $N)
-warm_reference
+start_reference 1
 
 # HANDSHAKE: rank 2's control socket is gone.
 s2=$(ls "$CUINTERPOSE_SOCKET_DIR"/"$(pid_of 2)"-*.sock)

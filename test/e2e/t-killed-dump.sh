@@ -26,12 +26,7 @@ killed() {
 	intact "kill at $1"
 }
 
-start_job $N
-GEN=0
-cmd $N write 1 $GEN
-cmd $N verify $GEN
-before=$(answers $N)
-warm_reference
+start_reference 1
 
 for point in discovery begin:QUIESCE QUIESCE PREPARE_MULTICAST SAVE IMAGES begin:PREPARE_UNICAST PREPARE_UNICAST \
 	native-lock native-checkpoint; do

@@ -14,11 +14,7 @@ GEN=0
 
 export CENSUS_DEVMEM=1 # lib.sh census: FDs, mappings and device memory
 
-start_job $N 8
-cmd $N write 0 $GEN
-cmd $N verify $GEN
-before=$(answers $N)
-warm_reference
+start_reference 0 8
 
 for point in begin:PREPARE_MULTICAST PREPARE_MULTICAST SAVE begin:PREPARE_UNICAST PREPARE_UNICAST native-checkpoint; do
 	K=$((K + 1))

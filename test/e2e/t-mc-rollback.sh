@@ -41,11 +41,7 @@ rolled_back() {
 	writes_reach_everyone
 }
 
-start_job $N 8
-cmd $N write 0 $GEN
-cmd $N verify $GEN
-before=$(answers $N)
-warm_reference
+start_reference 0 8
 
 # rank 1's multicast unmap fails after rank 0 released the object: the
 # rollback finishes rank 1's teardown before the team is rebuilt
