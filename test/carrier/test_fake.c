@@ -4,7 +4,7 @@
  * transfer), pinned staging from cuMemHostAlloc, asynchronous copies on
  * driver streams, and the driver's own fault injection (FAKECUDA_FAIL).
  * Entry points are resolved by name, as the interposer does. Each test case
- * gets a private fakecuda-devd (test/fakecuda/tests/harness.c).
+ * gets a private fakecuda-devd (test/harness/harness.c).
  */
 #include <check.h>
 #include <dlfcn.h>
@@ -66,7 +66,7 @@ static void alloc_set(struct set *s, CUcontext c0, CUcontext c1)
 		it->ncrc = CRC_ENTRIES;
 		if (i == VMM_ITEM) {
 			CK(cuCtxSetCurrent(c1));
-			it->va = fkt_vmm_map(fkt_vmm_create(sizes[i], 1, 1), sizes[i], 1);
+			it->va = h_vmm_map(h_vmm_create(sizes[i], 1, 1), sizes[i], 1);
 			it->ctx = c1;
 		} else {
 			CK(cuCtxSetCurrent(c0));
@@ -147,7 +147,7 @@ static void world_init(struct world *w)
 	CUdevice d1;
 
 	resolve();
-	w->c0 = fkt_init_ctx(0);
+	w->c0 = h_init(0);
 	CK(cuDeviceGet(&d1, 1));
 	CK(cuDevicePrimaryCtxRetain(&w->c1, d1));
 	alloc_set(&w->src, w->c0, w->c1);
@@ -415,7 +415,7 @@ START_TEST(staging_bound_for_item_8x_staging)
 	int fd = scratch_fd();
 
 	resolve();
-	fkt_init_ctx(0);
+	h_init(0);
 	CK(cuMemAlloc(&it.va, it.size));
 	pattern_fill(b, it.size, 9);
 	CK(cuMemcpyHtoD(it.va, b, it.size));
@@ -565,7 +565,7 @@ static void many_world(struct many *m)
 	CUcontext c0, c1;
 
 	resolve();
-	c0 = fkt_init_ctx(0);
+	c0 = h_init(0);
 	CK(cuDeviceGet(&d1, 1));
 	CK(cuDevicePrimaryCtxRetain(&c1, d1));
 	many_init(m, c0, c1);
@@ -775,7 +775,7 @@ static Suite *suite(void)
 	Suite *s = suite_create("carrier-fake");
 	TCase *t = tcase_create("fake");
 
-	tcase_add_unchecked_fixture(t, fkt_devd2, fkt_devd_stop);
+	tcase_add_unchecked_fixture(t, h_devd2, h_devd_stop);
 	tcase_set_timeout(t, 60);
 	tcase_add_test(t, roundtrip_two_devices_every_byte_and_crc);
 	tcase_add_test(t, corrupt_byte_refused_chunk_never_reaches_device);
@@ -798,11 +798,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-	SRunner *r = srunner_create(suite());
-	int failed;
-
-	srunner_run_all(r, CK_NORMAL);
-	failed = srunner_ntests_failed(r);
-	srunner_free(r);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return h_run(suite(), NULL);
 }

@@ -27,16 +27,13 @@
  *   exit
  */
 #include <cuda.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "wl.h"
 
 CUresult CUDAAPI cuMulticastBindMem_v2(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset,
 				       CUmemGenericAllocationHandle memHandle, size_t memOffset, size_t size,
@@ -48,90 +45,26 @@ CUresult CUDAAPI cuMulticastBindAddr_v2(CUmemGenericAllocationHandle mcHandle, C
 #define MEMBER	(4 * MiB)
 #define UNICAST (2 * MiB)
 
-static const char *dir;
-static int rank;
-
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
-{
-	char path[512], msg[512];
-	va_list ap;
-	FILE *f;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	snprintf(path, sizeof(path), "%s/r%d.failed", dir, rank);
-	f = fopen(path, "w");
-	if (f) {
-		fprintf(f, "%s\n", msg);
-		fclose(f);
-	}
-	fprintf(stderr, "rank %d: %s\n", rank, msg);
-	exit(1);
-}
-
-#define CK(x)                                                                    \
-	do {                                                                     \
-		CUresult r_ = (x);                                               \
-		if (r_ != CUDA_SUCCESS)                                          \
-			die("%s:%d: %s -> %d", __FILE__, __LINE__, #x, (int)r_); \
-	} while (0)
+#define CK(x) WL_CK_DIE(x)
 
 static uint32_t word(uint32_t g, size_t i)
 {
 	return g * 0x01000193u ^ (uint32_t)i * 2654435761u;
 }
 
-static int send_fd(int s, int fd)
-{
-	char c = 0, cbuf[CMSG_SPACE(sizeof(int))] = {0};
-	struct iovec iov = {&c, 1};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-	return sendmsg(s, &mh, 0) == 1 ? 0 : -1;
-}
-
-static int recv_fd(int s)
-{
-	char c, cbuf[CMSG_SPACE(sizeof(int))];
-	struct iovec iov = {&c, 1};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
-	struct cmsghdr *cm;
-	int fd;
-
-	if (recvmsg(s, &mh, 0) != 1 || !(cm = CMSG_FIRSTHDR(&mh)))
-		return -1;
-	memcpy(&fd, CMSG_DATA(cm), sizeof(int));
-	return fd;
-}
-
 static CUdeviceptr reserve_map(CUmemGenericAllocationHandle h, size_t size, int ndev, int dev0)
 {
-	CUmemAccessDesc d[16];
 	CUdeviceptr va;
 
-	for (int i = 0; i < ndev; i++)
-		d[i] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, dev0 + i}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-	CK(cuMemAddressReserve(&va, size, 0, 0, 0));
-	CK(cuMemMap(va, size, 0, h, 0));
-	CK(cuMemSetAccess(va, size, d, (size_t)ndev));
+	if (wl_map(h, size, dev0, ndev, &va))
+		wl_die("%s", wl_why);
 	return va;
 }
 
 static void member_on(int dev, CUmemGenericAllocationHandle *h, CUdeviceptr *va, size_t size)
 {
-	CUmemAllocationProp p = {0};
+	CUmemAllocationProp p = wl_prop(dev, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 
-	p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-	p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	p.location.id = dev;
-	p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 	CK(cuMemCreate(h, size, &p, 0));
 	*va = reserve_map(*h, size, 1, dev);
 }
@@ -159,36 +92,51 @@ static void fill(CUdeviceptr va, size_t size, uint32_t g)
 	free(b);
 }
 
-/* The answer to command seq appears whole (written aside, then renamed). */
-static void answer(long seq, const char *ans)
-{
-	char tmp[512], fin[512];
-	FILE *f;
+static int untracked = -1, priv;
+static CUdeviceptr mva, memva[2], uva;
 
-	snprintf(tmp, sizeof(tmp), "%s/r%d.%ld.tmp", dir, rank, seq);
-	snprintf(fin, sizeof(fin), "%s/r%d.%ld", dir, rank, seq);
-	f = fopen(tmp, "w");
-	if (!f)
-		return;
-	fprintf(f, "%s\n", ans);
-	fclose(f);
-	rename(tmp, fin);
+static int command(const char *verb, unsigned a, unsigned b, char *out, size_t len)
+{
+	int bad;
+
+	if (!strcmp(verb, "exit"))
+		return WL_EXIT;
+	if (!strcmp(verb, "verify")) {
+		/* an untracked rank's member is not bound: multicast writes never reach it */
+		if (wl_rank != untracked && (bad = check(memva[0], MEMBER, a)) >= 0)
+			return wl_fail("member word %d", bad);
+		if (priv && (bad = check(memva[1], MEMBER, a)) >= 0)
+			return wl_fail("second member word %d", bad);
+		if ((bad = check(mva, MEMBER, a)) >= 0)
+			return wl_fail("multicast word %d", bad);
+		if ((bad = check(uva, UNICAST, a)) >= 0)
+			return wl_fail("unicast word %d", bad);
+		snprintf(out, len, "ok mc %#llx member %#llx unicast %#llx", (unsigned long long)mva,
+			 (unsigned long long)memva[0], (unsigned long long)uva);
+		return 0;
+	}
+	if (!strcmp(verb, "write")) {
+		if ((int)a == wl_rank) {
+			fill(mva, MEMBER, b);
+			fill(uva, UNICAST, b);
+			CK(cuCtxSynchronize());
+		}
+		return 0;
+	}
+	return wl_fail("unknown verb %s", verb);
 }
 
 int main(int argc, char **argv)
 {
-	int nprocs, mapmb, untracked = -1, priv = 0, sv[16][2];
+	int nprocs, mapmb, peer[16];
 	CUmemGenericAllocationHandle mc, mem[2], uni;
-	CUdeviceptr mva, memva[2], uva;
 	CUcontext ctx;
 	CUdevice dev;
-	char path[512];
-	long seen = 0;
-	FILE *f;
 
 	if (argc < 4)
 		return 2;
-	dir = argv[1];
+	wl_prog = "e2e_mc";
+	wl_dir = argv[1];
 	nprocs = atoi(argv[2]);
 	mapmb = atoi(argv[3]);
 	for (int i = 4; i < argc; i++) {
@@ -197,142 +145,74 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--private"))
 			priv = 1;
 	}
-	prctl(PR_SET_CHILD_SUBREAPER, 1);
-	for (int r = 1; r < nprocs; r++) {
-		if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv[r]))
-			die("socketpair");
-		pid_t p = fork();
-		if (p == 0) {
-			rank = r;
-			break;
-		}
-	}
-	CK(cuInit(0));
-	CK(cuDeviceGet(&dev, rank));
-	CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-	CK(cuCtxSetCurrent(ctx));
+	if (nprocs < 1 || nprocs > 16)
+		return 2;
+	if (wl_fork_ranks(nprocs, peer, NULL, WL_SUBREAPER) < 0 || wl_context(wl_rank, &dev, &ctx))
+		wl_die("%s", wl_why);
 
 	CUmulticastObjectProp mp = {0};
 	mp.numDevices = priv ? 2 : (unsigned)nprocs;
 	mp.size = MEMBER;
 	mp.handleTypes = priv ? CU_MEM_HANDLE_TYPE_NONE : CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-	if (rank == 0) {
-		CUmemAllocationProp up = {0};
+	if (wl_rank == 0) {
+		CUmemAllocationProp up = wl_prop(0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 		int t, ut;
 
 		CK(cuMulticastCreate(&mc, &mp));
-		up.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-		up.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-		up.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 		CK(cuMemCreate(&uni, UNICAST, &up, 0));
 		if (!priv) {
 			CK(cuMemExportToShareableHandle(&t, mc, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
 			CK(cuMemExportToShareableHandle(&ut, uni, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
 			for (int r = 1; r < nprocs; r++)
-				if (send_fd(sv[r][0], t) || send_fd(sv[r][0], ut))
-					die("send ticket");
+				if (wl_send(peer[r], "", 1, t) || wl_send(peer[r], "", 1, ut))
+					wl_die("send ticket: %s", wl_why);
 			close(t);
 			close(ut);
 		}
 	} else {
-		int t = recv_fd(sv[rank][1]), ut = recv_fd(sv[rank][1]);
+		char c;
+		int t = wl_recv_fd(peer[0], &c, 1), ut = t < 0 ? -1 : wl_recv_fd(peer[0], &c, 1);
 
 		if (t < 0 || ut < 0)
-			die("recv ticket");
+			wl_die("recv ticket: %s", wl_why);
 		CK(cuMemImportFromShareableHandle(&mc, (void *)(uintptr_t)t, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
 		CK(cuMemImportFromShareableHandle(&uni, (void *)(uintptr_t)ut,
 						  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
 		close(t);
 		close(ut);
 	}
-	uva = reserve_map(uni, UNICAST, 1, rank);
-	CK(cuMulticastAddDevice(mc, rank));
+	uva = reserve_map(uni, UNICAST, 1, wl_rank);
+	CK(cuMulticastAddDevice(mc, wl_rank));
 	if (priv)
 		CK(cuMulticastAddDevice(mc, 1));
-	member_on(rank, &mem[0], &memva[0], MEMBER);
+	member_on(wl_rank, &mem[0], &memva[0], MEMBER);
 	if (priv)
 		member_on(1, &mem[1], &memva[1], MEMBER);
-	if (rank == untracked) {
-		CUmemAllocationProp p = {0};
+	if (wl_rank == untracked) {
+		CUmemAllocationProp p = wl_prop(wl_rank, CU_MEM_HANDLE_TYPE_NONE);
 		CUmemGenericAllocationHandle ph;
 
-		p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-		p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-		p.location.id = rank;
 		CK(cuMemCreate(&ph, MEMBER, &p, 0));
 		if (cuMulticastBindMem(mc, 0, ph, 0, MEMBER, 0) != CUDA_ERROR_NOT_SUPPORTED)
-			die("binding untracked memory was not refused");
-	} else if (rank == 0) {
+			wl_die("binding untracked memory was not refused");
+	} else if (wl_rank == 0) {
 		CK(cuMulticastBindMem(mc, 0, mem[0], 0, MEMBER, 0));
 		if (priv)
 			CK(cuMulticastBindMem_v2(mc, 1, 0, mem[1], 0, MEMBER, 0));
-	} else if (rank % 2) {
-		CK(cuMulticastBindAddr_v2(mc, rank, 0, memva[0], MEMBER / 2, 0));
+	} else if (wl_rank % 2) {
+		CK(cuMulticastBindAddr_v2(mc, wl_rank, 0, memva[0], MEMBER / 2, 0));
 		CK(cuMulticastBindMem(mc, MEMBER / 2, mem[0], MEMBER / 2, MEMBER / 2, 0));
-		CK(cuMulticastUnbind(mc, rank, MEMBER / 2, MEMBER / 2));
-		CK(cuMulticastBindAddr_v2(mc, rank, MEMBER / 2, memva[0] + MEMBER / 2, MEMBER / 2, 0));
+		CK(cuMulticastUnbind(mc, wl_rank, MEMBER / 2, MEMBER / 2));
+		CK(cuMulticastBindAddr_v2(mc, wl_rank, MEMBER / 2, memva[0] + MEMBER / 2, MEMBER / 2, 0));
 	} else {
-		CK(cuMulticastBindMem_v2(mc, rank, 0, mem[0], 0, MEMBER, 0));
+		CK(cuMulticastBindMem_v2(mc, wl_rank, 0, mem[0], 0, MEMBER, 0));
 	}
-	mva = reserve_map(mc, (size_t)mapmb * MiB, priv ? 2 : 1, rank);
-
-	snprintf(path, sizeof(path), "%s/r%d.ready", dir, rank);
-	f = fopen(path, "w");
-	if (!f)
-		die("ready file");
-	fprintf(f, "pid %d mc %#llx member %#llx unicast %#llx\n", getpid(), (unsigned long long)mva,
-		(unsigned long long)memva[0], (unsigned long long)uva);
-	fclose(f);
-
-	for (;;) {
-		char line[256], verb[32] = "", ans[256] = "ok";
-		long seq = 0;
-		int a = 0, b = 0;
-		struct timespec nap = {0, 20000000};
-
-		snprintf(path, sizeof(path), "%s/cmd", dir);
-		f = fopen(path, "r");
-		if (!f || !fgets(line, sizeof(line), f) || sscanf(line, "%ld %31s %d %d", &seq, verb, &a, &b) < 2 ||
-		    seq <= seen) {
-			if (f)
-				fclose(f);
-			nanosleep(&nap, NULL);
-			continue;
-		}
-		fclose(f);
-		seen = seq;
-		if (!strcmp(verb, "exit")) {
-			answer(seq, "ok");
-			break;
-		}
-		if (!strcmp(verb, "verify")) {
-			int bad;
-			/* an untracked rank's member is not bound: multicast writes never reach it */
-			if (rank != untracked && (bad = check(memva[0], MEMBER, (uint32_t)a)) >= 0)
-				snprintf(ans, sizeof(ans), "fail member word %d", bad);
-			else if (priv && (bad = check(memva[1], MEMBER, (uint32_t)a)) >= 0)
-				snprintf(ans, sizeof(ans), "fail second member word %d", bad);
-			else if ((bad = check(mva, MEMBER, (uint32_t)a)) >= 0)
-				snprintf(ans, sizeof(ans), "fail multicast word %d", bad);
-			else if ((bad = check(uva, UNICAST, (uint32_t)a)) >= 0)
-				snprintf(ans, sizeof(ans), "fail unicast word %d", bad);
-			else
-				snprintf(ans, sizeof(ans), "ok mc %#llx member %#llx unicast %#llx",
-					 (unsigned long long)mva, (unsigned long long)memva[0],
-					 (unsigned long long)uva);
-		} else if (!strcmp(verb, "write")) {
-			if (a == rank) {
-				fill(mva, MEMBER, (uint32_t)b);
-				fill(uva, UNICAST, (uint32_t)b);
-				CK(cuCtxSynchronize());
-			}
-		} else {
-			snprintf(ans, sizeof(ans), "fail unknown verb %s", verb);
-		}
-		answer(seq, ans);
-	}
-	if (rank == 0)
-		while (wait(NULL) > 0)
-			;
+	mva = reserve_map(mc, (size_t)mapmb * MiB, priv ? 2 : 1, wl_rank);
+	if (wl_ready("pid %d mc %#llx member %#llx unicast %#llx", getpid(), (unsigned long long)mva,
+		     (unsigned long long)memva[0], (unsigned long long)uva))
+		wl_die("%s", wl_why);
+	wl_serve(command, 20);
+	if (wl_rank == 0)
+		wl_reap();
 	return 0;
 }

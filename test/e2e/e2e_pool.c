@@ -28,82 +28,24 @@
  *   exit
  */
 #include <cuda.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "wl.h"
 
 #define MiB (1ul << 20)
 
-static const char *dir;
-static int rank;
 static size_t block = 2 * MiB, nw;
 static uint32_t *host;
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
-{
-	char path[512], msg[512];
-	va_list ap;
-	FILE *f;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	snprintf(path, sizeof(path), "%s/r%d.failed", dir, rank);
-	f = fopen(path, "w");
-	if (f) {
-		fprintf(f, "%s\n", msg);
-		fclose(f);
-	}
-	fprintf(stderr, "rank %d: %s\n", rank, msg);
-	exit(1);
-}
-
-#define CK(x)                                                                    \
-	do {                                                                     \
-		CUresult r_ = (x);                                               \
-		if (r_ != CUDA_SUCCESS)                                          \
-			die("%s:%d: %s -> %d", __FILE__, __LINE__, #x, (int)r_); \
-	} while (0)
+#define CK(x) WL_CK_DIE(x)
 
 static uint32_t word(uint32_t g, size_t i)
 {
 	return g * 0x01000193u ^ (uint32_t)i * 2654435761u;
-}
-
-/* The message carries the pointer export data; the FD the pool. */
-static int send_fd(int s, int fd, const void *buf, size_t len)
-{
-	char cbuf[CMSG_SPACE(sizeof(int))] = {0};
-	struct iovec iov = {(void *)buf, len};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-	return sendmsg(s, &mh, 0) == (ssize_t)len ? 0 : -1;
-}
-
-static int recv_fd(int s, void *buf, size_t len)
-{
-	char cbuf[CMSG_SPACE(sizeof(int))];
-	struct iovec iov = {buf, len};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
-	struct cmsghdr *cm;
-	int fd;
-
-	if (recvmsg(s, &mh, MSG_WAITALL) != (ssize_t)len || !(cm = CMSG_FIRSTHDR(&mh)))
-		return -1;
-	memcpy(&fd, CMSG_DATA(cm), sizeof(int));
-	return fd;
 }
 
 static CUmemoryPool new_pool(int dev)
@@ -142,36 +84,73 @@ static long check(CUdeviceptr va, uint32_t g, CUstream st)
 	return -1;
 }
 
-static void answer(long seq, const char *ans)
-{
-	char path[512], tmp[520];
-	FILE *f;
+static CUdeviceptr dflt, priv, shr;
+static CUmemoryPool own, spool;
+static CUstream s1, s2;
 
-	snprintf(path, sizeof(path), "%s/r%d.%ld", dir, rank, seq);
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	f = fopen(tmp, "w");
-	if (!f)
-		die("answer file");
-	fprintf(f, "%s\n", ans);
-	fclose(f);
-	rename(tmp, path);
+static int command(const char *verb, unsigned a, unsigned b, char *out, size_t len)
+{
+	long bad;
+
+	if (!strcmp(verb, "exit"))
+		return WL_EXIT;
+	if (!strcmp(verb, "verify")) {
+		/* G 0 is the shared block's first pattern; private blocks carry their rank's own. */
+		uint32_t g = a;
+		uint32_t gd = g ? g : 1000 + (uint32_t)wl_rank, gp = g ? g : 2000 + (uint32_t)wl_rank;
+
+		if ((bad = check(dflt, gd, s1)) >= 0)
+			return wl_fail("default-pool block word %ld", bad);
+		if ((bad = check(priv, gp, s2)) >= 0)
+			return wl_fail("private-pool block word %ld", bad);
+		if (shr && (bad = check(shr, g, s1)) >= 0)
+			return wl_fail("shared-pool block word %ld", bad);
+		snprintf(out, len, "ok default %#llx private %#llx shared %#llx", (unsigned long long)dflt,
+			 (unsigned long long)priv, (unsigned long long)shr);
+	} else if (!strcmp(verb, "write")) {
+		if ((int)a == wl_rank) {
+			fill(dflt, b, s1);
+			fill(priv, b, s2);
+			if (shr)
+				fill(shr, b, s1);
+		}
+	} else if (!strcmp(verb, "churn")) {
+		CUdeviceptr t1, t2;
+
+		CK(cuMemAllocAsync(&t1, block, s1));
+		CK(cuMemAllocFromPoolAsync(&t2, block, own, s2));
+		CK(cuMemsetD32Async(t1, 0x5a5a5a5au, nw, s1));
+		CK(cuMemsetD32Async(t2, 0xa5a5a5a5u, nw, s2));
+		CK(cuMemFreeAsync(t1, s1));
+		CK(cuMemFreeAsync(t2, s2));
+		CK(cuStreamSynchronize(s1));
+		CK(cuStreamSynchronize(s2));
+	} else if (!strcmp(verb, "release-importers") || !strcmp(verb, "release-creator")) {
+		int mine = (wl_rank == 0) == !strcmp(verb, "release-creator");
+
+		if (mine && spool) {
+			CK(cuMemFreeAsync(shr, s1));
+			CK(cuStreamSynchronize(s1));
+			CK(cuMemPoolDestroy(spool));
+			spool = NULL;
+			shr = 0;
+		}
+	} else {
+		return wl_fail("unknown verb %s", verb);
+	}
+	return 0;
 }
 
 int main(int argc, char **argv)
 {
-	int nprocs, shared = 0, sv[16][2];
-	CUdeviceptr dflt, priv, shr = 0;
-	CUmemoryPool own, spool = NULL;
-	CUstream s1, s2;
+	int nprocs, shared = 0, peer[16];
 	CUcontext ctx;
 	CUdevice dev;
-	char path[512];
-	long seen = 0;
-	FILE *f;
 
 	if (argc < 3)
 		return 2;
-	dir = argv[1];
+	wl_prog = "e2e_pool";
+	wl_dir = argv[1];
 	nprocs = atoi(argv[2]);
 	if (nprocs < 1 || nprocs > 16)
 		return 2;
@@ -185,29 +164,17 @@ int main(int argc, char **argv)
 	host = malloc(block);
 	if (!nw || !host)
 		return 2;
-	prctl(PR_SET_CHILD_SUBREAPER, 1);
-	for (int r = 1; r < nprocs; r++) {
-		if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv[r]))
-			die("socketpair");
-		pid_t p = fork();
-		if (p == 0) {
-			rank = r;
-			break;
-		}
-	}
-	CK(cuInit(0));
-	CK(cuDeviceGet(&dev, 0));
-	CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-	CK(cuCtxSetCurrent(ctx));
+	if (wl_fork_ranks(nprocs, peer, NULL, WL_SUBREAPER) < 0 || wl_context(0, &dev, &ctx))
+		wl_die("%s", wl_why);
 	CK(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
 	CK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
 	CK(cuMemAllocAsync(&dflt, block, s1));
 	own = new_pool(0);
 	CK(cuMemAllocFromPoolAsync(&priv, block, own, s2));
-	fill(dflt, 1000 + (uint32_t)rank, s1);
-	fill(priv, 2000 + (uint32_t)rank, s2);
+	fill(dflt, 1000 + (uint32_t)wl_rank, s1);
+	fill(priv, 2000 + (uint32_t)wl_rank, s2);
 
-	if (shared && rank == 0) {
+	if (shared && wl_rank == 0) {
 		CUmemPoolPtrExportData ed;
 		int fd;
 
@@ -217,16 +184,16 @@ int main(int argc, char **argv)
 		CK(cuMemPoolExportToShareableHandle(&fd, spool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
 		CK(cuMemPoolExportPointer(&ed, shr));
 		for (int r = 1; r < nprocs; r++)
-			if (send_fd(sv[r][0], fd, &ed, sizeof(ed)))
-				die("send pool");
+			if (wl_send(peer[r], &ed, sizeof(ed), fd))
+				wl_die("send pool: %s", wl_why);
 		close(fd);
 	} else if (shared) {
 		CUmemAccessDesc ad = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
 		CUmemPoolPtrExportData ed;
-		int fd = recv_fd(sv[rank][1], &ed, sizeof(ed));
+		int fd = wl_recv_fd(peer[0], &ed, sizeof(ed));
 
 		if (fd < 0)
-			die("recv pool");
+			wl_die("recv pool: %s", wl_why);
 		CK(cuMemPoolImportFromShareableHandle(&spool, (void *)(intptr_t)fd,
 						      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
 		close(fd);
@@ -234,82 +201,10 @@ int main(int argc, char **argv)
 		CK(cuMemPoolImportPointer(&shr, spool, &ed));
 	}
 
-	snprintf(path, sizeof(path), "%s/r%d.ready", dir, rank);
-	f = fopen(path, "w");
-	if (!f)
-		die("ready file");
-	fprintf(f, "pid %d default %#llx private %#llx shared %#llx\n", getpid(), (unsigned long long)dflt,
-		(unsigned long long)priv, (unsigned long long)shr);
-	fclose(f);
-
-	for (;;) {
-		char line[256], verb[32] = "", ans[256] = "ok";
-		long seq = 0, bad;
-		int a = 0, b = 0;
-		struct timespec nap = {0, 20000000};
-
-		snprintf(path, sizeof(path), "%s/cmd", dir);
-		f = fopen(path, "r");
-		if (!f || !fgets(line, sizeof(line), f) || sscanf(line, "%ld %31s %d %d", &seq, verb, &a, &b) < 2 ||
-		    seq <= seen) {
-			if (f)
-				fclose(f);
-			nanosleep(&nap, NULL);
-			continue;
-		}
-		fclose(f);
-		seen = seq;
-		if (!strcmp(verb, "exit")) {
-			answer(seq, "ok");
-			break;
-		}
-		if (!strcmp(verb, "verify")) {
-			/* G 0 is the shared block's first pattern; private blocks carry their rank's own. */
-			uint32_t g = (uint32_t)a;
-			uint32_t gd = g ? g : 1000 + (uint32_t)rank, gp = g ? g : 2000 + (uint32_t)rank;
-
-			if ((bad = check(dflt, gd, s1)) >= 0)
-				snprintf(ans, sizeof(ans), "fail default-pool block word %ld", bad);
-			else if ((bad = check(priv, gp, s2)) >= 0)
-				snprintf(ans, sizeof(ans), "fail private-pool block word %ld", bad);
-			else if (shr && (bad = check(shr, g, s1)) >= 0)
-				snprintf(ans, sizeof(ans), "fail shared-pool block word %ld", bad);
-			else
-				snprintf(ans, sizeof(ans), "ok default %#llx private %#llx shared %#llx",
-					 (unsigned long long)dflt, (unsigned long long)priv, (unsigned long long)shr);
-		} else if (!strcmp(verb, "write")) {
-			if (a == rank) {
-				fill(dflt, (uint32_t)b, s1);
-				fill(priv, (uint32_t)b, s2);
-				if (shr)
-					fill(shr, (uint32_t)b, s1);
-			}
-		} else if (!strcmp(verb, "churn")) {
-			CUdeviceptr t1, t2;
-
-			CK(cuMemAllocAsync(&t1, block, s1));
-			CK(cuMemAllocFromPoolAsync(&t2, block, own, s2));
-			CK(cuMemsetD32Async(t1, 0x5a5a5a5au, nw, s1));
-			CK(cuMemsetD32Async(t2, 0xa5a5a5a5u, nw, s2));
-			CK(cuMemFreeAsync(t1, s1));
-			CK(cuMemFreeAsync(t2, s2));
-			CK(cuStreamSynchronize(s1));
-			CK(cuStreamSynchronize(s2));
-		} else if (!strcmp(verb, "release-importers") || !strcmp(verb, "release-creator")) {
-			int mine = (rank == 0) == !strcmp(verb, "release-creator");
-
-			if (mine && spool) {
-				CK(cuMemFreeAsync(shr, s1));
-				CK(cuStreamSynchronize(s1));
-				CK(cuMemPoolDestroy(spool));
-				spool = NULL;
-				shr = 0;
-			}
-		} else {
-			snprintf(ans, sizeof(ans), "fail unknown verb %s", verb);
-		}
-		answer(seq, ans);
-	}
+	if (wl_ready("pid %d default %#llx private %#llx shared %#llx", getpid(), (unsigned long long)dflt,
+		     (unsigned long long)priv, (unsigned long long)shr))
+		wl_die("%s", wl_why);
+	wl_serve(command, 20);
 	CK(cuMemFreeAsync(dflt, s1));
 	CK(cuMemFreeAsync(priv, s2));
 	CK(cuStreamSynchronize(s1));

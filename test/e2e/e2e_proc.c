@@ -48,18 +48,18 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <semaphore.h>
+#include <signal.h>
 #include <stdbool.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
+
+#include "wl.h"
 
 #define MIB	  (1ull << 20)
 #define NSH	  2
@@ -76,8 +76,7 @@ static const uint64_t sh_size[NSH] = {2 * MIB, 6 * MIB};
 static const uint64_t priv_size = MIB + 4096;
 static const uint64_t ipc_size = 2 * MIB;
 
-static const char *dir;
-static int rank, held_rank = -1, plain_rank = -1, want_sem;
+static int held_rank = -1, plain_rank = -1, want_sem;
 static char sem_name[64];
 static struct info info;
 static CUdevice dev;
@@ -86,109 +85,16 @@ static bool cuda_on;
 static CUmemGenericAllocationHandle sh_h[NSH];
 static CUdeviceptr sh_va[NSH], priv_va, ipc_va;
 static int nsh_mapped; /* importers: 1 (allocation 0), creator NSH */
-static char why[512], extra[256];
+static char extra[256];
 
-static int failf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static int failf(const char *fmt, ...)
-{
-	va_list ap;
-
-	memcpy(why, "fail ", 5);
-	va_start(ap, fmt);
-	vsnprintf(why + 5, sizeof(why) - 5, fmt, ap);
-	va_end(ap);
-	return -1;
-}
-
-#define CK(call)                                                                       \
-	do {                                                                           \
-		CUresult r_ = (call);                                                  \
-		if (r_ != CUDA_SUCCESS)                                                \
-			return failf("%s failed: %d (rank %d)", #call, (int)r_, rank); \
-	} while (0)
-
-static uint8_t pattern(uint64_t off, unsigned k, unsigned gen)
-{
-	return (uint8_t)((off * 29) ^ (k * 13) ^ gen ^ (off >> 12) ^ (off >> 19));
-}
-
-static int put(CUdeviceptr va, uint64_t len, unsigned k, unsigned gen)
-{
-	uint8_t *buf = malloc(len);
-	CUresult r;
-
-	if (!buf)
-		return failf("out of memory");
-	for (uint64_t i = 0; i < len; i++)
-		buf[i] = pattern(i, k, gen);
-	r = cuMemcpyHtoD(va, buf, len);
-	free(buf);
-	if (r != CUDA_SUCCESS)
-		return failf("cuMemcpyHtoD at %#llx: %d", (unsigned long long)va, (int)r);
-	CK(cuCtxSynchronize());
-	return 0;
-}
-
-static int check(CUdeviceptr va, uint64_t len, unsigned k, unsigned gen, uint64_t glen, const char *what)
-{
-	uint8_t *buf = malloc(len);
-	CUresult r;
-
-	if (!buf)
-		return failf("out of memory");
-	r = cuMemcpyDtoH(buf, va, len);
-	if (r != CUDA_SUCCESS) {
-		free(buf);
-		return failf("cuMemcpyDtoH of %s at %#llx: %d", what, (unsigned long long)va, (int)r);
-	}
-	for (uint64_t i = 0; i < len; i++) {
-		uint8_t want = pattern(i, k, i < glen ? gen : 0);
-		if (buf[i] != want) {
-			uint8_t got = buf[i];
-			free(buf);
-			return failf("%s at %#llx: byte %llu is %#x, expected %#x (rank %d)", what,
-				     (unsigned long long)va, (unsigned long long)i, got, want, rank);
-		}
-	}
-	free(buf);
-	return 0;
-}
-
-static CUmemAllocationProp props(void)
-{
-	CUmemAllocationProp p;
-
-	memset(&p, 0, sizeof(p));
-	p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-	p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-	p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	p.location.id = dev;
-	return p;
-}
-
-static int map_rw(CUmemGenericAllocationHandle h, uint64_t size, CUdeviceptr *va)
-{
-	CUmemAccessDesc ad;
-
-	CK(cuMemAddressReserve(va, size, 0, 0, 0));
-	CK(cuMemMap(*va, size, 0, h, 0));
-	memset(&ad, 0, sizeof(ad));
-	ad.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	ad.location.id = dev;
-	ad.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-	CK(cuMemSetAccess(*va, size, &ad, 1));
-	return 0;
-}
+#define CK(call) WL_CK(call)
 
 static int start_cuda(void)
 {
-	CK(cuInit(0));
-	CK(cuDeviceGet(&dev, 0));
-	CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-	CK(cuCtxSetCurrent(ctx));
+	if (wl_context(0, &dev, &ctx))
+		return -1;
 	CK(cuMemAlloc(&priv_va, priv_size));
-	if (put(priv_va, priv_size, 100 + (unsigned)rank, 0))
+	if (wl_put_pattern(priv_va, priv_size, 100 + (unsigned)wl_rank, 0))
 		return -1;
 	cuda_on = true;
 	return 0;
@@ -200,11 +106,11 @@ static int getfd(int num)
 	int pidfd = (int)syscall(SYS_pidfd_open, info.pid, 0), fd;
 
 	if (pidfd < 0)
-		return failf("pidfd_open(%d): %s", info.pid, strerror(errno));
+		return wl_fail("pidfd_open(%d): %s", info.pid, strerror(errno));
 	fd = (int)syscall(SYS_pidfd_getfd, pidfd, num, 0);
 	close(pidfd);
 	if (fd < 0)
-		return failf("pidfd_getfd(%d, %d): %s", info.pid, num, strerror(errno));
+		return wl_fail("pidfd_getfd(%d, %d): %s", info.pid, num, strerror(errno));
 	return fd;
 }
 
@@ -218,9 +124,9 @@ static int import_one(int k, unsigned gen)
 						    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 	close(fd);
 	if (r != CUDA_SUCCESS)
-		return failf("import of shared[%d] through pidfd_getfd: %d", k, (int)r);
-	if (map_rw(sh_h[k], sh_size[k], &sh_va[k]) ||
-	    check(sh_va[k], sh_size[k], (unsigned)k, k == 0 ? gen : 0, k == 0 ? WRITE_LEN : 0, "import"))
+		return wl_fail("import of shared[%d] through pidfd_getfd: %s (%d)", k, wl_err(r), (int)r);
+	if (wl_map(sh_h[k], sh_size[k], dev, 1, &sh_va[k]) ||
+	    wl_check_pattern(sh_va[k], sh_size[k], (unsigned)k, k == 0 ? gen : 0, k == 0 ? WRITE_LEN : 0, "import"))
 		return -1;
 	return 0;
 }
@@ -228,12 +134,12 @@ static int import_one(int k, unsigned gen)
 static int do_cuda(unsigned gen)
 {
 	if (cuda_on)
-		return failf("rank %d already uses CUDA", rank);
+		return wl_fail("rank %d already uses CUDA", wl_rank);
 	const char *sd = getenv("E2E_SOCKDIR_RANK");
 
-	if (rank == held_rank)
+	if (wl_rank == held_rank)
 		setenv("FAKECUDA_INIT_HOLD", extra, 1);
-	if (sd && atoi(sd) == rank && strchr(sd, ':'))
+	if (sd && atoi(sd) == wl_rank && strchr(sd, ':'))
 		setenv("CUINTERPOSE_SOCKET_DIR", strchr(sd, ':') + 1, 1);
 	if (start_cuda() || import_one(0, gen))
 		return -1;
@@ -250,10 +156,10 @@ static int do_rawcuda(void)
 	CUresult (*init)(unsigned);
 
 	if (!h)
-		return failf("dlmopen(libcuda.so.1): %s", dlerror());
+		return wl_fail("dlmopen(libcuda.so.1): %s", dlerror());
 	init = (CUresult(*)(unsigned))dlsym(h, "cuInit");
 	if (!init)
-		return failf("no cuInit in the second libcuda");
+		return wl_fail("no cuInit in the second libcuda");
 	CK(init(0));
 	return 0;
 }
@@ -266,11 +172,11 @@ static int do_spawn(unsigned kind, const char *self)
 	pid_t pid;
 
 	if (nspawned == 4)
-		return failf("too many spawned children");
+		return wl_fail("too many spawned children");
 	pid = fork();
 
 	if (pid < 0)
-		return failf("fork: %s", strerror(errno));
+		return wl_fail("fork: %s", strerror(errno));
 	if (pid == 0) {
 		char k[16];
 
@@ -278,7 +184,7 @@ static int do_spawn(unsigned kind, const char *self)
 		snprintf(k, sizeof(k), "%u", kind);
 		if (kind)
 			unsetenv("LD_PRELOAD");
-		execl("/proc/self/exe", self, "--spawned", dir, k, (char *)NULL);
+		execl("/proc/self/exe", self, "--spawned", wl_dir, k, (char *)NULL);
 		_exit(127);
 	}
 	spawned_pid[nspawned++] = pid;
@@ -293,7 +199,7 @@ static int spawned(unsigned kind)
 
 	if (kind && start_cuda())
 		return -1;
-	snprintf(path, sizeof(path), "%s/spawned%u.ready", dir, kind);
+	snprintf(path, sizeof(path), "%s/spawned%u.ready", wl_dir, kind);
 	f = fopen(path, "w");
 	if (!f)
 		return -1;
@@ -316,7 +222,7 @@ static int do_closesock(void)
 		if (!getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &l) && on && !close(fd))
 			n++;
 	}
-	return n ? 0 : failf("no listening socket to close");
+	return n ? 0 : wl_fail("no listening socket to close");
 }
 
 static int do_verify(unsigned gen, char *out, size_t len)
@@ -328,11 +234,12 @@ static int do_verify(unsigned gen, char *out, size_t len)
 		return 0;
 	}
 	for (int k = 0; k < nsh_mapped; k++)
-		if (check(sh_va[k], sh_size[k], (unsigned)k, k == 0 ? gen : 0, k == 0 ? WRITE_LEN : 0, "shared"))
+		if (wl_check_pattern(sh_va[k], sh_size[k], (unsigned)k, k == 0 ? gen : 0, k == 0 ? WRITE_LEN : 0,
+				     "shared"))
 			return -1;
-	if (check(priv_va, priv_size, 100 + (unsigned)rank, 0, 0, "private"))
+	if (wl_check_pattern(priv_va, priv_size, 100 + (unsigned)wl_rank, 0, 0, "private"))
 		return -1;
-	if (rank == 0 && check(ipc_va, ipc_size, 7, 0, 0, "ipc"))
+	if (wl_rank == 0 && wl_check_pattern(ipc_va, ipc_size, 7, 0, 0, "ipc"))
 		return -1;
 	n = snprintf(out, len, "ok priv %#llx", (unsigned long long)priv_va);
 	for (int k = 0; k < nsh_mapped; k++)
@@ -340,71 +247,28 @@ static int do_verify(unsigned gen, char *out, size_t len)
 	return 0;
 }
 
-static void answer(long seq, int ok, const char *text)
-{
-	char path[4096], tmp[4200];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/r%d.%ld", dir, rank, seq);
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	f = fopen(tmp, "w");
-	if (!f)
-		return;
-	fprintf(f, "%s\n", ok ? text : why);
-	fclose(f);
-	rename(tmp, path);
-}
-
 static const char *self_name = "e2e_proc";
 
-static void serve(void)
+static int command(const char *verb, unsigned a, unsigned b, char *out, size_t len)
 {
-	char path[4096], line[256];
-	long last = 0;
-
-	snprintf(path, sizeof(path), "%s/cmd", dir);
-	for (;;) {
-		char verb[32] = "", out[256] = "ok";
-		long seq = 0;
-		unsigned a = 0, b = 0;
-		FILE *f = fopen(path, "r");
-		int ret = 0;
-
-		if (!f || !fgets(line, sizeof(line), f) || sscanf(line, "%ld %31s %u %u", &seq, verb, &a, &b) < 2 ||
-		    seq <= last) {
-			if (f)
-				fclose(f);
-			usleep(20000);
-			continue;
-		}
-		fclose(f);
-		last = seq;
-		why[0] = 0;
-		if (!strcmp(verb, "verify"))
-			ret = do_verify(a, out, sizeof(out));
-		else if (!strcmp(verb, "write"))
-			ret = (int)a == rank && cuda_on ? put(sh_va[0], WRITE_LEN, 0, b) : 0;
-		else if (!strcmp(verb, "cuda"))
-			ret = (int)a == rank ? do_cuda(b) : 0;
-		else if (!strcmp(verb, "spawn"))
-			ret = rank == 0 ? do_spawn(a, self_name) : 0;
-		else if (!strcmp(verb, "rawcuda"))
-			ret = (int)a == rank ? do_rawcuda() : 0;
-		else if (!strcmp(verb, "closesock"))
-			ret = (int)a == rank ? do_closesock() : 0;
-		else if (!strcmp(verb, "exit")) {
-			if (sem_name[0])
-				sem_unlink(sem_name);
-			answer(seq, 1, "ok");
-			for (int i = 0; i < nspawned; i++)
-				kill(spawned_pid[i], SIGKILL); /* they wait forever */
-			while (rank == 0 && wait(NULL) > 0)
-				;
-			exit(0);
-		} else
-			ret = failf("unknown command %s", verb);
-		answer(seq, ret == 0, out);
+	if (!strcmp(verb, "verify"))
+		return do_verify(a, out, len);
+	if (!strcmp(verb, "write"))
+		return (int)a == wl_rank && cuda_on ? wl_put_pattern(sh_va[0], WRITE_LEN, 0, b) : 0;
+	if (!strcmp(verb, "cuda"))
+		return (int)a == wl_rank ? do_cuda(b) : 0;
+	if (!strcmp(verb, "spawn"))
+		return wl_rank == 0 ? do_spawn(a, self_name) : 0;
+	if (!strcmp(verb, "rawcuda"))
+		return (int)a == wl_rank ? do_rawcuda() : 0;
+	if (!strcmp(verb, "closesock"))
+		return (int)a == wl_rank ? do_closesock() : 0;
+	if (!strcmp(verb, "exit")) {
+		if (sem_name[0])
+			sem_unlink(sem_name);
+		return WL_EXIT;
 	}
+	return wl_fail("unknown command %s", verb);
 }
 
 static int creator(void)
@@ -413,17 +277,18 @@ static int creator(void)
 
 	if (start_cuda())
 		return -1;
-	p = props();
+	p = wl_prop(dev, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 	info.pid = getpid();
 	for (int k = 0; k < NSH; k++) {
 		CK(cuMemCreate(&sh_h[k], sh_size[k], &p, 0));
-		if (map_rw(sh_h[k], sh_size[k], &sh_va[k]) || put(sh_va[k], sh_size[k], (unsigned)k, 0))
+		if (wl_map(sh_h[k], sh_size[k], dev, 1, &sh_va[k]) ||
+		    wl_put_pattern(sh_va[k], sh_size[k], (unsigned)k, 0))
 			return -1;
 		CK(cuMemExportToShareableHandle(&info.fd[k], sh_h[k], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
 	}
 	nsh_mapped = NSH;
 	CK(cuMemAlloc(&ipc_va, ipc_size));
-	if (put(ipc_va, ipc_size, 7, 0))
+	if (wl_put_pattern(ipc_va, ipc_size, 7, 0))
 		return -1;
 	CK(cuIpcGetMemHandle(&info.ipc, ipc_va));
 	return 0;
@@ -446,52 +311,37 @@ static int plain(void)
 	ri = cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 	close(fd);
 	if (ri == CUDA_SUCCESS)
-		return failf("a process without the interposer imported a ticket");
+		return wl_fail("a process without the interposer imported a ticket");
 	rp = cuIpcOpenMemHandle(&va, info.ipc, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
 	if (rp == CUDA_SUCCESS)
-		return failf("a process without the interposer opened an emulated IPC handle");
+		return wl_fail("a process without the interposer opened an emulated IPC handle");
 	snprintf(extra, sizeof(extra), " ticket-import %d ipc-open %d", (int)ri, (int)rp);
-	return 0;
-}
-
-static int ready(void)
-{
-	char path[4096];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/r%d.ready", dir, rank);
-	f = fopen(path, "w");
-	if (!f)
-		return -1;
-	fprintf(f, "pid %d rank %d cuda %d%s\n", getpid(), rank, cuda_on, rank == plain_rank ? extra : "");
-	fclose(f);
 	return 0;
 }
 
 int main(int argc, char **argv)
 {
-	int sk[MAXRANK][2], nranks = 3;
-	char path[4096];
-	FILE *f;
+	int peer[MAXRANK], nranks = 3;
 
+	wl_prog = "e2e_proc";
 	if (argc == 4 && !strcmp(argv[1], "--spawned")) {
-		dir = argv[2];
-		rank = 9;
+		wl_dir = argv[2];
+		wl_rank = 9;
 		return spawned((unsigned)atoi(argv[3])) ? 1 : 0;
 	}
 	self_name = argv[0];
 	if (argc == 6 && !strcmp(argv[1], "--plain-child")) {
-		dir = argv[2];
-		rank = plain_rank = atoi(argv[3]);
-		if (read(atoi(argv[4]), &info, sizeof(info)) != sizeof(info))
-			return 1;
+		wl_dir = argv[2];
+		wl_rank = plain_rank = atoi(argv[3]);
+		if (wl_recv(atoi(argv[4]), &info, sizeof(info), NULL))
+			return wl_failed(wl_prog);
 		goto run;
 	}
 	if (argc < 2) {
 		fprintf(stderr, "usage: e2e_proc DIR [--held] [--plain]\n");
 		return 2;
 	}
-	dir = argv[1];
+	wl_dir = argv[1];
 	for (int i = 2; i < argc; i++) {
 		if (!strcmp(argv[i], "--held"))
 			held_rank = nranks++;
@@ -500,66 +350,52 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--sem"))
 			want_sem = 1;
 	}
-	snprintf(extra, sizeof(extra), "%s/hold", dir); /* the held rank's release file */
+	snprintf(extra, sizeof(extra), "%s/hold", wl_dir); /* the held rank's release file */
 	/* Fork every child before any CUDA call (as spawn would start them). */
-	for (int r = 1; r < nranks; r++) {
-		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sk[r]))
-			return 1;
-		pid_t pid = fork();
-		if (pid < 0)
-			return 1;
-		if (pid == 0) {
-			rank = r;
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			close(sk[r][0]);
-			if (r == plain_rank) {
-				char a[16], b[16];
-				int fd = dup(sk[r][1]); /* without CLOEXEC, for the exec */
-				snprintf(a, sizeof(a), "%d", r);
-				snprintf(b, sizeof(b), "%d", fd);
-				unsetenv("LD_PRELOAD");
-				execl("/proc/self/exe", argv[0], "--plain-child", dir, a, b, "x", (char *)NULL);
-				_exit(127);
-			}
-			if (read(sk[r][1], &info, sizeof(info)) != sizeof(info))
-				_exit(1);
-			goto run;
-		}
-		close(sk[r][1]);
+	if (wl_fork_ranks(nranks, peer, NULL, WL_PDEATHSIG | WL_CLOEXEC) < 0)
+		return wl_failed(wl_prog);
+	if (wl_rank && wl_rank == plain_rank) {
+		char a[16], b[16];
+		int fd = dup(peer[0]); /* without CLOEXEC, for the exec */
+		snprintf(a, sizeof(a), "%d", wl_rank);
+		snprintf(b, sizeof(b), "%d", fd);
+		unsetenv("LD_PRELOAD");
+		execl("/proc/self/exe", argv[0], "--plain-child", wl_dir, a, b, "x", (char *)NULL);
+		_exit(127);
+	}
+	if (wl_rank) {
+		if (wl_recv(peer[0], &info, sizeof(info), NULL))
+			_exit(1);
+		goto run;
 	}
 	if (creator())
-		goto fail;
+		return wl_failed(wl_prog);
 	if (want_sem) {
 		sem_t *sem;
 
 		snprintf(sem_name, sizeof(sem_name), "/cuip-e2e-%d", (int)getpid());
 		sem = sem_open(sem_name, O_CREAT | O_EXCL, 0600, 1);
 		if (sem == SEM_FAILED) {
-			failf("sem_open(%s): %s", sem_name, strerror(errno));
-			goto fail;
+			wl_fail("sem_open(%s): %s", sem_name, strerror(errno));
+			return wl_failed(wl_prog);
 		}
 	}
 	for (int r = 1; r < nranks; r++)
-		if (write(sk[r][0], &info, sizeof(info)) != sizeof(info))
-			goto fail;
+		if (wl_send(peer[r], &info, sizeof(info), -1))
+			return wl_failed(wl_prog);
 run:
-	if (rank == 1 && (start_cuda() || import_one(0, 0) || import_one(1, 0)))
-		goto fail;
-	if (rank == 1)
+	if (wl_rank == 1 && (start_cuda() || import_one(0, 0) || import_one(1, 0)))
+		return wl_failed(wl_prog);
+	if (wl_rank == 1)
 		nsh_mapped = NSH;
-	if (rank == plain_rank && plain())
-		goto fail;
-	if (ready())
+	if (wl_rank == plain_rank && plain())
+		return wl_failed(wl_prog);
+	if (wl_ready("pid %d rank %d cuda %d%s", getpid(), wl_rank, cuda_on, wl_rank == plain_rank ? extra : ""))
 		return 1;
-	serve();
+	wl_serve(command, 20);
+	for (int i = 0; i < nspawned; i++)
+		kill(spawned_pid[i], SIGKILL); /* they wait forever */
+	if (wl_rank == 0)
+		wl_reap();
 	return 0;
-fail:
-	snprintf(path, sizeof(path), "%s/r%d.failed", dir, rank);
-	f = fopen(path, "w");
-	if (f) {
-		fprintf(f, "%s\n", why);
-		fclose(f);
-	}
-	fprintf(stderr, "e2e_proc rank %d: %s\n", rank, why);
-	return 1;
 }

@@ -23,39 +23,24 @@
  *   exit
  */
 #include <cuda.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
+
+#include "wl.h"
 
 #define NP	 400
 #define MAXPROCS 8
 #define S0	 4 /* the shared buffers */
 #define S1	 6
 
-static const char *dir;
-static int rank, nprocs, churns;
+static int nprocs, churns;
 static int peer[MAXPROCS];
 static CUdeviceptr va[NP];
 static size_t sz[NP];
 static CUipcMemHandle handle[2];
-static char why[256];
-
-static int failf(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(why, sizeof(why), fmt, ap);
-	va_end(ap);
-	return -1;
-}
 
 static size_t size_of(int i, int round)
 {
@@ -71,60 +56,46 @@ static size_t size_of(int i, int round)
 	}
 }
 
-static uint8_t byte(int i, size_t j, uint32_t gen)
+struct key {
+	int i;
+	uint32_t gen;
+};
+
+static uint8_t byte(uint64_t j, const void *arg)
 {
-	return (uint8_t)(i * 131 + j * 7 + gen * 29 + (j >> 8));
+	const struct key *k = arg;
+
+	return (uint8_t)(k->i * 131 + j * 7 + k->gen * 29 + (j >> 8));
 }
 
 static int fill(int i, CUdeviceptr p, size_t n, uint32_t gen)
 {
-	uint8_t *w = malloc(n);
-	int ret = 0;
+	struct key k = {i, gen};
 
-	if (!w)
-		return failf("out of memory");
-	for (size_t j = 0; j < n; j++)
-		w[j] = byte(i, j, gen);
-	if (cuMemcpyHtoD(p, w, n) != CUDA_SUCCESS)
-		ret = failf("write of buffer %d", i);
-	free(w);
-	return ret;
+	return wl_fill_bytes(p, n, byte, &k);
 }
 
 static int check(int i, CUdeviceptr p, size_t n, uint32_t gen)
 {
-	uint8_t *w = malloc(n);
-	CUdeviceptr base = 0;
-	size_t got = 0;
-	int ret = 0;
+	struct key k = {i, gen};
+	char what[64];
 
-	if (!w)
-		return failf("out of memory");
-	if (cuMemcpyDtoH(w, p, n) != CUDA_SUCCESS)
-		ret = failf("read of buffer %d at %#llx", i, (unsigned long long)p);
-	for (size_t j = 0; !ret && j < n; j++)
-		if (w[j] != byte(i, j, gen))
-			ret = failf("buffer %d (%zu bytes at %#llx) byte %zu: %#x, expected %#x", i, n,
-				    (unsigned long long)p, j, w[j], byte(i, j, gen));
-	free(w);
-	if (!ret && (cuMemGetAddressRange(&base, &got, p + n / 2) || base != p || got != n))
-		ret = failf("buffer %d: address range %#llx+%zu, expected %#llx+%zu", i, (unsigned long long)base, got,
-			    (unsigned long long)p, n);
-	return ret;
+	snprintf(what, sizeof(what), "buffer %d (%zu bytes)", i, n);
+	return wl_check_bytes(p, n, byte, &k, what) || wl_check_range(p, n, p + n / 2, what) ? -1 : 0;
 }
 
 static int xfer(int s, void *p, size_t n, int out)
 {
-	return (size_t)(out ? write(s, p, n) : read(s, p, n)) == n ? 0 : failf("socket");
+	return out ? wl_send(s, p, n, -1) : wl_recv(s, p, n, NULL);
 }
 
 static int alloc_fill(int i, int round)
 {
 	sz[i] = size_of(i, round);
 	if (cuMemAlloc(&va[i], sz[i]) != CUDA_SUCCESS)
-		return failf("cuMemAlloc(%zu) of buffer %d", sz[i], i);
+		return wl_fail("cuMemAlloc(%zu) of buffer %d", sz[i], i);
 	if (va[i] % 512)
-		return failf("buffer %d at %#llx is not 512-byte aligned", i, (unsigned long long)va[i]);
+		return wl_fail("buffer %d at %#llx is not 512-byte aligned", i, (unsigned long long)va[i]);
 	return fill(i, va[i], sz[i], 0);
 }
 
@@ -134,15 +105,15 @@ static int setup(void)
 	CUdevice d0;
 
 	if (cuInit(0) || cuDeviceGet(&d0, 0) || cuDevicePrimaryCtxRetain(&c0, d0) || cuCtxSetCurrent(c0))
-		return failf("cuInit/device 0");
-	if (rank)
+		return wl_fail("cuInit/device 0");
+	if (wl_rank)
 		return 0;
 	for (int i = 0; i < NP; i++)
 		if (alloc_fill(i, 0))
 			return -1;
 	for (int i = 0; i < NP; i += 3) /* freed and allocated again */
 		if (cuMemFree(va[i]) || alloc_fill(i, 1))
-			return failf("free and allocate again buffer %d: %s", i, why);
+			return wl_fail("free and allocate again buffer %d: %s", i, wl_why);
 	return 0;
 }
 
@@ -151,53 +122,31 @@ static int do_churn(void)
 	CUdeviceptr base;
 	size_t got;
 
-	if (rank)
+	if (wl_rank)
 		return 0;
 	churns++;
 	for (int i = 1; i < NP; i += 2) {
 		if (i == S0 || i == S1)
 			continue;
 		if (cuMemFree(va[i]) != CUDA_SUCCESS)
-			return failf("cuMemFree of restored buffer %d", i);
+			return wl_fail("cuMemFree of restored buffer %d", i);
 		if (cuMemFree(va[i]) != CUDA_ERROR_INVALID_VALUE)
-			return failf("second cuMemFree of buffer %d was not refused", i);
+			return wl_fail("second cuMemFree of buffer %d was not refused", i);
 	}
 	/* A freed piece is no allocation any more (pieces are disjoint, and
 	 * nothing was allocated since). */
 	if (cuMemGetAddressRange(&base, &got, va[1]) == CUDA_SUCCESS && base == va[1])
-		return failf("freed buffer 1 at %#llx still has an address range", (unsigned long long)va[1]);
+		return wl_fail("freed buffer 1 at %#llx still has an address range", (unsigned long long)va[1]);
 	for (int i = 1; i < NP; i += 2)
 		if (i != S0 && i != S1 && alloc_fill(i, 1 + churns))
 			return -1;
 	return 0;
 }
 
-static void answer(long seq, int ok)
-{
-	char path[4096], tmp[4200];
-	uint64_t h = 0;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/r%d.%ld", dir, rank, seq);
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	f = fopen(tmp, "w");
-	if (!f)
-		return;
-	for (int i = 0; rank == 0 && i < NP; i++)
-		h = (h ^ va[i] ^ sz[i]) * 0x100000001b3ull;
-	if (ok)
-		fprintf(f, "ok %016llx %#llx %#llx\n", (unsigned long long)h, (unsigned long long)va[S0],
-			(unsigned long long)va[S1]);
-	else
-		fprintf(f, "fail %s\n", why);
-	fclose(f);
-	rename(tmp, path);
-}
-
 static int verify(uint32_t gen)
 {
 	for (int i = 0; i < NP; i++) {
-		if (rank && i != S0 && i != S1)
+		if (wl_rank && i != S0 && i != S1)
 			continue;
 		if (check(i, va[i], sz[i], i == S0 ? gen : 0))
 			return -1;
@@ -205,44 +154,27 @@ static int verify(uint32_t gen)
 	return 0;
 }
 
-static void serve(void)
+static int command(const char *verb, unsigned a, unsigned b, char *out, size_t len)
 {
-	char path[4096], line[256];
-	long last = 0;
+	uint64_t h = 0;
+	int ret;
 
-	snprintf(path, sizeof(path), "%s/cmd", dir);
-	for (;;) {
-		char verb[32] = "";
-		long seq = 0;
-		unsigned a = 0, b = 0;
-		FILE *f = fopen(path, "r");
-		int ret = 0;
-
-		if (!f || !fgets(line, sizeof(line), f) || sscanf(line, "%ld %31s %u %u", &seq, verb, &a, &b) < 2 ||
-		    seq <= last) {
-			if (f)
-				fclose(f);
-			usleep(20000);
-			continue;
-		}
-		fclose(f);
-		last = seq;
-		if (!strcmp(verb, "verify")) {
-			ret = verify(a);
-		} else if (!strcmp(verb, "write")) {
-			ret = (int)a == rank ? fill(S0, va[S0], sz[S0], b) : 0;
-		} else if (!strcmp(verb, "churn")) {
-			ret = do_churn();
-		} else if (!strcmp(verb, "exit")) {
-			answer(seq, 1);
-			while (rank == 0 && wait(NULL) > 0)
-				;
-			exit(0);
-		} else {
-			ret = failf("unknown command %s", verb);
-		}
-		answer(seq, ret == 0);
-	}
+	if (!strcmp(verb, "verify"))
+		ret = verify(a);
+	else if (!strcmp(verb, "write"))
+		ret = (int)a == wl_rank ? fill(S0, va[S0], sz[S0], b) : 0;
+	else if (!strcmp(verb, "churn"))
+		ret = do_churn();
+	else if (!strcmp(verb, "exit"))
+		ret = WL_EXIT;
+	else
+		ret = wl_fail("unknown command %s", verb);
+	/* every answer names the addresses: a hash of all, and the shared ones */
+	for (int i = 0; wl_rank == 0 && i < NP; i++)
+		h = (h ^ va[i] ^ sz[i]) * 0x100000001b3ull;
+	snprintf(out, len, "ok %016llx %#llx %#llx", (unsigned long long)h, (unsigned long long)va[S0],
+		 (unsigned long long)va[S1]);
+	return ret;
 }
 
 static int share(void)
@@ -252,16 +184,16 @@ static int share(void)
 	for (int k = 0; k < 2; k++) {
 		int i = idx[k];
 
-		if (rank == 0) {
+		if (wl_rank == 0) {
 			CUdeviceptr base;
 			size_t got;
 			if (cuIpcGetMemHandle(&handle[k], va[i]))
-				return failf("cuIpcGetMemHandle of buffer %d", i);
+				return wl_fail("cuIpcGetMemHandle of buffer %d", i);
 			/* An inner address is no allocation's base: refused. */
 			if (cuIpcGetMemHandle(&handle[k], va[i] + 512) != CUDA_ERROR_INVALID_VALUE)
-				return failf("cuIpcGetMemHandle inside buffer %d was not refused", i);
+				return wl_fail("cuIpcGetMemHandle inside buffer %d was not refused", i);
 			if (cuMemGetAddressRange(&base, &got, va[i]) || cuIpcGetMemHandle(&handle[k], base))
-				return failf("handle of buffer %d again", i);
+				return wl_fail("handle of buffer %d again", i);
 			for (int r = 1; r < nprocs; r++)
 				if (xfer(peer[r], &handle[k], sizeof(handle[k]), 1) ||
 				    xfer(peer[r], &sz[i], sizeof(sz[i]), 1))
@@ -270,7 +202,7 @@ static int share(void)
 			if (xfer(peer[0], &handle[k], sizeof(handle[k]), 0) || xfer(peer[0], &sz[i], sizeof(sz[i]), 0))
 				return -1;
 			if (cuIpcOpenMemHandle(&va[i], handle[k], CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
-				return failf("cuIpcOpenMemHandle of buffer %d", i);
+				return wl_fail("cuIpcOpenMemHandle of buffer %d", i);
 			if (check(i, va[i], sz[i], 0))
 				return -1;
 		}
@@ -280,49 +212,19 @@ static int share(void)
 
 int main(int argc, char **argv)
 {
-	char path[4096];
-	FILE *f;
-
 	if (argc < 3)
 		return 2;
-	dir = argv[1];
+	wl_prog = "e2e_slab";
+	wl_dir = argv[1];
 	nprocs = atoi(argv[2]);
 	if (nprocs < 2 || nprocs > MAXPROCS)
 		return 2;
-	for (int r = 1; r < nprocs; r++) {
-		int sv[2];
-		if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
-			return 1;
-		pid_t pid = fork();
-		if (pid == 0) {
-			rank = r;
-			close(sv[0]);
-			for (int q = 1; q < r; q++)
-				close(peer[q]);
-			peer[0] = sv[1];
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			break;
-		}
-		close(sv[1]);
-		peer[r] = sv[0];
-	}
-	if (setup() || share())
-		goto fail;
-	snprintf(path, sizeof(path), "%s/r%d.ready", dir, rank);
-	f = fopen(path, "w");
-	if (!f)
+	if (wl_fork_ranks(nprocs, peer, NULL, WL_PDEATHSIG) < 0 || setup() || share())
+		return wl_failed(wl_prog);
+	if (wl_ready("pid %d va %#llx %#llx", getpid(), (unsigned long long)va[S0], (unsigned long long)va[S1]))
 		return 1;
-	fprintf(f, "pid %d va %#llx %#llx\n", getpid(), (unsigned long long)va[S0], (unsigned long long)va[S1]);
-	fclose(f);
-	serve();
+	wl_serve(command, 20);
+	if (wl_rank == 0)
+		wl_reap();
 	return 0;
-fail:
-	snprintf(path, sizeof(path), "%s/r%d.failed", dir, rank);
-	f = fopen(path, "w");
-	if (f) {
-		fprintf(f, "%s\n", why);
-		fclose(f);
-	}
-	fprintf(stderr, "e2e_slab rank %d: %s\n", rank, why);
-	return 1;
 }

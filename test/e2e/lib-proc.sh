@@ -43,19 +43,6 @@ answered() {
 	esac
 }
 
-# wait_line FILE PATTERN: wait until FILE has a line matching PATTERN (an
-# event the test reacts to: the log line is written before the state it
-# names is left).
-wait_line() {
-	local i=0
-
-	while ! grep -qE "$2" "$1" 2>/dev/null; do
-		i=$((i + 1))
-		[ $i -gt 1200 ] && fail "no line /$2/ in $1"
-		sleep 0.05
-	done
-}
-
 # has_line FILE PATTERN MESSAGE
 has_line() { grep -qE "$2" "$1" || fail "$3 (no /$2/ in $1)"; }
 

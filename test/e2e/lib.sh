@@ -194,6 +194,184 @@ app_maps() {
 	fi
 }
 
+# census [PIDS...]: one line per process (the job's by default): its pid and
+# how many descriptors and mappings (app_maps) it has; the lists themselves
+# go to $T/fds.PID.now and $T/maps.PID.now (census_diff shows what changed).
+# With CENSUS_DEVMEM=1 a last line gives the bytes the fake device daemon's
+# arenas hold (device memory in use, all devices).
+census() {
+	local p pids
+
+	pids=${*:-$(job_pids)}
+	for p in $pids; do
+		echo "$p fds $(ls /proc/$p/fd 2>/dev/null | wc -l) maps $(app_maps $p 2>/dev/null | wc -l)"
+		app_maps $p 2>/dev/null | awk '{print $1, $6}' >"$T/maps.$p.now"
+		ls -l /proc/$p/fd 2>/dev/null | awk '{print $9, $11}' >"$T/fds.$p.now"
+	done
+	[ "${CENSUS_DEVMEM:-0}" = 1 ] && echo "device memory $(devmem_bytes)"
+	return 0
+}
+
+# devmem_bytes: bytes allocated in the fake device daemon's arenas (their
+# memfds, through /proc/DEVD/fd).
+devmem_bytes() {
+	local devd fd sum=0
+
+	devd=$(cat "$FAKECUDA_SOCKET.pid" 2>/dev/null) || { echo none; return; }
+	for fd in /proc/"$devd"/fd/*; do
+		case "$(readlink "$fd" 2>/dev/null)" in
+		*memfd:fakecuda-dev*) sum=$((sum + $(stat -L -c '%b * %B' "$fd"))) ;;
+		esac
+	done
+	echo "$sum"
+}
+
+# census_diff: what differs between the lists of the reference census
+# (census_keep) and those of the last census.
+census_diff() {
+	local f
+
+	for f in "$T"/*.ref; do [ -f "${f%.ref}.now" ] && diff "$f" "${f%.ref}.now"; done
+	return 0
+}
+
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# census_keep TIMEOUT_S [PIDS...]: the reference census, CENSUS_REF, is a
+# settled one: two readings taken 0.3 s apart agree (a descriptor or mapping
+# that exists for a moment, e.g. a connection a dump leaves behind for a
+# while on a loaded machine, is not part of it); its lists are the reference
+# of census_diff. Fails the test, with the last two readings, when no two
+# agree within TIMEOUT_S seconds.
+census_keep() {
+	local limit=$1 prev cur end f
+
+	shift
+	end=$(($(now_ms) + limit * 1000))
+	cur=$(census "$@")
+	while :; do
+		prev=$cur
+		sleep 0.3
+		cur=$(census "$@")
+		[ "$cur" = "$prev" ] && break
+		[ "$(now_ms)" -lt $end ] || fail "FDs, mappings or device memory did not settle in $limit s: last two readings
+$prev
+then
+$cur"
+	done
+	for f in "$T"/*.now; do mv "$f" "${f%.now}.ref"; done
+	CENSUS_REF=$cur
+}
+
+# census_back TIMEOUT_S WHAT [PIDS...]: wait until the census is CENSUS_REF
+# again (descriptors and windows of released objects go away
+# asynchronously: the interposer's threads, the fake's device worker);
+# fails the test with both and the lists' differences when it is not within
+# TIMEOUT_S seconds.
+census_back() {
+	local limit=$1 what=$2 cur end
+
+	shift 2
+	end=$(($(now_ms) + limit * 1000))
+	while :; do
+		cur=$(census "$@")
+		[ "$cur" = "$CENSUS_REF" ] && return 0
+		[ "$(now_ms)" -lt $end ] || break
+		sleep 0.1
+	done
+	fail "$what: FDs, mappings or device memory leaked: before
+$CENSUS_REF
+after
+$cur
+$(census_diff)"
+}
+
+# start_reference WRITER [JOB ARGS...]: start the job ($N ranks), rank
+# WRITER writes generation GEN=0 and every rank verifies it; their answers
+# (the addresses) are $before, and warm_reference takes the reference census.
+start_reference() {
+	local writer=$1
+
+	shift
+	start_job "$N" "$@"
+	GEN=0
+	cmd "$N" write "$writer" "$GEN"
+	cmd "$N" verify "$GEN"
+	before=$(answers "$N")
+	warm_reference
+}
+
+# warm_reference [PIDS...]: settle the interposers' lazily made state
+# (export caches, staging) with one successful in-place checkpoint, check
+# every rank ($N ranks at generation $GEN), then take the reference census
+# (census_keep) of PIDS (the job's by default).
+warm_reference() {
+	note "warm-up dump"
+	criu_dump "$T/warm" --leave-running || fail "warm-up dump"
+	cmd "$N" verify "$GEN"
+	census_keep 10 "$@"
+}
+
+# intact WHAT [PIDS...]: every participant alive, the $N ranks verify
+# generation $GEN with the addresses they answered first ($before), and no
+# FD, mapping or device memory leaked (census_back, against census_keep).
+intact() {
+	local what=$1 p
+
+	shift
+	for p in $(job_pids); do alive "$p" || fail "$what: pid $p died"; done
+	cmd "$N" verify "$GEN"
+	[ "$(answers "$N")" = "$before" ] || fail "$what: addresses changed: $(answers "$N") vs $before"
+	census_back 5 "$what" "$@"
+}
+
+# wait_line FILE PATTERN: wait until FILE has a line matching PATTERN (an
+# event the test reacts to: the log line is written before the state it
+# names is left).
+wait_line() {
+	local i=0
+
+	while ! grep -qE "$2" "$1" 2>/dev/null; do
+		i=$((i + 1))
+		[ $i -gt 1200 ] && fail "no line /$2/ in $1"
+		sleep 0.05
+	done
+}
+
+# Fault injection through the fake driver (the test sets FAKECUDA_FAIL_DIR):
+# arm PID|any SPEC makes the next matching call of PID (of any process) fail.
+arm() {
+	echo "$2" >"$FAKECUDA_FAIL_DIR/.tmp" && mv "$FAKECUDA_FAIL_DIR/.tmp" "$FAKECUDA_FAIL_DIR/$1"
+}
+disarm() { rm -f "$FAKECUDA_FAIL_DIR"/*; }
+pid_of() { awk '{print $2}' "$T/w/r$1.ready"; } # pid_of RANK
+
+# writes_reach_everyone: every one of the $N ranks in turn writes a new
+# generation ($GEN counts on) and every rank sees it.
+writes_reach_everyone() {
+	local k
+
+	for k in $(seq 0 $((N - 1))); do
+		GEN=$((GEN + 1))
+		cmd "$N" write "$k" "$GEN"
+		cmd "$N" verify "$GEN"
+	done
+}
+
+# guardian_done DIR: wait (bounded) for the guardian's verdict in DIR's log,
+# written when its rollback has finished; fail unless the rollback
+# completed; print its line.
+guardian_done() {
+	local glog=$1/cuinterpose-guardian.log
+
+	for _ in $(seq 600); do
+		grep -qs "rollback complete\|ROLLBACK FAILED" "$glog" && break
+		sleep 0.05
+	done
+	grep -qs "rollback complete" "$glog" || fail "no completed rollback in $glog: $(cat "$glog" 2>&1)"
+	grep -h "rollback complete" "$glog" | sed 's/.*rollback complete/rollback complete/'
+}
+
 # wait_gone PIDS...: wait until none runs (10 s at most), then give the
 # reaper up to 10 s more to reap them: a zombie still holds its pid, and a
 # restore of that pid fails "Can't fork for PID: File exists". A process

@@ -18,12 +18,7 @@ SOAK_N=${1:-${SOAK_N:-5}}
 NP=4
 now() { date +%s.%N; }
 since() { echo "$(now) $1" | awk '{printf "%.3f", $1 - $2}'; }
-# FDs and mappings of every rank, one line
-census() {
-	local p
-
-	for p in $(job_pids); do echo -n "$p fds $(ls /proc/$p/fd | wc -l) maps $(app_maps $p | wc -l); "; done
-}
+export CENSUS_DEVMEM=1 # lib.sh census: FDs, mappings and device memory
 
 start_job $NP
 gen=0
@@ -50,26 +45,12 @@ for c in $(seq 1 "$SOAK_N"); do
 	gen=$((gen + 1))
 	cmd $NP write $((c % NP)) $gen
 	cmd $NP verify $gen
-	if [ $c = 1 ]; then
-		# the reference is a settled census: two taken 0.3 s apart agree
-		ref=$(census)
-		for _ in $(seq 20); do
-			prev=$ref
-			sleep 0.3
-			ref=$(census)
-			[ "$ref" = "$prev" ] && break
-		done
-	fi
+	# the reference is a settled census after cycle 1
+	[ $c = 1 ] && census_keep 10
 	# A descriptor can exist for a moment (the workload opens its command
 	# file while polling; the fake driver holds a copy of an export FD until
-	# its queued records go, within 1 ms): a change must persist for 2 s.
-	same=0
-	for _ in $(seq 20); do
-		now_c=$(census)
-		[ "$now_c" = "$ref" ] && { same=1; break; }
-		sleep 0.1
-	done
-	[ $same = 1 ] || fail "cycle $c: FDs or mappings changed: $now_c, after cycle 1: $ref"
+	# its queued records go, within 1 ms): a change must persist.
+	census_back 5 "cycle $c (reference: after cycle 1)"
 	tdump=$(echo "$tdump $td" | awk '{print $1 + $2}')
 	trest=$(echo "$trest $tr" | awk '{print $1 + $2}')
 	echo "cycle $c: dump ${td}s restore ${tr}s, write through rank $((c % NP)) seen by all"

@@ -34,20 +34,6 @@ export MALLOC_ARENA_MAX=1
 mkdir -p "$FAKECUDA_FAIL_DIR"
 N=3
 
-arm() { # PID|any SPEC
-	echo "$2" >"$FAKECUDA_FAIL_DIR/.tmp" && mv "$FAKECUDA_FAIL_DIR/.tmp" "$FAKECUDA_FAIL_DIR/$1"
-}
-disarm() { rm -f "$FAKECUDA_FAIL_DIR"/*; }
-pid_of() { awk '{print $2}' "$T/w/r$1.ready"; }
-
-# snapshot PIDS: FDs and mappings of each, one line each.
-snapshot() {
-	for p in "$@"; do
-		echo "$p fds $(ls /proc/$p/fd | wc -l) maps $(app_maps $p | wc -l)"
-		app_maps $p | awk '{print $1, $6}' >"$T/maps.$p.now"
-		ls -l /proc/$p/fd | awk '{print $9, $11}' >"$T/fds.$p.now"
-	done
-}
 
 start_job $N
 GEN=1
@@ -82,15 +68,9 @@ criu_restore "$T/d" || fail "criu restore after the injected failure"
 cmd $N verify $GEN
 [ "$(answers $N)" = "$before" ] || fail "addresses changed after restore"
 
-# Settle lazily made state (export caches, staging) with one in-place
-# checkpoint before counting FDs and mappings.
-note "warm-up dump"
-criu_dump "$T/warm" --leave-running || fail "warm-up dump"
-cmd $N verify $GEN
 survivors="$(pid_of 0) $(pid_of 1)"
 victim=$(pid_of 2)
-snap=$(snapshot $survivors)
-for f in "$T"/*.now; do mv "$f" "${f%.now}.ref"; done
+warm_reference $survivors
 
 # A participant SIGKILLed while SAVE moves the carrier bytes.
 note "dump with rank 2 killed during SAVE"
@@ -117,10 +97,6 @@ for p in $survivors; do alive $p || fail "survivor $p died"; done
 # Each survivor verifies its own memory (open gate: the calls go through).
 cmd 2 verify $GEN
 [ "$(answers 2)" = "$(echo "$before" | head -2)" ] || fail "survivors' addresses changed"
-[ "$(snapshot $survivors)" = "$snap" ] || fail "survivors leaked FDs or mappings: before
-$snap
-after
-$(snapshot $survivors)
-$(for f in "$T"/*.ref; do diff "$f" "${f%.ref}.now"; done)"
+census_back 5 "survivors" $survivors
 cmd 2 exit
 note done

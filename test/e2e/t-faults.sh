@@ -18,34 +18,9 @@ mkdir -p "$FAKECUDA_FAIL_DIR"
 N=4
 K=0
 
-arm() { # PID|any SPEC
-	echo "$2" >"$FAKECUDA_FAIL_DIR/.tmp" && mv "$FAKECUDA_FAIL_DIR/.tmp" "$FAKECUDA_FAIL_DIR/$1"
-}
-disarm() { rm -f "$FAKECUDA_FAIL_DIR"/*; }
-pid_of() { awk '{print $2}' "$T/w/r$1.ready"; }
 
-# FDs and mappings of every participant, one line each.
-snapshot() {
-	for p in $(job_pids); do
-		echo "$p fds $(ls /proc/$p/fd | wc -l) maps $(app_maps $p | wc -l)"
-		app_maps $p | awk '{print $1, $6}' >"$T/maps.$p.now"
-		ls -l /proc/$p/fd | awk '{print $9, $11}' >"$T/fds.$p.now"
-	done
-}
-# The reference is a settled state: two snapshots 0.3 s apart agree (a
-# descriptor the warm-up dump's connections leave for a moment, e.g. on a
-# loaded machine, must not become part of it).
-snapshot_keep() {
-	local prev
-	snap=$(snapshot)
-	for _ in $(seq 20); do
-		prev=$snap
-		sleep 0.3
-		snap=$(snapshot)
-		[ "$snap" = "$prev" ] && break
-	done
-	for f in "$T"/*.now; do mv "$f" "${f%.now}.ref"; done
-}
+# FDs, mappings (lib.sh census) and device memory are counted.
+export CENSUS_DEVMEM=1
 
 # dump_fails WHAT [criu dump args]: the dump must fail.
 dump_fails() {
@@ -61,41 +36,13 @@ dump_fails() {
 		fail "$what: no cuinterpose error in dump.log"
 }
 
-# intact WHAT: every participant alive, bytes/addresses/sharing as before,
-# no FD or mapping leaked.
-intact() {
-	for p in $(job_pids); do alive $p || fail "$1: pid $p died"; done
-	cmd $N verify $GEN
-	[ "$(answers $N)" = "$before" ] || fail "$1: addresses changed"
-	# Descriptors and windows of released objects go away asynchronously
-	# (the interposer's threads, the fake's device worker): give them 2 s.
-	same=0
-	for _ in $(seq 20); do
-		[ "$(snapshot)" = "$snap" ] && { same=1; break; }
-		sleep 0.1
-	done
-	[ $same = 1 ] || fail "$1: FDs or mappings leaked: before
-$snap
-after
-$(snapshot)
-$(for f in "$T"/*.ref; do diff "$f" "${f%.ref}.now"; done)"
-}
 
 expect_rollback() {
 	dump_fails "$@"
 	intact "$1"
 }
 
-start_job $N
-GEN=0
-cmd $N write 1 $GEN
-cmd $N verify $GEN
-before=$(answers $N)
-# Settle the interposers' lazily made state (export caches, staging) with
-# one successful in-place checkpoint before counting.
-criu_dump "$T/warm" --leave-running || fail "warm-up dump"
-cmd $N verify $GEN
-snapshot_keep
+start_reference 1
 
 # HANDSHAKE: rank 2's control socket is gone.
 s2=$(ls "$CUINTERPOSE_SOCKET_DIR"/"$(pid_of 2)"-*.sock)

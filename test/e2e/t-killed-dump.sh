@@ -11,41 +11,7 @@ export MALLOC_ARENA_MAX=1 # see t-faults.sh
 N=3
 K=0
 
-snapshot() {
-	for p in $(job_pids); do
-		echo "$p fds $(ls /proc/$p/fd | wc -l) maps $(app_maps $p | wc -l)"
-		app_maps $p | awk '{print $1, $6}' >"$T/maps.$p.now"
-		ls -l /proc/$p/fd | awk '{print $9, $11}' >"$T/fds.$p.now"
-	done
-}
-
-intact() {
-	for p in $(job_pids); do alive $p || fail "$1: pid $p died"; done
-	cmd $N verify $GEN
-	[ "$(answers $N)" = "$before" ] || fail "$1: addresses changed"
-	same=0
-	for _ in $(seq 20); do
-		[ "$(snapshot)" = "$snap" ] && { same=1; break; }
-		sleep 0.1
-	done
-	[ $same = 1 ] || fail "$1: FDs or mappings leaked: before
-$snap
-after
-$(snapshot)
-$(for f in "$T"/*.ref; do diff "$f" "${f%.ref}.now"; done)"
-}
-
-# guardian_done DIR: wait for the guardian's verdict in DIR's log (it is
-# written when the rollback has finished; bounded, not a pacing sleep).
-guardian_done() {
-	glog=$1/cuinterpose-guardian.log
-	for _ in $(seq 600); do
-		grep -qs "rollback complete\|ROLLBACK FAILED" "$glog" && break
-		sleep 0.05
-	done
-	grep -qs "rollback complete" "$glog" || fail "no completed rollback in $glog: $(cat "$glog" 2>&1)"
-	grep -h "rollback complete" "$glog" | sed 's/.*rollback complete/rollback complete/'
-}
+export CENSUS_DEVMEM=1 # lib.sh census: FDs, mappings and device memory
 
 # killed POINT [ACTION]: criu dies at POINT; the guardian rolls back.
 killed() {
@@ -60,15 +26,7 @@ killed() {
 	intact "kill at $1"
 }
 
-start_job $N
-GEN=0
-cmd $N write 1 $GEN
-cmd $N verify $GEN
-before=$(answers $N)
-criu_dump "$T/warm" --leave-running || fail "warm-up dump"
-cmd $N verify $GEN
-snap=$(snapshot)
-for f in "$T"/*.now; do mv "$f" "${f%.now}.ref"; done
+start_reference 1
 
 for point in discovery begin:QUIESCE QUIESCE PREPARE_MULTICAST SAVE IMAGES begin:PREPARE_UNICAST PREPARE_UNICAST \
 	native-lock native-checkpoint; do
@@ -131,48 +89,33 @@ for point in PREPARE_UNICAST native-lock; do
 	intact "agent killed at $point"
 done
 
-# A second dump while the first is held part-way (stopped, no bound) is
-# refused and leaves the first alone, which then completes.
-K=$((K + 1))
-note "kill $K: a second dump during the first"
-CUINTERPOSE_GUARDIAN_STOP_MS=0 CUINTERPOSE_FAULT=stop@PREPARE_UNICAST criu_dump "$T/f$K" --leave-running \
-	>"$T/f$K.out" 2>&1 &
-first=$!
-for _ in $(seq 600); do
-	grep -qs "stop at PREPARE_UNICAST" "$T/f$K/dump.log" && break
-	sleep 0.05
-done
-grep -qs "stop at PREPARE_UNICAST" "$T/f$K/dump.log" || fail "the first dump did not reach PREPARE_UNICAST"
-if criu_dump "$T/second" >"$T/second.out" 2>&1; then
-	fail "a second dump during the first succeeded"
-fi
-grep -h "another checkpoint or restore of it is in progress" "$T/second/dump.log" | head -1 | grep . ||
-	fail "the second dump was not refused clearly"
-for p in $(pgrep -f "criu dump -t $JOBPID -D $T/f$K"); do kill -CONT "$p"; done
-wait $first || fail "the first dump did not complete after the second was refused: $(tail -5 "$T/f$K/dump.log")"
-grep -q "in-place restore complete" "$T/f$K/dump.log" || fail "first dump: no in-place restore"
-intact "second dump refused"
+# second_dump_refused POINT WHAT REFUSAL: a second dump while the first is
+# held at POINT (stopped, no bound) is refused, its log says REFUSAL, and it
+# leaves the first alone, which then completes.
+second_dump_refused() {
+	local point=$1 what=$2 refusal=$3 first p
 
+	K=$((K + 1))
+	note "kill $K: a second dump during $what"
+	CUINTERPOSE_GUARDIAN_STOP_MS=0 CUINTERPOSE_FAULT=stop@$point criu_dump "$T/f$K" --leave-running \
+		>"$T/f$K.out" 2>&1 &
+	first=$!
+	wait_line "$T/f$K/dump.log" "stop at $point" # the first dump reached it
+	if criu_dump "$T/second$K" >"$T/second$K.out" 2>&1; then
+		fail "a second dump during $what succeeded"
+	fi
+	grep -h "$refusal" "$T/second$K/dump.log" | head -1 | grep . ||
+		fail "the second dump during $what was not refused clearly: $(grep cuinterpose "$T/second$K/dump.log" | tail -5)"
+	for p in $(pgrep -f "criu dump -t $JOBPID -D $T/f$K"); do kill -CONT "$p"; done
+	wait $first || fail "the first dump did not complete after the second was refused: $(tail -5 "$T/f$K/dump.log")"
+	grep -q "in-place restore complete" "$T/f$K/dump.log" || fail "first dump ($what): no in-place restore"
+	intact "second dump refused during $what"
+}
+
+second_dump_refused PREPARE_UNICAST "the first" "another checkpoint or restore of it is in progress"
 # The same while the first holds the processes natively locked: refused at
 # discovery, by the driver's state.
-K=$((K + 1))
-note "kill $K: a second dump during the first's native lock"
-CUINTERPOSE_GUARDIAN_STOP_MS=0 CUINTERPOSE_FAULT=stop@native-lock criu_dump "$T/f$K" --leave-running \
-	>"$T/f$K.out" 2>&1 &
-first=$!
-for _ in $(seq 600); do
-	grep -qs "stop at native-lock" "$T/f$K/dump.log" && break
-	sleep 0.05
-done
-grep -qs "stop at native-lock" "$T/f$K/dump.log" || fail "the first dump did not reach the native lock"
-if criu_dump "$T/second2" >"$T/second2.out" 2>&1; then
-	fail "a second dump during the first's native lock succeeded"
-fi
-grep -h "is natively locked: another checkpoint of it is in progress" "$T/second2/dump.log" | head -1 | grep . ||
-	fail "the second dump was not refused for the native lock: $(grep cuinterpose "$T/second2/dump.log" | tail -5)"
-for p in $(pgrep -f "criu dump -t $JOBPID -D $T/f$K"); do kill -CONT "$p"; done
-wait $first || fail "the first dump did not complete: $(tail -5 "$T/f$K/dump.log")"
-intact "second dump refused during the native lock"
+second_dump_refused native-lock "the first's native lock" "is natively locked: another checkpoint of it is in progress"
 
 # After all that, a real dump and restore.
 GEN=1
@@ -210,4 +153,4 @@ else
 fi
 
 note done
-[ -z "$dead" ] && cmd $N exit
+if [ -z "$dead" ]; then cmd $N exit; fi

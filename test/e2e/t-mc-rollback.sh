@@ -18,25 +18,9 @@ WORKLOAD=$B/test/e2e/e2e_mc
 K=0
 GEN=0
 
-arm() { # PID|any SPEC
-	echo "$2" >"$FAKECUDA_FAIL_DIR/.tmp" && mv "$FAKECUDA_FAIL_DIR/.tmp" "$FAKECUDA_FAIL_DIR/$1"
-}
-disarm() { rm -f "$FAKECUDA_FAIL_DIR"/*; }
-pid_of() { awk '{print $2}' "$T/w/r$1.ready"; }
-snapshot() {
-	for p in $(job_pids); do
-		echo "$p fds $(ls /proc/$p/fd | wc -l) maps $(app_maps $p | wc -l)"
-	done
-}
+export CENSUS_DEVMEM=1 # lib.sh census: FDs, mappings and device memory
 
-# every rank writes through its multicast mapping in turn; all see it
-writes_reach_everyone() {
-	for k in $(seq 0 $((N - 1))); do
-		GEN=$((GEN + 1))
-		cmd $N write "$k" $GEN
-		cmd $N verify $GEN
-	done
-}
+# (writes_reach_everyone: every rank writes through its multicast mapping in turn; all see it)
 
 # rolled_back WHAT PHASE-LINE [criu dump args]: the dump fails in PHASE and
 # the job is as it was.
@@ -53,21 +37,11 @@ rolled_back() {
 	grep -q "$phase" "$log" || fail "$what: no '$phase' in dump.log"
 	grep -q "REBUILD_MC_BINDINGS: $N participants" "$log" || fail "$what: multicast not rebuilt"
 	grep -q "rollback complete" "$log" || fail "$what: rollback did not complete"
-	for p in $(job_pids); do alive "$p" || fail "$what: pid $p died"; done
-	cmd $N verify $GEN
-	[ "$(answers $N)" = "$before" ] || fail "$what: addresses changed: $(answers $N) vs $before"
-	[ "$(snapshot)" = "$snap" ] || fail "$what: FDs or mappings leaked: $snap -> $(snapshot)"
+	intact "$what"
 	writes_reach_everyone
 }
 
-start_job $N 8
-cmd $N write 0 $GEN
-cmd $N verify $GEN
-before=$(answers $N)
-# Settle lazily made state (export caches, staging) before counting FDs.
-criu_dump "$T/warm" --leave-running || fail "warm-up dump"
-cmd $N verify $GEN
-snap=$(snapshot)
+start_reference 0 8
 
 # rank 1's multicast unmap fails after rank 0 released the object: the
 # rollback finishes rank 1's teardown before the team is rebuilt
@@ -87,10 +61,7 @@ for i in 1 2; do
 	criu_dump "$T/l$i" --leave-running || fail "criu dump --leave-running ($i)"
 	grep -q "in-place restore complete" "$T/l$i/dump.log" || fail "no in-place restore in dump.log"
 	grep -q "REBUILD_MC_BINDINGS: $N participants" "$T/l$i/dump.log" || fail "multicast not rebuilt in place"
-	for p in $(job_pids); do alive "$p" || fail "pid $p died"; done
-	cmd $N verify $GEN
-	[ "$(answers $N)" = "$before" ] || fail "--leave-running: addresses changed"
-	[ "$(snapshot)" = "$snap" ] || fail "--leave-running: FDs or mappings leaked: $snap -> $(snapshot)"
+	intact "--leave-running $i"
 	writes_reach_everyone
 done
 cmd $N exit

@@ -18,8 +18,6 @@ export FAKECUDA_FAIL_DIR=$T/faults
 export FAKECUDA_CKPT_LOG=$T/native.log
 mkdir -p "$FAKECUDA_FAIL_DIR"
 
-arm() { echo "$2" >"$FAKECUDA_FAIL_DIR/.tmp" && mv "$FAKECUDA_FAIL_DIR/.tmp" "$FAKECUDA_FAIL_DIR/$1"; }
-disarm() { rm -f "$FAKECUDA_FAIL_DIR"/*; }
 
 # native_saved DIR: what every native checkpoint of the last dump saved,
 # "BYTES ALLOCATIONS" per line, sorted (the log is cut per dump).

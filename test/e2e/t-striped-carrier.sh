@@ -9,7 +9,7 @@
 # and the chunk, and the restored tree is killed instead of resumed. (The
 # refusals come first: ASan builds skip at a second restore of one process.)
 . "$srcdir/lib.sh"
-CLI=$B/plugin/cuinterpose
+CLI=$B/cli/cuinterpose
 export CUINTERPOSE_CARRIER_FILES=3
 N=2
 MiB=1048576

@@ -151,6 +151,36 @@ int alloc_slot_new(void)
 	return -1;
 }
 
+CUresult alloc_open(int slot, const struct fkw_req *q, uint32_t dev, uint64_t size, uint64_t align, uint64_t map_size,
+		    struct fkw_resp *r, uint64_t *va)
+{
+	struct fk_alloc *a = &G.alloc[slot];
+	CUresult res = conn_rpc(q, r, NULL, 0);
+
+	*va = 0;
+	if (res) {
+		a->used = 0;
+		return res;
+	}
+	if (!size) /* what devd answered (an IPC open) */
+		size = r->size;
+	a->devd_id = r->id;
+	a->aoff = r->off;
+	a->win = arena_at(dev == ~0u ? r->dev : dev, r->off, size);
+	if (a->win && align)
+		*va = va_reserve(size, align, 0);
+	if (!a->win || (align && (!*va || map_add(*va, map_size ? map_size : size, 0, slot, 0, ~0u) < 0))) {
+		if (*va)
+			va_release(*va, size);
+		*va = 0;
+		a->win = NULL;
+		conn_drop(FKW_KIND_ALLOC, r->id);
+		a->used = 0;
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return CUDA_SUCCESS;
+}
+
 void alloc_slot_put(int slot)
 {
 	struct fk_alloc *a = &G.alloc[slot];

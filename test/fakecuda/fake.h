@@ -50,9 +50,14 @@ CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v1(CUdevice dev, unsigned int flags)
 CUresult CUDAAPI cuEventElapsedTime_v1(float *pMilliseconds, CUevent hStart,
 				       CUevent hEnd) __asm__("cuEventElapsedTime");
 
-/* Large jobs hold tens of thousands of allocations (issue 11); G is zero
- * initialised (BSS: init.c sets what is not zero in a constructor), so
- * untouched slots cost no memory, and lookups never scan whole tables. */
+/* Fixed tables of G (allocations, mappings, multicast objects, modules,
+ * host allocations): large jobs hold tens of thousands of allocations (issue
+ * 11).  G has no initialiser, so it is in .bss (13 MB of the library's .bss,
+ * `size libcuda.so`; init.c's constructor sets what is not zero): untouched
+ * slots cost no memory.  Mappings are found through map_by_va (sorted);
+ * cuIpcOpenMemHandle of a handle opened before still scans alloc[] and
+ * map[].  The reservation, context, stream and event tables are not fixed:
+ * they grow in place (struct fk_table, table.c). */
 #define FK_MAX_ALLOC 65536
 #define FK_MAX_MAP   65536
 #define FK_MAX_MC    64
@@ -383,6 +388,17 @@ CUresult devmem_copy(uint64_t dst, uint64_t src, size_t n, int ord);
 int devmem_is_device(uint64_t va);
 int alloc_slot_new(void);
 void alloc_slot_put(int slot); /* drops the devd reference when nothing holds the slot */
+/*
+ * Slot `slot` (new, used) takes the devd allocation request q gives (FKW_ALLOC
+ * or FKW_IPC_OPEN): devd's answer in *r, its arena window on physical device
+ * dev (~0u: the one devd answered) of size bytes (0: the size devd answered),
+ * and unless align is 0 (VMM memory, mapped by the application) a fresh VA
+ * range of that size aligned to align in *va with a mapping of its first
+ * map_size bytes (0: all).  On failure the devd allocation is dropped and
+ * the slot given back.  mem.c, pool.c, ipc.c, vmm.c; G.lock held.
+ */
+CUresult alloc_open(int slot, const struct fkw_req *q, uint32_t dev, uint64_t size, uint64_t align, uint64_t map_size,
+		    struct fkw_resp *r, uint64_t *va);
 void mc_slot_put(int slot);
 CUresult mc_refresh(struct fk_mc *m);
 
@@ -419,6 +435,15 @@ struct fk_kernel {
 	int nargs;
 	CUresult (*run)(const unsigned char *args, int ord);
 };
+
+/* ipc.c: devd's IPC tokens, shared by legacy IPC and pool pointer export
+ * (pool.c).  Both under G.lock. ipc_token_get marks allocation a as shared
+ * by IPC and answers the token an importer presents; ipc_attach opens
+ * devd allocation id with that token into the free slot `slot` (FK_A_IPC,
+ * mapped at a fresh VA returned in *va, one open reference) and on failure
+ * gives the slot back. */
+CUresult ipc_token_get(struct fk_alloc *a, uint64_t *token);
+CUresult ipc_attach(uint64_t id, uint64_t token, int slot, uint64_t *va);
 
 /* pool.c: a pool is shared (exported or imported) and live; no lock (restore thread). */
 int pool_shared(void);

@@ -13,7 +13,7 @@
 
 #include "fake.h"
 
-/* Zero initialised, so in BSS (an initialiser would put its 12 MB of tables
+/* Zero initialised, so in .bss (an initialiser would put its 13 MB of tables
  * in the library's data); the rest is set before any call can come. */
 struct fk_global G;
 

@@ -4,7 +4,9 @@
  * creator's pid and a random token devd checks, and the allocation's offset
  * in it (small ones share a chunk, mem.c).  Opening maps the same physical
  * memory at a new VA and answers the allocation at its offset; opening the
- * same handle again returns the same VA with a reference count.  Tables under G.lock.
+ * same handle again returns the same VA with a reference count.  The devd
+ * token plumbing (ipc_token_get, ipc_attach) also serves the pointer export
+ * and import of shared memory pools (pool.c).  Tables under G.lock.
  */
 #include <string.h>
 #include <unistd.h>
@@ -25,11 +27,38 @@ struct ipc_handle {
 
 _Static_assert(sizeof(struct ipc_handle) <= CU_IPC_HANDLE_SIZE, "IPC handle too large");
 
+CUresult ipc_token_get(struct fk_alloc *a, uint64_t *token)
+{
+	struct fkw_req q = {.op = FKW_IPC_GET, .id = a->devd_id};
+	struct fkw_resp r;
+	CUresult res = conn_rpc(&q, &r, NULL, 0);
+
+	if (!res) {
+		a->dflags |= FKW_AF_IPC;
+		*token = r.token;
+	}
+	return res;
+}
+
+CUresult ipc_attach(uint64_t id, uint64_t token, int slot, uint64_t *va)
+{
+	struct fkw_req q = {.op = FKW_IPC_OPEN, .id = id, .token = token};
+	struct fk_alloc *a = &G.alloc[slot];
+	struct fkw_resp r;
+	CUresult res = alloc_open(slot, &q, ~0u, 0, 2ul << 20, 0, &r, va);
+
+	if (res)
+		return res;
+	a->kind = FK_A_IPC;
+	a->size = r.size;
+	a->ord = dev_ord_of_phys((int)r.dev);
+	a->ipc_open_refs = 1;
+	return CUDA_SUCCESS;
+}
+
 static CUresult ipc_get(CUipcMemHandle *handle, CUdeviceptr dptr)
 {
-	struct fkw_req q = {.op = FKW_IPC_GET};
 	struct ipc_handle ih = {.magic = IPC_MAGIC};
-	struct fkw_resp r;
 	struct fk_map *m;
 	struct fk_alloc *a;
 	CUresult res;
@@ -43,13 +72,10 @@ static CUresult ipc_get(CUipcMemHandle *handle, CUdeviceptr dptr)
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	a = &G.alloc[m->slot];
-	q.id = a->devd_id;
-	res = conn_rpc(&q, &r, NULL, 0);
+	res = ipc_token_get(a, &ih.token);
 	if (!res) {
-		a->dflags |= FKW_AF_IPC;
 		ih.pid = G.pid;
 		ih.id = a->devd_id;
-		ih.token = r.token;
 		ih.size = a->size;
 		ih.phys = (uint32_t)dev_phys(a->ord);
 		ih.off = m->off;
@@ -67,8 +93,6 @@ FK_API CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr d
 
 static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags)
 {
-	struct fkw_req q = {.op = FKW_IPC_OPEN};
-	struct fkw_resp r;
 	struct ipc_handle ih;
 	struct fk_alloc *a;
 	struct fk_ctx *c;
@@ -102,30 +126,9 @@ static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int
 		goto out;
 	}
 	a = &G.alloc[slot];
-	q.id = ih.id;
-	q.token = ih.token;
-	res = conn_rpc(&q, &r, NULL, 0);
-	if (res) {
-		a->used = 0;
+	res = ipc_attach(ih.id, ih.token, slot, &va);
+	if (res)
 		goto out;
-	}
-	a->devd_id = r.id;
-	a->aoff = r.off;
-	a->win = arena_at(r.dev, r.off, r.size);
-	va = va_reserve(r.size, 2ul << 20, 0);
-	if (!a->win || !va || map_add(va, r.size, 0, slot, 0, ~0u) < 0) {
-		if (va)
-			va_release(va, r.size);
-		a->win = NULL;
-		conn_drop(FKW_KIND_ALLOC, r.id);
-		a->used = 0;
-		res = CUDA_ERROR_OUT_OF_MEMORY;
-		goto out;
-	}
-	a->kind = FK_A_IPC;
-	a->size = r.size;
-	a->ord = dev_ord_of_phys((int)r.dev);
-	a->ipc_open_refs = 1;
 	a->ctx = c;
 	*pdptr = va + ih.off;
 out:

@@ -90,23 +90,9 @@ static CUresult piece_alloc(struct fk_ctx *c, CUdeviceptr *dptr, size_t size)
 	a = &G.alloc[slot];
 	q.dev = (uint32_t)dev_phys(c->ord);
 	q.size = LINEAR_CHUNK;
-	res = conn_rpc(&q, &r, NULL, 0);
-	if (res) {
-		a->used = 0;
+	res = alloc_open(slot, &q, q.dev, LINEAR_CHUNK, LINEAR_ALIGN, size, &r, &va);
+	if (res)
 		return res;
-	}
-	a->devd_id = r.id;
-	a->aoff = r.off;
-	a->win = arena_at(q.dev, r.off, LINEAR_CHUNK);
-	va = va_reserve(LINEAR_CHUNK, LINEAR_ALIGN, 0);
-	if (!a->win || !va || map_add(va, size, 0, slot, 0, ~0u) < 0) {
-		if (va)
-			va_release(va, LINEAR_CHUNK);
-		a->win = NULL;
-		conn_drop(FKW_KIND_ALLOC, a->devd_id);
-		a->used = 0;
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
 	a->kind = FK_A_LINEAR;
 	a->ord = c->ord;
 	a->size = LINEAR_CHUNK;
@@ -146,17 +132,9 @@ static CUresult mem_alloc(CUdeviceptr *dptr, size_t bytesize)
 	a = &G.alloc[slot];
 	q.dev = (uint32_t)dev_phys(c->ord);
 	q.size = size;
-	res = conn_rpc(&q, &r, NULL, 0);
+	res = alloc_open(slot, &q, q.dev, size, LINEAR_ALIGN, size, &r, &va);
 	if (res)
-		goto err_slot;
-	a->devd_id = r.id;
-	a->aoff = r.off;
-	a->win = arena_at(q.dev, r.off, size);
-	va = va_reserve(size, LINEAR_ALIGN, 0);
-	if (!a->win || !va || map_add(va, size, 0, slot, 0, ~0u) < 0) {
-		res = CUDA_ERROR_OUT_OF_MEMORY;
-		goto err_devd;
-	}
+		goto out;
 	a->kind = FK_A_LINEAR;
 	a->ord = c->ord;
 	a->size = size;
@@ -164,14 +142,6 @@ static CUresult mem_alloc(CUdeviceptr *dptr, size_t bytesize)
 	a->ctx = c;
 	a->handle_refs = 1;
 	*dptr = va;
-	goto out;
-err_devd:
-	if (va)
-		va_release(va, size);
-	a->win = NULL;
-	conn_drop(FKW_KIND_ALLOC, a->devd_id);
-err_slot:
-	a->used = 0;
 out:
 	UNLOCK();
 	return res;

@@ -235,23 +235,9 @@ static CUresult blk_create(int ord, size_t size, int *slotp, uint64_t *vap)
 	a = &G.alloc[slot];
 	q.dev = (uint32_t)dev_phys(ord);
 	q.size = size;
-	res = conn_rpc(&q, &r, NULL, 0);
-	if (res) {
-		a->used = 0;
+	res = alloc_open(slot, &q, q.dev, size, 2ul << 20, size, &r, &va);
+	if (res)
 		return res;
-	}
-	a->devd_id = r.id;
-	a->aoff = r.off;
-	a->win = arena_at(q.dev, r.off, size);
-	va = va_reserve(size, 2ul << 20, 0);
-	if (!a->win || !va || map_add(va, size, 0, slot, 0, ~0u) < 0) {
-		if (va)
-			va_release(va, size);
-		a->win = NULL;
-		conn_drop(FKW_KIND_ALLOC, a->devd_id);
-		a->used = 0;
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
 	a->kind = FK_A_LINEAR;
 	a->ord = ord;
 	a->size = size;
@@ -865,8 +851,6 @@ FK_API CUresult CUDAAPI cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_ou
 static CUresult ptr_export(CUmemPoolPtrExportData *out, CUdeviceptr ptr)
 {
 	struct pool_ptr_rec rec = {.magic = POOL_PTR_MAGIC};
-	struct fkw_req q = {.op = FKW_IPC_GET};
-	struct fkw_resp r;
 	struct fk_pblk *b;
 	struct fk_alloc *a;
 	CUresult res;
@@ -881,15 +865,12 @@ static CUresult ptr_export(CUmemPoolPtrExportData *out, CUdeviceptr ptr)
 		goto out;
 	}
 	a = &G.alloc[b->slot];
-	q.id = a->devd_id;
-	res = conn_rpc(&q, &r, NULL, 0);
+	res = ipc_token_get(a, &rec.ipc_token);
 	if (res)
 		goto out;
-	a->dflags |= FKW_AF_IPC;
 	rec.pid = G.pid;
 	rec.pool_token = pools[b->pool].token;
 	rec.id = a->devd_id;
-	rec.ipc_token = r.token;
 	rec.size = a->size;
 	rec.phys = (uint32_t)dev_phys(a->ord);
 	memset(out, 0, sizeof(*out));
@@ -906,9 +887,7 @@ FK_API CUresult CUDAAPI cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData
 
 static CUresult ptr_import(CUdeviceptr *out, CUmemoryPool h, CUmemPoolPtrExportData *data)
 {
-	struct fkw_req q = {.op = FKW_IPC_OPEN};
 	struct pool_ptr_rec rec;
-	struct fkw_resp r;
 	struct fk_pblk *b;
 	struct fk_alloc *a;
 	struct fk_pool *p;
@@ -933,37 +912,16 @@ static CUresult ptr_import(CUdeviceptr *out, CUmemoryPool h, CUmemPoolPtrExportD
 		res = CUDA_ERROR_OUT_OF_MEMORY;
 		goto out;
 	}
-	a = &G.alloc[slot];
-	q.id = rec.id;
-	q.token = rec.ipc_token;
-	res = conn_rpc(&q, &r, NULL, 0);
+	res = ipc_attach(rec.id, rec.ipc_token, slot, &va);
 	if (res) {
-		a->used = 0;
 		b->used = 0;
 		goto out;
 	}
-	a->devd_id = r.id;
-	a->aoff = r.off;
-	a->win = arena_at(r.dev, r.off, r.size);
-	va = va_reserve(r.size, 2ul << 20, 0);
-	if (!a->win || !va || map_add(va, r.size, 0, slot, 0, ~0u) < 0) {
-		if (va)
-			va_release(va, r.size);
-		a->win = NULL;
-		conn_drop(FKW_KIND_ALLOC, r.id);
-		a->used = 0;
-		b->used = 0;
-		res = CUDA_ERROR_OUT_OF_MEMORY;
-		goto out;
-	}
-	a->kind = FK_A_IPC;
-	a->size = r.size;
-	a->ord = dev_ord_of_phys((int)r.dev);
-	a->ipc_open_refs = 1;
+	a = &G.alloc[slot];
 	b->pool = (int)(p - pools);
 	b->imported = 1;
 	b->va = va;
-	b->size = r.size;
+	b->size = a->size;
 	b->slot = slot;
 	p->nlive++;
 	*out = va;

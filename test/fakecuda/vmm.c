@@ -74,6 +74,7 @@ static CUresult mem_create(CUmemGenericAllocationHandle *handle, size_t size, co
 	struct fkw_req q = {.op = FKW_ALLOC};
 	struct fkw_resp r;
 	struct fk_alloc *a;
+	uint64_t va; /* none: the application maps VMM memory */
 	CUresult res;
 	int slot;
 
@@ -96,20 +97,10 @@ static CUresult mem_create(CUmemGenericAllocationHandle *handle, size_t size, co
 	q.flags = prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ? FKW_AF_POSIX : 0;
 	if (prop->allocFlags.gpuDirectRDMACapable)
 		q.flags |= FKW_AF_GPUDIRECT;
-	res = conn_rpc(&q, &r, NULL, 0);
+	res = alloc_open(slot, &q, q.dev, size, 0, 0, &r, &va);
 	if (res) {
-		a->used = 0;
 		UNLOCK();
 		return res;
-	}
-	a->devd_id = r.id;
-	a->aoff = r.off;
-	a->win = arena_at(q.dev, r.off, size);
-	if (!a->win) {
-		conn_drop(FKW_KIND_ALLOC, a->devd_id);
-		a->used = 0;
-		UNLOCK();
-		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	a->kind = FK_A_VMM;
 	a->ord = prop->location.id;

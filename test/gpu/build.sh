@@ -45,11 +45,13 @@ cc() { # cc OUT SRC...
 	shift
 	$CC $CFLAGS -Wno-missing-prototypes -I"$gen" -o "$out/$o" "$@" -L"$FAKELIB" -lcuda
 }
-cc gpu_job "$src/gpu_job.c"
+# The workloads are built on the shared workload library (test/workloads/wl.c).
+WL=$top/test/workloads
+cc gpu_job -I"$WL" "$src/gpu_job.c" "$WL/wl.c"
 cc gpu_microbench -O3 "$src/gpu_microbench.c"
 cc cuda-checkpoint-shim "$src/ckpt-shim.c"
-cc facts-workload "$src/facts-workload.c"
-cc gpu_pool "$top/test/e2e/e2e_pool.c" # the fake-driver e2e twin, same program
+cc facts-workload -I"$WL" "$src/facts-workload.c" "$WL/wl.c"
+cc gpu_pool -I"$WL" "$top/test/e2e/e2e_pool.c" "$WL/wl.c" # the fake-driver e2e twin, same program
 cc fakecuda-ckpt "$top/test/fakecuda/ckpt.c"
 $CC $(mkv AM_CFLAGS_BASE) -o "$out/e2e_reaper" "$top/test/e2e/e2e_reaper.c"
 # The benchmarks: scale-bench drives workers with the plugin's own coordinator

@@ -13,7 +13,8 @@
 #   baseline/   CRIU's upstream cuda_plugin.so (never beside ours)
 #   workloads/  gpu_job, gpu_pool, gpu_microbench, facts-workload, fakecuda-ckpt,
 #               cuda-checkpoint-shim, e2e_reaper (test/gpu/build.sh)
-#   scripts/    test/gpu/*.sh and the sources they were built from
+#   scripts/    test/gpu/*.sh and the sources they were built from (with
+#               test/e2e/e2e_pool.c and the workload library test/workloads/wl.[ch])
 #   BUILDINFO   commit, build tree (run.sh finds the fake driver there with FAKE=1)
 #
 # On the GPU machine: bash OUTDIR/scripts/run.sh --out DIR. Nothing of the
@@ -68,6 +69,7 @@ copy_libs "$out"/workloads/*
 cp "$top"/test/gpu/*.sh "$top"/test/gpu/*.py "$top"/test/gpu/*.c "$top"/test/gpu/*.cu "$out/scripts/"
 cp -r "$top/test/gpu/frameworks" "$out/scripts/"
 cp "$top/test/e2e/e2e_pool.c" "$out/scripts/" # gpu_pool
+cp "$top/test/workloads/wl.c" "$top/test/workloads/wl.h" "$out/scripts/" # the workloads' library
 strip --strip-debug "$out"/bin/* "$out"/lib/* "$out"/plugins/* "$out"/workloads/* 2>/dev/null || true
 {
 	echo "commit=$(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$top" diff --quiet HEAD 2>/dev/null || echo -dirty)"

@@ -25,6 +25,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "wl.h"
+
 #define MIB (1ull << 20)
 
 static void die(const char *what, CUresult r)
@@ -139,31 +141,20 @@ static int unix_socket(const char *path, int listening)
 	return -1;
 }
 
+/* One byte and a descriptor, through the workload library (test/workloads/wl.c). */
 static void send_fd(int s, int fd)
 {
-	char c = 'F', ctl[CMSG_SPACE(sizeof(int))] = {0};
-	struct iovec iov = {&c, 1};
-	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)};
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
-
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-	if (sendmsg(s, &m, 0) != 1)
+	if (wl_send(s, "F", 1, fd))
 		exit(3);
 }
 
 static int recv_fd(int s)
 {
-	char c, ctl[CMSG_SPACE(sizeof(int))];
-	struct iovec iov = {&c, 1};
-	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)};
-	int fd;
+	char c;
+	int fd = wl_recv_fd(s, &c, 1);
 
-	if (recvmsg(s, &m, 0) != 1 || !CMSG_FIRSTHDR(&m))
+	if (fd < 0)
 		exit(3);
-	memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&m)), sizeof(int));
 	return fd;
 }
 

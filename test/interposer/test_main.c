@@ -2,8 +2,7 @@
  * test_main.c - the interposer's Check runner. Run through run-test.sh
  * (libcuinterpose.so preloaded, a private fake driver and socket directory).
  */
-#include <check.h>
-#include <stdlib.h>
+#include "harness.h"
 
 Suite *resolve_suite(void);
 Suite *track_suite(void);
@@ -17,19 +16,6 @@ Suite *query_suite(void);
 
 int main(void)
 {
-	SRunner *sr = srunner_create(resolve_suite());
-	int failed;
-
-	srunner_add_suite(sr, track_suite());
-	srunner_add_suite(sr, share_suite());
-	srunner_add_suite(sr, ops_suite());
-	srunner_add_suite(sr, ipc_suite());
-	srunner_add_suite(sr, mc_suite());
-	srunner_add_suite(sr, slab_suite());
-	srunner_add_suite(sr, pool_suite());
-	srunner_add_suite(sr, query_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return h_run(resolve_suite(), track_suite(), share_suite(), ops_suite(), ipc_suite(), mc_suite(), slab_suite(),
+		     pool_suite(), query_suite(), NULL);
 }

@@ -87,44 +87,6 @@ static char ask(int sock, char c)
 	return ok;
 }
 
-/* One request on a connection; returns the response (status checked by the caller). */
-static Cuip__Response *call(int s, Cuip__Request *req, int fd)
-{
-	Cuip__Response *resp = NULL;
-
-	ck_assert_int_eq(h_request(s, req, fd, &resp, NULL), 0);
-	return resp;
-}
-
-static void ok_call(int s, Cuip__Request *req, int fd, const char *what)
-{
-	Cuip__Response *r = call(s, req, fd);
-
-	ck_assert_msg(r->status == 0, "%s: %d %s", what, r->status, r->error ? r->error : "");
-	cuip__response__free_unpacked(r, NULL);
-}
-
-static void flag(int s, Cuip__Request__BodyCase bc, const char *what)
-{
-	Cuip__Request req = CUIP__REQUEST__INIT;
-
-	req.body_case = bc;
-	req.resume = 1; /* every flag body is a protobuf bool in the same union */
-	ok_call(s, &req, -1, what);
-}
-
-static Cuip__Response *inspect(int s)
-{
-	Cuip__Request req = CUIP__REQUEST__INIT;
-	Cuip__Response *r;
-
-	req.body_case = CUIP__REQUEST__BODY_INSPECT;
-	req.inspect = 1;
-	r = call(s, &req, -1);
-	ck_assert_int_eq(r->status, 0);
-	return r;
-}
-
 static Cuip__Response *save(int s, const Cuip__ProcessState *st, const char *file, int fd)
 {
 	Cuip__Request req = CUIP__REQUEST__INIT;
@@ -143,7 +105,7 @@ static Cuip__Response *save(int s, const Cuip__ProcessState *st, const char *fil
 	sv.chunk_size = 1 << 20;
 	req.body_case = CUIP__REQUEST__BODY_SAVE;
 	req.save = &sv;
-	r = call(s, &req, fd);
+	r = h_call(s, &req, fd);
 	ck_assert_msg(r->status == 0, "SAVE: %s", r->error ? r->error : "");
 	ck_assert_int_eq(r->body_case, CUIP__RESPONSE__BODY_SAVE);
 	return r;
@@ -159,7 +121,7 @@ static void load(int s, Cuip__SaveReply *sr, int fd)
 	l.n_entries = sr->n_entries;
 	req.body_case = CUIP__REQUEST__BODY_LOAD;
 	req.load = &l;
-	r = call(s, &req, fd);
+	r = h_call(s, &req, fd);
 	ck_assert_msg(r->status == 0, "LOAD: %s", r->error ? r->error : "");
 	ck_assert_uint_eq(r->load->bytes, sr->bytes);
 	cuip__response__free_unpacked(r, NULL);
@@ -177,7 +139,7 @@ static Cuip__Response *rebuild_call(int s, Cuip__Stage stage, Cuip__ProcessState
 	rb.n_peers = np;
 	req.body_case = CUIP__REQUEST__BODY_REBUILD;
 	req.rebuild = &rb;
-	return call(s, &req, -1);
+	return h_call(s, &req, -1);
 }
 
 static void rebuild(int s, Cuip__Stage stage, Cuip__ProcessState *exp, Cuip__PeerSocket **peers, size_t np)
@@ -198,7 +160,7 @@ static void verify(int s, Cuip__ProcessState *exp)
 	v.expected = exp;
 	req.body_case = CUIP__REQUEST__BODY_VERIFY;
 	req.verify = &v;
-	ok_call(s, &req, -1, "VERIFY");
+	h_ok_call(s, &req, -1, "VERIFY");
 }
 
 struct blocked {
@@ -268,7 +230,7 @@ START_TEST(save_prepare_load_rebuild_verify_resume_across_two_processes)
 	for (int i = 0; i < 2; i++) {
 		conn[i] = h_connect(i ? child : 0);
 		ck_assert_int_eq(h_sock_path(i ? child : 0, path[i], sizeof(path[i])), 0);
-		st[i] = inspect(conn[i]);
+		st[i] = h_inspect(conn[i]);
 	}
 	for (int i = 0; i < 2; i++) {
 		Cuip__Request req = CUIP__REQUEST__INIT;
@@ -276,7 +238,7 @@ START_TEST(save_prepare_load_rebuild_verify_resume_across_two_processes)
 		q.timeout_ms = 5000;
 		req.body_case = CUIP__REQUEST__BODY_QUIESCE;
 		req.quiesce = &q;
-		ok_call(conn[i], &req, -1, "QUIESCE");
+		h_ok_call(conn[i], &req, -1, "QUIESCE");
 	}
 	/* The gate is closed: a tracked call of ours waits. */
 	struct blocked b = {0};
@@ -285,7 +247,7 @@ START_TEST(save_prepare_load_rebuild_verify_resume_across_two_processes)
 	usleep(100000);
 	ck_assert(!b.done);
 	for (int i = 0; i < 2; i++)
-		flag(conn[i], CUIP__REQUEST__BODY_PREPARE_MULTICAST, "PREPARE_MULTICAST");
+		h_flag(conn[i], CUIP__REQUEST__BODY_PREPARE_MULTICAST, "PREPARE_MULTICAST");
 	for (int i = 0; i < 2; i++) {
 		snprintf(file[i], sizeof(file[i]), "%s/carrier-%d.img", getenv("CUIP_TMP"), i);
 		cfd[i] = open(file[i], O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -295,14 +257,14 @@ START_TEST(save_prepare_load_rebuild_verify_resume_across_two_processes)
 		ck_assert_uint_eq(sv[i]->save->bytes, i ? id.size : ia.size + g);
 	}
 	for (int i = 0; i < 2; i++)
-		flag(conn[i], CUIP__REQUEST__BODY_PREPARE_UNICAST, "PREPARE_UNICAST");
+		h_flag(conn[i], CUIP__REQUEST__BODY_PREPARE_UNICAST, "PREPARE_UNICAST");
 	/* Nothing of carried memory (shared, and private B) remains in the driver. */
 	CUresult (*retain)(CUmemGenericAllocationHandle *, void *) = h_real("cuMemRetainAllocationHandle");
 	CUmemGenericAllocationHandle raw;
 	ck_assert_int_ne(retain(&raw, (void *)va), CUDA_SUCCESS);
 	ck_assert_int_ne(retain(&raw, (void *)vd), CUDA_SUCCESS);
 	ck_assert_int_ne(retain(&raw, (void *)vb), CUDA_SUCCESS);
-	Cuip__Response *mid = inspect(conn[0]);
+	Cuip__Response *mid = h_inspect(conn[0]);
 	ck_assert_int_eq(mid->state->phase, CUIP__PHASE__PHASE_PREPARED);
 	cuip__response__free_unpacked(mid, NULL);
 	/* RESUME now would expose unmapped memory: refused. */
@@ -310,7 +272,7 @@ START_TEST(save_prepare_load_rebuild_verify_resume_across_two_processes)
 		Cuip__Request req = CUIP__REQUEST__INIT;
 		req.body_case = CUIP__REQUEST__BODY_RESUME;
 		req.resume = 1;
-		Cuip__Response *r = call(conn[0], &req, -1);
+		Cuip__Response *r = h_call(conn[0], &req, -1);
 		ck_assert_int_eq(r->status, -EBUSY);
 		cuip__response__free_unpacked(r, NULL);
 	}
@@ -365,19 +327,19 @@ START_TEST(save_prepare_load_rebuild_verify_resume_across_two_processes)
 		v.self = st[i]->state->self;
 		req.body_case = CUIP__REQUEST__BODY_VERIFY;
 		req.verify = &v;
-		r = call(conn[i], &req, -1);
+		r = h_call(conn[i], &req, -1);
 		ck_assert_int_eq(r->status, -EBADE);
 		ck_assert_msg(strstr(r->error, "digest"), "%s", r->error);
 		cuip__response__free_unpacked(r, NULL);
 		v.self = st[1 - i]->state->self; /* meant for the other process */
 		v.digest = d;
-		r = call(conn[i], &req, -1);
+		r = h_call(conn[i], &req, -1);
 		ck_assert_int_eq(r->status, -ESRCH);
 		cuip__response__free_unpacked(r, NULL);
 		v.self = st[i]->state->self;
-		ok_call(conn[i], &req, -1, "VERIFY by digest");
+		h_ok_call(conn[i], &req, -1, "VERIFY by digest");
 		v.has_digest = 0; /* neither a state nor a digest */
-		r = call(conn[i], &req, -1);
+		r = h_call(conn[i], &req, -1);
 		ck_assert_int_eq(r->status, -EINVAL);
 		cuip__response__free_unpacked(r, NULL);
 	}
@@ -385,7 +347,7 @@ START_TEST(save_prepare_load_rebuild_verify_resume_across_two_processes)
 		verify(conn[i], st[i]->state);
 	ck_assert(!b.done);
 	for (int i = 0; i < 2; i++)
-		flag(conn[i], CUIP__REQUEST__BODY_RESUME, "RESUME");
+		h_flag(conn[i], CUIP__REQUEST__BODY_RESUME, "RESUME");
 	pthread_join(th, NULL);
 	ck_assert_int_eq(b.r, CUDA_SUCCESS);
 
@@ -397,7 +359,7 @@ START_TEST(save_prepare_load_rebuild_verify_resume_across_two_processes)
 	ck_assert(ask(sock, 'w'));
 	ck_assert(h_check(va, 3 * g, ia.seed + 1));
 	ck_assert(ask(sock, 'i')); /* the old ticket still names the same allocation */
-	Cuip__Response *after = inspect(conn[0]);
+	Cuip__Response *after = h_inspect(conn[0]);
 	ck_assert_int_eq(after->state->phase, CUIP__PHASE__PHASE_ACTIVE);
 	for (size_t i = 0; i < after->state->n_allocations; i++)
 		if (after->state->allocations[i]->id->creator == after->state->self->id &&
@@ -412,7 +374,7 @@ START_TEST(save_prepare_load_rebuild_verify_resume_across_two_processes)
 		Cuip__Request req = CUIP__REQUEST__INIT;
 		req.body_case = CUIP__REQUEST__BODY_BYE;
 		req.bye = 1;
-		ok_call(conn[i], &req, -1, "BYE");
+		h_ok_call(conn[i], &req, -1, "BYE");
 		char c;
 		ck_assert_int_eq(read(conn[i], &c, 1), 0); /* EOF after BYE */
 		close(conn[i]);
@@ -449,13 +411,13 @@ START_TEST(quiesce_then_resume_without_teardown)
 	/* Out of order: SAVE and PREPARE_UNICAST before QUIESCE are refused. */
 	req.body_case = CUIP__REQUEST__BODY_PREPARE_UNICAST;
 	req.prepare_unicast = 1;
-	r = call(s, &req, -1);
+	r = h_call(s, &req, -1);
 	ck_assert_int_eq(r->status, -EBUSY);
 	cuip__response__free_unpacked(r, NULL);
 	q.timeout_ms = 1000;
 	req.body_case = CUIP__REQUEST__BODY_QUIESCE;
 	req.quiesce = &q;
-	ok_call(s, &req, -1, "QUIESCE");
+	h_ok_call(s, &req, -1, "QUIESCE");
 	CK(cuStreamQuery(st)); /* QUIESCE synchronized every context */
 	/* A SAVE that leaves out a carried allocation (made after the
 	 * plugin's INSPECT) is refused before anything is written: PREPARE_UNICAST
@@ -472,14 +434,14 @@ START_TEST(quiesce_then_resume_without_teardown)
 		sv.chunk_size = 1 << 20;
 		req.body_case = CUIP__REQUEST__BODY_SAVE;
 		req.save = &sv;
-		r = call(s, &req, fd);
+		r = h_call(s, &req, fd);
 		ck_assert_int_eq(r->status, -ESTALE);
 		ck_assert_msg(
 			strstr(r->error, "is carried but not in the SAVE request (made after INSPECT); nothing saved"),
 			"%s", r->error);
 		cuip__response__free_unpacked(r, NULL);
 		/* No carrier file at all, and two files without their names. */
-		r = call(s, &req, -1);
+		r = h_call(s, &req, -1);
 		ck_assert_int_eq(r->status, -EBADF);
 		ck_assert_msg(strstr(r->error, "SAVE came with 0 carrier files for 0 names"), "%s", r->error);
 		cuip__response__free_unpacked(r, NULL);
@@ -498,7 +460,7 @@ START_TEST(quiesce_then_resume_without_teardown)
 		close(fd);
 		unlink(file);
 	}
-	flag(s, CUIP__REQUEST__BODY_RESUME, "RESUME");
+	h_flag(s, CUIP__REQUEST__BODY_RESUME, "RESUME");
 	close(s);
 	CK(cuStreamDestroy(st));
 	CK(cuCtxDestroy(own));
@@ -525,23 +487,23 @@ START_TEST(a_second_checkpoint_is_refused_while_the_first_is_connected)
 	q.timeout_ms = 1000;
 	req.body_case = CUIP__REQUEST__BODY_QUIESCE;
 	req.quiesce = &q;
-	ok_call(a, &req, -1, "QUIESCE");
-	r = call(b, &req, -1);
+	h_ok_call(a, &req, -1, "QUIESCE");
+	r = h_call(b, &req, -1);
 	ck_assert_int_eq(r->status, -EALREADY);
 	ck_assert_ptr_nonnull(strstr(r->error, "another checkpoint of this process is in progress (phase QUIESCED)"));
 	cuip__response__free_unpacked(r, NULL);
-	r = inspect(b);
+	r = h_inspect(b);
 	ck_assert_int_eq(r->state->phase, CUIP__PHASE__PHASE_QUIESCED);
 	cuip__response__free_unpacked(r, NULL);
 	/* The first's coordinator dies (no BYE): the gate stays closed until
 	 * someone rolls it back; then a new checkpoint may start. */
 	close(a);
-	r = inspect(b);
+	r = h_inspect(b);
 	ck_assert_int_eq(r->state->phase, CUIP__PHASE__PHASE_QUIESCED);
 	cuip__response__free_unpacked(r, NULL);
-	flag(b, CUIP__REQUEST__BODY_RESUME, "RESUME");
-	ok_call(b, &req, -1, "QUIESCE");
-	flag(b, CUIP__REQUEST__BODY_RESUME, "RESUME");
+	h_flag(b, CUIP__REQUEST__BODY_RESUME, "RESUME");
+	h_ok_call(b, &req, -1, "QUIESCE");
+	h_flag(b, CUIP__REQUEST__BODY_RESUME, "RESUME");
 	close(b);
 }
 END_TEST
@@ -594,19 +556,19 @@ START_TEST(quiesce_times_out_on_a_call_in_flight_and_reopens_the_gate)
 	q.timeout_ms = 50;
 	req.body_case = CUIP__REQUEST__BODY_QUIESCE;
 	req.quiesce = &q;
-	r = call(s, &req, -1);
+	r = h_call(s, &req, -1);
 	ck_assert_int_eq(r->status, -ETIMEDOUT);
 	cuip__response__free_unpacked(r, NULL);
 	/* The gate is open again: the application goes on. */
 	pthread_join(th, NULL);
 	CK(sl.r);
 	CK(cuCtxSynchronize());
-	Cuip__Response *st = inspect(s);
+	Cuip__Response *st = h_inspect(s);
 	ck_assert_int_eq(st->state->phase, CUIP__PHASE__PHASE_ACTIVE);
 	cuip__response__free_unpacked(st, NULL);
 	q.timeout_ms = 5000;
-	ok_call(s, &req, -1, "QUIESCE");
-	flag(s, CUIP__REQUEST__BODY_RESUME, "RESUME");
+	h_ok_call(s, &req, -1, "QUIESCE");
+	h_flag(s, CUIP__REQUEST__BODY_RESUME, "RESUME");
 	close(s);
 }
 END_TEST
@@ -642,14 +604,14 @@ START_TEST(quiesce_times_out_on_device_work_that_cannot_drain_and_reopens_the_ga
 	req.body_case = CUIP__REQUEST__BODY_QUIESCE;
 	req.quiesce = &q;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	r = call(s, &req, -1);
+	r = h_call(s, &req, -1);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	dt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
 	ck_assert_int_eq(r->status, -ETIMEDOUT);
 	ck_assert_msg(r->error && strstr(r->error, "device work still running"), "error: %s", r->error);
 	ck_assert_msg(dt < 1.0, "QUIESCE took %.3f s, timeout 0.2 s", dt);
 	cuip__response__free_unpacked(r, NULL);
-	Cuip__Response *st = inspect(s);
+	Cuip__Response *st = h_inspect(s);
 	ck_assert_int_eq(st->state->phase, CUIP__PHASE__PHASE_ACTIVE);
 	cuip__response__free_unpacked(st, NULL);
 	/* The gate is open: a gated call goes through while the kernel runs. */
@@ -659,8 +621,8 @@ START_TEST(quiesce_times_out_on_device_work_that_cannot_drain_and_reopens_the_ga
 	h_unmap_release(va2, h_gran(), h2);
 	/* A retry once the work is done drains and quiesces. */
 	q.timeout_ms = 5000;
-	ok_call(s, &req, -1, "QUIESCE");
-	flag(s, CUIP__REQUEST__BODY_RESUME, "RESUME");
+	h_ok_call(s, &req, -1, "QUIESCE");
+	h_flag(s, CUIP__REQUEST__BODY_RESUME, "RESUME");
 	close(s);
 	uint32_t *b = malloc(h_gran());
 	ck_assert_ptr_nonnull(b);

@@ -351,43 +351,6 @@ END_TEST
 
 /* ---- SAVE, LOAD and VERIFY of a shared slab ------------------------------------- */
 
-static Cuip__Response *call(int s, Cuip__Request *req, int fd)
-{
-	Cuip__Response *resp = NULL;
-
-	ck_assert_int_eq(h_request(s, req, fd, &resp, NULL), 0);
-	return resp;
-}
-
-static void ok_call(int s, Cuip__Request *req, int fd, const char *what)
-{
-	Cuip__Response *r = call(s, req, fd);
-
-	ck_assert_msg(r->status == 0, "%s: %d %s", what, r->status, r->error ? r->error : "");
-	cuip__response__free_unpacked(r, NULL);
-}
-
-static void flag(int s, Cuip__Request__BodyCase bc, const char *what)
-{
-	Cuip__Request req = CUIP__REQUEST__INIT;
-
-	req.body_case = bc;
-	req.resume = 1; /* every flag body is a protobuf bool in the same union */
-	ok_call(s, &req, -1, what);
-}
-
-static Cuip__Response *inspect(int s)
-{
-	Cuip__Request req = CUIP__REQUEST__INIT;
-	Cuip__Response *r;
-
-	req.body_case = CUIP__REQUEST__BODY_INSPECT;
-	req.inspect = 1;
-	r = call(s, &req, -1);
-	ck_assert_int_eq(r->status, 0);
-	return r;
-}
-
 static Cuip__Response *load_call(int s, Cuip__CarrierEntry **e, size_t n, const char *file)
 {
 	Cuip__Request req = CUIP__REQUEST__INIT;
@@ -399,7 +362,7 @@ static Cuip__Response *load_call(int s, Cuip__CarrierEntry **e, size_t n, const 
 	l.n_entries = n;
 	req.body_case = CUIP__REQUEST__BODY_LOAD;
 	req.load = &l;
-	return call(s, &req, fd);
+	return h_call(s, &req, fd);
 }
 
 static void load_refused(int s, Cuip__CarrierEntry **e, size_t n, const char *file, int status, const char *msg)
@@ -440,7 +403,7 @@ START_TEST(shared_slab_saves_live_pieces_only_and_loads_them_back)
 		live += i == 1 ? 0 : sz[i];
 
 	s = h_connect(0);
-	st = inspect(s);
+	st = h_inspect(s);
 	a = slab_of(st->state, CUIP__ORIGIN__ORIGIN_MALLOC, 0);
 	ck_assert_ptr_nonnull(a);
 	ck_assert_int_eq(a->owner, CUIP__OWNER__OWNER_SHARED);
@@ -448,7 +411,7 @@ START_TEST(shared_slab_saves_live_pieces_only_and_loads_them_back)
 	q.timeout_ms = 5000;
 	req.body_case = CUIP__REQUEST__BODY_QUIESCE;
 	req.quiesce = &q;
-	ok_call(s, &req, -1, "QUIESCE");
+	h_ok_call(s, &req, -1, "QUIESCE");
 	snprintf(file, sizeof(file), "%s/carrier-slab.img", getenv("CUIP_TMP"));
 	fd = open(file, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	ck_assert_int_ge(fd, 0);
@@ -460,7 +423,7 @@ START_TEST(shared_slab_saves_live_pieces_only_and_loads_them_back)
 	req = (Cuip__Request)CUIP__REQUEST__INIT;
 	req.body_case = CUIP__REQUEST__BODY_SAVE;
 	req.save = &sv;
-	saved = call(s, &req, fd);
+	saved = h_call(s, &req, fd);
 	ck_assert_msg(saved->status == 0, "SAVE: %s", saved->error ? saved->error : "");
 	ck_assert_uint_eq(saved->save->n_entries, N - 1); /* one per live piece */
 	ck_assert_uint_eq(saved->save->bytes, live);
@@ -471,7 +434,7 @@ START_TEST(shared_slab_saves_live_pieces_only_and_loads_them_back)
 		ck_assert_uint_eq(saved->save->entries[i]->size, a->pieces[i]->size);
 		e[i] = saved->save->entries[i];
 	}
-	flag(s, CUIP__REQUEST__BODY_PREPARE_UNICAST, "PREPARE_UNICAST");
+	h_flag(s, CUIP__REQUEST__BODY_PREPARE_UNICAST, "PREPARE_UNICAST");
 
 	/* Refused before anything is recreated: a piece that does not exist, a
 	 * missing piece, a piece twice. */
@@ -497,14 +460,14 @@ START_TEST(shared_slab_saves_live_pieces_only_and_loads_them_back)
 		req = (Cuip__Request)CUIP__REQUEST__INIT;
 		req.body_case = CUIP__REQUEST__BODY_REBUILD;
 		req.rebuild = &rb;
-		ok_call(s, &req, -1, "REBUILD creators");
+		h_ok_call(s, &req, -1, "REBUILD creators");
 		v.expected = st->state;
 		req = (Cuip__Request)CUIP__REQUEST__INIT;
 		req.body_case = CUIP__REQUEST__BODY_VERIFY;
 		req.verify = &v;
-		ok_call(s, &req, -1, "VERIFY");
+		h_ok_call(s, &req, -1, "VERIFY");
 	}
-	flag(s, CUIP__REQUEST__BODY_RESUME, "RESUME");
+	h_flag(s, CUIP__REQUEST__BODY_RESUME, "RESUME");
 	close(s);
 	close(fd);
 	cuip__response__free_unpacked(saved, NULL);
@@ -516,7 +479,7 @@ START_TEST(shared_slab_saves_live_pieces_only_and_loads_them_back)
 	for (int i = 0; i < N; i++)
 		if (i != 1)
 			CK(cuMemFree(p[i]));
-	st = inspect(s = h_connect(0));
+	st = h_inspect(s = h_connect(0));
 	ck_assert_uint_eq(st->state->n_allocations, 0);
 	cuip__response__free_unpacked(st, NULL);
 	close(s);
@@ -537,13 +500,13 @@ START_TEST(verify_refuses_a_slab_whose_pieces_differ)
 	CK(cuMemAlloc(&q, 5000));
 	CK(cuIpcGetMemHandle(&ih, q));
 	s = h_connect(0);
-	st = inspect(s);
+	st = h_inspect(s);
 	ck_assert_uint_eq(st->state->allocations[0]->n_pieces, 2);
 	st->state->allocations[0]->pieces[1]->size = 4999;
 	v.expected = st->state;
 	req.body_case = CUIP__REQUEST__BODY_VERIFY;
 	req.verify = &v;
-	r = call(s, &req, -1);
+	r = h_call(s, &req, -1);
 	ck_assert_int_eq(r->status, -EIO);
 	ck_assert_msg(r->error && strstr(r->error, "differs from the checkpoint"), "VERIFY said %s",
 		      r->error ? r->error : "");

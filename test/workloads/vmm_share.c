@@ -31,16 +31,16 @@
  * vmm_share-criu.sh beside this file drives it through criu dump/restore.
  */
 #include <cuda.h>
-#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "wl.h"
 
 #define MAX_SHARED 16
 #define MAX_CHILD  16
@@ -75,7 +75,6 @@ struct msg {
 static struct shared sh[MAX_SHARED];
 static int nsh;
 static struct priv pv;
-static int rank; /* 0: parent */
 static CUdevice dev;
 static size_t gran;
 static volatile sig_atomic_t want_round, want_quit, want_state;
@@ -94,72 +93,57 @@ static void fail(const char *fmt, ...)
 	va_end(ap);
 }
 
-#define CK(call)                                                              \
-	({                                                                    \
-		CUresult r_ = (call);                                         \
-		if (r_ != CUDA_SUCCESS)                                       \
-			fail("rank %d: %s failed: %d", rank, #call, (int)r_); \
-		r_ == CUDA_SUCCESS;                                           \
+#define CK(call)                                                                 \
+	({                                                                       \
+		CUresult r_ = (call);                                            \
+		if (r_ != CUDA_SUCCESS)                                          \
+			fail("rank %d: %s failed: %d", wl_rank, #call, (int)r_); \
+		r_ == CUDA_SUCCESS;                                              \
 	})
 
-static uint32_t word(uint32_t key, uint64_t j, uint32_t v)
+/* A call of the workload library (wl.h): 1 if it worked, else 0 with its failure recorded. */
+static int ok_wl(int ret)
 {
-	uint32_t x = key * 0x9E3779B1u ^ (uint32_t)j * 2654435761u ^ (uint32_t)(j >> 32) ^ v * 0x85EBCA77u;
+	if (ret)
+		fail("rank %d: %s", wl_rank, wl_why);
+	return !ret;
+}
+
+struct pattern {
+	uint32_t key, v;
+};
+
+static uint32_t word(uint64_t j, const void *arg)
+{
+	const struct pattern *p = arg;
+	uint32_t x = p->key * 0x9E3779B1u ^ (uint32_t)j * 2654435761u ^ (uint32_t)(j >> 32) ^ p->v * 0x85EBCA77u;
+
 	x ^= x >> 15;
 	return x * 0x2C1B3C6Du;
 }
 
 static int fill(CUdeviceptr va, size_t size, uint32_t key, uint32_t v)
 {
-	uint32_t *buf = malloc(size);
-	int ok;
+	struct pattern p = {key, v};
 
-	if (!buf)
-		return 0;
-	for (size_t j = 0; j < size / 4; j++)
-		buf[j] = word(key, j, v);
-	ok = CK(cuMemcpyHtoD(va, buf, size));
-	free(buf);
-	return ok;
+	return ok_wl(wl_fill_words(va, size / 4, word, &p));
 }
 
 static int check(CUdeviceptr va, size_t size, uint32_t key, uint32_t v, const char *what)
 {
-	uint32_t *buf = malloc(size);
-	int ok;
+	struct pattern p = {key, v};
 
-	if (!buf)
-		return 0;
-	ok = CK(cuMemcpyDtoH(buf, va, size));
-	for (size_t j = 0; ok && j < size / 4; j++) {
-		if (buf[j] != word(key, j, v)) {
-			fail("rank %d: %s at %#llx: byte %zu is %#x, expected %#x (version %u)", rank, what,
-			     (unsigned long long)va, j * 4, buf[j], word(key, j, v), v);
-			ok = 0;
-		}
-	}
-	free(buf);
-	return ok;
+	return ok_wl(wl_check_words(va, size / 4, word, &p, what));
 }
 
 static CUmemAllocationProp prop_of(CUmemAllocationHandleType types)
 {
-	CUmemAllocationProp p = {0};
-
-	p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-	p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	p.location.id = dev;
-	p.requestedHandleTypes = types;
-	return p;
+	return wl_prop(dev, types);
 }
 
 static int map_rw(CUmemGenericAllocationHandle h, size_t size, CUdeviceptr *va)
 {
-	CUmemAccessDesc d = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev},
-			     .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-
-	return CK(cuMemAddressReserve(va, size, 0, 0, 0)) && CK(cuMemMap(*va, size, 0, h, 0)) &&
-	       CK(cuMemSetAccess(*va, size, &d, 1));
+	return ok_wl(wl_map(h, size, dev, 1, va));
 }
 
 static void unmap_free(CUdeviceptr va, size_t size)
@@ -173,8 +157,7 @@ static int gpu_init(void)
 	CUcontext ctx;
 	CUmemAllocationProp p;
 
-	if (!CK(cuInit(0)) || !CK(cuDeviceGet(&dev, 0)) || !CK(cuDevicePrimaryCtxRetain(&ctx, dev)) ||
-	    !CK(cuCtxSetCurrent(ctx)))
+	if (!ok_wl(wl_context(0, &dev, &ctx)))
 		return 0;
 	p = prop_of(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 	return CK(cuMemGetAllocationGranularity(&gran, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
@@ -188,7 +171,7 @@ static size_t round_up(size_t v)
 static int priv_setup(void)
 {
 	CUmemAllocationProp p;
-	uint32_t key = 1000 + (uint32_t)rank * 3;
+	uint32_t key = 1000 + (uint32_t)wl_rank * 3;
 
 	pv.vmm_size = round_up(PRIV_SIZE);
 	if (!CK(cuMemAlloc(&pv.linear, PRIV_SIZE)) || !fill(pv.linear, PRIV_SIZE, key, 0))
@@ -204,7 +187,7 @@ static int priv_setup(void)
 
 static int priv_check(void)
 {
-	uint32_t key = 1000 + (uint32_t)rank * 3;
+	uint32_t key = 1000 + (uint32_t)wl_rank * 3;
 
 	return check(pv.linear, PRIV_SIZE, key, 0, "cuMemAlloc memory") &&
 	       check(pv.posix_va, pv.vmm_size, key + 1, 0, "never-shared POSIX VMM memory") &&
@@ -225,17 +208,7 @@ static void priv_teardown(void)
 /* FNV-1a over the bytes at va, read back from the device. */
 static int sum(CUdeviceptr va, size_t size, uint32_t *h)
 {
-	unsigned char *buf = malloc(size);
-	int ok;
-
-	if (!buf)
-		return 0;
-	ok = CK(cuMemcpyDtoH(buf, va, size));
-	*h = 2166136261u;
-	for (size_t j = 0; ok && j < size; j++)
-		*h = (*h ^ buf[j]) * 16777619u;
-	free(buf);
-	return ok;
+	return ok_wl(wl_device_sum(va, size, h));
 }
 
 /* One line for STATE: this process's pid, then every allocation it maps:
@@ -246,7 +219,7 @@ static int state_line(uint32_t n)
 	size_t len;
 	uint32_t h;
 
-	len = (size_t)snprintf(line, sizeof(line), "state %u rank %d pid %d:", n, rank, (int)getpid());
+	len = (size_t)snprintf(line, sizeof(line), "state %u rank %d pid %d:", n, wl_rank, (int)getpid());
 	for (int i = 0; i < nsh; i++) {
 		if (!sum(sh[i].va, sh[i].size, &h))
 			return 0;
@@ -273,50 +246,12 @@ static int state_line(uint32_t n)
 
 static int send_msg(int s, const struct msg *m, int fd)
 {
-	char ctl[CMSG_SPACE(sizeof(int))] = {0};
-	struct iovec iov = {.iov_base = (void *)m, .iov_len = sizeof(*m)};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-
-	if (fd >= 0) {
-		mh.msg_control = ctl;
-		mh.msg_controllen = sizeof(ctl);
-		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	}
-	while (sendmsg(s, &mh, MSG_NOSIGNAL) < 0)
-		if (errno != EINTR)
-			return -1;
-	return 0;
+	return wl_send(s, m, sizeof(*m), fd);
 }
 
 static int recv_msg(int s, struct msg *m, int *fd)
 {
-	char ctl[CMSG_SPACE(sizeof(int))];
-	struct iovec iov = {.iov_base = m, .iov_len = sizeof(*m)};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)};
-	ssize_t n;
-
-	if (fd)
-		*fd = -1;
-	while ((n = recvmsg(s, &mh, MSG_WAITALL | MSG_CMSG_CLOEXEC)) < 0)
-		if (errno != EINTR)
-			return -1;
-	if (n != sizeof(*m))
-		return -1;
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-			int got;
-			memcpy(&got, CMSG_DATA(c), sizeof(int));
-			if (fd)
-				*fd = got;
-			else
-				close(got);
-		}
-	}
-	return 0;
+	return wl_recv(s, m, sizeof(*m), fd);
 }
 
 static struct msg mk(int op, int idx, uint32_t version)
@@ -409,8 +344,10 @@ static int child_main(int s)
 /* ---- parent -------------------------------------------------------------- */
 
 static int nchild;
-static int csock[MAX_CHILD];
-static pid_t cpid[MAX_CHILD];
+static int peer[MAX_CHILD + 1]; /* rank 0: peer[c + 1] is child c's socket; a child: peer[0] */
+static pid_t pids[MAX_CHILD + 1];
+static int *const csock = peer + 1; /* child c's socket and pid */
+static pid_t *const cpid = pids + 1;
 
 /* Send to one child and wait for its answer. */
 static int ask(int c, struct msg m, int fd)
@@ -585,27 +522,17 @@ int main(int argc, char **argv)
 	signal(SIGINT, on_signal);
 
 	/* Children first, before any CUDA call. */
-	for (int c = 0; c < nchild; c++) {
-		int sv[2];
-		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv)) {
-			perror("socketpair");
-			return 1;
-		}
-		cpid[c] = fork();
-		if (cpid[c] == 0) {
-			for (int k = 0; k < c; k++)
-				close(csock[k]);
-			close(sv[0]);
-			sigprocmask(SIG_SETMASK, &old, NULL);
-			signal(SIGUSR1, SIG_IGN);
-			signal(SIGUSR2, SIG_IGN);
-			signal(SIGINT, SIG_IGN);
-			signal(SIGTERM, SIG_DFL);
-			rank = c + 1;
-			exit(child_main(sv[1]));
-		}
-		close(sv[1]);
-		csock[c] = sv[0];
+	if (wl_fork_ranks(nchild + 1, peer, pids, WL_CLOEXEC) < 0) {
+		fprintf(stderr, "vmm_share: %s\n", wl_why);
+		return 1;
+	}
+	if (wl_rank) {
+		sigprocmask(SIG_SETMASK, &old, NULL);
+		signal(SIGUSR1, SIG_IGN);
+		signal(SIGUSR2, SIG_IGN);
+		signal(SIGINT, SIG_IGN);
+		signal(SIGTERM, SIG_DFL);
+		exit(child_main(peer[0]));
 	}
 
 	if (!parent_setup(sizes)) {

@@ -62,7 +62,7 @@ static CUresult init_capturing(char *msg, size_t len)
 	return r;
 }
 
-/* The case's devd serves 1 device of 256 MiB (fkt_devd1). */
+/* The case's devd serves 1 device of 256 MiB (h_devd1). */
 START_TEST(devd_of_another_configuration_is_refused_naming_it)
 {
 	static const char *const asks[][2] = {
@@ -194,13 +194,13 @@ START_TEST(linear_memory_copies_and_errors)
 	CUdeviceptr a, b, base;
 	size_t size, before;
 
-	fkt_init_ctx(0);
-	before = fkt_free_mem();
+	h_init(0);
+	before = h_free_mem();
 	for (int i = 0; i < 1024; i++)
 		in[i] = (uint32_t)i * 2654435761u;
 	CK(cuMemAlloc(&a, sizeof(in)));
 	CK(cuMemAlloc(&b, sizeof(in)));
-	ck_assert_uint_lt(fkt_free_mem(), before);
+	ck_assert_uint_lt(h_free_mem(), before);
 	CK(cuMemcpyHtoD(a, in, sizeof(in)));
 	CK(cuMemcpyDtoD(b, a, sizeof(in)));
 	CK(cuMemcpyDtoH(out, b, sizeof(out)));
@@ -227,7 +227,7 @@ START_TEST(linear_memory_copies_and_errors)
 	CK_ERR(cuMemFree(b), CUDA_ERROR_INVALID_VALUE);
 	CK_ERR(cuMemAlloc(&b, 512 * MiB), CUDA_ERROR_OUT_OF_MEMORY);
 	CK(cuMemFree(a));
-	ck_assert_uint_eq(fkt_free_mem(), before);
+	ck_assert_uint_eq(h_free_mem(), before);
 }
 END_TEST
 
@@ -237,7 +237,7 @@ START_TEST(device_addresses_fault_on_host_access)
 	pid_t pid;
 	int s;
 
-	fkt_init_ctx(0);
+	h_init(0);
 	CK(cuMemAlloc(&a, 4096));
 	pid = fork();
 	if (pid == 0) {
@@ -248,7 +248,7 @@ START_TEST(device_addresses_fault_on_host_access)
 		(void)c;
 		_exit(0);
 	}
-	s = fkt_wait(pid);
+	s = h_wait(pid);
 	ck_assert_int_eq(s, 128 + 11); /* SIGSEGV, as on a GPU address */
 }
 END_TEST
@@ -258,7 +258,7 @@ START_TEST(host_memory)
 	void *p;
 	char buf[64];
 
-	fkt_init_ctx(0);
+	h_init(0);
 	CK(cuMemAllocHost(&p, 4096));
 	memset(p, 1, 4096);
 	CK(cuMemFreeHost(p));
@@ -296,13 +296,13 @@ START_TEST(tables_grow_past_ten_thousand_reservations_and_thousands_of_streams_a
 	int i;
 
 	setenv("FAKECUDA_VMM_GRANULARITY_KB", "64", 1);
-	prim = fkt_init_ctx(0);
+	prim = h_init(0);
 	for (i = 0; i < N_RESV; i++) {
 		CK(cuMemAddressReserve(&va[i], g, 0, 0, 0));
 		ck_assert(i == 0 || va[i] != va[i - 1]);
 	}
 	/* The last one and the first one work: map, write, read back. */
-	h = fkt_vmm_create(g, 0, 0);
+	h = h_vmm_create(g, 0, 0);
 	for (i = N_RESV - 1; i >= 0; i -= N_RESV - 1) {
 		uint32_t v[4] = {(uint32_t)i, 1, 2, 3};
 
@@ -371,9 +371,9 @@ START_TEST(streams_run_in_order_and_events_time_them)
 	float ms;
 
 	setenv("FAKECUDA_KERNEL_DELAY_US", "50000", 1);
-	fkt_init_ctx(0);
-	fill = fkt_kernel("fake_fill_u32");
-	add = fkt_kernel("fake_add_u32");
+	h_init(0);
+	fill = h_kernel("fake_fill_u32");
+	add = h_kernel("fake_add_u32");
 	CK(cuMemAlloc(&a, sizeof(out)));
 	CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
 	CK(cuEventCreate(&e0, 0));
@@ -425,25 +425,24 @@ START_TEST(kernels_do_checkable_work)
 	CUfunction f;
 	CUmodule m;
 
-	fkt_init_ctx(0);
+	h_init(0);
 	CK(cuMemAlloc(&a, 4000));
 	CK(cuMemAlloc(&b, 4000));
 	packed.p = b;
-	CK(cuLaunchKernel(fkt_kernel("fake_fill_u32"), 4, 1, 1, 256, 1, 1, 0, NULL, fa, NULL));
-	CK(cuLaunchKernel(fkt_kernel("fake_copy"), 1, 1, 1, 1, 1, 1, 0, NULL, ca, NULL));
-	CK(cuLaunchKernel(fkt_kernel("fake_add_u32"), 1, 1, 1, 1, 1, 1, 0, NULL, NULL, extra));
+	CK(cuLaunchKernel(h_kernel("fake_fill_u32"), 4, 1, 1, 256, 1, 1, 0, NULL, fa, NULL));
+	CK(cuLaunchKernel(h_kernel("fake_copy"), 1, 1, 1, 1, 1, 1, 0, NULL, ca, NULL));
+	CK(cuLaunchKernel(h_kernel("fake_add_u32"), 1, 1, 1, 1, 1, 1, 0, NULL, NULL, extra));
 	CK(cuMemcpyDtoH(out, b, sizeof(out)));
 	for (int i = 0; i < 1000; i++)
 		ck_assert_uint_eq(out[i], 0xdeadbef0u);
 	CK(cuModuleLoadData(&m, "x"));
 	CK_ERR(cuModuleGetFunction(&f, m, "no_such_kernel"), CUDA_ERROR_NOT_FOUND);
-	CK_ERR(cuLaunchKernel(fkt_kernel("fake_copy"), 1, 1, 1, 2048, 1, 1, 0, NULL, ca, NULL),
-	       CUDA_ERROR_INVALID_VALUE);
+	CK_ERR(cuLaunchKernel(h_kernel("fake_copy"), 1, 1, 1, 2048, 1, 1, 0, NULL, ca, NULL), CUDA_ERROR_INVALID_VALUE);
 	CK(cuModuleUnload(m));
 	CK_ERR(cuModuleUnload(m), CUDA_ERROR_INVALID_HANDLE);
 	/* a kernel touching an unmapped address fails asynchronously and sticks */
 	n = 1 << 30;
-	CK(cuLaunchKernel(fkt_kernel("fake_fill_u32"), 1, 1, 1, 1, 1, 1, 0, NULL, fa, NULL));
+	CK(cuLaunchKernel(h_kernel("fake_fill_u32"), 1, 1, 1, 1, 1, 1, 0, NULL, fa, NULL));
 	CK_ERR(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
 }
 END_TEST
@@ -493,8 +492,8 @@ START_TEST(fault_injection_fails_the_nth_call_having_done_nothing)
 	size_t before;
 
 	setenv("FAKECUDA_FAIL", "cuMemAlloc:2:CUDA_ERROR_OUT_OF_MEMORY,cuStreamSynchronize:1", 1);
-	fkt_init_ctx(0);
-	before = fkt_free_mem();
+	h_init(0);
+	before = h_free_mem();
 	CK(cuMemAlloc(&a, 4096));
 	b = 0;
 	CK_ERR(cuMemAlloc(&b, 4096), CUDA_ERROR_OUT_OF_MEMORY);
@@ -504,7 +503,7 @@ START_TEST(fault_injection_fails_the_nth_call_having_done_nothing)
 	CK(cuStreamSynchronize(NULL));
 	CK(cuMemFree(a));
 	CK(cuMemFree(c));
-	ck_assert_uint_eq(fkt_free_mem(), before);
+	ck_assert_uint_eq(h_free_mem(), before);
 }
 END_TEST
 
@@ -512,7 +511,7 @@ START_TEST(forked_child_of_initialized_process_cannot_use_cuda)
 {
 	pid_t pid;
 
-	fkt_init_ctx(0);
+	h_init(0);
 	pid = fork();
 	if (pid == 0) {
 		CUdevice d;
@@ -520,7 +519,7 @@ START_TEST(forked_child_of_initialized_process_cannot_use_cuda)
 		_exit(cuDeviceGet(&d, 0) == CUDA_ERROR_NOT_INITIALIZED && cuInit(0) == CUDA_ERROR_NOT_INITIALIZED ? 0
 														  : 1);
 	}
-	ck_assert_int_eq(fkt_wait(pid), 0);
+	ck_assert_int_eq(h_wait(pid), 0);
 	CK(cuCtxSynchronize());
 }
 END_TEST
@@ -530,8 +529,8 @@ static Suite *suite(void)
 	Suite *s = suite_create("fakecuda-basic");
 	TCase *t1 = tcase_create("one-device"), *t2 = tcase_create("two-devices");
 
-	tcase_add_unchecked_fixture(t1, fkt_devd1, fkt_devd_stop);
-	tcase_add_unchecked_fixture(t2, fkt_devd2, fkt_devd_stop);
+	tcase_add_unchecked_fixture(t1, h_devd1, h_devd_stop);
+	tcase_add_unchecked_fixture(t2, h_devd2, h_devd_stop);
 	tcase_set_timeout(t1, 30);
 	tcase_set_timeout(t2, 30);
 	tcase_add_test(t1, calls_before_init_are_not_initialized);
@@ -556,11 +555,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return h_run(suite(), NULL);
 }

@@ -67,7 +67,7 @@ static void device_footprint(pid_t pid, int *windows, int *sockets)
 /* Descriptors of devd's device arenas the process holds. */
 static int arena_fds(pid_t pid)
 {
-	return fkt_fds_like(pid, "memfd:fakecuda-dev", NULL);
+	return h_fds_like(pid, "memfd:fakecuda-dev", NULL);
 }
 
 /* The process's virtual size in GiB (the arena reservations are terabytes). */
@@ -93,7 +93,7 @@ struct addrs {
 };
 
 /* Target with private memory only: cuMemAlloc + a never-exported POSIX-capable VMM allocation. */
-static int private_target(int s, void *arg)
+static int private_target(void *arg, int s)
 {
 	int dev = arg ? *(int *)arg : 0;
 	struct addrs a;
@@ -104,30 +104,30 @@ static int private_target(int s, void *arg)
 	char m;
 	int ok;
 
-	fkt_init_ctx(dev);
+	h_init(dev);
 	CK(cuMemAlloc(&a.lin, sizeof(buf)));
-	h = fkt_vmm_create(2 * MiB, dev, 1);
-	a.vmm = fkt_vmm_map(h, 2 * MiB, dev);
-	fkt_fill(buf, NW, 0x1234);
+	h = h_vmm_create(2 * MiB, dev, 1);
+	a.vmm = h_vmm_map(h, 2 * MiB, dev);
+	h_pattern(buf, NW, 0x1234);
 	CK(cuMemcpyHtoD(a.lin, buf, sizeof(buf)));
-	fkt_fill(buf, NW, 0x5678);
+	h_pattern(buf, NW, 0x5678);
 	CK(cuMemcpyHtoD(a.vmm + MiB, buf, sizeof(buf)));
 	CK(cuDeviceGetUuid(&a.uuid0, 0));
-	fkt_send(s, &a, sizeof(a));
-	if (fkt_recv(s, &m, 1)) /* 'v': verify */
+	h_send(s, &a, sizeof(a));
+	if (h_recv(s, &m, 1)) /* 'v': verify */
 		return 2;
 	CK(cuMemcpyDtoH(buf, a.lin, sizeof(buf)));
-	ok = fkt_check(buf, NW, 0x1234);
+	ok = h_pattern_ok(buf, NW, 0x1234);
 	CK(cuMemcpyDtoH(buf, a.vmm + MiB, sizeof(buf)));
-	ok = ok && fkt_check(buf, NW, 0x5678);
-	CK(cuLaunchKernel(fkt_kernel("fake_add_u32"), 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+	ok = ok && h_pattern_ok(buf, NW, 0x5678);
+	CK(cuLaunchKernel(h_kernel("fake_add_u32"), 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
 	CK(cuMemcpyDtoH(buf, a.lin, sizeof(buf)));
 	for (int i = 0; i < NW; i++)
 		buf[i] -= 1;
-	ok = ok && fkt_check(buf, NW, 0x1234);
+	ok = ok && h_pattern_ok(buf, NW, 0x1234);
 	CK(cuDeviceGetUuid(&a.uuid0, 0));
-	fkt_send(s, &ok, sizeof(ok));
-	fkt_send(s, &a.uuid0, sizeof(a.uuid0));
+	h_send(s, &ok, sizeof(ok));
+	h_send(s, &a.uuid0, sizeof(a.uuid0));
 	return ok ? 0 : 3;
 }
 
@@ -141,10 +141,10 @@ START_TEST(private_bytes_survive_checkpoint_at_same_addresses)
 	pid_t pid;
 	CUuuid u;
 
-	pid = fkt_spawn(private_target, NULL, &s);
-	fkt_init_ctx(0);
-	ck_assert_int_eq(fkt_recv(s, &a, sizeof(a)), 0);
-	before = fkt_free_mem();
+	pid = h_fork(private_target, NULL, &s);
+	h_init(0);
+	ck_assert_int_eq(h_recv(s, &a, sizeof(a)), 0);
+	before = h_free_mem();
 
 	CK(cuCheckpointProcessGetRestoreThreadId(pid, &tid));
 	snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", pid, tid);
@@ -167,7 +167,7 @@ START_TEST(private_bytes_survive_checkpoint_at_same_addresses)
 	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_CHECKPOINTED);
 	/* everything device-side is released, the device connection is closed
 	 * (devd handles the target's hangup unordered with our requests) */
-	during = fkt_free_mem_settles(before + sizeof(buf) + 2 * MiB);
+	during = h_free_mem_settles(before + sizeof(buf) + 2 * MiB);
 	ck_assert_uint_ge(during, before + sizeof(buf) + 2 * MiB);
 	ck_assert_int_eq(arena_fds(pid), 0);
 	device_footprint(pid, &w, &k);
@@ -178,14 +178,14 @@ START_TEST(private_bytes_survive_checkpoint_at_same_addresses)
 	CK_ERR(cuCheckpointProcessUnlock(pid, NULL), CUDA_ERROR_ILLEGAL_STATE);
 	CK(cuCheckpointProcessRestore(pid, NULL));
 	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_LOCKED);
-	ck_assert_uint_eq(fkt_free_mem(), before);
+	ck_assert_uint_eq(h_free_mem(), before);
 	CK(cuCheckpointProcessUnlock(pid, NULL));
 	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_RUNNING);
-	fkt_send(s, "v", 1);
-	ck_assert_int_eq(fkt_recv(s, &ok, sizeof(ok)), 0);
-	ck_assert_int_eq(fkt_recv(s, &u, sizeof(u)), 0);
+	h_send(s, "v", 1);
+	ck_assert_int_eq(h_recv(s, &ok, sizeof(ok)), 0);
+	ck_assert_int_eq(h_recv(s, &u, sizeof(u)), 0);
 	ck_assert_int_eq(ok, 1);
-	ck_assert_int_eq(fkt_wait(pid), 0);
+	ck_assert_int_eq(h_wait(pid), 0);
 }
 END_TEST
 
@@ -201,8 +201,8 @@ START_TEST(caller_that_never_called_cuinit_drives_the_checkpoint_api)
 	CUuuid u;
 	CUdevice d;
 
-	pid = fkt_spawn(private_target, NULL, &s);
-	ck_assert_int_eq(fkt_recv(s, &a, sizeof(a)), 0);
+	pid = h_fork(private_target, NULL, &s);
+	ck_assert_int_eq(h_recv(s, &a, sizeof(a)), 0);
 	/* This process has no CUDA: every other entry point says so. */
 	CK_ERR(cuDeviceGet(&d, 0), CUDA_ERROR_NOT_INITIALIZED);
 	CK(cuCheckpointProcessGetRestoreThreadId(pid, &tid));
@@ -225,11 +225,11 @@ START_TEST(caller_that_never_called_cuinit_drives_the_checkpoint_api)
 	CK(cuCheckpointProcessUnlock(pid, NULL));
 	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_RUNNING);
 	CK_ERR(cuDeviceGet(&d, 0), CUDA_ERROR_NOT_INITIALIZED); /* still none here */
-	fkt_send(s, "v", 1);
-	ck_assert_int_eq(fkt_recv(s, &ok, sizeof(ok)), 0);
-	ck_assert_int_eq(fkt_recv(s, &u, sizeof(u)), 0);
+	h_send(s, "v", 1);
+	ck_assert_int_eq(h_recv(s, &ok, sizeof(ok)), 0);
+	ck_assert_int_eq(h_recv(s, &u, sizeof(u)), 0);
 	ck_assert_int_eq(ok, 1); /* bytes back at the same addresses */
-	ck_assert_int_eq(fkt_wait(pid), 0);
+	ck_assert_int_eq(h_wait(pid), 0);
 	/* A target gone: refused as from an initialized caller. */
 	CK_ERR(cuCheckpointProcessGetState(pid, &(CUprocessState){0}), CUDA_ERROR_OPERATING_SYSTEM);
 }
@@ -237,7 +237,7 @@ END_TEST
 
 /* private_target as pid 1 of a fresh pid namespace (unshare --pid --fork):
  * the intermediate child stays in ours and passes the exit status on. */
-static int ns_target(int s, void *arg)
+static int ns_target(void *arg, int s)
 {
 	int st, inner;
 	pid_t pid;
@@ -249,8 +249,8 @@ static int ns_target(int s, void *arg)
 		return 11;
 	if (pid == 0) {
 		inner = getpid();
-		fkt_send(s, &inner, sizeof(inner));
-		_exit(private_target(s, arg));
+		h_send(s, &inner, sizeof(inner));
+		_exit(private_target(arg, s));
 	}
 	close(s);
 	if (waitpid(pid, &st, 0) != pid)
@@ -267,11 +267,11 @@ START_TEST(caller_drives_a_process_in_a_child_pid_namespace_by_its_own_pid)
 	CUuuid u;
 	FILE *f;
 
-	mid = fkt_spawn(ns_target, NULL, &s);
-	fkt_init_ctx(0);
-	ck_assert_int_eq(fkt_recv(s, &inner, sizeof(inner)), 0);
+	mid = h_fork(ns_target, NULL, &s);
+	h_init(0);
+	ck_assert_int_eq(h_recv(s, &inner, sizeof(inner)), 0);
 	ck_assert_int_eq(inner, 1); /* it sees itself as pid 1 */
-	ck_assert_int_eq(fkt_recv(s, &a, sizeof(a)), 0);
+	ck_assert_int_eq(h_recv(s, &a, sizeof(a)), 0);
 	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", mid, mid);
 	f = fopen(path, "r");
 	ck_assert_ptr_nonnull(f);
@@ -299,11 +299,11 @@ START_TEST(caller_drives_a_process_in_a_child_pid_namespace_by_its_own_pid)
 	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_LOCKED);
 	CK(cuCheckpointProcessUnlock(pid, NULL));
 	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_RUNNING);
-	fkt_send(s, "v", 1);
-	ck_assert_int_eq(fkt_recv(s, &ok, sizeof(ok)), 0);
-	ck_assert_int_eq(fkt_recv(s, &u, sizeof(u)), 0);
+	h_send(s, "v", 1);
+	ck_assert_int_eq(h_recv(s, &ok, sizeof(ok)), 0);
+	ck_assert_int_eq(h_recv(s, &u, sizeof(u)), 0);
 	ck_assert_int_eq(ok, 1); /* bytes back at the same addresses */
-	ck_assert_int_eq(fkt_wait(mid), 0);
+	ck_assert_int_eq(h_wait(mid), 0);
 }
 END_TEST
 
@@ -318,12 +318,12 @@ START_TEST(checkpoint_api_errors_for_other_processes)
 		pause();
 		_exit(0);
 	}
-	fkt_init_ctx(0);
+	h_init(0);
 	CK_ERR(cuCheckpointProcessGetState(pid, &st), CUDA_ERROR_NOT_INITIALIZED);
 	CK_ERR(cuCheckpointProcessGetRestoreThreadId(pid, &tid), CUDA_ERROR_NOT_INITIALIZED);
 	CK_ERR(cuCheckpointProcessLock(pid, NULL), CUDA_ERROR_NOT_INITIALIZED);
 	kill(pid, SIGKILL);
-	fkt_wait(pid);
+	h_wait(pid);
 	/* No such process, as the H200 answers for every action. */
 	CK_ERR(cuCheckpointProcessGetState(pid, &st), CUDA_ERROR_OPERATING_SYSTEM);
 	CK_ERR(cuCheckpointProcessGetRestoreThreadId(pid, &tid), CUDA_ERROR_OPERATING_SYSTEM);
@@ -337,7 +337,7 @@ START_TEST(checkpoint_api_errors_for_other_processes)
 END_TEST
 
 /* Targets that hold shared memory: 0 = VMM importer, 1 = IPC importer, 2 = exporter, 3 = multicast holder. */
-static int sharing_target(int s, void *arg)
+static int sharing_target(void *arg, int s)
 {
 	int kind = *(int *)arg, fd;
 	CUmemGenericAllocationHandle h;
@@ -345,31 +345,31 @@ static int sharing_target(int s, void *arg)
 	char m;
 
 	if (kind == 0) {
-		if (fkt_recv_fd(s, &fd, &m, 1))
+		if ((fd = h_recv_fd(s, &m, 1)) < 0)
 			return 2;
-		fkt_init_ctx(0);
+		h_init(0);
 		CK(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
 		close(fd); /* "FD closed after import" */
-		p = fkt_vmm_map(h, 2 * MiB, 0);
+		p = h_vmm_map(h, 2 * MiB, 0);
 	} else if (kind == 1) {
 		CUipcMemHandle ih;
 
-		if (fkt_recv(s, &ih, sizeof(ih)))
+		if (h_recv(s, &ih, sizeof(ih)))
 			return 2;
-		fkt_init_ctx(0);
+		h_init(0);
 		CK(cuIpcOpenMemHandle(&p, ih, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
 	} else if (kind == 2) {
-		fkt_init_ctx(0);
-		h = fkt_vmm_create(2 * MiB, 0, 1);
-		p = fkt_vmm_map(h, 2 * MiB, 0);
-		fkt_fill(buf, NW, 0x77);
+		h_init(0);
+		h = h_vmm_create(2 * MiB, 0, 1);
+		p = h_vmm_map(h, 2 * MiB, 0);
+		h_pattern(buf, NW, 0x77);
 		CK(cuMemcpyHtoD(p, buf, sizeof(buf)));
 		CK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
-		fkt_send_fd(s, fd, "f", 1); /* and keep our FD open */
+		h_send_fd(s, fd, "f", 1); /* and keep our FD open */
 	} else {
 		CUmulticastObjectProp mp;
 
-		fkt_init_ctx(0);
+		h_init(0);
 		memset(&mp, 0, sizeof(mp));
 		mp.numDevices = 1;
 		mp.size = 2 * MiB;
@@ -377,12 +377,12 @@ static int sharing_target(int s, void *arg)
 		CK(cuMulticastAddDevice(h, 0));
 		p = 0;
 	}
-	fkt_send(s, "r", 1);
-	if (fkt_recv(s, &m, 1))
+	h_send(s, "r", 1);
+	if (h_recv(s, &m, 1))
 		return 0; /* killed by the test: stuck CHECKPOINTED */
 	if (kind == 2) {
 		CK(cuMemcpyDtoH(buf, p, sizeof(buf)));
-		if (!fkt_check(buf, NW, 0x77))
+		if (!h_pattern_ok(buf, NW, 0x77))
 			return 3;
 	}
 	CK(cuCtxSynchronize());
@@ -397,34 +397,35 @@ START_TEST(sharing_processes_fail_native_checkpoint_as_measured)
 	char m;
 	pid_t pid;
 
-	pid = fkt_spawn(sharing_target, &kind, &s);
-	fkt_init_ctx(0);
+	pid = h_fork(sharing_target, &kind, &s);
+	h_init(0);
 	if (kind == 0) {
-		h = fkt_vmm_create(2 * MiB, 0, 1);
+		h = h_vmm_create(2 * MiB, 0, 1);
 		CK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
-		fkt_send_fd(s, fd, "f", 1);
+		h_send_fd(s, fd, "f", 1);
 		close(fd);
 	} else if (kind == 1) {
 		CUipcMemHandle ih;
 
 		CK(cuMemAlloc(&lin, MiB));
 		CK(cuIpcGetMemHandle(&ih, lin));
-		fkt_send(s, &ih, sizeof(ih));
+		h_send(s, &ih, sizeof(ih));
 	} else if (kind == 2) {
-		ck_assert_int_eq(fkt_recv_fd(s, &fd, &m, 1), 0);
+		fd = h_recv_fd(s, &m, 1);
+		ck_assert_int_ge(fd, 0);
 		CK(cuMemImportFromShareableHandle(&imp, (void *)(intptr_t)fd,
 						  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
 		close(fd);
 	}
-	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
+	ck_assert_int_eq(h_recv(s, &m, 1), 0);
 	CK(cuCheckpointProcessLock(pid, NULL));
 	if (kind == 3) {
 		/* multicast: refused cleanly, nothing changed */
 		CK_ERR(cuCheckpointProcessCheckpoint(pid, NULL), CUDA_ERROR_NOT_SUPPORTED);
 		ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_LOCKED);
 		CK(cuCheckpointProcessUnlock(pid, NULL));
-		fkt_send(s, "c", 1);
-		ck_assert_int_eq(fkt_wait(pid), 0);
+		h_send(s, "c", 1);
+		ck_assert_int_eq(h_wait(pid), 0);
 		return;
 	}
 	CK(cuCheckpointProcessCheckpoint(pid, NULL)); /* "succeeds" in every case */
@@ -432,8 +433,8 @@ START_TEST(sharing_processes_fail_native_checkpoint_as_measured)
 	if (kind == 2) {
 		CK(cuCheckpointProcessRestore(pid, NULL));
 		CK(cuCheckpointProcessUnlock(pid, NULL));
-		fkt_send(s, "c", 1);
-		ck_assert_int_eq(fkt_wait(pid), 0);
+		h_send(s, "c", 1);
+		ck_assert_int_eq(h_wait(pid), 0);
 		return;
 	}
 	CK_ERR(cuCheckpointProcessRestore(pid, NULL), kind == 0 ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE);
@@ -442,7 +443,7 @@ START_TEST(sharing_processes_fail_native_checkpoint_as_measured)
 	CK_ERR(cuCheckpointProcessRestore(pid, NULL), kind == 0 ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE);
 	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_CHECKPOINTED);
 	kill(pid, SIGKILL);
-	fkt_wait(pid);
+	h_wait(pid);
 }
 END_TEST
 
@@ -456,11 +457,11 @@ START_TEST(restore_remaps_gpus_by_uuid)
 	int s, ok = 0, dev = 0;
 	pid_t pid;
 
-	pid = fkt_spawn(private_target, &dev, &s);
-	fkt_init_ctx(1);
+	pid = h_fork(private_target, &dev, &s);
+	h_init(1);
 	CK(cuDeviceGetUuid(&u0, 0));
 	CK(cuDeviceGetUuid(&u1, 1));
-	ck_assert_int_eq(fkt_recv(s, &a, sizeof(a)), 0);
+	ck_assert_int_eq(h_recv(s, &a, sizeof(a)), 0);
 	CK(cuCheckpointProcessLock(pid, NULL));
 	CK(cuCheckpointProcessCheckpoint(pid, NULL));
 	CK(cuMemGetInfo(&f0, &t));
@@ -482,17 +483,17 @@ START_TEST(restore_remaps_gpus_by_uuid)
 	CK(cuMemGetInfo(&f0, &t));
 	ck_assert_uint_le(f0, t - 2 * MiB - sizeof(buf)); /* the target's memory now lives on device 1 */
 	CK(cuCheckpointProcessUnlock(pid, NULL));
-	fkt_send(s, "v", 1);
-	ck_assert_int_eq(fkt_recv(s, &ok, sizeof(ok)), 0);
-	ck_assert_int_eq(fkt_recv(s, &after, sizeof(after)), 0);
+	h_send(s, "v", 1);
+	ck_assert_int_eq(h_recv(s, &ok, sizeof(ok)), 0);
+	ck_assert_int_eq(h_recv(s, &after, sizeof(after)), 0);
 	ck_assert_int_eq(ok, 1);
 	ck_assert(memcmp(&after, &u1, sizeof(u1)) == 0); /* its device 0 is now the old device 1 */
-	ck_assert_int_eq(fkt_wait(pid), 0);
+	ck_assert_int_eq(h_wait(pid), 0);
 }
 END_TEST
 
 /* Target for the lock: a slow kernel in flight, then a thread that calls the API while locked. */
-static int slow_target(int s, void *arg)
+static int slow_target(void *arg, int s)
 {
 	CUdeviceptr p;
 	size_t n = 16;
@@ -502,16 +503,16 @@ static int slow_target(int s, void *arg)
 	char m;
 
 	setenv("FAKECUDA_KERNEL_DELAY_US", "600000", 1);
-	fkt_init_ctx(0);
+	h_init(0);
 	CK(cuMemAlloc(&p, 64));
-	CK(cuLaunchKernel(fkt_kernel("fake_fill_u32"), 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
-	fkt_send(s, "k", 1);
-	if (fkt_recv(s, &m, 1)) /* the parent holds the lock now */
+	CK(cuLaunchKernel(h_kernel("fake_fill_u32"), 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+	h_send(s, "k", 1);
+	if (h_recv(s, &m, 1)) /* the parent holds the lock now */
 		return 2;
-	t0 = fkt_now_ms();
+	t0 = h_now_ms();
 	CK(cuCtxSynchronize()); /* blocks until unlock */
-	dt = fkt_now_ms() - t0;
-	fkt_send(s, &dt, sizeof(dt));
+	dt = h_now_ms() - t0;
+	h_send(s, &dt, sizeof(dt));
 	return 0;
 }
 
@@ -523,14 +524,14 @@ START_TEST(lock_waits_for_device_work_times_out_and_blocks_api_calls)
 	char m;
 	pid_t pid;
 
-	pid = fkt_spawn(slow_target, NULL, &s);
-	fkt_init_ctx(0);
-	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
+	pid = h_fork(slow_target, NULL, &s);
+	h_init(0);
+	ck_assert_int_eq(h_recv(s, &m, 1), 0);
 	memset(&la, 0, sizeof(la));
 	la.timeoutMs = 100;
-	t0 = fkt_now_ms();
+	t0 = h_now_ms();
 	CK_ERR(cuCheckpointProcessLock(pid, &la), CUDA_ERROR_NOT_READY); /* kernel still running */
-	ck_assert_int_ge(fkt_now_ms() - t0, 90);
+	ck_assert_int_ge(h_now_ms() - t0, 90);
 	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_RUNNING);
 	la.reserved0 = 1;
 	CK_ERR(cuCheckpointProcessLock(pid, &la), CUDA_ERROR_INVALID_VALUE);
@@ -538,12 +539,12 @@ START_TEST(lock_waits_for_device_work_times_out_and_blocks_api_calls)
 	la.timeoutMs = 0; /* no timeout: waits for the kernel */
 	CK(cuCheckpointProcessLock(pid, &la));
 	ck_assert_int_eq(state_of(pid), CU_PROCESS_STATE_LOCKED);
-	fkt_send(s, "l", 1);
+	h_send(s, "l", 1);
 	usleep(300000);
 	CK(cuCheckpointProcessUnlock(pid, NULL));
-	ck_assert_int_eq(fkt_recv(s, &dt, sizeof(dt)), 0);
+	ck_assert_int_eq(h_recv(s, &dt, sizeof(dt)), 0);
 	ck_assert_int_ge(dt, 250);
-	ck_assert_int_eq(fkt_wait(pid), 0);
+	ck_assert_int_eq(h_wait(pid), 0);
 }
 END_TEST
 
@@ -551,7 +552,7 @@ END_TEST
 #define SMALL (64 << 10)
 
 /* Target with MANY small private allocations, each with its own bytes at one reservation. */
-static int many_target(int s, void *arg)
+static int many_target(void *arg, int s)
 {
 	static CUmemGenericAllocationHandle h[MANY];
 	static uint32_t w[SMALL / 4];
@@ -560,25 +561,25 @@ static int many_target(int s, void *arg)
 	int bad = 0;
 
 	setenv("FAKECUDA_VMM_GRANULARITY_KB", "64", 1);
-	fkt_init_ctx(0);
+	h_init(0);
 	CK(cuMemAddressReserve(&va, (size_t)MANY * SMALL, 0, 0, 0));
 	for (int i = 0; i < MANY; i++) {
 		CUmemAccessDesc ad = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
 
-		h[i] = fkt_vmm_create(SMALL, 0, i % 8 == 0);
+		h[i] = h_vmm_create(SMALL, 0, i % 8 == 0);
 		CK(cuMemMap(va + (size_t)i * SMALL, SMALL, 0, h[i], 0));
 		CK(cuMemSetAccess(va + (size_t)i * SMALL, SMALL, &ad, 1));
-		fkt_fill(w, SMALL / 4, 0x10000u + (uint32_t)i);
+		h_pattern(w, SMALL / 4, 0x10000u + (uint32_t)i);
 		CK(cuMemcpyHtoD(va + (size_t)i * SMALL, w, SMALL));
 	}
-	fkt_send(s, "r", 1);
-	if (fkt_recv(s, &m, 1)) /* 'v': verify */
+	h_send(s, "r", 1);
+	if (h_recv(s, &m, 1)) /* 'v': verify */
 		return 2;
 	for (int i = 0; i < MANY; i++) {
 		CK(cuMemcpyDtoH(w, va + (size_t)i * SMALL, SMALL));
-		bad += !fkt_check(w, SMALL / 4, 0x10000u + (uint32_t)i);
+		bad += !h_pattern_ok(w, SMALL / 4, 0x10000u + (uint32_t)i);
 	}
-	fkt_send(s, &bad, sizeof(bad));
+	h_send(s, &bad, sizeof(bad));
 	for (int i = 0; i < MANY; i++) {
 		CK(cuMemUnmap(va + (size_t)i * SMALL, SMALL));
 		CK(cuMemRelease(h[i]));
@@ -596,10 +597,10 @@ START_TEST(thousands_of_allocations_survive_native_checkpoint)
 	char m;
 	pid_t pid;
 
-	pid = fkt_spawn(many_target, NULL, &s);
-	fkt_init_ctx(0);
-	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
-	before = fkt_free_mem();
+	pid = h_fork(many_target, NULL, &s);
+	h_init(0);
+	ck_assert_int_eq(h_recv(s, &m, 1), 0);
+	before = h_free_mem();
 	ck_assert_int_eq(arena_fds(pid), 1);
 	device_footprint(pid, &w, &k);
 	ck_assert_int_eq(w, 1); /* the arena is mapped once, however many allocations */
@@ -612,18 +613,18 @@ START_TEST(thousands_of_allocations_survive_native_checkpoint)
 	ck_assert_int_eq(w, 0);
 	ck_assert_int_eq(arena_fds(pid), 0);
 	ck_assert_uint_le(vm_gib(pid) + 1024, vm0);
-	ck_assert_uint_eq(fkt_free_mem_settles(before + (size_t)MANY * SMALL), before + (size_t)MANY * SMALL);
+	ck_assert_uint_eq(h_free_mem_settles(before + (size_t)MANY * SMALL), before + (size_t)MANY * SMALL);
 	CK(cuCheckpointProcessRestore(pid, NULL));
-	ck_assert_uint_eq(fkt_free_mem(), before);
+	ck_assert_uint_eq(h_free_mem(), before);
 	ck_assert_int_eq(arena_fds(pid), 1);
 	device_footprint(pid, &w, &k);
 	ck_assert_int_eq(w, 1); /* the new arena, mapped once */
 	CK(cuCheckpointProcessUnlock(pid, NULL));
-	fkt_send(s, "v", 1);
-	ck_assert_int_eq(fkt_recv(s, &bad, sizeof(bad)), 0);
+	h_send(s, "v", 1);
+	ck_assert_int_eq(h_recv(s, &bad, sizeof(bad)), 0);
 	ck_assert_int_eq(bad, 0);
-	ck_assert_int_eq(fkt_wait(pid), 0);
-	ck_assert_uint_eq(fkt_free_mem_settles(before + (size_t)MANY * SMALL), before + (size_t)MANY * SMALL);
+	ck_assert_int_eq(h_wait(pid), 0);
+	ck_assert_uint_eq(h_free_mem_settles(before + (size_t)MANY * SMALL), before + (size_t)MANY * SMALL);
 }
 END_TEST
 
@@ -637,7 +638,7 @@ static size_t scatter_size(int i)
 	return i % 7 == 0 ? 4096 + 100 : 4096;
 }
 
-static int scatter_target(int s, void *arg)
+static int scatter_target(void *arg, int s)
 {
 	static CUdeviceptr p[SCATTER];
 	static uint32_t w[(4096 + 100) / 4];
@@ -646,29 +647,29 @@ static int scatter_target(int s, void *arg)
 
 	size_t start, held;
 
-	fkt_init_ctx(0);
-	start = fkt_free_mem();
+	h_init(0);
+	start = h_free_mem();
 	for (int i = 0; i < SCATTER; i++) {
 		CK(cuMemAlloc(&p[i], scatter_size(i)));
-		fkt_fill(w, scatter_size(i) / 4, 0x5000u + (uint32_t)i);
+		h_pattern(w, scatter_size(i) / 4, 0x5000u + (uint32_t)i);
 		CK(cuMemcpyHtoD(p[i], w, scatter_size(i)));
 	}
 	for (int i = 0; i < SCATTER; i += 3) {
 		CK(cuMemFree(p[i]));
 		CK(cuMemAlloc(&p[i], scatter_size(i)));
-		fkt_fill(w, scatter_size(i) / 4, 0x9000u + (uint32_t)i);
+		h_pattern(w, scatter_size(i) / 4, 0x9000u + (uint32_t)i);
 		CK(cuMemcpyHtoD(p[i], w, scatter_size(i)));
 	}
-	held = start - fkt_free_mem();
-	fkt_send(s, "r", 1);
-	fkt_send(s, &held, sizeof(held));
-	if (fkt_recv(s, &m, 1)) /* 'v': verify */
+	held = start - h_free_mem();
+	h_send(s, "r", 1);
+	h_send(s, &held, sizeof(held));
+	if (h_recv(s, &m, 1)) /* 'v': verify */
 		return 2;
 	for (int i = 0; i < SCATTER; i++) {
 		CK(cuMemcpyDtoH(w, p[i], scatter_size(i)));
-		bad += !fkt_check(w, scatter_size(i) / 4, (i % 3 ? 0x5000u : 0x9000u) + (uint32_t)i);
+		bad += !h_pattern_ok(w, scatter_size(i) / 4, (i % 3 ? 0x5000u : 0x9000u) + (uint32_t)i);
 	}
-	fkt_send(s, &bad, sizeof(bad));
+	h_send(s, &bad, sizeof(bad));
 	return bad ? 3 : 0;
 }
 
@@ -685,39 +686,39 @@ START_TEST(scattered_allocations_survive_native_cycles_and_arena_pages_return)
 
 	for (int i = 0; i < SCATTER; i++)
 		live += scatter_size(i);
-	idle = fkt_arena_bytes();
-	pid = fkt_spawn(scatter_target, NULL, &s);
-	fkt_init_ctx(0);
-	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
+	idle = h_arena_bytes();
+	pid = h_fork(scatter_target, NULL, &s);
+	h_init(0);
+	ck_assert_int_eq(h_recv(s, &m, 1), 0);
 	/* Small cuMemAlloc requests are packed into 2 MiB chunks, as on the
 	 * H200 (mem.c): what the target holds is whole chunks. */
-	ck_assert_int_eq(fkt_recv(s, &held, sizeof(held)), 0);
+	ck_assert_int_eq(h_recv(s, &held, sizeof(held)), 0);
 	ck_assert_uint_eq(held % (2 * MiB), 0);
 	ck_assert_uint_ge(held, live);
 	ck_assert_uint_le(held, live + live / 4 + 2 * MiB);
-	before = fkt_free_mem();
-	ck_assert_int_ge(fkt_arena_bytes(), idle + SCATTER * 4096ll);
+	before = h_free_mem();
+	ck_assert_int_ge(h_arena_bytes(), idle + SCATTER * 4096ll);
 	for (int round = 0; round < 2; round++) {
 		CK(cuCheckpointProcessLock(pid, NULL));
 		CK(cuCheckpointProcessCheckpoint(pid, NULL));
-		ck_assert_uint_eq(fkt_free_mem_settles(before + held), before + held);
-		ck_assert_int_le(fkt_arena_bytes(), idle); /* devd punched out every range */
+		ck_assert_uint_eq(h_free_mem_settles(before + held), before + held);
+		ck_assert_int_le(h_arena_bytes(), idle); /* devd punched out every range */
 		CK(cuCheckpointProcessRestore(pid, NULL));
-		ck_assert_uint_eq(fkt_free_mem(), before);
-		ck_assert_int_ge(fkt_arena_bytes(), idle + SCATTER * 4096ll);
+		ck_assert_uint_eq(h_free_mem(), before);
+		ck_assert_int_ge(h_arena_bytes(), idle + SCATTER * 4096ll);
 		CK(cuCheckpointProcessUnlock(pid, NULL));
 	}
-	fkt_send(s, "v", 1);
-	ck_assert_int_eq(fkt_recv(s, &bad, sizeof(bad)), 0);
+	h_send(s, "v", 1);
+	ck_assert_int_eq(h_recv(s, &bad, sizeof(bad)), 0);
 	ck_assert_int_eq(bad, 0);
-	ck_assert_int_eq(fkt_wait(pid), 0);
-	ck_assert_uint_eq(fkt_free_mem_settles(before + held), before + held);
-	ck_assert_int_le(fkt_arena_bytes(), idle);
+	ck_assert_int_eq(h_wait(pid), 0);
+	ck_assert_uint_eq(h_free_mem_settles(before + held), before + held);
+	ck_assert_int_le(h_arena_bytes(), idle);
 }
 END_TEST
 
 /* A target whose release is still queued (flushes held off for 10 s) when it is locked. */
-static int queued_target(int s, void *arg)
+static int queued_target(void *arg, int s)
 {
 	CUmemGenericAllocationHandle keep, gone;
 	CUdeviceptr va;
@@ -725,21 +726,21 @@ static int queued_target(int s, void *arg)
 	int ok;
 
 	setenv("FAKECUDA_FLUSH_US", "10000000", 1);
-	fkt_init_ctx(0);
-	keep = fkt_vmm_create(4 * MiB, 0, 0);
-	gone = fkt_vmm_create(4 * MiB, 0, 0);
-	va = fkt_vmm_map(keep, 4 * MiB, 0);
-	fkt_fill(buf, NW, 0x9090);
+	h_init(0);
+	keep = h_vmm_create(4 * MiB, 0, 0);
+	gone = h_vmm_create(4 * MiB, 0, 0);
+	va = h_vmm_map(keep, 4 * MiB, 0);
+	h_pattern(buf, NW, 0x9090);
 	CK(cuMemcpyHtoD(va + MiB, buf, sizeof(buf)));
-	fkt_free_mem();		/* devd has both allocations */
+	h_free_mem();		/* devd has both allocations */
 	CK(cuMemRelease(gone)); /* queued */
-	fkt_send(s, "r", 1);
-	if (fkt_recv(s, &m, 1)) /* 'v': verify */
+	h_send(s, "r", 1);
+	if (h_recv(s, &m, 1)) /* 'v': verify */
 		return 2;
 	memset(buf, 0, sizeof(buf));
 	CK(cuMemcpyDtoH(buf, va + MiB, sizeof(buf)));
-	ok = fkt_check(buf, NW, 0x9090);
-	fkt_send(s, &ok, sizeof(ok));
+	ok = h_pattern_ok(buf, NW, 0x9090);
+	h_send(s, &ok, sizeof(ok));
 	CK(cuMemUnmap(va, 4 * MiB));
 	CK(cuMemRelease(keep));
 	return ok ? 0 : 3;
@@ -754,26 +755,26 @@ START_TEST(lock_sends_queued_releases_before_checkpoint)
 	char m;
 	pid_t pid;
 
-	pid = fkt_spawn(queued_target, NULL, &s);
-	fkt_init_ctx(0);
+	pid = h_fork(queued_target, NULL, &s);
+	h_init(0);
 	CK(cuMemGetInfo(&before, &tot));
-	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
-	ck_assert_uint_eq(fkt_free_mem(), tot - 8 * MiB); /* the release waits in the target's queue */
-	t0 = fkt_now_ms();
+	ck_assert_int_eq(h_recv(s, &m, 1), 0);
+	ck_assert_uint_eq(h_free_mem(), tot - 8 * MiB); /* the release waits in the target's queue */
+	t0 = h_now_ms();
 	CK(cuCheckpointProcessLock(pid, NULL));
-	ck_assert_uint_eq(fkt_free_mem_settles(tot - 4 * MiB), tot - 4 * MiB);
-	ck_assert_int_lt(fkt_now_ms() - t0, 5000); /* long before the 10 s flush */
+	ck_assert_uint_eq(h_free_mem_settles(tot - 4 * MiB), tot - 4 * MiB);
+	ck_assert_int_lt(h_now_ms() - t0, 5000); /* long before the 10 s flush */
 	CK(cuCheckpointProcessCheckpoint(pid, NULL));
-	ck_assert_uint_eq(fkt_free_mem_settles(tot), tot);
+	ck_assert_uint_eq(h_free_mem_settles(tot), tot);
 	ck_assert_int_eq(arena_fds(pid), 0);
 	CK(cuCheckpointProcessRestore(pid, NULL));
-	ck_assert_uint_eq(fkt_free_mem(), tot - 4 * MiB); /* only what the target still holds */
+	ck_assert_uint_eq(h_free_mem(), tot - 4 * MiB); /* only what the target still holds */
 	CK(cuCheckpointProcessUnlock(pid, NULL));
-	fkt_send(s, "v", 1);
-	ck_assert_int_eq(fkt_recv(s, &ok, sizeof(ok)), 0);
+	h_send(s, "v", 1);
+	ck_assert_int_eq(h_recv(s, &ok, sizeof(ok)), 0);
 	ck_assert_int_eq(ok, 1);
-	ck_assert_int_eq(fkt_wait(pid), 0);
-	ck_assert_uint_eq(fkt_free_mem_settles(tot), tot);
+	ck_assert_int_eq(h_wait(pid), 0);
+	ck_assert_uint_eq(h_free_mem_settles(tot), tot);
 }
 END_TEST
 
@@ -782,8 +783,8 @@ static Suite *suite(void)
 	Suite *s = suite_create("fakecuda-checkpoint");
 	TCase *t1 = tcase_create("one-device"), *t2 = tcase_create("two-devices");
 
-	tcase_add_unchecked_fixture(t1, fkt_devd1, fkt_devd_stop);
-	tcase_add_unchecked_fixture(t2, fkt_devd2, fkt_devd_stop);
+	tcase_add_unchecked_fixture(t1, h_devd1, h_devd_stop);
+	tcase_add_unchecked_fixture(t2, h_devd2, h_devd_stop);
 	tcase_set_timeout(t1, 30);
 	tcase_set_timeout(t2, 30);
 	tcase_add_test(t1, private_bytes_survive_checkpoint_at_same_addresses);
@@ -803,16 +804,9 @@ static Suite *suite(void)
 
 int main(void)
 {
-	SRunner *sr;
-	int failed;
-
-	if (!fkt_is_root()) {
+	if (!h_is_root()) {
 		fprintf(stderr, "SKIP: the checkpoint API needs root (/proc/PID/map_files)\n");
 		return 77;
 	}
-	sr = srunner_create(suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return h_run(suite(), NULL);
 }

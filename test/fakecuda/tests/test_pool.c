@@ -53,7 +53,7 @@ START_TEST(pool_api_values_and_refusals)
 	void *fn = NULL;
 	int iv = -1, fd;
 
-	fkt_init_ctx(0);
+	h_init(0);
 	CK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
 	CK(cuDeviceGetDefaultMemPool(&def, 0));
 	CK(cuDeviceGetMemPool(&cur, 0));
@@ -75,13 +75,13 @@ START_TEST(pool_api_values_and_refusals)
 
 	/* Stream-ordered allocation, bytes through the stream, reuse of a freed block. */
 	CK(cuMemAllocFromPoolAsync(&a, sizeof(buf), p, st));
-	fkt_fill(buf, NW, 0x51);
+	h_pattern(buf, NW, 0x51);
 	CK(cuMemcpyHtoDAsync(a, buf, sizeof(buf), st));
 	CK(cuStreamSynchronize(st)); /* the fake reads pageable memory when the copy runs */
 	memset(buf, 0, sizeof(buf));
 	CK(cuMemcpyDtoHAsync(buf, a, sizeof(buf), st));
 	CK(cuStreamSynchronize(st));
-	ck_assert(fkt_check(buf, NW, 0x51));
+	ck_assert(h_pattern_ok(buf, NW, 0x51));
 	ck_assert_uint_eq(attr64(p, CU_MEMPOOL_ATTR_USED_MEM_CURRENT), sizeof(buf));
 	CK(cuMemFreeAsync(a, st));
 	ck_assert_uint_eq(attr64(p, CU_MEMPOOL_ATTR_USED_MEM_CURRENT), 0);
@@ -153,7 +153,7 @@ struct share_msg {
 };
 
 /* Importer: pool from the FD, access, then the pointer; checks and writes bytes. */
-static int importer(int s, void *arg)
+static int importer(void *arg, int s)
 {
 	struct share_msg sm;
 	CUmemAccessDesc ad = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
@@ -163,9 +163,9 @@ static int importer(int s, void *arg)
 	int fd, wait_ckpt = arg != NULL;
 	char m;
 
-	if (fkt_recv_fd(s, &fd, &sm, sizeof(sm)))
+	if ((fd = h_recv_fd(s, &sm, sizeof(sm))) < 0)
 		return 2;
-	fkt_init_ctx(0);
+	h_init(0);
 	CK(cuMemPoolImportFromShareableHandle(&ip, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
 	close(fd);
 	CK(cuMemPoolSetAccess(ip, &ad, 1));
@@ -177,18 +177,18 @@ static int importer(int s, void *arg)
 		return 5; /* imported pools hand out nothing */
 	CK(cuMemPoolImportPointer(&p, ip, &sm.ed));
 	CK(cuMemcpyDtoH(buf, p, sizeof(buf)));
-	if (!fkt_check(buf, NW, 0x99))
+	if (!h_pattern_ok(buf, NW, 0x99))
 		return 3;
-	fkt_fill(buf, NW, 0xaa);
+	h_pattern(buf, NW, 0xaa);
 	CK(cuMemcpyHtoD(p, buf, sizeof(buf)));
 	if (wait_ckpt) {
-		fkt_send(s, "r", 1);
-		fkt_recv(s, &m, 1);
+		h_send(s, "r", 1);
+		h_recv(s, &m, 1);
 		return 0; /* killed while stuck CHECKPOINTED */
 	}
 	CK(cuMemFreeAsync(p, NULL));
 	CK(cuMemPoolDestroy(ip));
-	fkt_send(s, "d", 1);
+	h_send(s, "d", 1);
 	return 0;
 }
 
@@ -199,23 +199,23 @@ START_TEST(pool_shared_across_processes_by_fd)
 	CUdeviceptr a;
 	int s, fd;
 	char m;
-	pid_t pid = fkt_spawn(importer, NULL, &s);
+	pid_t pid = h_fork(importer, NULL, &s);
 
-	fkt_init_ctx(0);
+	h_init(0);
 	p = make_pool(1);
 	CK(cuMemAllocFromPoolAsync(&a, sizeof(buf), p, NULL));
-	fkt_fill(buf, NW, 0x99);
+	h_pattern(buf, NW, 0x99);
 	CK(cuMemcpyHtoD(a, buf, sizeof(buf)));
 	CK(cuMemPoolExportToShareableHandle(&fd, p, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
 	CK(cuMemPoolExportPointer(&sm.ed, a));
 	sm.va = a;
-	ck_assert_int_eq(fkt_send_fd(s, fd, &sm, sizeof(sm)), 0);
+	ck_assert_int_eq(h_send_fd(s, fd, &sm, sizeof(sm)), 0);
 	close(fd);
-	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
+	ck_assert_int_eq(h_recv(s, &m, 1), 0);
 	ck_assert_int_eq(m, 'd');
-	ck_assert_int_eq(fkt_wait(pid), 0);
+	ck_assert_int_eq(h_wait(pid), 0);
 	CK(cuMemcpyDtoH(buf, a, sizeof(buf)));
-	ck_assert(fkt_check(buf, NW, 0xaa)); /* the importer's write */
+	ck_assert(h_pattern_ok(buf, NW, 0xaa)); /* the importer's write */
 	CK(cuMemFreeAsync(a, NULL));
 	CK(cuMemPoolDestroy(p));
 }
@@ -223,11 +223,11 @@ END_TEST
 
 static int sockets_of(pid_t pid)
 {
-	return fkt_fds_like(pid, "socket:", NULL);
+	return h_fds_like(pid, "socket:", NULL);
 }
 
 /* A private pool job: bytes in two pools (default and a POSIX-capable one never exported). */
-static int private_pool_target(int s, void *arg)
+static int private_pool_target(void *arg, int s)
 {
 	CUmemoryPool p;
 	CUdeviceptr a, b, c;
@@ -236,25 +236,25 @@ static int private_pool_target(int s, void *arg)
 	int ok;
 
 	(void)arg;
-	fkt_init_ctx(0);
+	h_init(0);
 	CK(cuStreamCreate(&st, 0));
 	p = make_pool(1);
 	CK(cuMemPoolSetAttribute(p, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &(cuuint64_t){~0ull}));
 	CK(cuMemAllocAsync(&a, sizeof(buf), st));
 	CK(cuMemAllocFromPoolAsync(&b, sizeof(buf), p, st));
-	fkt_fill(buf, NW, 0x11);
+	h_pattern(buf, NW, 0x11);
 	CK(cuMemcpyHtoDAsync(a, buf, sizeof(buf), st));
 	CK(cuStreamSynchronize(st));
-	fkt_fill(buf, NW, 0x22);
+	h_pattern(buf, NW, 0x22);
 	CK(cuMemcpyHtoDAsync(b, buf, sizeof(buf), st));
 	CK(cuStreamSynchronize(st));
-	fkt_send(s, "r", 1);
-	if (fkt_recv(s, &m, 1))
+	h_send(s, "r", 1);
+	if (h_recv(s, &m, 1))
 		return 2;
 	CK(cuMemcpyDtoH(buf, a, sizeof(buf)));
-	ok = fkt_check(buf, NW, 0x11);
+	ok = h_pattern_ok(buf, NW, 0x11);
 	CK(cuMemcpyDtoH(buf, b, sizeof(buf)));
-	ok = ok && fkt_check(buf, NW, 0x22);
+	ok = ok && h_pattern_ok(buf, NW, 0x22);
 	CK(cuMemFreeAsync(b, st));
 	CK(cuMemAllocFromPoolAsync(&c, sizeof(buf), p, st));
 	ok = ok && c == b; /* the pool still works, same block */
@@ -271,25 +271,25 @@ START_TEST(private_pools_survive_native_checkpoint)
 	char m;
 	pid_t pid;
 
-	if (!fkt_is_root()) {
+	if (!h_is_root()) {
 		fprintf(stderr, "skipped: the checkpoint API needs root\n");
 		return;
 	}
-	pid = fkt_spawn(private_pool_target, NULL, &s);
-	fkt_init_ctx(0);
-	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
+	pid = h_fork(private_pool_target, NULL, &s);
+	h_init(0);
+	ck_assert_int_eq(h_recv(s, &m, 1), 0);
 	CK(cuCheckpointProcessLock(pid, NULL));
 	CK(cuCheckpointProcessCheckpoint(pid, NULL));
 	ck_assert_int_eq(sockets_of(pid), 1); /* only the test's own: nothing left for CRIU to trip on */
 	CK(cuCheckpointProcessRestore(pid, NULL));
 	CK(cuCheckpointProcessUnlock(pid, NULL));
-	fkt_send(s, "v", 1);
-	ck_assert_int_eq(fkt_wait(pid), 0);
+	h_send(s, "v", 1);
+	ck_assert_int_eq(h_wait(pid), 0);
 }
 END_TEST
 
 /* The exporter side of a shared pool, as a target (the test process imports). */
-static int exporter_target(int s, void *arg)
+static int exporter_target(void *arg, int s)
 {
 	struct share_msg sm;
 	CUmemoryPool p;
@@ -298,19 +298,19 @@ static int exporter_target(int s, void *arg)
 	char m;
 
 	(void)arg;
-	fkt_init_ctx(0);
+	h_init(0);
 	p = make_pool(1);
 	CK(cuMemAllocFromPoolAsync(&a, sizeof(buf), p, NULL));
-	fkt_fill(buf, NW, 0x99);
+	h_pattern(buf, NW, 0x99);
 	CK(cuMemcpyHtoD(a, buf, sizeof(buf)));
 	CK(cuMemPoolExportToShareableHandle(&fd, p, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
 	CK(cuMemPoolExportPointer(&sm.ed, a));
 	close(fd); /* the pool stays shared: the driver holds its descriptor */
 	CK(cuMemPoolExportToShareableHandle(&fd, p, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
-	fkt_send_fd(s, fd, &sm, sizeof(sm));
+	h_send_fd(s, fd, &sm, sizeof(sm));
 	close(fd);
-	fkt_send(s, "r", 1);
-	fkt_recv(s, &m, 1);
+	h_send(s, "r", 1);
+	h_recv(s, &m, 1);
 	return 0;
 }
 
@@ -325,32 +325,33 @@ START_TEST(sharing_a_pool_loses_cuda_at_native_restore_as_measured)
 	char m;
 	pid_t pid;
 
-	if (!fkt_is_root()) {
+	if (!h_is_root()) {
 		fprintf(stderr, "skipped: the checkpoint API needs root\n");
 		return;
 	}
 	if (_i == 0) {
-		pid = fkt_spawn(exporter_target, NULL, &s);
-		fkt_init_ctx(0);
-		ck_assert_int_eq(fkt_recv_fd(s, &fd, &sm, sizeof(sm)), 0);
+		pid = h_fork(exporter_target, NULL, &s);
+		h_init(0);
+		fd = h_recv_fd(s, &sm, sizeof(sm));
+		ck_assert_int_ge(fd, 0);
 		CK(cuMemPoolImportFromShareableHandle(&ip, (void *)(intptr_t)fd,
 						      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
 		close(fd);
 		CK(cuMemPoolSetAccess(ip, &ad, 1));
 		CK(cuMemPoolImportPointer(&q, ip, &sm.ed));
 	} else {
-		pid = fkt_spawn(importer, (void *)1, &s);
-		fkt_init_ctx(0);
+		pid = h_fork(importer, (void *)1, &s);
+		h_init(0);
 		p = make_pool(1);
 		CK(cuMemAllocFromPoolAsync(&a, sizeof(buf), p, NULL));
-		fkt_fill(buf, NW, 0x99);
+		h_pattern(buf, NW, 0x99);
 		CK(cuMemcpyHtoD(a, buf, sizeof(buf)));
 		CK(cuMemPoolExportToShareableHandle(&fd, p, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
 		CK(cuMemPoolExportPointer(&sm.ed, a));
-		ck_assert_int_eq(fkt_send_fd(s, fd, &sm, sizeof(sm)), 0);
+		ck_assert_int_eq(h_send_fd(s, fd, &sm, sizeof(sm)), 0);
 		close(fd);
 	}
-	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
+	ck_assert_int_eq(h_recv(s, &m, 1), 0);
 	CK(cuCheckpointProcessLock(pid, NULL));
 	CK(cuCheckpointProcessCheckpoint(pid, NULL)); /* "succeeds" */
 	ck_assert_int_eq(cuCheckpointProcessGetState(pid, &(CUprocessState){0}), CUDA_SUCCESS);
@@ -360,7 +361,7 @@ START_TEST(sharing_a_pool_loses_cuda_at_native_restore_as_measured)
 	CK_ERR(cuCheckpointProcessUnlock(pid, NULL), CUDA_ERROR_ILLEGAL_STATE);
 	CK_ERR(cuCheckpointProcessRestore(pid, NULL), CUDA_ERROR_OPERATING_SYSTEM);
 	kill(pid, SIGKILL);
-	fkt_wait(pid);
+	h_wait(pid);
 }
 END_TEST
 
@@ -370,19 +371,19 @@ START_TEST(forked_child_keeps_no_pool_descriptor)
 	int fd, before, child;
 	pid_t c;
 
-	fkt_init_ctx(0);
+	h_init(0);
 	p = make_pool(1);
 	before = sockets_of(getpid());
 	c = fork(); /* a child forked while nothing is shared: its count */
 	if (c == 0)
 		_exit(sockets_of(getpid()));
-	child = fkt_wait(c);
+	child = h_wait(c);
 	CK(cuMemPoolExportToShareableHandle(&fd, p, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
 	ck_assert_int_eq(sockets_of(getpid()), before + 1);
 	c = fork();
 	if (c == 0)
 		_exit(sockets_of(getpid()));
-	ck_assert_int_eq(fkt_wait(c), child);
+	ck_assert_int_eq(h_wait(c), child);
 	close(fd);
 	CK(cuMemPoolDestroy(p)); /* no longer shared: the descriptor goes */
 	ck_assert_int_eq(sockets_of(getpid()), before);
@@ -394,7 +395,7 @@ static Suite *suite(void)
 	Suite *s = suite_create("fakecuda-pool");
 	TCase *t = tcase_create("pool");
 
-	tcase_add_unchecked_fixture(t, fkt_devd1, fkt_devd_stop);
+	tcase_add_unchecked_fixture(t, h_devd1, h_devd_stop);
 	tcase_set_timeout(t, 30);
 	tcase_add_test(t, pool_api_values_and_refusals);
 	tcase_add_test(t, pool_shared_across_processes_by_fd);
@@ -407,11 +408,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return h_run(suite(), NULL);
 }

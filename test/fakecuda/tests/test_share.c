@@ -33,8 +33,8 @@ START_TEST(vmm_map_access_unmap_release_and_refcounts)
 	size_t before, g;
 	int fd;
 
-	fkt_init_ctx(0);
-	before = fkt_free_mem();
+	h_init(0);
+	before = h_free_mem();
 	memset(&prop, 0, sizeof(prop));
 	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
 	prop.location = loc;
@@ -46,9 +46,9 @@ START_TEST(vmm_map_access_unmap_release_and_refcounts)
 	prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_FABRIC;
 	CK_ERR(cuMemCreate(&h, 2 * MiB, &prop, 0), CUDA_ERROR_NOT_SUPPORTED);
 
-	h = fkt_vmm_create(4 * MiB, 0, 0);
+	h = h_vmm_create(4 * MiB, 0, 0);
 	ck_assert_uint_eq(h >> 48, 0); /* the top 16 bits are free for an interposer's tags */
-	ck_assert_uint_eq(fkt_free_mem(), before - 4 * MiB);
+	ck_assert_uint_eq(h_free_mem(), before - 4 * MiB);
 	CK(cuMemGetAllocationPropertiesFromHandle(&prop, h));
 	ck_assert_int_eq(prop.location.id, 0);
 	CK_ERR(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
@@ -70,37 +70,37 @@ START_TEST(vmm_map_access_unmap_release_and_refcounts)
 	}
 	CK(cuMemGetAccess(&flags, &loc, va + 5 * MiB));
 	ck_assert_uint_eq(flags, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
-	fkt_fill(buf, N, 1);
+	h_pattern(buf, N, 1);
 	CK(cuMemcpyHtoD(va + 2 * MiB, buf, sizeof(buf)));
 	memset(buf, 0, sizeof(buf));
 	CK(cuMemcpyDtoH(buf, va + 4 * MiB, sizeof(buf))); /* aliasing view sees the same bytes */
-	ck_assert(fkt_check(buf, N, 1));
+	ck_assert(h_pattern_ok(buf, N, 1));
 
 	/* released handle: the mappings keep the memory */
 	CK(cuMemRelease(h));
 	CK_ERR(cuMemRelease(h), CUDA_ERROR_INVALID_VALUE);
-	ck_assert_uint_eq(fkt_free_mem(), before - 4 * MiB);
+	ck_assert_uint_eq(h_free_mem(), before - 4 * MiB);
 	CK(cuMemRetainAllocationHandle(&h2, (void *)(uintptr_t)(va + 3 * MiB)));
 	ck_assert_uint_eq(h2, h);
 	CK(cuMemRelease(h2));
 	CK_ERR(cuMemUnmap(va, 2 * MiB), CUDA_ERROR_INVALID_VALUE); /* must cover whole mappings */
 	CK_ERR(cuMemAddressFree(va, 8 * MiB), CUDA_ERROR_INVALID_VALUE);
 	CK(cuMemUnmap(va, 4 * MiB));
-	ck_assert_uint_eq(fkt_free_mem(), before - 4 * MiB);
+	ck_assert_uint_eq(h_free_mem(), before - 4 * MiB);
 	CK(cuMemUnmap(va + 4 * MiB, 2 * MiB));
-	ck_assert_uint_eq(fkt_free_mem(), before);
+	ck_assert_uint_eq(h_free_mem(), before);
 	CK(cuMemAddressFree(va, 8 * MiB));
 	CK_ERR(cuMemAddressFree(va, 8 * MiB), CUDA_ERROR_INVALID_VALUE);
 
 	/* a private VMM allocation is visible to kernels only on devices with access */
-	h = fkt_vmm_create(2 * MiB, 0, 0);
-	va2 = fkt_vmm_map(h, 2 * MiB, 0);
+	h = h_vmm_create(2 * MiB, 0, 0);
+	va2 = h_vmm_map(h, 2 * MiB, 0);
 	{
 		size_t n = 4;
 		uint32_t v = 77;
 		void *args[] = {&va2, &n, &v};
 
-		CK(cuLaunchKernel(fkt_kernel("fake_fill_u32"), 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+		CK(cuLaunchKernel(h_kernel("fake_fill_u32"), 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
 		CK(cuMemcpyDtoH(buf, va2, 16));
 		ck_assert_uint_eq(buf[3], 77);
 	}
@@ -108,27 +108,27 @@ START_TEST(vmm_map_access_unmap_release_and_refcounts)
 END_TEST
 
 /* Child: imports the allocation it is sent, checks the parent's bytes, writes its own. */
-static int importer(int s, void *arg)
+static int importer(void *arg, int s)
 {
 	CUmemGenericAllocationHandle h;
 	CUdeviceptr va;
 	char m;
 	int fd;
 
-	if (fkt_recv_fd(s, &fd, &m, 1))
+	if ((fd = h_recv_fd(s, &m, 1)) < 0)
 		return 2;
-	fkt_init_ctx(0);
+	h_init(0);
 	CK(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
 	close(fd);
-	va = fkt_vmm_map(h, 4 * MiB, 0);
+	va = h_vmm_map(h, 4 * MiB, 0);
 	CK(cuMemcpyDtoH(buf, va, sizeof(buf)));
-	if (!fkt_check(buf, N, 0xaaaa))
+	if (!h_pattern_ok(buf, N, 0xaaaa))
 		return 3;
-	fkt_fill(buf, N, 0xbbbb);
+	h_pattern(buf, N, 0xbbbb);
 	CK(cuMemcpyHtoD(va + 2 * MiB, buf, sizeof(buf)));
 	CK(cuCtxSynchronize());
-	fkt_send(s, "w", 1);
-	fkt_recv(s, &m, 1); /* hold the import until the parent has looked */
+	h_send(s, "w", 1);
+	h_recv(s, &m, 1); /* hold the import until the parent has looked */
 	return 0;
 }
 
@@ -139,20 +139,20 @@ START_TEST(posix_export_import_across_processes_same_bytes_both_ways)
 	size_t before;
 	int s, fd;
 	char m;
-	pid_t pid = fkt_spawn(importer, NULL, &s);
+	pid_t pid = h_fork(importer, NULL, &s);
 
-	fkt_init_ctx(0);
-	before = fkt_free_mem();
-	h = fkt_vmm_create(4 * MiB, 0, 1);
-	va = fkt_vmm_map(h, 4 * MiB, 0);
-	fkt_fill(buf, N, 0xaaaa);
+	h_init(0);
+	before = h_free_mem();
+	h = h_vmm_create(4 * MiB, 0, 1);
+	va = h_vmm_map(h, 4 * MiB, 0);
+	h_pattern(buf, N, 0xaaaa);
 	CK(cuMemcpyHtoD(va, buf, sizeof(buf)));
 	CK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
 	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(fkt_send_fd(s, fd, "f", 1), 0);
-	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
+	ck_assert_int_eq(h_send_fd(s, fd, "f", 1), 0);
+	ck_assert_int_eq(h_recv(s, &m, 1), 0);
 	CK(cuMemcpyDtoH(buf, va + 2 * MiB, sizeof(buf)));
-	ck_assert(fkt_check(buf, N, 0xbbbb));
+	ck_assert(h_pattern_ok(buf, N, 0xbbbb));
 
 	/* importing in the same process works too and names the same memory */
 	CK(cuMemImportFromShareableHandle(&self, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
@@ -163,37 +163,37 @@ START_TEST(posix_export_import_across_processes_same_bytes_both_ways)
 	/* exporter drops everything but the export FD: the physical memory lives on */
 	CK(cuMemUnmap(va, 4 * MiB));
 	CK(cuMemRelease(h));
-	fkt_send(s, "q", 1);
-	ck_assert_int_eq(fkt_wait(pid), 0);
-	ck_assert_uint_eq(fkt_free_mem(), before - 4 * MiB);
+	h_send(s, "q", 1);
+	ck_assert_int_eq(h_wait(pid), 0);
+	ck_assert_uint_eq(h_free_mem(), before - 4 * MiB);
 	close(fd);
 	/* devd notices the last copy of the export going away (not ordered with our requests) */
-	ck_assert_uint_eq(fkt_free_mem_settles(before), before);
+	ck_assert_uint_eq(h_free_mem_settles(before), before);
 }
 END_TEST
 
-static int ipc_child(int s, void *arg)
+static int ipc_child(void *arg, int s)
 {
 	CUipcMemHandle ih;
 	CUdeviceptr p, p2;
 
-	if (fkt_recv(s, &ih, sizeof(ih)))
+	if (h_recv(s, &ih, sizeof(ih)))
 		return 2;
-	fkt_init_ctx(0);
+	h_init(0);
 	CK_ERR(cuIpcOpenMemHandle(&p, ih, 2), CUDA_ERROR_INVALID_VALUE);
 	CK(cuIpcOpenMemHandle(&p, ih, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
 	CK(cuIpcOpenMemHandle(&p2, ih, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
 	if (p != p2)
 		return 3;
 	CK(cuMemcpyDtoH(buf, p, sizeof(buf)));
-	if (!fkt_check(buf, N, 0x1111))
+	if (!h_pattern_ok(buf, N, 0x1111))
 		return 4;
-	fkt_fill(buf, N, 0x2222);
+	h_pattern(buf, N, 0x2222);
 	CK(cuMemcpyHtoD(p, buf, sizeof(buf)));
 	CK(cuIpcCloseMemHandle(p));
 	CK(cuIpcCloseMemHandle(p));
 	CK_ERR(cuIpcCloseMemHandle(p), CUDA_ERROR_INVALID_VALUE);
-	fkt_send(s, "d", 1);
+	h_send(s, "d", 1);
 	return 0;
 }
 
@@ -203,50 +203,50 @@ START_TEST(legacy_ipc_across_processes)
 	CUdeviceptr a, p;
 	int s;
 	char m;
-	pid_t pid = fkt_spawn(ipc_child, NULL, &s);
+	pid_t pid = h_fork(ipc_child, NULL, &s);
 
-	fkt_init_ctx(0);
+	h_init(0);
 	CK(cuMemAlloc(&a, sizeof(buf)));
-	fkt_fill(buf, N, 0x1111);
+	h_pattern(buf, N, 0x1111);
 	CK(cuMemcpyHtoD(a, buf, sizeof(buf)));
 	CK_ERR(cuIpcGetMemHandle(&ih, a + 16), CUDA_ERROR_INVALID_VALUE);
 	CK(cuIpcGetMemHandle(&ih, a));
 	CK_ERR(cuIpcOpenMemHandle(&p, ih, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), CUDA_ERROR_INVALID_CONTEXT);
-	fkt_send(s, &ih, sizeof(ih));
-	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
-	ck_assert_int_eq(fkt_wait(pid), 0);
+	h_send(s, &ih, sizeof(ih));
+	ck_assert_int_eq(h_recv(s, &m, 1), 0);
+	ck_assert_int_eq(h_wait(pid), 0);
 	CK(cuMemcpyDtoH(buf, a, sizeof(buf)));
-	ck_assert(fkt_check(buf, N, 0x2222));
+	ck_assert(h_pattern_ok(buf, N, 0x2222));
 	CK(cuMemFree(a));
 }
 END_TEST
 
 /* Child on device 1: joins the team, binds its own memory by address (13.1 form). */
-static int mc_member(int s, void *arg)
+static int mc_member(void *arg, int s)
 {
 	CUmemGenericAllocationHandle mc, h;
 	CUdeviceptr va;
 	char m;
 	int fd;
 
-	if (fkt_recv_fd(s, &fd, &m, 1))
+	if ((fd = h_recv_fd(s, &m, 1)) < 0)
 		return 2;
-	fkt_init_ctx(1);
+	h_init(1);
 	CK(cuMemImportFromShareableHandle(&mc, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
 	close(fd);
-	h = fkt_vmm_create(4 * MiB, 1, 0);
-	va = fkt_vmm_map(h, 4 * MiB, 1);
+	h = h_vmm_create(4 * MiB, 1, 0);
+	va = h_vmm_map(h, 4 * MiB, 1);
 	CK(cuMemsetD32(va, 0, MiB));
 	usleep(300000); /* the parent's bind must wait for us */
 	CK(cuMulticastAddDevice(mc, 1));
 	CK(cuMulticastBindAddr_v2(mc, 1, 0, va, 4 * MiB, 0));
-	fkt_send(s, "b", 1);
-	fkt_recv(s, &m, 1); /* parent wrote through the multicast mapping */
+	h_send(s, "b", 1);
+	h_recv(s, &m, 1); /* parent wrote through the multicast mapping */
 	CK(cuMemcpyDtoH(buf, va + MiB, sizeof(buf)));
-	if (!fkt_check(buf, N, 0x3333))
+	if (!h_pattern_ok(buf, N, 0x3333))
 		return 3;
-	fkt_send(s, "c", 1);
-	fkt_recv(s, &m, 1);
+	h_send(s, "c", 1);
+	h_recv(s, &m, 1);
 	return 0;
 }
 
@@ -259,9 +259,9 @@ START_TEST(multicast_across_two_processes)
 	int64_t t0;
 	int s, fd;
 	char m;
-	pid_t pid = fkt_spawn(mc_member, NULL, &s);
+	pid_t pid = h_fork(mc_member, NULL, &s);
 
-	fkt_init_ctx(0);
+	h_init(0);
 	memset(&mp, 0, sizeof(mp));
 	mp.numDevices = 2;
 	mp.size = 4 * MiB;
@@ -271,44 +271,44 @@ START_TEST(multicast_across_two_processes)
 	CK(cuMulticastCreate(&mc, &mp));
 	ck_assert_uint_eq(mc >> 48, 0);
 	CK(cuMemExportToShareableHandle(&fd, mc, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
-	fkt_send_fd(s, fd, "m", 1);
+	h_send_fd(s, fd, "m", 1);
 	close(fd);
 	CK(cuMulticastAddDevice(mc, 0));
 	CK_ERR(cuMulticastAddDevice(mc, 0), CUDA_ERROR_INVALID_VALUE);
-	h = fkt_vmm_create(4 * MiB, 0, 0);
-	mine = fkt_vmm_map(h, 4 * MiB, 0);
+	h = h_vmm_create(4 * MiB, 0, 0);
+	mine = h_vmm_map(h, 4 * MiB, 0);
 	CK(cuMemsetD32(mine, 0, MiB));
-	t0 = fkt_now_ms();
+	t0 = h_now_ms();
 	CK(cuMulticastBindMem(mc, 0, h, 0, 4 * MiB, 0)); /* blocks until device 1 joined */
-	ck_assert_int_ge(fkt_now_ms() - t0, 200);
-	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
+	ck_assert_int_ge(h_now_ms() - t0, 200);
+	ck_assert_int_eq(h_recv(s, &m, 1), 0);
 
 	/* map the multicast object and write through it: every member gets the bytes */
-	mcva = fkt_vmm_map(mc, 4 * MiB, 0);
-	fkt_fill(buf, N, 0x3333);
+	mcva = h_vmm_map(mc, 4 * MiB, 0);
+	h_pattern(buf, N, 0x3333);
 	CK(cuMemcpyHtoD(mcva + MiB, buf, sizeof(buf)));
 	{
 		size_t n = 16;
 		uint32_t v = 0x5a5a5a5a;
 		void *args[] = {&mcva, &n, &v};
 
-		CK(cuLaunchKernel(fkt_kernel("fake_fill_u32"), 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+		CK(cuLaunchKernel(h_kernel("fake_fill_u32"), 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
 		CK(cuCtxSynchronize());
 	}
 	memset(buf, 0, sizeof(buf));
 	CK(cuMemcpyDtoH(buf, mine + MiB, sizeof(buf)));
-	ck_assert(fkt_check(buf, N, 0x3333));
+	ck_assert(h_pattern_ok(buf, N, 0x3333));
 	CK(cuMemcpyDtoH(buf, mine, 64));
 	ck_assert_uint_eq(buf[15], 0x5a5a5a5a);
-	fkt_send(s, "w", 1);
-	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
+	h_send(s, "w", 1);
+	ck_assert_int_eq(h_recv(s, &m, 1), 0);
 
 	CK(cuMulticastUnbind(mc, 0, 0, 4 * MiB));
 	CK_ERR(cuMulticastUnbind(mc, 0, 0, 4 * MiB), CUDA_ERROR_INVALID_VALUE);
 	CK(cuMemUnmap(mcva, 4 * MiB));
 	CK(cuMemRelease(mc));
-	fkt_send(s, "q", 1);
-	ck_assert_int_eq(fkt_wait(pid), 0);
+	h_send(s, "q", 1);
+	ck_assert_int_eq(h_wait(pid), 0);
 }
 END_TEST
 
@@ -320,10 +320,10 @@ START_TEST(multicast_capacity_rounding)
 	int rounded = _i; /* 0: default devd, 1: devd rounding to 512 MiB */
 
 	if (rounded) {
-		fkt_devd_stop();
-		fkt_devd_start("FAKECUDA_DEVICES=2 FAKECUDA_MC_ROUND_MB=512");
+		h_devd_stop();
+		h_devd_start("FAKECUDA_DEVICES=2 FAKECUDA_MC_ROUND_MB=512");
 	}
-	fkt_init_ctx(0);
+	h_init(0);
 	memset(&mp, 0, sizeof(mp));
 	mp.numDevices = 1;
 	mp.size = 2 * MiB;
@@ -336,7 +336,7 @@ START_TEST(multicast_capacity_rounding)
 	mp.size = MiB;
 	CK_ERR(cuMulticastCreate(&mc, &mp), CUDA_ERROR_INVALID_VALUE);
 	if (rounded)
-		fkt_devd_stop(); /* ours; the fixture's devd was stopped above */
+		h_devd_stop(); /* ours; the fixture's devd was stopped above */
 }
 END_TEST
 
@@ -353,22 +353,22 @@ START_TEST(multicast_read_spans_slices_bound_separately)
 	CUdeviceptr mine, mcva;
 	static uint32_t whole[MiB];
 
-	fkt_init_ctx(0);
+	h_init(0);
 	memset(&mp, 0, sizeof(mp));
 	mp.numDevices = 1;
 	mp.size = 4 * MiB;
 	CK(cuMulticastCreate(&mc, &mp));
 	CK(cuMulticastAddDevice(mc, 0));
-	h = fkt_vmm_create(4 * MiB, 0, 0);
-	mine = fkt_vmm_map(h, 4 * MiB, 0);
-	fkt_fill(whole, MiB, 0x4444);
+	h = h_vmm_create(4 * MiB, 0, 0);
+	mine = h_vmm_map(h, 4 * MiB, 0);
+	h_pattern(whole, MiB, 0x4444);
 	CK(cuMemcpyHtoD(mine, whole, sizeof(whole)));
 	CK(cuMulticastBindAddr_v2(mc, 0, 0, mine, 2 * MiB, 0));
 	CK(cuMulticastBindMem(mc, 2 * MiB, h, 2 * MiB, 2 * MiB, 0));
-	mcva = fkt_vmm_map(mc, 4 * MiB, 0);
+	mcva = h_vmm_map(mc, 4 * MiB, 0);
 	memset(whole, 0, sizeof(whole));
 	CK(cuMemcpyDtoH(whole, mcva, sizeof(whole)));
-	ck_assert(fkt_check(whole, MiB, 0x4444));
+	ck_assert(h_pattern_ok(whole, MiB, 0x4444));
 	CK(cuMemUnmap(mcva, 4 * MiB));
 	CK(cuMulticastUnbind(mc, 0, 0, 2 * MiB));
 	CK(cuMulticastUnbind(mc, 0, 2 * MiB, 2 * MiB));
@@ -385,25 +385,25 @@ START_TEST(thousands_of_allocations_keep_devd_descriptors_flat)
 	CUdeviceptr va;
 	size_t before, g = 64 << 10;
 	int fds0;
-	pid_t devd = fkt_devd_pid();
+	pid_t devd = h_devd_pid();
 
 	setenv("FAKECUDA_VMM_GRANULARITY_KB", "64", 1);
-	fkt_init_ctx(0);
-	before = fkt_free_mem();
-	fds0 = fkt_count_fds(devd);
+	h_init(0);
+	before = h_free_mem();
+	fds0 = h_count_fds(devd);
 	ck_assert_int_gt(fds0, 0);
 	CK(cuMemAddressReserve(&va, MANY * g, 0, 0, 0));
 	for (int i = 0; i < MANY; i++) {
 		uint32_t w[2] = {(uint32_t)i, ~(uint32_t)i};
 		CUmemAccessDesc ad = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
 
-		h[i] = fkt_vmm_create(g, 0, i % 8 == 0);
+		h[i] = h_vmm_create(g, 0, i % 8 == 0);
 		CK(cuMemMap(va + i * g, g, 0, h[i], 0));
 		CK(cuMemSetAccess(va + i * g, g, &ad, 1));
 		CK(cuMemcpyHtoD(va + i * g + g - sizeof(w), w, sizeof(w)));
 	}
-	ck_assert_uint_eq(fkt_free_mem(), before - MANY * g);
-	ck_assert_int_eq(fkt_count_fds(devd), fds0);
+	ck_assert_uint_eq(h_free_mem(), before - MANY * g);
+	ck_assert_int_eq(h_count_fds(devd), fds0);
 	for (int i = 0; i < MANY; i++) {
 		uint32_t w[2];
 
@@ -415,8 +415,8 @@ START_TEST(thousands_of_allocations_keep_devd_descriptors_flat)
 		CK(cuMemUnmap(va + i * g, g));
 		CK(cuMemRelease(h[i]));
 	}
-	ck_assert_uint_eq(fkt_free_mem(), before);
-	ck_assert_int_eq(fkt_count_fds(devd), fds0);
+	ck_assert_uint_eq(h_free_mem(), before);
+	ck_assert_int_eq(h_count_fds(devd), fds0);
 	CK(cuMemAddressFree(va, MANY * g));
 }
 END_TEST
@@ -428,19 +428,19 @@ START_TEST(freed_memory_returns_to_the_system)
 	CUdeviceptr va;
 	long long idle, busy;
 
-	fkt_init_ctx(0);
-	idle = fkt_arena_bytes();
-	h = fkt_vmm_create(32 * MiB, 0, 0);
-	va = fkt_vmm_map(h, 32 * MiB, 0);
+	h_init(0);
+	idle = h_arena_bytes();
+	h = h_vmm_create(32 * MiB, 0, 0);
+	va = h_vmm_map(h, 32 * MiB, 0);
 	CK(cuMemsetD32(va, 0xdeadbeef, 8 * MiB));
-	busy = fkt_arena_bytes();
+	busy = h_arena_bytes();
 	ck_assert_int_ge(busy, idle + 32 * (long long)MiB);
 	CK(cuMemUnmap(va, 32 * MiB));
 	CK(cuMemRelease(h));
-	fkt_free_mem(); /* a request on our connection: devd has processed the release */
-	ck_assert_int_le(fkt_arena_bytes(), idle);
+	h_free_mem(); /* a request on our connection: devd has processed the release */
+	ck_assert_int_le(h_arena_bytes(), idle);
 	/* a new allocation never reuses the range: it reads zeros */
-	h = fkt_vmm_create(32 * MiB, 0, 0);
+	h = h_vmm_create(32 * MiB, 0, 0);
 	CK(cuMemMap(va, 32 * MiB, 0, h, 0));
 	{
 		CUmemAccessDesc ad = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
@@ -461,14 +461,14 @@ START_TEST(one_way_release_is_seen_by_mem_get_info)
 {
 	size_t before;
 
-	fkt_init_ctx(0);
-	before = fkt_free_mem();
+	h_init(0);
+	before = h_free_mem();
 	for (int i = 0; i < 200; i++) {
-		CUmemGenericAllocationHandle h = fkt_vmm_create(2 * MiB, 0, i & 1);
+		CUmemGenericAllocationHandle h = h_vmm_create(2 * MiB, 0, i & 1);
 
-		ck_assert_uint_eq(fkt_free_mem(), before - 2 * MiB);
+		ck_assert_uint_eq(h_free_mem(), before - 2 * MiB);
 		CK(cuMemRelease(h));
-		ck_assert_uint_eq(fkt_free_mem(), before);
+		ck_assert_uint_eq(h_free_mem(), before);
 		CK_ERR(cuMemRelease(h), CUDA_ERROR_INVALID_VALUE); /* validated locally */
 	}
 }
@@ -483,17 +483,17 @@ START_TEST(import_after_creator_released_sees_the_bytes)
 	size_t before;
 	int fd, fd2;
 
-	fkt_init_ctx(0);
-	before = fkt_free_mem();
-	h = fkt_vmm_create(4 * MiB, 0, 1);
-	va = fkt_vmm_map(h, 4 * MiB, 0);
-	fkt_fill(buf, N, 0x7777);
+	h_init(0);
+	before = h_free_mem();
+	h = h_vmm_create(4 * MiB, 0, 1);
+	va = h_vmm_map(h, 4 * MiB, 0);
+	h_pattern(buf, N, 0x7777);
 	CK(cuMemcpyHtoD(va + 3 * MiB, buf, sizeof(buf)));
 	CK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
 	CK(cuMemUnmap(va, 4 * MiB));
 	CK(cuMemRelease(h));
 	CK(cuMemAddressFree(va, 4 * MiB));
-	ck_assert_uint_eq(fkt_free_mem(), before - 4 * MiB);
+	ck_assert_uint_eq(h_free_mem(), before - 4 * MiB);
 	fd2 = dup(fd); /* any open copy keeps it alive */
 	close(fd);
 	CK(cuMemImportFromShareableHandle(&imp, (void *)(intptr_t)fd2, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
@@ -501,15 +501,15 @@ START_TEST(import_after_creator_released_sees_the_bytes)
 	CK(cuMemGetAllocationPropertiesFromHandle(&prop, imp));
 	ck_assert_int_eq(prop.location.id, 0);
 	ck_assert_uint_eq(prop.requestedHandleTypes, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-	va = fkt_vmm_map(imp, 4 * MiB, 0);
+	va = h_vmm_map(imp, 4 * MiB, 0);
 	memset(buf, 0, sizeof(buf));
 	CK(cuMemcpyDtoH(buf, va + 3 * MiB, sizeof(buf)));
-	ck_assert(fkt_check(buf, N, 0x7777));
-	ck_assert_uint_eq(fkt_free_mem(), before - 4 * MiB);
+	ck_assert(h_pattern_ok(buf, N, 0x7777));
+	ck_assert_uint_eq(h_free_mem(), before - 4 * MiB);
 	CK(cuMemUnmap(va, 4 * MiB));
 	CK(cuMemRelease(imp));
 	/* the export closed before our release; devd frees it asynchronously */
-	ck_assert_uint_eq(fkt_free_mem_settles(before), before);
+	ck_assert_uint_eq(h_free_mem_settles(before), before);
 	CK(cuMemAddressFree(va, 4 * MiB));
 }
 END_TEST
@@ -522,7 +522,7 @@ START_TEST(import_of_a_non_export_fd_is_invalid_value)
 	int p[2], sv[2], fd;
 	char c;
 
-	fkt_init_ctx(0);
+	h_init(0);
 	ck_assert_int_eq(pipe(p), 0);
 	ck_assert_int_eq(write(p[1], rec, 100), 100);
 	CK_ERR(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)p[0], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
@@ -581,13 +581,13 @@ START_TEST(thousands_of_creates_imports_releases_keep_vmas_flat)
 	int v0, v1, k = 0;
 
 	setenv("FAKECUDA_VMM_GRANULARITY_KB", "4", 1);
-	fkt_init_ctx(0);
-	before = fkt_free_mem();
+	h_init(0);
+	before = h_free_mem();
 	CK(cuMemAddressReserve(&va, VMA_MANY * g, 0, 0, 0));
-	h[0] = fkt_vmm_create(g, 0, 1); /* the arena gets mapped */
+	h[0] = h_vmm_create(g, 0, 1); /* the arena gets mapped */
 	v0 = vma_count();
 	for (int i = 1; i < VMA_MANY; i++)
-		h[i] = fkt_vmm_create(g, 0, i % 8 == 0);
+		h[i] = h_vmm_create(g, 0, i % 8 == 0);
 	for (int i = 0; i < VMA_MANY; i += 8, k++) {
 		CK(cuMemExportToShareableHandle(&fd[k], h[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
 		CK(cuMemImportFromShareableHandle(&imp[k], (void *)(intptr_t)fd[k],
@@ -600,7 +600,7 @@ START_TEST(thousands_of_creates_imports_releases_keep_vmas_flat)
 	/* bytes written through one handle's mapping are read through the import's */
 	for (int i = 0, j = 0; i < VMA_MANY; i += 8 * 50, j += 50) {
 		uint32_t w = 0x5eed0000u + (uint32_t)i, r = 0;
-		CUdeviceptr a = fkt_vmm_map(h[i], g, 0), b = fkt_vmm_map(imp[j], g, 0);
+		CUdeviceptr a = h_vmm_map(h[i], g, 0), b = h_vmm_map(imp[j], g, 0);
 
 		CK(cuMemcpyHtoD(a + 100, &w, sizeof(w)));
 		CK(cuMemcpyDtoH(&r, b + 100, sizeof(r)));
@@ -610,7 +610,7 @@ START_TEST(thousands_of_creates_imports_releases_keep_vmas_flat)
 		CK(cuMemAddressFree(a, g));
 		CK(cuMemAddressFree(b, g));
 	}
-	ck_assert_uint_eq(fkt_free_mem(), before - VMA_MANY * g);
+	ck_assert_uint_eq(h_free_mem(), before - VMA_MANY * g);
 	v1 = vma_count();
 	for (int i = 0; i < VMA_MANY; i++)
 		CK(cuMemRelease(h[i]));
@@ -618,29 +618,29 @@ START_TEST(thousands_of_creates_imports_releases_keep_vmas_flat)
 		CK(cuMemRelease(imp[j]));
 	ck_assert_int_le(vma_count(), v1 + 8);
 	ck_assert_int_le(v1, v0 + 8);
-	ck_assert_uint_eq(fkt_free_mem_settles(before), before);
+	ck_assert_uint_eq(h_free_mem_settles(before), before);
 	CK(cuMemAddressFree(va, VMA_MANY * g));
 }
 END_TEST
 
 /* Another process polls free memory; it answers how long the release took to show. */
-static int observer(int s, void *arg)
+static int observer(void *arg, int s)
 {
 	size_t want, fr, tot;
 	int64_t t0, ms = -1;
 
-	fkt_init_ctx(0);
-	if (fkt_recv(s, &want, sizeof(want)))
+	h_init(0);
+	if (h_recv(s, &want, sizeof(want)))
 		return 2;
-	t0 = fkt_now_ms();
-	while (fkt_now_ms() - t0 < 5000) {
+	t0 = h_now_ms();
+	while (h_now_ms() - t0 < 5000) {
 		CK(cuMemGetInfo(&fr, &tot));
 		if (fr == want) {
-			ms = fkt_now_ms() - t0;
+			ms = h_now_ms() - t0;
 			break;
 		}
 	}
-	fkt_send(s, &ms, sizeof(ms));
+	h_send(s, &ms, sizeof(ms));
 	return 0;
 }
 
@@ -651,45 +651,45 @@ START_TEST(queued_release_is_seen_by_another_process_soon)
 	size_t before, want;
 	int64_t ms;
 	int s;
-	pid_t pid = fkt_spawn(observer, NULL, &s);
+	pid_t pid = h_fork(observer, NULL, &s);
 
-	fkt_init_ctx(0);
-	before = fkt_free_mem();
-	h = fkt_vmm_create(64 * MiB, 0, 0);
-	ck_assert_uint_eq(fkt_free_mem(), before - 64 * MiB);
+	h_init(0);
+	before = h_free_mem();
+	h = h_vmm_create(64 * MiB, 0, 0);
+	ck_assert_uint_eq(h_free_mem(), before - 64 * MiB);
 	CK(cuMemRelease(h)); /* queued; no request of ours follows */
 	want = before;
-	fkt_send(s, &want, sizeof(want));
-	ck_assert_int_eq(fkt_recv(s, &ms, sizeof(ms)), 0);
+	h_send(s, &want, sizeof(want));
+	ck_assert_int_eq(h_recv(s, &ms, sizeof(ms)), 0);
 	ck_assert_int_ge(ms, 0);
 	ck_assert_int_lt(ms, 250); /* the worker flushes within 1 ms; slack for a loaded machine */
-	ck_assert_int_eq(fkt_wait(pid), 0);
+	ck_assert_int_eq(h_wait(pid), 0);
 }
 END_TEST
 
 /* The creator: exports, passes the FD, closes it and releases at once. */
-static int quick_creator(int s, void *arg)
+static int quick_creator(void *arg, int s)
 {
 	CUmemGenericAllocationHandle h;
 	CUdeviceptr va;
 	int fd;
 	char m;
 
-	fkt_init_ctx(0);
-	h = fkt_vmm_create(2 * MiB, 0, 1);
-	va = fkt_vmm_map(h, 2 * MiB, 0);
-	fkt_fill(buf, N, 0x4242);
+	h_init(0);
+	h = h_vmm_create(2 * MiB, 0, 1);
+	va = h_vmm_map(h, 2 * MiB, 0);
+	h_pattern(buf, N, 0x4242);
 	CK(cuMemcpyHtoD(va + MiB, buf, sizeof(buf)));
 	CK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
-	if (fkt_send_fd(s, fd, "f", 1))
+	if (h_send_fd(s, fd, "f", 1))
 		return 2;
 	close(fd);
 	CK(cuMemUnmap(va, 2 * MiB));
 	CK(cuMemRelease(h));
-	fkt_free_mem();		/* devd has processed our release */
-	if (fkt_recv(s, &m, 1)) /* wait for the importer's go */
+	h_free_mem();	      /* devd has processed our release */
+	if (h_recv(s, &m, 1)) /* wait for the importer's go */
 		return 3;
-	fkt_send(s, "d", 1);
+	h_send(s, "d", 1);
 	return 0;
 }
 
@@ -705,27 +705,28 @@ START_TEST(queued_import_keeps_the_allocation_when_every_fd_is_closed)
 	size_t before, tot;
 	int s, fd;
 	char m;
-	pid_t pid = fkt_spawn(quick_creator, NULL, &s);
+	pid_t pid = h_fork(quick_creator, NULL, &s);
 
 	setenv("FAKECUDA_FLUSH_US", "10000000", 1);
-	fkt_init_ctx(0);
+	h_init(0);
 	CK(cuMemGetInfo(&before, &tot));
 	before = tot; /* devd is ours and the creator's only */
-	ck_assert_int_eq(fkt_recv_fd(s, &fd, &m, 1), 0);
+	fd = h_recv_fd(s, &m, 1);
+	ck_assert_int_ge(fd, 0);
 	CK(cuMemImportFromShareableHandle(&imp, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
 	close(fd);
-	fkt_send(s, "g", 1);
-	ck_assert_int_eq(fkt_recv(s, &m, 1), 0);
-	ck_assert_int_eq(fkt_wait(pid), 0); /* the creator is gone too */
-	usleep(20000);			    /* devd would have freed it by now if nothing held it */
-	va = fkt_vmm_map(imp, 2 * MiB, 0);
+	h_send(s, "g", 1);
+	ck_assert_int_eq(h_recv(s, &m, 1), 0);
+	ck_assert_int_eq(h_wait(pid), 0); /* the creator is gone too */
+	usleep(20000);			  /* devd would have freed it by now if nothing held it */
+	va = h_vmm_map(imp, 2 * MiB, 0);
 	memset(buf, 0, sizeof(buf));
 	CK(cuMemcpyDtoH(buf, va + MiB, sizeof(buf)));
-	ck_assert(fkt_check(buf, N, 0x4242));
-	ck_assert_uint_eq(fkt_free_mem(), before - 2 * MiB); /* our request sent the IMPORT_REF first */
+	ck_assert(h_pattern_ok(buf, N, 0x4242));
+	ck_assert_uint_eq(h_free_mem(), before - 2 * MiB); /* our request sent the IMPORT_REF first */
 	CK(cuMemUnmap(va, 2 * MiB));
 	CK(cuMemRelease(imp));
-	ck_assert_uint_eq(fkt_free_mem_settles(before), before);
+	ck_assert_uint_eq(h_free_mem_settles(before), before);
 	CK(cuMemAddressFree(va, 2 * MiB));
 }
 END_TEST
@@ -737,14 +738,14 @@ START_TEST(fork_sends_queued_releases_and_the_child_has_no_device)
 	size_t before, after_create, fr, tot;
 	int64_t ms;
 	int s, fd, st;
-	pid_t child, pid = fkt_spawn(observer, NULL, &s);
+	pid_t child, pid = h_fork(observer, NULL, &s);
 
 	setenv("FAKECUDA_FLUSH_US", "10000000", 1);
-	fkt_init_ctx(0);
-	before = fkt_free_mem();
-	h = fkt_vmm_create(64 * MiB, 0, 1);
+	h_init(0);
+	before = h_free_mem();
+	h = h_vmm_create(64 * MiB, 0, 1);
 	CK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
-	after_create = fkt_free_mem();
+	after_create = h_free_mem();
 	ck_assert_uint_eq(after_create, before - 64 * MiB);
 	/* queued: an import (with its copy of the FD), then both releases */
 	CK(cuMemImportFromShareableHandle(&imp, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
@@ -766,7 +767,7 @@ START_TEST(fork_sends_queued_releases_and_the_child_has_no_device)
 			bad |= (strstr(line, "fakecuda-dev") != NULL) << 1;
 		if (f)
 			fclose(f);
-		bad |= (fkt_fds_like(getpid(), "memfd:fakecuda-dev", NULL) != 0) << 2;
+		bad |= (h_fds_like(getpid(), "memfd:fakecuda-dev", NULL) != 0) << 2;
 		for (int i = 0; i < 1024; i++) {
 			struct sockaddr_un sa;
 			socklen_t len = sizeof(sa);
@@ -780,11 +781,11 @@ START_TEST(fork_sends_queued_releases_and_the_child_has_no_device)
 	ck_assert_int_eq(waitpid(child, &st, 0), child);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %#x", st);
 	/* the observer sees the releases long before the 10 s flush delay */
-	fkt_send(s, &before, sizeof(before));
-	ck_assert_int_eq(fkt_recv(s, &ms, sizeof(ms)), 0);
+	h_send(s, &before, sizeof(before));
+	ck_assert_int_eq(h_recv(s, &ms, sizeof(ms)), 0);
 	ck_assert_int_ge(ms, 0);
 	ck_assert_int_lt(ms, 1000);
-	ck_assert_int_eq(fkt_wait(pid), 0);
+	ck_assert_int_eq(h_wait(pid), 0);
 }
 END_TEST
 
@@ -798,13 +799,13 @@ START_TEST(offset_beyond_the_arena_reservation_is_out_of_memory)
 	size_t before;
 
 	setenv("FAKECUDA_ARENA_SPAN_MB", "8", 1); /* a fresh devd: offsets 0, 2, 4, 6 MiB fit */
-	fkt_init_ctx(0);
-	before = fkt_free_mem();
+	h_init(0);
+	before = h_free_mem();
 	for (int i = 0; i < 4; i++)
-		h[i] = fkt_vmm_create(2 * MiB, 0, 0);
+		h[i] = h_vmm_create(2 * MiB, 0, 0);
 	CK_ERR(cuMemCreate(&extra, 2 * MiB, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
-	ck_assert_uint_eq(fkt_free_mem(), before - 8 * MiB); /* devd's allocation was given back */
-	va = fkt_vmm_map(h[3], 2 * MiB, 0);
+	ck_assert_uint_eq(h_free_mem(), before - 8 * MiB); /* devd's allocation was given back */
+	va = h_vmm_map(h[3], 2 * MiB, 0);
 	CK(cuMemsetD32(va, 0x01020304, 2 * MiB / 4));
 	CK(cuMemcpyDtoH(buf, va + 2 * MiB - 16, 16));
 	ck_assert_uint_eq(buf[3], 0x01020304);
@@ -812,7 +813,7 @@ START_TEST(offset_beyond_the_arena_reservation_is_out_of_memory)
 	CK(cuMemAddressFree(va, 2 * MiB));
 	for (int i = 0; i < 4; i++)
 		CK(cuMemRelease(h[i]));
-	ck_assert_uint_eq(fkt_free_mem(), before);
+	ck_assert_uint_eq(h_free_mem(), before);
 }
 END_TEST
 
@@ -822,9 +823,9 @@ static Suite *suite(void)
 	TCase *t1 = tcase_create("one-device"), *t2 = tcase_create("two-devices");
 	TCase *t3 = tcase_create("arena-span");
 
-	tcase_add_unchecked_fixture(t1, fkt_devd1, fkt_devd_stop);
-	tcase_add_unchecked_fixture(t2, fkt_devd2, fkt_devd_stop);
-	tcase_add_unchecked_fixture(t3, fkt_devd1, fkt_devd_stop);
+	tcase_add_unchecked_fixture(t1, h_devd1, h_devd_stop);
+	tcase_add_unchecked_fixture(t2, h_devd2, h_devd_stop);
+	tcase_add_unchecked_fixture(t3, h_devd1, h_devd_stop);
 	tcase_set_timeout(t1, 30);
 	tcase_set_timeout(t2, 30);
 	tcase_set_timeout(t3, 30); /* one devd start and one allocation: seconds at most, as t1 */
@@ -852,11 +853,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return h_run(suite(), NULL);
 }
