@@ -378,81 +378,164 @@ fail:
 	return ret;
 }
 
-int cuip_images_verify_carriers(int dirfd, const struct cuip_ckpt *c, char *err, size_t errlen)
+/*
+ * Verifying the carriers: every chunk of every entry is one unit, taken in
+ * turn by up to VERIFY_THREADS threads (the reads and checksums of a large
+ * carrier run at the machine's parallel read speed, not one thread's). The
+ * failure reported is the one of the lowest unit, as a single pass in order
+ * would report it: a thread stops at units above the lowest failure seen.
+ */
+#define VERIFY_THREADS 16
+
+struct vunit {
+	uint32_t topo, entry;
+	uint64_t chunk;
+};
+
+struct verify {
+	int dirfd;
+	const struct cuip_ckpt *c;
+	const struct vunit *units;
+	size_t nunits, bufsz;
+	pthread_mutex_t mu;
+	size_t next;   /* next unit to take */
+	size_t failed; /* lowest failing unit, nunits: none */
+	int ret;       /* its status */
+	char err[512]; /* its message */
+};
+
+static void verify_fail(struct verify *v, size_t u, int ret, const char *msg)
 {
-	size_t bufsz = 1u << 20;
-	uint8_t *buf = NULL;
-	int ret = 0;
+	pthread_mutex_lock(&v->mu);
+	if (u < v->failed) {
+		v->failed = u;
+		v->ret = ret;
+		snprintf(v->err, sizeof(v->err), "%s", msg);
+	}
+	pthread_mutex_unlock(&v->mu);
+}
 
-	for (size_t i = 0; i < c->n && !ret; i++) {
-		const Cuip__Topology *t = c->topo[i];
+/* Check one chunk: 0, or a negative errno with msg filled. */
+static int verify_unit(struct verify *v, const struct vunit *w, uint8_t *buf, const char **open_name, int *fd,
+		       char *msg, size_t msglen)
+{
+	const Cuip__Topology *t = v->c->topo[w->topo];
+	const Cuip__CarrierEntry *e = t->carriers[w->entry];
+	uint64_t off = w->chunk * e->chunk_size, foff, run;
+	size_t len = (size_t)(e->size - off < e->chunk_size ? e->size - off : e->chunk_size);
+	unsigned long long cr = e->alloc->creator, se = e->alloc->serial;
+	size_t ch = (size_t)w->chunk;
+	const char *f;
+	ssize_t got;
 
-		for (size_t k = 0; k < t->n_carriers && !ret; k++) {
-			const Cuip__CarrierEntry *e = t->carriers[k];
-			const char *open_name = NULL;
-			int fd = -1;
+	/* Chunks never straddle extents (checked at read). */
+	if (cuip_entry_locate(t, e, off, &f, &foff, &run) || run < len) {
+		errfmt(msg, msglen, "carrier entry of allocation %llx:%llu: no extent for chunk %zu", cr, se, ch);
+		return -EBADMSG;
+	}
+	if (!*open_name || strcmp(*open_name, f)) {
+		if (*fd >= 0)
+			close(*fd);
+		*open_name = f;
+		*fd = openat(v->dirfd, f, O_RDONLY | O_CLOEXEC);
+		if (*fd < 0) {
+			int ret = -errno;
 
-			if (e->chunk_size > bufsz || !buf) {
-				bufsz = e->chunk_size > bufsz ? e->chunk_size : bufsz;
-				free(buf);
-				buf = malloc(bufsz);
-				if (!buf)
-					return -ENOMEM;
-			}
-			for (size_t ch = 0; ch < e->n_crc32c; ch++) {
-				uint64_t off = (uint64_t)ch * e->chunk_size, foff, run;
-				size_t len = (size_t)(e->size - off < e->chunk_size ? e->size - off : e->chunk_size);
-				const char *f;
-				ssize_t got;
-
-				/* Chunks never straddle extents (checked at read). */
-				if (cuip_entry_locate(t, e, off, &f, &foff, &run) || run < len) {
-					errfmt(err, errlen,
-					       "carrier entry of allocation %llx:%llu: no extent for chunk %zu",
-					       (unsigned long long)e->alloc->creator,
-					       (unsigned long long)e->alloc->serial, ch);
-					ret = -EBADMSG;
-					break;
-				}
-				if (!open_name || strcmp(open_name, f)) {
-					if (fd >= 0)
-						close(fd);
-					open_name = f;
-					fd = openat(dirfd, f, O_RDONLY | O_CLOEXEC);
-					if (fd < 0) {
-						ret = -errno;
-						errfmt(err, errlen, "%s: %s (allocation %llx:%llu chunk %zu)", f,
-						       strerror(errno), (unsigned long long)e->alloc->creator,
-						       (unsigned long long)e->alloc->serial, ch);
-						break;
-					}
-				}
-				got = pread(fd, buf, len, (off_t)foff);
-				if (got != (ssize_t)len) {
-					errfmt(err, errlen,
-					       "%s: truncated at byte %llu (allocation %llx:%llu chunk %zu)", f,
-					       (unsigned long long)foff, (unsigned long long)e->alloc->creator,
-					       (unsigned long long)e->alloc->serial, ch);
-					ret = -ENODATA;
-					break;
-				}
-				if (cuip_crc32c(0, buf, len) != e->crc32c[ch]) {
-					errfmt(err, errlen,
-					       "%s: corrupt: checksum mismatch in chunk %zu (bytes %llu..%llu) of "
-					       "allocation %llx:%llu",
-					       f, ch, (unsigned long long)foff, (unsigned long long)(foff + len),
-					       (unsigned long long)e->alloc->creator,
-					       (unsigned long long)e->alloc->serial);
-					ret = -EBADMSG;
-					break;
-				}
-			}
-			if (fd >= 0)
-				close(fd);
+			*open_name = NULL;
+			errfmt(msg, msglen, "%s: %s (allocation %llx:%llu chunk %zu)", f, strerror(-ret), cr, se, ch);
+			return ret;
 		}
 	}
+	got = pread(*fd, buf, len, (off_t)foff);
+	if (got != (ssize_t)len) {
+		errfmt(msg, msglen, "%s: truncated at byte %llu (allocation %llx:%llu chunk %zu)", f,
+		       (unsigned long long)foff, cr, se, ch);
+		return -ENODATA;
+	}
+	if (cuip_crc32c(0, buf, len) != e->crc32c[ch]) {
+		errfmt(msg, msglen,
+		       "%s: corrupt: checksum mismatch in chunk %zu (bytes %llu..%llu) of allocation %llx:%llu", f, ch,
+		       (unsigned long long)foff, (unsigned long long)(foff + len), cr, se);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+static void *verify_main(void *arg)
+{
+	struct verify *v = arg;
+	uint8_t *buf = malloc(v->bufsz);
+	const char *open_name = NULL;
+	char msg[512];
+	int fd = -1;
+
+	for (;;) {
+		size_t u;
+		int ret;
+
+		pthread_mutex_lock(&v->mu);
+		u = v->next++;
+		if (u >= v->failed || u >= v->nunits) {
+			pthread_mutex_unlock(&v->mu);
+			break;
+		}
+		pthread_mutex_unlock(&v->mu);
+		if (!buf) {
+			verify_fail(v, u, -ENOMEM, "out of memory for a verification buffer");
+			break;
+		}
+		ret = verify_unit(v, &v->units[u], buf, &open_name, &fd, msg, sizeof(msg));
+		if (ret)
+			verify_fail(v, u, ret, msg);
+	}
+	if (fd >= 0)
+		close(fd);
 	free(buf);
-	return ret;
+	return NULL;
+}
+
+int cuip_images_verify_carriers(int dirfd, const struct cuip_ckpt *c, char *err, size_t errlen)
+{
+	struct verify v = {.dirfd = dirfd, .c = c, .bufsz = 1u << 20, .mu = PTHREAD_MUTEX_INITIALIZER};
+	pthread_t th[VERIFY_THREADS];
+	struct vunit *units;
+	size_t n = 0, u = 0, nthreads = 0;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+	for (size_t i = 0; i < c->n; i++)
+		for (size_t k = 0; k < c->topo[i]->n_carriers; k++) {
+			const Cuip__CarrierEntry *e = c->topo[i]->carriers[k];
+
+			n += e->n_crc32c;
+			if (e->chunk_size > v.bufsz)
+				v.bufsz = e->chunk_size;
+		}
+	if (!n)
+		return 0;
+	units = calloc(n, sizeof(*units));
+	if (!units) {
+		errfmt(err, errlen, "out of memory verifying %zu carrier chunks", n);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < c->n; i++)
+		for (size_t k = 0; k < c->topo[i]->n_carriers; k++)
+			for (size_t ch = 0; ch < c->topo[i]->carriers[k]->n_crc32c; ch++)
+				units[u++] = (struct vunit){.topo = (uint32_t)i, .entry = (uint32_t)k, .chunk = ch};
+	v.units = units;
+	v.nunits = n;
+	v.failed = n;
+	/* The calling thread works too; helpers only where there is work. */
+	for (size_t want = cpus > 1 ? (size_t)cpus : 1;
+	     nthreads + 1 < want && nthreads + 1 < VERIFY_THREADS && nthreads + 1 < n; nthreads++)
+		if (pthread_create(&th[nthreads], NULL, verify_main, &v))
+			break;
+	verify_main(&v);
+	for (size_t i = 0; i < nthreads; i++)
+		pthread_join(th[i], NULL);
+	free(units);
+	if (v.failed < n)
+		errfmt(err, errlen, "%s", v.err);
+	return v.failed < n ? v.ret : 0;
 }
 
 int cuip_images_match(const struct cuip_ckpt *c, const pid_t *vpids, size_t n, char *err, size_t errlen)

@@ -52,7 +52,9 @@ struct cuip_ckpt {
  * or another negative errno with `err` naming the file and the problem. */
 int cuip_images_read(int dirfd, struct cuip_ckpt *c, char *err, size_t errlen);
 
-/* Read every carrier byte and compare chunk checksums. */
+/* Read every carrier byte and compare chunk checksums, chunks in parallel
+ * (up to 16 threads, joined before it returns); the failure reported is
+ * the first in image order. */
 int cuip_images_verify_carriers(int dirfd, const struct cuip_ckpt *c, char *err, size_t errlen);
 
 /* The restored participants (self-view pids) must be exactly the
