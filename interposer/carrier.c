@@ -18,11 +18,16 @@
  *
  *   save: copy slice k+1 device->host on slot B (one async copy per item,
  *         into the item's place in the buffer) while slot A's slice k is
- *         checksummed chunk by chunk per item and pwrite()n at its file
- *         offset, then swap.
+ *         checksummed and pwrite()n at its file offset, then swap.
  *   load: pread() slice k into a slot whose previous host->device copies
  *         have finished, check every item's chunk CRCs, start one copy per
  *         item; alternate slots.
+ *
+ * Within a slice, CRC and file I/O alternate in blocks of CRC_BLOCK bytes
+ * (a chunk's CRC continues across them), so each byte is still in the
+ * core's cache when it is touched the second time. Each I/O thread pins
+ * its own two buffers when it starts (in parallel with the others, which
+ * already move bytes) and unpins them when its last pass ends.
  *
  * Striping (carrier_save_striped/_load_striped) sits on top: a pure split
  * (carrier_stripe_split) cuts each item into extents of whole chunks and
@@ -37,8 +42,9 @@
  *
  * The calling thread is thread 0 and also runs the progress callback. All of
  * a transfer's state lives in one mmap'd block (struct xfer); its mutex
- * guards the cursors, the first error and the byte count. Slots and the
- * per-thread timings belong to one thread and need no lock.
+ * guards the cursors, the first error, the byte count and the pinned-byte
+ * count. Slots and the per-thread timings belong to one thread and need no
+ * lock.
  */
 #include <assert.h>
 #include <errno.h>
