@@ -18,11 +18,16 @@
  *
  *   save: copy slice k+1 device->host on slot B (one async copy per item,
  *         into the item's place in the buffer) while slot A's slice k is
- *         checksummed chunk by chunk per item and pwrite()n at its file
- *         offset, then swap.
+ *         checksummed and pwrite()n at its file offset, then swap.
  *   load: pread() slice k into a slot whose previous host->device copies
  *         have finished, check every item's chunk CRCs, start one copy per
  *         item; alternate slots.
+ *
+ * Within a slice, CRC and file I/O alternate in blocks of CRC_BLOCK bytes
+ * (a chunk's CRC continues across them), so each byte is still in the
+ * core's cache when it is touched the second time. Each I/O thread pins
+ * its own two buffers when it starts (in parallel with the others, which
+ * already move bytes) and unpins them when its last pass ends.
  *
  * Striping (carrier_save_striped/_load_striped) sits on top: a pure split
  * (carrier_stripe_split) cuts each item into extents of whole chunks and
@@ -37,8 +42,9 @@
  *
  * The calling thread is thread 0 and also runs the progress callback. All of
  * a transfer's state lives in one mmap'd block (struct xfer); its mutex
- * guards the cursors, the first error and the byte count. Slots and the
- * per-thread timings belong to one thread and need no lock.
+ * guards the cursors, the first error, the byte count and the pinned-byte
+ * count. Slots and the per-thread timings belong to one thread and need no
+ * lock.
  */
 #include <assert.h>
 #include <errno.h>
@@ -60,8 +66,8 @@
 #include "errfmt.h"
 #include "wire.h"
 
-#define MIB		(1024ull * 1024)
-#define PAGE		4096ull
+#define MIB  (1024ull * 1024)
+#define PAGE 4096ull
 /* 224 MiB of staging keeps a process within 256 MiB of extra resident
  * memory during a transfer: measured on the fake driver (private-bench),
  * staging plus 1.3 MiB for threads, index and the driver's bookkeeping
@@ -85,6 +91,11 @@
  * as big as all the bytes 4-6 us (fresh staging to fault in, no overlap
  * of copies with file I/O), one item per slice 6-7.5 us. */
 #define RUN_BYTES (256u << 10)
+/* Bytes checksummed and then written (save), or read and then checksummed
+ * (load), at a time within a slice: small enough to stay in a core's L2
+ * between the two, so each byte crosses the memory bus once on the CPU
+ * side; big enough that the extra system calls cost little. */
+#define CRC_BLOCK (512u << 10)
 #define ERRMSG	  512
 
 enum pass { PASS_SAVE, PASS_VERIFY, PASS_LOAD };
@@ -112,7 +123,8 @@ struct slot {
 	void *buf;
 	CUstream *streams; /* [xfer->nctx] */
 	struct slice s;
-	bool busy; /* load: a host->device copy from buf may be in flight */
+	bool busy;     /* load: a host->device copy from buf may be in flight */
+	bool released; /* release_slots() waited for its streams and unpinned buf */
 };
 
 struct worker {
@@ -124,7 +136,7 @@ struct worker {
 	pthread_t tid;
 	void *stack; /* mmap'd with a guard page; NULL for thread 0 */
 	bool started;
-	double copy_s, io_s, crc_s;
+	double copy_s, io_s, crc_s, pin_s;
 };
 
 struct xfer {
@@ -156,11 +168,11 @@ struct xfer {
 	unsigned running; /* threads other than the caller still working */
 	int rc;		  /* first error */
 	char msg[ERRMSG];
-	double copy_s, io_s, crc_s; /* summed after the threads are joined */
+	double copy_s, io_s, crc_s, pin_s; /* summed after the threads are joined */
 
 	/* progress, touched by thread 0 only */
 	uint64_t p_base, p_grand, p_next;
-	uint64_t pinned; /* staging bytes allocated */
+	uint64_t pinned; /* staging bytes allocated, under lock */
 	size_t map_len;	 /* this block */
 };
 
@@ -495,35 +507,50 @@ static int pwrite_all(int fd, const uint8_t *p, uint64_t len, uint64_t off)
 }
 
 /* The slot's copies are done: checksum each item's chunks and write the
- * whole slice out at once. */
+ * slice out, CRC_BLOCK bytes at a time right after they were checksummed,
+ * so that the write reads them from the cache rather than DRAM a second
+ * time. The CRC of a chunk continues across blocks (same values). */
 static int save_finish(struct worker *w, struct slot *sl)
 {
 	struct xfer *x = w->x;
 	const uint8_t *buf = sl->buf;
-	uint64_t off, len, boff;
-	double t;
-	int rc;
+	int fd = x->fds[x->items[sl->s.item].file];
+	uint64_t off, len, boff, written = 0;
+	double crc_s = 0, io_s = 0, t;
+	int rc = 0;
 
 	if (slot_wait(w, sl))
 		return -1;
-	t = now();
-	for (size_t i = sl->s.item; i <= sl->s.last; i++) {
+	for (size_t i = sl->s.item; !rc && i <= sl->s.last; i++) {
 		struct carrier_item *it = &x->items[i];
 		const uint8_t *p;
 
 		if (!piece(x, &sl->s, i, &off, &len, &boff))
 			continue;
 		p = buf + boff;
-		for (uint64_t o = 0, k = off / it->chunk_size; o < len; o += it->chunk_size, k++) {
+		for (uint64_t o = 0, k = off / it->chunk_size; !rc && o < len; o += it->chunk_size, k++) {
 			uint64_t l = len - o < it->chunk_size ? len - o : it->chunk_size;
+			uint32_t c = 0;
 
-			it->crc[k] = cuip_crc32c(0, p + o, l);
+			for (uint64_t b = 0; !rc && b < l; b += CRC_BLOCK) {
+				uint64_t m = l - b < CRC_BLOCK ? l - b : CRC_BLOCK, end = boff + o + b + m;
+
+				t = now();
+				c = cuip_crc32c(c, p + o + b, m);
+				crc_s += now() - t;
+				if (end - written < CRC_BLOCK && end < sl->s.len)
+					continue;
+				t = now();
+				rc = pwrite_all(fd, buf + written, end - written, sl->s.foff + written);
+				io_s += now() - t;
+				written = end;
+			}
+			it->crc[k] = c;
 		}
 	}
-	w->crc_s += now() - t;
-	t = now();
-	rc = pwrite_all(x->fds[x->items[sl->s.item].file], buf, sl->s.len, sl->s.foff);
-	w->io_s += now() - t;
+	assert(rc || written == sl->s.len); /* pieces tile the slice */
+	w->crc_s += crc_s;
+	w->io_s += io_s;
 	if (rc) {
 		char nb[160], fb[32];
 		fail(x, rc, "carrier save: %s: writing %" PRIu64 " bytes at file offset %" PRIu64 " of %s failed: %s",
@@ -603,60 +630,84 @@ static void short_read(struct xfer *x, const struct slot *sl, uint64_t at)
 	assert(!"short read beyond the slice");
 }
 
-/* Check the chunks of bytes [off, off + len) of item i, read into p. */
-static int check_piece(struct xfer *x, size_t i, const uint8_t *p, uint64_t off, uint64_t len)
+/* Chunk k of item i (bytes [o, o + l) of its piece at byte off of the item)
+ * has crc32c c where the index says otherwise: record it. */
+static void bad_chunk(struct xfer *x, size_t i, uint64_t off, uint64_t o, uint64_t l, uint32_t c, uint64_t k)
 {
 	const struct carrier_item *it = &x->items[i];
 	uint64_t foff = it->offset + off, base = it->name_offset;
 	char nb[32], fb[32];
 
-	for (uint64_t o = 0, k = off / it->chunk_size; o < len; o += it->chunk_size, k++) {
-		uint64_t l = len - o < it->chunk_size ? len - o : it->chunk_size;
-		uint32_t c = cuip_crc32c(0, p + o, l);
-
-		if (c != it->crc[k]) {
-			fail(x, -EBADMSG,
-			     "carrier %s: %s: chunk %" PRIu64 " (bytes %" PRIu64 "-%" PRIu64 ", file offset %" PRIu64
-			     ") of %s has crc32c %#010x, the index says %#010x (corrupt carrier image)",
-			     pass_name(x->pass), item_name(it, i, nb, sizeof(nb)), (base + off + o) / it->chunk_size,
-			     base + off + o, base + off + o + l - 1, foff + o, file_name(x, it->file, fb, sizeof(fb)),
-			     c, it->crc[k]);
-			return -1;
-		}
-	}
-	return 0;
+	fail(x, -EBADMSG,
+	     "carrier %s: %s: chunk %" PRIu64 " (bytes %" PRIu64 "-%" PRIu64 ", file offset %" PRIu64
+	     ") of %s has crc32c %#010x, the index says %#010x (corrupt carrier image)",
+	     pass_name(x->pass), item_name(it, i, nb, sizeof(nb)), (base + off + o) / it->chunk_size, base + off + o,
+	     base + off + o + l - 1, foff + o, file_name(x, it->file, fb, sizeof(fb)), c, it->crc[k]);
 }
 
-/* Read the slot's slice with one pread() and check every item's chunks;
- * nothing touches the device. */
+/* Read the slot's slice and check every item's chunks, CRC_BLOCK bytes at
+ * a time right after they were read (still in the cache); a chunk is
+ * judged once all of it is read. Nothing touches the device. */
 static int load_read(struct worker *w, struct slot *sl)
 {
 	struct xfer *x = w->x;
-	const uint8_t *buf = sl->buf;
-	uint64_t got, off, len, boff;
-	char nb[160];
-	double t = now();
-	int rc = pread_all(x->fds[x->items[sl->s.item].file], sl->buf, sl->s.len, sl->s.foff, &got);
+	uint8_t *buf = sl->buf;
+	int fd = x->fds[x->items[sl->s.item].file];
+	uint64_t got = 0, off, len, boff, have = 0;
+	double crc_s = 0, io_s = 0, t;
+	int rc = 0;
 
-	w->io_s += now() - t;
+	for (size_t i = sl->s.item; !rc && i <= sl->s.last; i++) {
+		const struct carrier_item *it = &x->items[i];
+		const uint8_t *p;
+
+		if (!piece(x, &sl->s, i, &off, &len, &boff))
+			continue;
+		p = buf + boff;
+		for (uint64_t o = 0, k = off / it->chunk_size; !rc && o < len; o += it->chunk_size, k++) {
+			uint64_t l = len - o < it->chunk_size ? len - o : it->chunk_size;
+			uint32_t c = 0;
+
+			for (uint64_t b = 0; !rc && b < l; b += CRC_BLOCK) {
+				uint64_t m = l - b < CRC_BLOCK ? l - b : CRC_BLOCK, end = boff + o + b + m;
+
+				if (end > have) {
+					/* Read ahead a block: one pread() serves a
+					 * run of small items. */
+					uint64_t to = have + CRC_BLOCK > end ? have + CRC_BLOCK : end;
+
+					if (to > sl->s.len)
+						to = sl->s.len;
+					t = now();
+					rc = pread_all(fd, buf + have, to - have, sl->s.foff + have, &got);
+					io_s += now() - t;
+					if (rc)
+						break;
+					have = to;
+				}
+				t = now();
+				c = cuip_crc32c(c, p + o + b, m);
+				crc_s += now() - t;
+			}
+			if (!rc && c != it->crc[k]) {
+				bad_chunk(x, i, off, o, l, c, k);
+				rc = -EBADMSG;
+			}
+		}
+	}
+	w->crc_s += crc_s;
+	w->io_s += io_s;
 	if (rc == -ENODATA) {
-		short_read(x, sl, sl->s.foff + got);
+		short_read(x, sl, sl->s.foff + have + got);
 		return -1;
 	}
-	if (rc) {
-		char fb[32];
+	if (rc && rc != -EBADMSG) {
+		char nb[160], fb[32];
 		fail(x, -EIO, "carrier %s: %s: reading %" PRIu64 " bytes at file offset %" PRIu64 " of %s failed: %s",
 		     pass_name(x->pass), slice_name(x, &sl->s, nb, sizeof(nb)), sl->s.len, sl->s.foff,
 		     file_name(x, x->items[sl->s.item].file, fb, sizeof(fb)), strerror(-rc));
-		return -1;
 	}
-	t = now();
-	rc = 0;
-	for (size_t i = sl->s.item; !rc && i <= sl->s.last; i++)
-		if (piece(x, &sl->s, i, &off, &len, &boff))
-			rc = check_piece(x, i, buf + boff, off, len);
-	w->crc_s += now() - t;
-	return rc;
+	return rc ? -1 : 0;
 }
 
 static int load_issue(struct worker *w, struct slot *sl)
@@ -706,12 +757,92 @@ static void load_worker(struct worker *w)
 
 /* ---- threads ---------------------------------------------------------------- */
 
+/* Pin the thread's own staging buffers (those not pinned by an earlier
+ * pass), with context 0 current: portable pinning makes them usable from
+ * every context. Each thread pins its own, so pinning runs in parallel and
+ * a thread starts moving bytes as soon as its buffers are there rather
+ * than after all of them. */
+static int pin_slots(struct worker *w)
+{
+	struct xfer *x = w->x;
+	const struct carrier_ops *ops = x->ops;
+	double t = now();
+	CUresult rc;
+
+	if (!x->total)
+		return 0; /* nothing to carry: no staging */
+	for (unsigned s = 0; s < SLOTS_PER_THREAD; s++) {
+		struct slot *sl = w->slot[s];
+		void *p = NULL;
+
+		if (sl->buf)
+			continue;
+		if (!w->has_cur || w->cur != x->ctxs[0]) {
+			rc = ops->ctx_set_current(x->ctxs[0]);
+			if (rc != CUDA_SUCCESS) {
+				fail(x, -EIO, "carrier %s: cuCtxSetCurrent(%p) failed: %s (%d)", pass_name(x->pass),
+				     (void *)x->ctxs[0], cu_name(ops, rc), rc);
+				return -1;
+			}
+			w->cur = x->ctxs[0];
+			w->has_cur = true;
+		}
+		if (ops->mem_host_alloc)
+			rc = ops->mem_host_alloc(&p, x->buf_bytes, CU_MEMHOSTALLOC_PORTABLE);
+		else
+			rc = ops->mem_alloc_host(&p, x->buf_bytes);
+		if (rc != CUDA_SUCCESS) {
+			fail(x, -ENOMEM, "carrier %s: cannot pin %u x %" PRIu64 " bytes of staging: %s (%d)",
+			     pass_name(x->pass), x->nslots, x->buf_bytes, cu_name(ops, rc), rc);
+			return -1;
+		}
+		sl->buf = p;
+		pthread_mutex_lock(&x->lock);
+		x->pinned += x->buf_bytes;
+		pthread_mutex_unlock(&x->lock);
+	}
+	w->pin_s += now() - t;
+	return 0;
+}
+
+/* After the last pass: wait for whatever the thread's streams still carry
+ * and unpin its buffers, in parallel with the other threads (teardown()
+ * frees what is left on the calling thread). */
+static void release_slots(struct worker *w)
+{
+	struct xfer *x = w->x;
+	const struct carrier_ops *ops = x->ops;
+
+	for (unsigned s = 0; s < SLOTS_PER_THREAD; s++) {
+		struct slot *sl = w->slot[s];
+
+		if (!sl->buf)
+			continue;
+		for (size_t c = 0; c < x->nctx; c++) {
+			if (!sl->streams[c])
+				continue;
+			if ((!w->has_cur || w->cur != x->ctxs[c]) && ops->ctx_set_current(x->ctxs[c]) != CUDA_SUCCESS)
+				return; /* teardown() tries again */
+			w->cur = x->ctxs[c];
+			w->has_cur = true;
+			ops->stream_synchronize(sl->streams[c]);
+		}
+		ops->mem_free_host(sl->buf);
+		sl->buf = NULL;
+		sl->released = true;
+	}
+}
+
 static void work(struct worker *w)
 {
+	if (pin_slots(w))
+		return;
 	if (w->x->pass == PASS_SAVE)
 		save_worker(w);
 	else
 		load_worker(w);
+	if (w->x->pass != PASS_VERIFY)
+		release_slots(w);
 }
 
 static void *thread_main(void *arg)
@@ -734,6 +865,7 @@ static int start_thread(struct worker *w)
 	sigset_t all, old;
 	int rc;
 
+	w->has_cur = false; /* a new thread: no context current on it yet */
 	w->stack =
 		mmap(NULL, THREAD_STACK + PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
 	if (w->stack == MAP_FAILED) {
@@ -835,7 +967,8 @@ static int run_pass(struct xfer *x, enum pass pass)
 		x->copy_s += w->copy_s;
 		x->io_s += w->io_s;
 		x->crc_s += w->crc_s;
-		w->copy_s = w->io_s = w->crc_s = 0;
+		x->pin_s += w->pin_s;
+		w->copy_s = w->io_s = w->crc_s = w->pin_s = 0;
 	}
 	if (!x->rc && x->done != x->total)
 		fail(x, -EIO, "carrier %s: moved %" PRIu64 " bytes, expected %" PRIu64, pass_name(pass), x->done,
@@ -892,6 +1025,11 @@ static void plan(struct xfer *x)
 		buf = want;
 	if (buf < need)
 		buf = need; /* a chunk must fit: may exceed a tiny staging bound */
+	/* Slices of a large item are whole chunks: what a buffer holds beyond
+	 * them would be pinned for nothing (7 of 16 MiB per thread with 16
+	 * threads in 224 MiB and 4 MiB chunks). */
+	if (buf > need && biggest > buf)
+		buf -= buf % need;
 	/* Staging sized to need: never more pinned than the bytes carried
 	 * (in pages), or than two buffers of one chunk where that is more.
 	 * Smaller buffers first (down to a chunk), then fewer threads. */
@@ -1000,7 +1138,8 @@ static void teardown(struct xfer *x)
 			if (!sl->streams[c])
 				continue;
 			ops->ctx_set_current(x->ctxs[c]);
-			ops->stream_synchronize(sl->streams[c]);
+			if (!sl->released)
+				ops->stream_synchronize(sl->streams[c]);
 			ops->stream_destroy(sl->streams[c]);
 			sl->streams[c] = NULL;
 		}
@@ -1011,7 +1150,7 @@ static void teardown(struct xfer *x)
 	}
 }
 
-/* Pin staging and create streams, on the calling thread. */
+/* Create the streams, on the calling thread. */
 static int setup(struct xfer *x)
 {
 	const struct carrier_ops *ops = x->ops;
@@ -1036,27 +1175,12 @@ static int setup(struct xfer *x)
 			}
 		}
 	}
-	/* Context 0 stays current for the allocations (portable pinning makes
-	 * them usable from every context) and for thread 0. */
+	/* Context 0 stays current for thread 0; the I/O threads pin their
+	 * own staging (pin_slots()). */
 	rc = ops->ctx_set_current(x->ctxs[0]);
 	if (rc != CUDA_SUCCESS) {
 		fail(x, -EIO, "carrier %s: cuCtxSetCurrent failed: %s (%d)", pass_name(x->pass), cu_name(ops, rc), rc);
 		return x->rc;
-	}
-	for (unsigned i = 0; i < x->nslots; i++) {
-		void *p = NULL;
-
-		if (ops->mem_host_alloc)
-			rc = ops->mem_host_alloc(&p, x->buf_bytes, CU_MEMHOSTALLOC_PORTABLE);
-		else
-			rc = ops->mem_alloc_host(&p, x->buf_bytes);
-		if (rc != CUDA_SUCCESS) {
-			fail(x, -ENOMEM, "carrier %s: cannot pin %u x %" PRIu64 " bytes of staging: %s (%d)",
-			     pass_name(x->pass), x->nslots, x->buf_bytes, cu_name(ops, rc), rc);
-			return x->rc;
-		}
-		x->slots[i].buf = p;
-		x->pinned += x->buf_bytes;
 	}
 	return 0;
 }
@@ -1077,6 +1201,7 @@ static void fill_stats(const struct xfer *x, struct carrier_stats *st, double t0
 	st->copy_wait_seconds = x->copy_s;
 	st->io_seconds = x->io_s;
 	st->crc_seconds = x->crc_s;
+	st->pin_seconds = x->pin_s;
 }
 
 static bool ops_ok(const struct carrier_ops *o)

@@ -146,7 +146,7 @@ struct carrier_stats {
 	uint64_t bytes;		/* bytes through the device and the file (per pass) */
 	uint64_t total;		/* bytes asked for (sum of item sizes) */
 	double seconds;		/* wall time of the call, setup and teardown included */
-	double setup_seconds;	/* pinning staging, creating streams */
+	double setup_seconds;	/* before the I/O threads start: creating streams */
 	uint64_t staging_bytes; /* pinned staging allocated (buffers x buffer_bytes) */
 	uint64_t buffer_bytes;
 	unsigned buffers;
@@ -154,6 +154,8 @@ struct carrier_stats {
 	double copy_wait_seconds; /* summed over threads: waiting for device copies */
 	double io_seconds;	  /* summed over threads: in pwrite/pread */
 	double crc_seconds;	  /* summed over threads: computing CRC32C */
+	double pin_seconds;	  /* summed over threads: pinning their own staging, overlapped with
+				     the other threads' transfers */
 };
 
 /*

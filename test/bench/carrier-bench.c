@@ -862,13 +862,13 @@ int main(int argc, char **argv)
 			       ms / m_d2h, ms / m_w1, ms / m_wn, ml, ml / m_h2d, ml / m_r1, ml / m_rn,
 			       last.save_st.staging_bytes / (double)MIB, hwm / (double)MIB, lhwm / (double)MIB,
 			       an / (double)MIB, lan / (double)MIB);
-			printf("                      save: setup %.3fs, per-thread sums: copy wait %.2fs, write "
-			       "%.2fs, crc "
-			       "%.2fs;"
-			       " load: setup %.3fs, copy wait %.2fs, read %.2fs, crc %.2fs\n",
-			       last.save_st.setup_seconds, last.save_st.copy_wait_seconds, last.save_st.io_seconds,
-			       last.save_st.crc_seconds, last.load_st.setup_seconds, last.load_st.copy_wait_seconds,
-			       last.load_st.io_seconds, last.load_st.crc_seconds);
+			printf("                      save: setup %.3fs, per-thread sums: pin %.2fs, copy wait %.2fs, "
+			       "write %.2fs, crc %.2fs;"
+			       " load: setup %.3fs, pin %.2fs, copy wait %.2fs, read %.2fs, crc %.2fs\n",
+			       last.save_st.setup_seconds, last.save_st.pin_seconds, last.save_st.copy_wait_seconds,
+			       last.save_st.io_seconds, last.save_st.crc_seconds, last.load_st.setup_seconds,
+			       last.load_st.pin_seconds, last.load_st.copy_wait_seconds, last.load_st.io_seconds,
+			       last.load_st.crc_seconds);
 			if (opt.item) {
 				double items = (double)((opt.size + opt.item - 1) / opt.item);
 

@@ -326,7 +326,12 @@ static void injected(const char *api, unsigned warm, unsigned nth, int load, int
 		rc = carrier_save(&ops, &c, w.fd, 0, w.src.items, N, &st, err, sizeof(err));
 	ck_assert_msg(rc == expect, "%s:%u -> %d (%s)", api, warm + nth, rc, err);
 	ck_assert_msg(strstr(err, needle), "'%s' lacks '%s'", err, needle);
-	ck_assert_uint_lt(st.bytes, st.total);
+	/* A thread's pinning may fail after the others moved every byte
+	 * (each pins its own staging, overlapped): the transfer still fails. */
+	if (expect == -ENOMEM)
+		ck_assert_uint_le(st.bytes, st.total);
+	else
+		ck_assert_uint_lt(st.bytes, st.total);
 	ck_assert_int_eq(count_fds(), fds);
 	ck_assert_int_eq(count_maps(), maps);
 	for (size_t i = 0; i < N; i++)
