@@ -6,7 +6,8 @@
  * line with other threads.
  *
  * Callers: record.c, which keeps the records and assigns the handles,
- * vmm.c (the query), and gate.c (cuip_gate_open republishes). Locking:
+ * vmm.c (the query, through cuip_qt_drv: inline in qtable.h, which holds
+ * the table's layout for it), and gate.c (cuip_gate_open republishes). Locking:
  * writers (every function but cuip_qt_drv) hold cuip_state_lock; readers
  * hold nothing and are inside the API gate.
  *
@@ -49,29 +50,20 @@
 #include "cuip.h"
 #include "qtable.h"
 
-struct lslot {
-	_Atomic uint64_t key;			 /* the logical handle; 0: free */
-	_Atomic uint64_t drv;			 /* its record's driver handle */
-	struct cuip_alloc *a;			 /* its record (state lock) */
-	const CUmemGenericAllocationHandle *src; /* where the record keeps drv (&a->drv): republish reads it */
-};
-struct ltab {
-	uint64_t mask;
-	struct ltab *older; /* superseded tables, see above */
-	struct lslot s[];
-};
 #define LTAB_MIN 4096
-static _Atomic(struct ltab *) ltab;
+/* The current table (qtable.h), in a cache line of its own: every query
+ * loads it, only a growth writes it. */
+struct cuip_qt_cur cuip_qt_cur;
 
-static struct ltab *ltab_now(void)
+static struct cuip_qt_tab *ltab_now(void)
 {
-	return atomic_load_explicit(&ltab, memory_order_acquire);
+	return atomic_load_explicit(&cuip_qt_cur.p, memory_order_acquire);
 }
 
 /* A table twice as large (at least LTAB_MIN) holding the live entries. */
 static int ltab_grow(void)
 {
-	struct ltab *t = ltab_now(), *n;
+	struct cuip_qt_tab *t = ltab_now(), *n;
 	uint64_t size = t ? 2 * (t->mask + 1) : LTAB_MIN;
 
 	n = calloc(1, sizeof(*n) + size * sizeof(n->s[0]));
@@ -81,7 +73,7 @@ static int ltab_grow(void)
 	n->older = t;
 	for (uint64_t i = 0; t && i <= t->mask; i++) {
 		uint64_t k = atomic_load_explicit(&t->s[i].key, memory_order_relaxed);
-		struct lslot *d = &n->s[k & n->mask];
+		struct cuip_qt_slot *d = &n->s[k & n->mask];
 
 		if (!k)
 			continue;
@@ -92,13 +84,13 @@ static int ltab_grow(void)
 				      memory_order_relaxed);
 		atomic_store_explicit(&d->key, k, memory_order_relaxed);
 	}
-	atomic_store_explicit(&ltab, n, memory_order_release); /* the entries before the pointer */
+	atomic_store_explicit(&cuip_qt_cur.p, n, memory_order_release); /* the entries before the pointer */
 	return 0;
 }
 
 int cuip_qt_reserve(size_t nrecords)
 {
-	struct ltab *t = ltab_now();
+	struct cuip_qt_tab *t = ltab_now();
 
 	if (!t || 2 * nrecords > t->mask + 1)
 		return ltab_grow();
@@ -107,15 +99,15 @@ int cuip_qt_reserve(size_t nrecords)
 
 bool cuip_qt_taken(uint64_t h)
 {
-	struct ltab *t = ltab_now();
+	struct cuip_qt_tab *t = ltab_now();
 
 	return t && atomic_load_explicit(&t->s[h & t->mask].key, memory_order_relaxed);
 }
 
 void cuip_qt_insert(uint64_t h, struct cuip_alloc *a, const CUmemGenericAllocationHandle *drv)
 {
-	struct ltab *t = ltab_now();
-	struct lslot *s;
+	struct cuip_qt_tab *t = ltab_now();
+	struct cuip_qt_slot *s;
 
 	assert(t && h && !cuip_qt_taken(h)); /* cuip_qt_reserve made room */
 	s = &t->s[h & t->mask];
@@ -127,8 +119,8 @@ void cuip_qt_insert(uint64_t h, struct cuip_alloc *a, const CUmemGenericAllocati
 
 void cuip_qt_remove(uint64_t h)
 {
-	for (struct ltab *t = ltab_now(); t; t = t->older) {
-		struct lslot *s = &t->s[h & t->mask];
+	for (struct cuip_qt_tab *t = ltab_now(); t; t = t->older) {
+		struct cuip_qt_slot *s = &t->s[h & t->mask];
 
 		if (atomic_load_explicit(&s->key, memory_order_relaxed) == h)
 			atomic_store_explicit(&s->key, 0, memory_order_release);
@@ -137,8 +129,8 @@ void cuip_qt_remove(uint64_t h)
 
 struct cuip_alloc *cuip_qt_record(uint64_t h)
 {
-	struct ltab *t = ltab_now();
-	struct lslot *s;
+	struct cuip_qt_tab *t = ltab_now();
+	struct cuip_qt_slot *s;
 
 	if (!t || !h)
 		return NULL;
@@ -149,29 +141,9 @@ struct cuip_alloc *cuip_qt_record(uint64_t h)
 	return s->a;
 }
 
-uint64_t cuip_qt_drv(uint64_t h)
-{
-	struct ltab *t = ltab_now(), *t2;
-
-	while (t && h) {
-		struct lslot *s = &t->s[h & t->mask];
-
-		if (atomic_load_explicit(&s->key, memory_order_acquire) == h) {
-			uint64_t d = atomic_load_explicit(&s->drv, memory_order_acquire);
-
-			return atomic_load_explicit(&s->key, memory_order_relaxed) == h ? d : 0;
-		}
-		t2 = ltab_now();
-		if (t2 == t)
-			return 0;
-		t = t2; /* grown meanwhile: the handle may be only in the new one */
-	}
-	return 0;
-}
-
 void cuip_qt_republish(void)
 {
-	for (struct ltab *t = ltab_now(); t; t = t->older)
+	for (struct cuip_qt_tab *t = ltab_now(); t; t = t->older)
 		for (uint64_t i = 0; i <= t->mask; i++)
 			if (atomic_load_explicit(&t->s[i].key, memory_order_relaxed))
 				atomic_store_explicit(&t->s[i].drv, *t->s[i].src, memory_order_release);
@@ -179,9 +151,9 @@ void cuip_qt_republish(void)
 
 void cuip_qt_reset(void)
 {
-	for (struct ltab *t = ltab_now(), *o; t; t = o) {
+	for (struct cuip_qt_tab *t = ltab_now(), *o; t; t = o) {
 		o = t->older;
 		free(t);
 	}
-	atomic_store(&ltab, NULL);
+	atomic_store(&cuip_qt_cur.p, NULL);
 }

@@ -83,7 +83,7 @@ static void raw_forget(CUmemGenericAllocationHandle h)
 
 /* ---- helpers for the wrappers -------------------------------------------- */
 
-static CUresult enter(void *fn)
+static inline __attribute__((always_inline)) CUresult enter(void *fn)
 {
 	if (cuip_driver_init() || !fn)
 		return CUDA_ERROR_NOT_FOUND;
