@@ -46,11 +46,15 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuip.h"
+#include "driver.h"
 #include "qtable.h"
 
 #define LTAB_MIN 4096
+_Static_assert(sizeof(CUmemAllocationProp) % 8 == 0 && _Alignof(CUmemAllocationProp) <= 8,
+	       "CUmemAllocationProp is copied as 64-bit words");
 /* The current table (qtable.h), in a cache line of its own: every query
  * loads it, only a growth writes it. */
 struct cuip_qt_cur cuip_qt_cur;
@@ -82,6 +86,9 @@ static int ltab_grow(void)
 		d->src = t->s[i].src;
 		atomic_store_explicit(&d->drv, atomic_load_explicit(&t->s[i].drv, memory_order_relaxed),
 				      memory_order_relaxed);
+		for (size_t w = 0; w < CUIP_QT_PROPW; w++)
+			atomic_store_explicit(&d->prop[w], atomic_load_explicit(&t->s[i].prop[w], memory_order_relaxed),
+					      memory_order_relaxed);
 		atomic_store_explicit(&d->key, k, memory_order_relaxed);
 	}
 	atomic_store_explicit(&cuip_qt_cur.p, n, memory_order_release); /* the entries before the pointer */
@@ -104,6 +111,21 @@ bool cuip_qt_taken(uint64_t h)
 	return t && atomic_load_explicit(&t->s[h & t->mask].key, memory_order_relaxed);
 }
 
+/* Store drv and the driver's properties for it into s (release: before
+ * the caller publishes the key). */
+static void slot_fill(struct cuip_qt_slot *s, uint64_t drv)
+{
+	CUmemAllocationProp p;
+	uint64_t w[CUIP_QT_PROPW] = {0};
+
+	if (drv && real.cuMemGetAllocationPropertiesFromHandle &&
+	    real.cuMemGetAllocationPropertiesFromHandle(&p, drv) == CUDA_SUCCESS && p.type)
+		memcpy(w, &p, sizeof(p));
+	for (size_t i = 0; i < CUIP_QT_PROPW; i++)
+		atomic_store_explicit(&s->prop[i], w[i], memory_order_release);
+	atomic_store_explicit(&s->drv, drv, memory_order_release);
+}
+
 void cuip_qt_insert(uint64_t h, struct cuip_alloc *a, const CUmemGenericAllocationHandle *drv)
 {
 	struct cuip_qt_tab *t = ltab_now();
@@ -113,7 +135,7 @@ void cuip_qt_insert(uint64_t h, struct cuip_alloc *a, const CUmemGenericAllocati
 	s = &t->s[h & t->mask];
 	s->a = a;
 	s->src = drv;
-	atomic_store_explicit(&s->drv, *drv, memory_order_release);
+	slot_fill(s, *drv);
 	atomic_store_explicit(&s->key, h, memory_order_release);
 }
 
@@ -146,7 +168,7 @@ void cuip_qt_republish(void)
 	for (struct cuip_qt_tab *t = ltab_now(); t; t = t->older)
 		for (uint64_t i = 0; i <= t->mask; i++)
 			if (atomic_load_explicit(&t->s[i].key, memory_order_relaxed))
-				atomic_store_explicit(&t->s[i].drv, *t->s[i].src, memory_order_release);
+				slot_fill(&t->s[i], *t->s[i].src);
 }
 
 void cuip_qt_reset(void)
