@@ -12,12 +12,14 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 
 #include "cuip.h"
 #include "driver.h"
 
 struct cuip_real real;
+_Atomic int cuip_driver_loaded; /* 1 once real is written (release) */
 static void *cuda_handle;
 static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
 static void *(*libc_dlsym)(void *, const char *);
@@ -55,9 +57,10 @@ static void driver_load(void)
 	real.launch.name = (__typeof__(real.launch.name))cuip_real_dlsym(cuda_handle, #name);
 	CUIP_LAUNCH_LIST(L)
 #undef L
+	atomic_store_explicit(&cuip_driver_loaded, 1, memory_order_release);
 }
 
-int cuip_driver_init(void)
+int cuip_driver_load(void)
 {
 	pthread_once(&driver_once, driver_load);
 	return cuda_handle ? 0 : -ENOENT;

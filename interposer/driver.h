@@ -95,8 +95,17 @@ struct cuip_real {
 };
 
 extern struct cuip_real real;
-/* Resolve the real driver once; 0 or -ENOENT (no libcuda.so.1). */
-int cuip_driver_init(void);
+/* Resolve the real driver once; 0 or -ENOENT (no libcuda.so.1). Inline:
+ * once loaded, one load of a read-mostly flag (acquire: the table was
+ * written before it), no pthread_once call into libc per wrapper. */
+extern _Atomic int cuip_driver_loaded;
+int cuip_driver_load(void);
+static inline int cuip_driver_init(void)
+{
+	if (__builtin_expect(atomic_load_explicit(&cuip_driver_loaded, memory_order_acquire), 1))
+		return 0;
+	return cuip_driver_load();
+}
 CUIP_NOSAN void *cuip_real_dlsym(void *handle, const char *name);
 void *cuip_driver_handle(void);
 const char *cuip_cuerr(CUresult r);

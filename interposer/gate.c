@@ -9,13 +9,14 @@
  * the gate reopens (after a complete restore or a rollback), or fail with
  * CUDA_ERROR_NOT_READY once the process is FAILED.
  *
- * Open gate, per call: the calling thread's own counter (`depth` in its
- * thread-local slot) goes up, one shared read-mostly flag is loaded, the
- * counter goes down. No read-modify-write, no fence, no cache line another
- * thread writes while the gate is open.
+ * Open gate, per call (inline in every wrapper, cuip.h): the calling
+ * thread's own counter (`depth` in its thread-local slot) goes up, one
+ * shared read-mostly flag is loaded, the counter goes down. No
+ * read-modify-write, no fence, no call, no cache line another thread
+ * writes while the gate is open (the flags have a line of their own).
  *
  * Protocol (asymmetric Dekker). Entering thread T: store depth+1 (relaxed,
- * only T writes it), compiler barrier, load `gate_is_open`; closed: undo,
+ * only T writes it), compiler barrier, load `cuip_gate_flags.open`; closed: undo,
  * wait on gate_cv. Closer: store open = 0, then heavy_barrier(), then sum
  * every registered slot's depth (acquire) until it reads 0. heavy_barrier()
  * is membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), which runs a full memory
@@ -63,24 +64,19 @@
 #include "cuip.h"
 #include "qtable.h"
 
-struct gate_slot {
-	atomic_long depth; /* written by its thread only */
-	struct gate_slot *prev, *next;
-	bool registered;
-};
-
-#define TLS_IE __attribute__((tls_model("initial-exec")))
-
-static __thread struct gate_slot me TLS_IE;
-static atomic_int gate_is_open = 1;
+/* Initial-exec TLS: one %fs-relative load, no __tls_get_addr. A library
+ * loaded at start by LD_PRELOAD gets it in the static TLS block; one
+ * dlopen'ed later takes it from glibc's static TLS surplus (the slot is
+ * 32 bytes; test_selfcontained.sh dlopens the library). */
+__thread struct cuip_gate_slot cuip_gate_me __attribute__((tls_model("initial-exec")));
+struct cuip_gate_flags cuip_gate_flags = {.open = 1}; /* read-mostly */
 static atomic_int phase = CUIP__PHASE__PHASE_ACTIVE;
 static atomic_ullong waits;
 static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t gate_cv; /* CLOCK_MONOTONIC, see gate_once_init */
 static pthread_once_t gate_once = PTHREAD_ONCE_INIT;
 static pthread_key_t slot_key;
-static struct gate_slot *slots; /* gate_mu */
-static bool reader_fence;	/* set once, before the first slot registers */
+static struct cuip_gate_slot *slots; /* gate_mu */
 static char failure[512];
 
 #define RESCAN_NS 5000000L /* the closer rescans the slots this often */
@@ -94,7 +90,7 @@ static int membarrier(int cmd)
 
 static void slot_gone(void *p)
 {
-	struct gate_slot *s = p;
+	struct cuip_gate_slot *s = p;
 
 	pthread_mutex_lock(&gate_mu);
 	if (s->registered) {
@@ -109,7 +105,7 @@ static void slot_gone(void *p)
 	pthread_mutex_unlock(&gate_mu);
 	/* A thread exiting inside a gated call (pthread_exit from a callback)
 	 * takes its count with it: wake a closer that may wait for it. */
-	if (atomic_load_explicit(&s->depth, memory_order_relaxed) && !atomic_load(&gate_is_open))
+	if (atomic_load_explicit(&s->depth, memory_order_relaxed) && !atomic_load(&cuip_gate_flags.open))
 		wake_all();
 }
 
@@ -124,9 +120,9 @@ static void gate_once_init(void)
 	pthread_condattr_destroy(&a);
 	pthread_key_create(&slot_key, slot_gone);
 	q = membarrier(MEMBARRIER_CMD_QUERY);
-	reader_fence = q < 0 || !(q & MEMBARRIER_CMD_PRIVATE_EXPEDITED) ||
-		       membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) != 0;
-	if (reader_fence)
+	cuip_gate_flags.fence = q < 0 || !(q & MEMBARRIER_CMD_PRIVATE_EXPEDITED) ||
+				membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) != 0;
+	if (cuip_gate_flags.fence)
 		pr_info("membarrier(PRIVATE_EXPEDITED) unavailable: the open gate fences each call");
 }
 
@@ -139,19 +135,19 @@ void cuip_gate_prepare(void)
 }
 
 /* The calling thread's first gated call: put its slot on the list. */
-static struct gate_slot *slot_register(void)
+static struct cuip_gate_slot *slot_register(void)
 {
 	pthread_once(&gate_once, gate_once_init);
 	pthread_mutex_lock(&gate_mu);
-	me.prev = NULL;
-	me.next = slots;
+	cuip_gate_me.prev = NULL;
+	cuip_gate_me.next = slots;
 	if (slots)
-		slots->prev = &me;
-	slots = &me;
-	me.registered = true;
+		slots->prev = &cuip_gate_me;
+	slots = &cuip_gate_me;
+	cuip_gate_me.registered = true;
 	pthread_mutex_unlock(&gate_mu);
-	pthread_setspecific(slot_key, &me);
-	return &me;
+	pthread_setspecific(slot_key, &cuip_gate_me);
+	return &cuip_gate_me;
 }
 
 /* Make every thread's earlier stores visible to the caller's later loads
@@ -159,7 +155,7 @@ static struct gate_slot *slot_register(void)
  * -errno (no barrier: the caller must not trust a scan). */
 static int heavy_barrier(void)
 {
-	if (reader_fence) {
+	if (cuip_gate_flags.fence) {
 		atomic_thread_fence(memory_order_seq_cst);
 		return 0;
 	}
@@ -184,7 +180,7 @@ static void wake_all(void)
 	pthread_mutex_unlock(&gate_mu);
 }
 
-static inline void slot_add(struct gate_slot *s, long d)
+static inline void slot_add(struct cuip_gate_slot *s, long d)
 {
 	long v = atomic_load_explicit(&s->depth, memory_order_relaxed) + d;
 
@@ -193,24 +189,17 @@ static inline void slot_add(struct gate_slot *s, long d)
 	atomic_store_explicit(&s->depth, v, d < 0 ? memory_order_release : memory_order_relaxed);
 }
 
-static inline bool open_after_store(void)
+/* cuip_gate_enter (cuip.h) found its slot unregistered or the gate closed,
+ * and left its count as it was. */
+CUresult cuip_gate_enter_slow(void)
 {
-	if (__builtin_expect(reader_fence, 0))
-		atomic_thread_fence(memory_order_seq_cst);
-	else
-		atomic_signal_fence(memory_order_seq_cst); /* the compiler keeps the order */
-	return atomic_load_explicit(&gate_is_open, memory_order_relaxed);
-}
+	struct cuip_gate_slot *s = &cuip_gate_me;
 
-CUresult cuip_gate_enter(void)
-{
-	struct gate_slot *s = &me;
-
-	if (__builtin_expect(!s->registered, 0))
+	if (!s->registered)
 		slot_register();
 	for (;;) {
 		slot_add(s, 1);
-		if (__builtin_expect(open_after_store(), 1)) {
+		if (cuip_gate_open_after_store()) {
 			atomic_thread_fence(memory_order_acquire); /* pairs with cuip_gate_open */
 			return CUDA_SUCCESS;
 		}
@@ -218,7 +207,7 @@ CUresult cuip_gate_enter(void)
 		wake_all(); /* the closer may be waiting for this slot */
 		atomic_fetch_add(&waits, 1);
 		pthread_mutex_lock(&gate_mu);
-		while (!atomic_load(&gate_is_open) && atomic_load(&phase) != CUIP__PHASE__PHASE_FAILED)
+		while (!atomic_load(&cuip_gate_flags.open) && atomic_load(&phase) != CUIP__PHASE__PHASE_FAILED)
 			pthread_cond_wait(&gate_cv, &gate_mu);
 		pthread_mutex_unlock(&gate_mu);
 		if (atomic_load(&phase) == CUIP__PHASE__PHASE_FAILED)
@@ -226,13 +215,10 @@ CUresult cuip_gate_enter(void)
 	}
 }
 
-void cuip_gate_exit(void)
+/* cuip_gate_exit (cuip.h) left while the gate was closed. */
+void cuip_gate_exit_slow(void)
 {
-	struct gate_slot *s = &me;
-
-	slot_add(s, -1);
-	if (__builtin_expect(!open_after_store(), 0))
-		wake_all();
+	wake_all();
 }
 
 /* Calls in flight (gate_mu held). */
@@ -240,7 +226,7 @@ static long inflight(void)
 {
 	long n = 0;
 
-	for (struct gate_slot *s = slots; s; s = s->next)
+	for (struct cuip_gate_slot *s = slots; s; s = s->next)
 		n += atomic_load_explicit(&s->depth, memory_order_acquire);
 	return n;
 }
@@ -250,7 +236,7 @@ static long inflight(void)
  * does not hold the state lock that republishing needs). */
 static void reopen(void)
 {
-	atomic_store(&gate_is_open, 1);
+	atomic_store(&cuip_gate_flags.open, 1);
 	wake_all();
 }
 
@@ -267,7 +253,7 @@ int cuip_gate_close(unsigned timeout_ms)
 		dl.tv_sec++;
 		dl.tv_nsec -= 1000000000L;
 	}
-	atomic_store(&gate_is_open, 0);
+	atomic_store(&cuip_gate_flags.open, 0);
 	ret = heavy_barrier();
 	if (ret) {
 		/* Threads that entered without a fence may be unseen: refuse to
@@ -346,11 +332,11 @@ void cuip_gate_reset(void)
 	/* A forked child has only the forking thread: the other threads'
 	 * slots (their TLS) are gone, its own keeps its count. */
 	slots = NULL;
-	if (me.registered) {
-		me.prev = me.next = NULL;
-		slots = &me;
+	if (cuip_gate_me.registered) {
+		cuip_gate_me.prev = cuip_gate_me.next = NULL;
+		slots = &cuip_gate_me;
 	}
-	atomic_store(&gate_is_open, 1);
+	atomic_store(&cuip_gate_flags.open, 1);
 	atomic_store(&phase, CUIP__PHASE__PHASE_ACTIVE);
 	atomic_store(&waits, 0);
 	failure[0] = 0;

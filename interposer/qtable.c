@@ -6,7 +6,8 @@
  * line with other threads.
  *
  * Callers: record.c, which keeps the records and assigns the handles,
- * vmm.c (the query), and gate.c (cuip_gate_open republishes). Locking:
+ * vmm.c (the query, through cuip_qt_drv: inline in qtable.h, which holds
+ * the table's layout for it), and gate.c (cuip_gate_open republishes). Locking:
  * writers (every function but cuip_qt_drv) hold cuip_state_lock; readers
  * hold nothing and are inside the API gate.
  *
@@ -45,33 +46,28 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuip.h"
+#include "driver.h"
 #include "qtable.h"
 
-struct lslot {
-	_Atomic uint64_t key;			 /* the logical handle; 0: free */
-	_Atomic uint64_t drv;			 /* its record's driver handle */
-	struct cuip_alloc *a;			 /* its record (state lock) */
-	const CUmemGenericAllocationHandle *src; /* where the record keeps drv (&a->drv): republish reads it */
-};
-struct ltab {
-	uint64_t mask;
-	struct ltab *older; /* superseded tables, see above */
-	struct lslot s[];
-};
 #define LTAB_MIN 4096
-static _Atomic(struct ltab *) ltab;
+_Static_assert(sizeof(CUmemAllocationProp) % 8 == 0 && _Alignof(CUmemAllocationProp) <= 8,
+	       "CUmemAllocationProp is copied as 64-bit words");
+/* The current table (qtable.h), in a cache line of its own: every query
+ * loads it, only a growth writes it. */
+struct cuip_qt_cur cuip_qt_cur;
 
-static struct ltab *ltab_now(void)
+static struct cuip_qt_tab *ltab_now(void)
 {
-	return atomic_load_explicit(&ltab, memory_order_acquire);
+	return atomic_load_explicit(&cuip_qt_cur.p, memory_order_acquire);
 }
 
 /* A table twice as large (at least LTAB_MIN) holding the live entries. */
 static int ltab_grow(void)
 {
-	struct ltab *t = ltab_now(), *n;
+	struct cuip_qt_tab *t = ltab_now(), *n;
 	uint64_t size = t ? 2 * (t->mask + 1) : LTAB_MIN;
 
 	n = calloc(1, sizeof(*n) + size * sizeof(n->s[0]));
@@ -81,7 +77,7 @@ static int ltab_grow(void)
 	n->older = t;
 	for (uint64_t i = 0; t && i <= t->mask; i++) {
 		uint64_t k = atomic_load_explicit(&t->s[i].key, memory_order_relaxed);
-		struct lslot *d = &n->s[k & n->mask];
+		struct cuip_qt_slot *d = &n->s[k & n->mask];
 
 		if (!k)
 			continue;
@@ -90,15 +86,18 @@ static int ltab_grow(void)
 		d->src = t->s[i].src;
 		atomic_store_explicit(&d->drv, atomic_load_explicit(&t->s[i].drv, memory_order_relaxed),
 				      memory_order_relaxed);
+		for (size_t w = 0; w < CUIP_QT_PROPW; w++)
+			atomic_store_explicit(&d->prop[w], atomic_load_explicit(&t->s[i].prop[w], memory_order_relaxed),
+					      memory_order_relaxed);
 		atomic_store_explicit(&d->key, k, memory_order_relaxed);
 	}
-	atomic_store_explicit(&ltab, n, memory_order_release); /* the entries before the pointer */
+	atomic_store_explicit(&cuip_qt_cur.p, n, memory_order_release); /* the entries before the pointer */
 	return 0;
 }
 
 int cuip_qt_reserve(size_t nrecords)
 {
-	struct ltab *t = ltab_now();
+	struct cuip_qt_tab *t = ltab_now();
 
 	if (!t || 2 * nrecords > t->mask + 1)
 		return ltab_grow();
@@ -107,28 +106,43 @@ int cuip_qt_reserve(size_t nrecords)
 
 bool cuip_qt_taken(uint64_t h)
 {
-	struct ltab *t = ltab_now();
+	struct cuip_qt_tab *t = ltab_now();
 
 	return t && atomic_load_explicit(&t->s[h & t->mask].key, memory_order_relaxed);
 }
 
+/* Store drv and the driver's properties for it into s (release: before
+ * the caller publishes the key). */
+static void slot_fill(struct cuip_qt_slot *s, uint64_t drv)
+{
+	CUmemAllocationProp p;
+	uint64_t w[CUIP_QT_PROPW] = {0};
+
+	if (drv && real.cuMemGetAllocationPropertiesFromHandle &&
+	    real.cuMemGetAllocationPropertiesFromHandle(&p, drv) == CUDA_SUCCESS && p.type)
+		memcpy(w, &p, sizeof(p));
+	for (size_t i = 0; i < CUIP_QT_PROPW; i++)
+		atomic_store_explicit(&s->prop[i], w[i], memory_order_release);
+	atomic_store_explicit(&s->drv, drv, memory_order_release);
+}
+
 void cuip_qt_insert(uint64_t h, struct cuip_alloc *a, const CUmemGenericAllocationHandle *drv)
 {
-	struct ltab *t = ltab_now();
-	struct lslot *s;
+	struct cuip_qt_tab *t = ltab_now();
+	struct cuip_qt_slot *s;
 
 	assert(t && h && !cuip_qt_taken(h)); /* cuip_qt_reserve made room */
 	s = &t->s[h & t->mask];
 	s->a = a;
 	s->src = drv;
-	atomic_store_explicit(&s->drv, *drv, memory_order_release);
+	slot_fill(s, *drv);
 	atomic_store_explicit(&s->key, h, memory_order_release);
 }
 
 void cuip_qt_remove(uint64_t h)
 {
-	for (struct ltab *t = ltab_now(); t; t = t->older) {
-		struct lslot *s = &t->s[h & t->mask];
+	for (struct cuip_qt_tab *t = ltab_now(); t; t = t->older) {
+		struct cuip_qt_slot *s = &t->s[h & t->mask];
 
 		if (atomic_load_explicit(&s->key, memory_order_relaxed) == h)
 			atomic_store_explicit(&s->key, 0, memory_order_release);
@@ -137,8 +151,8 @@ void cuip_qt_remove(uint64_t h)
 
 struct cuip_alloc *cuip_qt_record(uint64_t h)
 {
-	struct ltab *t = ltab_now();
-	struct lslot *s;
+	struct cuip_qt_tab *t = ltab_now();
+	struct cuip_qt_slot *s;
 
 	if (!t || !h)
 		return NULL;
@@ -149,39 +163,19 @@ struct cuip_alloc *cuip_qt_record(uint64_t h)
 	return s->a;
 }
 
-uint64_t cuip_qt_drv(uint64_t h)
-{
-	struct ltab *t = ltab_now(), *t2;
-
-	while (t && h) {
-		struct lslot *s = &t->s[h & t->mask];
-
-		if (atomic_load_explicit(&s->key, memory_order_acquire) == h) {
-			uint64_t d = atomic_load_explicit(&s->drv, memory_order_acquire);
-
-			return atomic_load_explicit(&s->key, memory_order_relaxed) == h ? d : 0;
-		}
-		t2 = ltab_now();
-		if (t2 == t)
-			return 0;
-		t = t2; /* grown meanwhile: the handle may be only in the new one */
-	}
-	return 0;
-}
-
 void cuip_qt_republish(void)
 {
-	for (struct ltab *t = ltab_now(); t; t = t->older)
+	for (struct cuip_qt_tab *t = ltab_now(); t; t = t->older)
 		for (uint64_t i = 0; i <= t->mask; i++)
 			if (atomic_load_explicit(&t->s[i].key, memory_order_relaxed))
-				atomic_store_explicit(&t->s[i].drv, *t->s[i].src, memory_order_release);
+				slot_fill(&t->s[i], *t->s[i].src);
 }
 
 void cuip_qt_reset(void)
 {
-	for (struct ltab *t = ltab_now(), *o; t; t = o) {
+	for (struct cuip_qt_tab *t = ltab_now(), *o; t; t = o) {
 		o = t->older;
 		free(t);
 	}
-	atomic_store(&ltab, NULL);
+	atomic_store(&cuip_qt_cur.p, NULL);
 }

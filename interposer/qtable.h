@@ -9,6 +9,7 @@
 #ifndef CUIP_QTABLE_H
 #define CUIP_QTABLE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -28,11 +29,86 @@ void cuip_qt_insert(uint64_t h, struct cuip_alloc *a, const CUmemGenericAllocati
 void cuip_qt_remove(uint64_t h);
 /* The record of live handle h, or NULL. Lock held. */
 struct cuip_alloc *cuip_qt_record(uint64_t h);
+#define CUIP_QT_PROPW (sizeof(CUmemAllocationProp) / 8)
+struct cuip_qt_slot {
+	_Atomic uint64_t key; /* the logical handle; 0: free */
+	_Atomic uint64_t drv; /* its record's driver handle */
+	/* The driver's own answer to cuMemGetAllocationPropertiesFromHandle
+	 * for drv, asked when drv was stored (an allocation's properties never
+	 * change); its type (the first word's low half) is 0 when the driver
+	 * refused or was not asked: the query then asks the driver. */
+	_Atomic uint64_t prop[CUIP_QT_PROPW];
+	struct cuip_alloc *a;			 /* its record (state lock) */
+	const CUmemGenericAllocationHandle *src; /* where the record keeps drv (&a->drv): republish reads it */
+};
+struct cuip_qt_tab {
+	uint64_t mask;
+	struct cuip_qt_tab *older; /* superseded tables (qtable.c) */
+	struct cuip_qt_slot s[];
+};
+struct cuip_qt_cur {
+	_Atomic(struct cuip_qt_tab *) p;
+} __attribute__((aligned(64))); /* a line of its own */
+extern struct cuip_qt_cur cuip_qt_cur;
+
 /* Without the lock, inside the gate: the driver handle of live handle h,
- * 0 when h names nothing (released, never assigned). */
-uint64_t cuip_qt_drv(uint64_t h);
+ * 0 when h names nothing (released, never assigned). Inline in the query
+ * wrapper; the protocol is qtable.c's (key, drv, key again). */
+static inline uint64_t cuip_qt_drv(uint64_t h)
+{
+	struct cuip_qt_tab *t = atomic_load_explicit(&cuip_qt_cur.p, memory_order_acquire), *t2;
+
+	while (t && h) {
+		struct cuip_qt_slot *s = &t->s[h & t->mask];
+
+		if (atomic_load_explicit(&s->key, memory_order_acquire) == h) {
+			uint64_t d = atomic_load_explicit(&s->drv, memory_order_acquire);
+
+			return atomic_load_explicit(&s->key, memory_order_relaxed) == h ? d : 0;
+		}
+		t2 = atomic_load_explicit(&cuip_qt_cur.p, memory_order_acquire);
+		if (t2 == t)
+			return 0;
+		t = t2; /* grown meanwhile: the handle may be only in the new one */
+	}
+	return 0;
+}
+/* Without the lock, inside the gate, for prop != NULL: 1 with the
+ * driver's recorded answer copied to *prop; 0 with *drv set when there is
+ * none (ask the driver); -1 when h names nothing. The same protocol as
+ * cuip_qt_drv, over the property words as well. */
+static inline int cuip_qt_props(uint64_t h, CUmemAllocationProp *prop, uint64_t *drv)
+{
+	struct cuip_qt_tab *t = atomic_load_explicit(&cuip_qt_cur.p, memory_order_acquire), *t2;
+
+	while (t) {
+		struct cuip_qt_slot *s = &t->s[h & t->mask];
+
+		if (atomic_load_explicit(&s->key, memory_order_acquire) == h) {
+			uint64_t w[CUIP_QT_PROPW], d = atomic_load_explicit(&s->drv, memory_order_acquire);
+
+			for (size_t i = 0; i < CUIP_QT_PROPW; i++)
+				w[i] = atomic_load_explicit(&s->prop[i], memory_order_acquire);
+			if (atomic_load_explicit(&s->key, memory_order_relaxed) != h || !d)
+				return -1;
+			if (!(uint32_t)w[0]) {
+				*drv = d;
+				return 0;
+			}
+			__builtin_memcpy(prop, w, sizeof(*prop));
+			return 1;
+		}
+		t2 = atomic_load_explicit(&cuip_qt_cur.p, memory_order_acquire);
+		if (t2 == t)
+			return -1;
+		t = t2; /* grown meanwhile: the handle may be only in the new one */
+	}
+	return -1;
+}
+
 /* Copy every live record's driver handle into the table (they change only
- * while the gate is closed: LOAD, REBUILD). Lock held, gate closed. */
+ * while the gate is closed: LOAD, REBUILD), and ask the driver for its
+ * properties again. Lock held, gate closed. */
 void cuip_qt_republish(void);
 /* Fork child: forget everything (one thread, no reader). */
 void cuip_qt_reset(void);

@@ -83,7 +83,7 @@ static void raw_forget(CUmemGenericAllocationHandle h)
 
 /* ---- helpers for the wrappers -------------------------------------------- */
 
-static CUresult enter(void *fn)
+static inline __attribute__((always_inline)) CUresult enter(void *fn)
 {
 	if (cuip_driver_init() || !fn)
 		return CUDA_ERROR_NOT_FOUND;
@@ -246,7 +246,8 @@ out:
 CUIP_API CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
 								 CUmemGenericAllocationHandle handle)
 {
-	CUmemGenericAllocationHandle drv;
+	uint64_t drv = 0;
+	int k;
 	CUresult r = enter(real.cuMemGetAllocationPropertiesFromHandle);
 
 	if (r != CUDA_SUCCESS)
@@ -255,10 +256,17 @@ CUIP_API CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocation
 		r = real.cuMemGetAllocationPropertiesFromHandle(prop, handle);
 		goto out;
 	}
-	/* No lock (qtable.c). A release racing this query may release the
-	 * driver handle while the driver reads it, as with two application
-	 * threads on the plain driver. */
-	drv = cuip_qt_drv(handle);
+	/* No lock (qtable.c): the driver's own answer recorded with the
+	 * driver handle, or the driver asked (prop NULL: its error; no answer
+	 * recorded). A release racing this query may release the driver handle
+	 * while the driver reads it, as with two application threads on the
+	 * plain driver. */
+	if (prop && (k = cuip_qt_props(handle, prop, &drv)) != 0) {
+		r = k > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+		goto out;
+	}
+	if (!prop)
+		drv = cuip_qt_drv(handle);
 	r = drv ? real.cuMemGetAllocationPropertiesFromHandle(prop, drv) : CUDA_ERROR_INVALID_VALUE;
 out:
 	cuip_gate_exit();

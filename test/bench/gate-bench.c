@@ -2,11 +2,16 @@
  * gate-bench - cost per call of a gated launch-class entry point, with the
  * interposer preloaded and without, in one run.
  *
- *   gate-bench [-i INTERPOSER] [-n CALLS] [-r RUNS]
+ *   gate-bench [-i INTERPOSER [-i INTERPOSER2]] [-n CALLS] [-r RUNS]
  *
- * The parent re-executes itself R times per mode, alternating plain and
- * LD_PRELOAD=INTERPOSER (default $GATE_BENCH_INTERPOSER), and prints the
- * median ns per call of each mode and their ratio. A child creates a
+ * The parent re-executes itself in R rounds; a round runs one process per
+ * mode back to back: plain and LD_PRELOAD=INTERPOSER (default
+ * $GATE_BENCH_INTERPOSER), and INTERPOSER2 when given (say, before and
+ * after a change), in an order that rotates from round to round so that no
+ * mode always runs first. Per case and mode it prints the median over the
+ * rounds and the minimum, and per interposer the paired ratio: the median
+ * over the rounds of preloaded / plain of the same round (drift of the
+ * machine between rounds cancels). A child creates a
  * context, 4 KiB of device memory and a stream, warms up, then times CALLS
  * calls of each measured entry point, synchronizing the stream every 256
  * calls (the synchronizations are part of the cost in both modes):
@@ -31,6 +36,7 @@
 
 #define NCASES	 3
 #define MAX_RUNS 101
+#define MAX_LIBS 2
 #define SYNC	 256
 
 static const char *const case_name[NCASES] = {"htod-async", "memset-async", "launch-bad"};
@@ -164,19 +170,32 @@ static double median(double *v, int n)
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+static double min_of(const double *v, int n)
+{
+	double m = v[0];
+
+	for (int i = 1; i < n; i++)
+		m = v[i] < m ? v[i] : m;
+	return m;
+}
+
 int main(int argc, char **argv)
 {
-	const char *interposer = getenv("GATE_BENCH_INTERPOSER");
-	double plain[NCASES][MAX_RUNS], pre[NCASES][MAX_RUNS], ns[NCASES];
+	const char *lib[MAX_LIBS] = {getenv("GATE_BENCH_INTERPOSER"), NULL};
+	/* ns[mode][case][round]: mode 0 plain, 1.. the interposers */
+	static double ns[1 + MAX_LIBS][NCASES][MAX_RUNS], ratio[MAX_RUNS];
+	double one[NCASES];
 	long n = 200000;
-	int runs = 7, o;
+	int runs = 7, nlib = 0, o;
 
 	if (argc == 4 && !strcmp(argv[1], "--child"))
 		return child(atol(argv[2]), atoi(argv[3]));
 	while ((o = getopt(argc, argv, "i:n:r:")) != -1) {
 		switch (o) {
 		case 'i':
-			interposer = optarg;
+			if (nlib == MAX_LIBS)
+				goto usage;
+			lib[nlib++] = optarg;
 			break;
 		case 'n':
 			n = atol(optarg);
@@ -188,29 +207,51 @@ int main(int argc, char **argv)
 			goto usage;
 		}
 	}
-	if (!interposer || !*interposer || n < 1 || runs < 1 || runs > MAX_RUNS || optind != argc)
+	if (!nlib)
+		nlib = 1; /* $GATE_BENCH_INTERPOSER */
+	for (int l = 0; l < nlib; l++)
+		if (!lib[l] || !*lib[l])
+			goto usage;
+	if (n < 1 || runs < 1 || runs > MAX_RUNS || optind != argc)
 		goto usage;
 	for (int r = 0; r < runs; r++) {
-		if (measure("/proc/self/exe", NULL, n, ns))
-			return fprintf(stderr, "gate-bench: plain run %d failed\n", r), 1;
-		for (int c = 0; c < NCASES; c++)
-			plain[c][r] = ns[c];
-		if (measure("/proc/self/exe", interposer, n, ns))
-			return fprintf(stderr, "gate-bench: preloaded run %d failed\n", r), 1;
-		for (int c = 0; c < NCASES; c++)
-			pre[c][r] = ns[c];
-	}
-	printf("%-13s %12s %12s %8s   (%ld calls, median of %d runs)\n", "call", "plain ns", "preload ns", "ratio", n,
-	       runs);
-	for (int c = 0; c < NCASES; c++) {
-		double p = median(plain[c], runs), q = median(pre[c], runs);
+		for (int k = 0; k <= nlib; k++) {
+			int m = (r + k) % (nlib + 1); /* rotate which mode goes first */
 
-		printf("%-13s %12.1f %12.1f %8.3f\n", case_name[c], p, q, q / p);
+			if (measure("/proc/self/exe", m ? lib[m - 1] : NULL, n, one))
+				return fprintf(stderr, "gate-bench: round %d, %s failed\n", r,
+					       m ? lib[m - 1] : "plain"),
+				       1;
+			for (int c = 0; c < NCASES; c++)
+				ns[m][c][r] = one[c];
+		}
+	}
+	printf("%ld calls per process, %d rounds; ns per call: median over the rounds (min); ratio: median of the "
+	       "rounds' preloaded / plain\n",
+	       n, runs);
+	for (int l = 0; l < nlib; l++)
+		printf("lib%d = %s\n", l + 1, lib[l]);
+	printf("%-13s %18s", "call", "plain");
+	for (int l = 0; l < nlib; l++)
+		printf(" %14s%d %7s%d", "lib", l + 1, "ratio", l + 1);
+	printf("\n");
+	for (int c = 0; c < NCASES; c++) {
+		double tmp[MAX_RUNS];
+
+		memcpy(tmp, ns[0][c], sizeof(tmp[0]) * runs);
+		printf("%-13s %9.1f (%6.1f)", case_name[c], median(tmp, runs), min_of(ns[0][c], runs));
+		for (int l = 1; l <= nlib; l++) {
+			for (int r = 0; r < runs; r++)
+				ratio[r] = ns[l][c][r] / ns[0][c][r];
+			memcpy(tmp, ns[l][c], sizeof(tmp[0]) * runs);
+			printf(" %8.1f (%6.1f) %8.3f", median(tmp, runs), min_of(ns[l][c], runs), median(ratio, runs));
+		}
+		printf("\n");
 	}
 	return 0;
 usage:
 	fprintf(stderr,
-		"usage: gate-bench [-i INTERPOSER] [-n CALLS] [-r RUNS 1..%d] "
+		"usage: gate-bench [-i INTERPOSER [-i INTERPOSER2]] [-n CALLS] [-r RUNS 1..%d] "
 		"(or GATE_BENCH_INTERPOSER)\n",
 		MAX_RUNS);
 	return 2;

@@ -11,6 +11,15 @@
  *   copy+launch cuMemcpyHtoDAsync of 4 bytes + cuLaunchKernel (fake_add_u32
  *               on 1 word), synchronized every 256 iterations (the API gate)
  *   launch      cuLaunchKernel alone, synchronized every 256 iterations
+ *   copy+launch-vmm, launch-vmm
+ *               the same two on a buffer the program maps itself through
+ *               the VMM API (cuMemCreate + cuMemMap): the interposer backs
+ *               cuMemAlloc with VMM memory, so against the plain run these
+ *               say how much of the two above is the driver's own cost of
+ *               VMM memory rather than the interposer's
+ *   launch-null cuLaunchKernel of a NULL function, which the driver refuses
+ *               (CUDA_ERROR_INVALID_HANDLE) without device work: the
+ *               interposer's gate against the driver's cheapest path
  *
  *   gpu_microbench --small-allocs [N]                 (default 1000)
  *   gpu_microbench --small-allocs-ratio LIBCUINTERPOSE [N]
@@ -45,7 +54,7 @@
 static CUmemGenericAllocationHandle h;
 static CUstream s;
 static CUfunction k_add;
-static CUdeviceptr buf;
+static CUdeviceptr buf, abuf, vbuf;
 static uint32_t host_word = 7;
 
 static double now_ns(void)
@@ -66,6 +75,7 @@ static void loop_props(long n)
 
 static void launch_one(void)
 {
+	/* buf is the cuMemAlloc buffer (abuf) or the VMM one (vbuf) */
 	size_t n = 1;
 	uint32_t d = 1;
 	void *args[] = {&buf, &n, &d};
@@ -92,6 +102,15 @@ static void loop_launch(long n)
 			CK(cuStreamSynchronize(s));
 	}
 	CK(cuStreamSynchronize(s));
+}
+
+static void loop_launch_null(long n)
+{
+	for (long i = 0; i < n; i++)
+		if (cuLaunchKernel(NULL, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL) == CUDA_SUCCESS) {
+			fprintf(stderr, "gpu_microbench: a NULL kernel was launched\n");
+			exit(1);
+		}
 }
 
 static int cmp(const void *a, const void *b)
@@ -225,12 +244,24 @@ int main(int argc, char **argv)
 	p.location.id = 0;
 	CK(cuMemGetAllocationGranularity(&gran, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
 	CK(cuMemCreate(&h, gran, &p, 0));
-	CK(cuMemAlloc(&buf, 4096));
+	CK(cuMemAlloc(&abuf, 4096));
+	{
+		CUmemAccessDesc acc = {.location = p.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+
+		CK(cuMemAddressReserve(&vbuf, gran, 0, 0, 0));
+		CK(cuMemMap(vbuf, gran, 0, h, 0));
+		CK(cuMemSetAccess(vbuf, gran, &acc, 1));
+	}
+	buf = abuf;
 	CK(cuModuleLoadData(&mod, kernels_fatbin));
 	CK(cuModuleGetFunction(&k_add, mod, "fake_add_u32"));
 	CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
 	bench("props", loop_props, iters, reps);
 	bench("copy+launch", loop_copy_launch, iters / 4 + 1, reps);
 	bench("launch", loop_launch, iters / 4 + 1, reps);
+	buf = vbuf;
+	bench("copy+launch-vmm", loop_copy_launch, iters / 4 + 1, reps);
+	bench("launch-vmm", loop_launch, iters / 4 + 1, reps);
+	bench("launch-null", loop_launch_null, iters, reps);
 	return 0;
 }

@@ -4,7 +4,7 @@
 #   bundle/scripts/run.sh [--sizes GiB,GiB,...] [--reps N] [--out DIR] [--budget SECONDS]
 #                         [--only facts,val,ipc,gpu2,base,pool,bench,micro,scale,killed,fw,
 #                                 bench-llm,bench-share,bench-carrier] [--micro-iters N]
-#                         [--native-baseline]
+#                         [--micro-rounds N] [--micro-cpus LIST] [--native-baseline]
 #
 # Runs from a bundle made by test/gpu/bundle.sh (bin/criu, lib/, plugins/,
 # baseline/cuda_plugin.so, workloads/, scripts/). On a machine with an
@@ -30,7 +30,13 @@
 #          same two jobs through upstream cuda_plugin as the baseline
 #  bench   dump+restore of a 2-process job sharing S GiB vs the same bytes
 #          held privately through cuda_plugin; the creator's extra RSS
-#  micro   interposition cost, with and without LD_PRELOAD
+#  micro   interposition cost: --micro-rounds (7) rounds, each one plain and
+#          one LD_PRELOAD process back to back (plain first in odd rounds,
+#          preloaded first in even ones), both pinned to the same CPUs
+#          (--micro-cpus, default: CPUs 2,3 when there are 4 or more; "none"
+#          leaves them unpinned); per loop: the median of the rounds' medians
+#          and the min of each mode, the rounds' spread, and the ratio as the
+#          median of the paired rounds' ratios (target <= 1.05)
 #  fw      the real-framework jobs (fw.sh): PyTorch IPC and expandable
 #          segments, cudaMallocAsync, a transformers LLM, CuPy IPC and small
 #          arrays, against CRIU's upstream cuda_plugin
@@ -71,6 +77,8 @@ OUTDIR=
 BUDGET=420
 ONLY=facts,val,gpu2,ipc,base,pool,bench,micro,scale,killed
 MICRO_ITERS=200000
+MICRO_ROUNDS=7
+MICRO_CPUS=auto
 NATIVE_BASE=0
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -80,6 +88,8 @@ while [ $# -gt 0 ]; do
 	--budget) BUDGET=$2; shift ;;
 	--only) ONLY=$2; shift ;;
 	--micro-iters) MICRO_ITERS=$2; shift ;;
+	--micro-rounds) MICRO_ROUNDS=$2; shift ;;
+	--micro-cpus) MICRO_CPUS=$2; shift ;;
 	--native-baseline) NATIVE_BASE=1 ;;
 	*) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
@@ -91,7 +101,7 @@ if [ -z "${CUIP_GPU_REAPED:-}" ]; then
 	export CUIP_GPU_REAPED=1
 	exec "$WL/e2e_reaper" bash "$0" --sizes "$SIZES" --reps "$REPS" ${OUTDIR:+--out "$OUTDIR"} \
 		--budget "$BUDGET" --only "$ONLY" --micro-iters "$MICRO_ITERS" \
-		$([ "$NATIVE_BASE" = 1 ] && echo --native-baseline)
+		--micro-rounds "$MICRO_ROUNDS" --micro-cpus "$MICRO_CPUS" $([ "$NATIVE_BASE" = 1 ] && echo --native-baseline)
 fi
 
 if [ -n "$OUTDIR" ]; then
@@ -662,27 +672,66 @@ run_micro() {
 		return
 	fi
 	say "=== micro (interposition cost)"
-	local i m
+	local i m order cpus=$MICRO_CPUS pin=()
+	if [ "$cpus" = auto ]; then
+		cpus=none
+		[ "$(nproc)" -ge 4 ] && cpus=2,3
+	fi
+	if [ "$cpus" != none ]; then
+		if command -v taskset >/dev/null && taskset -c "$cpus" true 2>/dev/null; then
+			pin=(taskset -c "$cpus")
+		else
+			say "micro: cannot pin to CPUs $cpus (taskset): unpinned"
+			cpus=none
+		fi
+	fi
+	# micro.log: "MODE ROUND LOOP MEDIAN MIN MAX", one line per loop and process
 	: >"$T/logs/micro.log"
-	for i in 1 2 3; do
-		for m in plain preload; do
+	for ((i = 1; i <= MICRO_ROUNDS; i++)); do
+		order="plain preload"
+		[ $((i % 2)) = 0 ] && order="preload plain"
+		for m in $order; do
 			if [ $m = preload ]; then
-				timeout 120 env LD_PRELOAD="$INTERPOSER" "${R[@]}" "$WL/gpu_microbench" "$MICRO_ITERS" 5
+				timeout 120 env LD_PRELOAD="$INTERPOSER" "${R[@]}" "${pin[@]}" "$WL/gpu_microbench" "$MICRO_ITERS" 5
 			else
-				timeout 120 "${R[@]}" "$WL/gpu_microbench" "$MICRO_ITERS" 5
-			fi | sed "s/^/$m /" >>"$T/logs/micro.log" 2>&1
+				timeout 120 "${R[@]}" "${pin[@]}" "$WL/gpu_microbench" "$MICRO_ITERS" 5
+			fi | sed "s/^/$m $i /" >>"$T/logs/micro.log" 2>&1
 		done
 	done
-	for op in props copy+launch launch; do
-		local a b
-		a=$(awk -v o="$op" '$1 == "plain" && $2 == o {print $3}' "$T/logs/micro.log" | median)
-		b=$(awk -v o="$op" '$1 == "preload" && $2 == o {print $3}' "$T/logs/micro.log" | median)
-		if [ "$a" = nan ] || [ "$b" = nan ]; then
+	# The last three are diagnostics (gpu_microbench.c): the driver's own
+	# cost of VMM memory, and the gate against the driver's cheapest path.
+	for op in props copy+launch launch copy+launch-vmm launch-vmm launch-null; do
+		local line
+		line=$(awk -v o="$op" -v n="$MICRO_ROUNDS" '
+			function med(v, k,   i, j, t) {
+				for (i = 2; i <= k; i++) for (j = i; j > 1 && v[j - 1] > v[j]; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+				return k % 2 ? v[(k + 1) / 2] : (v[k / 2] + v[k / 2 + 1]) / 2
+			}
+			$3 == o && NF == 6 { if ($1 == "plain") { pa[$2] = $4; pm[$2] = $5 } else if ($1 == "preload") { qa[$2] = $4; qm[$2] = $5 } }
+			END {
+				k = 0; pmin = qmin = 1e300; plo = qlo = rlo = 1e300; phi = qhi = rhi = 0
+				for (r = 1; r <= n; r++) {
+					if (!(r in pa) || !(r in qa) || pa[r] <= 0) continue
+					k++; a[k] = pa[r]; b[k] = qa[r]; q[k] = qa[r] / pa[r]
+					if (pm[r] < pmin) pmin = pm[r]; if (qm[r] < qmin) qmin = qm[r]
+					if (pa[r] < plo) plo = pa[r]; if (pa[r] > phi) phi = pa[r]
+					if (qa[r] < qlo) qlo = qa[r]; if (qa[r] > qhi) qhi = qa[r]
+					if (q[k] < rlo) rlo = q[k]; if (q[k] > rhi) rhi = q[k]
+				}
+				if (k == 0) { print "nan"; exit }
+				pmed = med(a, k); qmed = med(b, k); rmed = med(q, k)
+				printf "%s %.1f ns plain (min %.1f, rounds %.1f-%.1f: spread %.0f%%), %.1f ns preloaded (min %.1f, rounds %.1f-%.1f: spread %.0f%%); paired ratio %.3f (rounds %.3f-%.3f, %d pairs, CPUs %s; target <= 1.05)\n",
+					rmed <= 1.05 ? "MET" : "MISSED", pmed, pmin, plo, phi, 100 * (phi - plo) / pmed,
+					qmed, qmin, qlo, qhi, 100 * (qhi - qlo) / qmed, rmed, rlo, rhi, k, cpus
+			}' cpus="$cpus" "$T/logs/micro.log")
+		if [ "$line" = nan ] || [ -z "$line" ]; then
 			result "micro-$op" FAIL "no numbers (see micro.log)"
 			continue
 		fi
-		result "micro-$op" "$(awk -v a="$a" -v b="$b" 'BEGIN {print (b / a <= 1.05) ? "MET" : "MISSED"}')" \
-			"$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.1f ns plain, %.1f ns preloaded: ratio %.3f (target <= 1.05)", a, b, b / a}')"
+		case $op in
+		*-vmm | launch-null) result "micro-$op" DONE "${line#* }" ;;
+		*) result "micro-$op" "${line%% *}" "${line#* }" ;;
+		esac
 	done
 	# Device memory of 1,000 small cuMemAlloc (issue 22: slabs, not a
 	# granule each): native and preloaded, target <= 1.1x.

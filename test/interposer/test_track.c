@@ -134,8 +134,18 @@ START_TEST(retain_aliases_one_driver_handle_and_released_handles_are_refused)
 	st = h_state(0);
 	ck_assert_uint_eq(find_alloc(st, 0)->app_handles, 2);
 	h_state_free(st);
+	/* The query answers from the driver's answer recorded with the handle
+	 * (qtable.c): every byte written, the driver's own values; without a
+	 * place to write, the driver's error. */
+	memset(&p, 0xa5, sizeof(p));
 	CK(cuMemGetAllocationPropertiesFromHandle(&p, h));
 	ck_assert_int_eq(p.requestedHandleTypes, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	{
+		CUmemAllocationProp want = h_prop(0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+
+		ck_assert_msg(!memcmp(&p, &want, sizeof(p)), "the query's bytes differ from the creation's");
+	}
+	CK_ERR(cuMemGetAllocationPropertiesFromHandle(NULL, h), CUDA_ERROR_INVALID_VALUE);
 	CK(cuMemRelease(h));
 	CK(cuMemRelease(h2));
 	/* Released: refused, although the mapping keeps the memory alive. */
