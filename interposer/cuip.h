@@ -19,8 +19,10 @@
  *                         handles, cuip_state_lock, kind extensions (record.h)
  *   resources vmm.c (unicast VMM), multicast.c, ipc.c (cuMemAlloc, cuIpc*),
  *             peer.c, pool.c, launch.c; ticket.c (tickets of records);
- *             inspect.c (the ProcessState); each with its checkpoint slice
- *             (slice.h) where it keeps state across a checkpoint
+ *             inspect.c (the ProcessState); carry.c (the carried bytes of
+ *             unicast memory: SAVE and LOAD through the carrier, carrier.c);
+ *             each with its checkpoint slice (slice.h) where it keeps state
+ *             across a checkpoint
  *   top       ops.c (the phase machine over the slices), control.c (control
  *             socket), lifecycle.c (starts control, stops it at exit),
  *             resolve.c (every resolution path to the wrappers)

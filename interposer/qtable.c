@@ -37,7 +37,7 @@
  * table it loaded before a growth retries in the current one.
  *
  * Driver handles change only while the gate is closed (PREPARE, LOAD,
- * REBUILD in ops.c and multicast.c set a->drv directly): cuip_gate_open
+ * REBUILD in vmm.c, carry.c and multicast.c set a->drv directly): cuip_gate_open
  * calls cuip_qt_republish, which copies a->drv into the slots (through the
  * address insert was given, so this table needs nothing of the record's
  * layout) before any application thread can read them.

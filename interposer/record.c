@@ -11,10 +11,10 @@
  * (CUIP_RECORD_EXT: multicast.c) free what it added.
  *
  * Callers: the resource modules (vmm.c, ipc.c, peer.c, multicast.c), the
- * checkpoint slices (inspect.c, ops.c). Locking: cuip_state_lock protects
- * everything here; every function but the destructor runs with it held.
- * Application threads take it only inside the gate. Logical handles live
- * in qtable.c, which tracked queries read without the lock.
+ * checkpoint slices (inspect.c, carry.c, ops.c). Locking: cuip_state_lock
+ * protects everything here; every function but the destructor runs with it
+ * held. Application threads take it only inside the gate. Logical handles
+ * live in qtable.c, which tracked queries read without the lock.
  */
 #include <assert.h>
 #include <errno.h>

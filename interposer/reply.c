@@ -3,7 +3,8 @@
  * (ProcessState, multicast and pool entries, error strings) are carved from
  * arena blocks (images/arena.h) and all go at once after the reply is sent
  * (ops.c). Base layer: calls nothing of the interposer. Used by inspect.c,
- * multicast.c, pool.c and ops.c, on the op thread only, so no lock.
+ * multicast.c, pool.c, carry.c and ops.c, on the op thread only, so no
+ * lock.
  */
 #include <string.h>
 

@@ -23,8 +23,8 @@
  * Base layer: calls only the log, the driver table, the gate (its fork
  * reset), the importer helpers and client.c's identity; never a module
  * above (hooks instead).
- * Callers: the resource modules (cuip_start, identity, devices), ops.c
- * (rescan after a restore).
+ * Callers: the resource modules (cuip_start, identity, devices), carry.c
+ * (rescan at LOAD, after a restore).
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,10 +1,10 @@
 /*
  * slice.h - a resource's checkpoint slice, as ops.c's phase machine runs
  * it. Each resource that keeps state across a checkpoint registers one
- * (CUIP_SLICE: vmm.c for unicast memory, multicast.c, pool.c); ops.c and
- * inspect.c walk them and name no resource module. Every function runs on
- * the op thread with cuip_state_lock held; a NULL member: the slice has no
- * part in that step. Errors: 0 or a negative errno with err filled (no
+ * (CUIP_SLICE: vmm.c for unicast memory, carry.c for its carried bytes,
+ * multicast.c, pool.c); ops.c and inspect.c walk them and name no resource
+ * module. Every function runs on the op thread with cuip_state_lock held;
+ * a NULL member: the slice has no part in that step. Errors: 0 or a negative errno with err filled (no
  * pid: ops.c prefixes it). Declarations only, no state.
  */
 #ifndef CUIP_SLICE_H
@@ -29,6 +29,14 @@ struct cuip_slice {
 	/* Detached by its PREPARE while the process is still QUIESCED (a REBUILD
 	 * then is a rollback). */
 	bool (*detached)(void);
+	/* SAVE and LOAD: the carried bytes to and from the carrier files (fds,
+	 * one per file name; ops.c closes them). ops.c has checked the phase
+	 * and runs the first slice that has the member. 0 with *out set (the
+	 * reply's body, from the reply arena), or a negative errno with err
+	 * filled. A LOAD that got past the carrier's setup leaves the process
+	 * RESTORING, failed or not (the plugin then rolls back or kills). */
+	int (*save)(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__SaveReply **out, char *err, size_t errlen);
+	int (*load)(const Cuip__Load *l, const int *fds, size_t nfds, Cuip__LoadReply **out, char *err, size_t errlen);
 	/* REBUILD: the stages this slice runs, and one stage. */
 	bool (*runs_stage)(Cuip__Stage stage);
 	int (*rebuild)(const Cuip__Rebuild *rb, char *err, size_t errlen);

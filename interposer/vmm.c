@@ -5,7 +5,7 @@
  * checkpoint slice (PREPARE_UNICAST, REBUILD stages CREATORS and
  * IMPORTERS), as multicast.c has both for multicast objects. The records
  * they keep are record.c's; the carrier's SAVE and LOAD of the bytes are
- * ops.c's.
+ * carry.c's.
  *
  * Ownership (FEATURES.md): handle type 0 stays native and untracked (the
  * application gets the driver's handle); a POSIX-capable allocation is
@@ -875,7 +875,7 @@ static int uc_rebuild(const Cuip__Rebuild *rb, char *err, size_t errlen)
 							: rebuild_importers(rb, err, errlen);
 }
 
-/* SAVE and LOAD of the carried bytes are the carrier's (ops.c). */
+/* SAVE and LOAD of the carried bytes are carry.c's own slice. */
 CUIP_SLICE(unicast, .name = "unicast", .prepare_request = CUIP__REQUEST__BODY_PREPARE_UNICAST,
 	   .prepare_name = "PREPARE_UNICAST", .prepared_phase = CUIP__PHASE__PHASE_PREPARED, .prepare = uc_prepare,
 	   .runs_stage = uc_runs_stage, .rebuild = uc_rebuild);
