@@ -51,59 +51,63 @@ struct cuip_qt_cur {
 } __attribute__((aligned(64))); /* a line of its own */
 extern struct cuip_qt_cur cuip_qt_cur;
 
-/* Without the lock, inside the gate: the driver handle of live handle h,
- * 0 when h names nothing (released, never assigned). Inline in the query
- * wrapper; the protocol is qtable.c's (key, drv, key again). */
-static inline uint64_t cuip_qt_drv(uint64_t h)
+/* Without the lock, inside the gate: the slot whose key was h when read
+ * (acquire), looking again in the current table when it grew meanwhile (the
+ * handle may be only in the new one); NULL when h names nothing. A reader
+ * takes what it needs from the slot and then reads the key again: another
+ * value there means h was released meanwhile. The protocol is qtable.c's. */
+static inline struct cuip_qt_slot *cuip_qt_find(uint64_t h)
 {
 	struct cuip_qt_tab *t = atomic_load_explicit(&cuip_qt_cur.p, memory_order_acquire), *t2;
 
 	while (t && h) {
 		struct cuip_qt_slot *s = &t->s[h & t->mask];
 
-		if (atomic_load_explicit(&s->key, memory_order_acquire) == h) {
-			uint64_t d = atomic_load_explicit(&s->drv, memory_order_acquire);
-
-			return atomic_load_explicit(&s->key, memory_order_relaxed) == h ? d : 0;
-		}
+		if (atomic_load_explicit(&s->key, memory_order_acquire) == h)
+			return s;
 		t2 = atomic_load_explicit(&cuip_qt_cur.p, memory_order_acquire);
 		if (t2 == t)
-			return 0;
-		t = t2; /* grown meanwhile: the handle may be only in the new one */
+			return NULL;
+		t = t2;
 	}
-	return 0;
+	return NULL;
 }
+
+/* Without the lock, inside the gate: the driver handle of live handle h,
+ * 0 when h names nothing (released, never assigned). */
+static inline uint64_t cuip_qt_drv(uint64_t h)
+{
+	struct cuip_qt_slot *s = cuip_qt_find(h);
+	uint64_t d;
+
+	if (!s)
+		return 0;
+	d = atomic_load_explicit(&s->drv, memory_order_acquire);
+	return atomic_load_explicit(&s->key, memory_order_relaxed) == h ? d : 0;
+}
+
 /* Without the lock, inside the gate, for prop != NULL: 1 with the
  * driver's recorded answer copied to *prop; 0 with *drv set when there is
  * none (ask the driver); -1 when h names nothing. The same protocol as
  * cuip_qt_drv, over the property words as well. */
 static inline int cuip_qt_props(uint64_t h, CUmemAllocationProp *prop, uint64_t *drv)
 {
-	struct cuip_qt_tab *t = atomic_load_explicit(&cuip_qt_cur.p, memory_order_acquire), *t2;
+	struct cuip_qt_slot *s = cuip_qt_find(h);
+	uint64_t w[CUIP_QT_PROPW], d;
 
-	while (t) {
-		struct cuip_qt_slot *s = &t->s[h & t->mask];
-
-		if (atomic_load_explicit(&s->key, memory_order_acquire) == h) {
-			uint64_t w[CUIP_QT_PROPW], d = atomic_load_explicit(&s->drv, memory_order_acquire);
-
-			for (size_t i = 0; i < CUIP_QT_PROPW; i++)
-				w[i] = atomic_load_explicit(&s->prop[i], memory_order_acquire);
-			if (atomic_load_explicit(&s->key, memory_order_relaxed) != h || !d)
-				return -1;
-			if (!(uint32_t)w[0]) {
-				*drv = d;
-				return 0;
-			}
-			__builtin_memcpy(prop, w, sizeof(*prop));
-			return 1;
-		}
-		t2 = atomic_load_explicit(&cuip_qt_cur.p, memory_order_acquire);
-		if (t2 == t)
-			return -1;
-		t = t2; /* grown meanwhile: the handle may be only in the new one */
+	if (!s)
+		return -1;
+	d = atomic_load_explicit(&s->drv, memory_order_acquire);
+	for (size_t i = 0; i < CUIP_QT_PROPW; i++)
+		w[i] = atomic_load_explicit(&s->prop[i], memory_order_acquire);
+	if (atomic_load_explicit(&s->key, memory_order_relaxed) != h || !d)
+		return -1;
+	if (!(uint32_t)w[0]) {
+		*drv = d;
+		return 0;
 	}
-	return -1;
+	__builtin_memcpy(prop, w, sizeof(*prop));
+	return 1;
 }
 
 /* Copy every live record's driver handle into the table (they change only
