@@ -25,9 +25,6 @@
 
 #include "wire.h"
 
-/* Most carrier files of one participant (the interposer's CARRIER_FILES_MAX). */
-#define CUIP_CARRIER_FILES_MAX 64
-
 /* One participant as written at dump. */
 struct cuip_img_proc {
 	const Cuip__ProcessState *st; /* st->self->pid names the files */

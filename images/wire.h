@@ -91,6 +91,9 @@ int cuip_msg_recv(int sock, unsigned kind, const ProtobufCMessageDescriptor *des
  * what the message says).
  */
 #define CUIP_MSG_MAX_FDS 250 /* below the kernel's SCM_MAX_FD (253) */
+/* Most carrier files of one participant: what a SAVE or LOAD carries, what a
+ * topology image may name, what the carrier spreads one transfer over. */
+#define CUIP_CARRIER_FILES_MAX 64
 int cuip_msg_sendv(int sock, unsigned kind, const ProtobufCMessage *msg, const int *fds, size_t nfds);
 int cuip_msg_recvv(int sock, unsigned kind, const ProtobufCMessageDescriptor *desc, ProtobufCAllocator *alloc,
 		   ProtobufCMessage **out, int *fds, size_t maxfds, size_t *nfds, char *err, size_t errlen);

@@ -41,6 +41,7 @@
 #include <cuda.h>
 
 #include "cuinterpose.pb-c.h"
+#include "wire.h"
 
 /*
  * The real driver's entry points (exact symbol names in brackets; fill with
@@ -112,8 +113,8 @@ static inline uint64_t carrier_nchunks(uint64_t size, uint32_t chunk_size)
 
 /* Largest chunk accepted (a chunk must fit in one staging buffer). */
 #define CARRIER_CHUNK_MAX (256u << 20)
-/* Most files one transfer spreads over. */
-#define CARRIER_FILES_MAX 64
+/* Most files one transfer spreads over (wire.h). */
+#define CARRIER_FILES_MAX CUIP_CARRIER_FILES_MAX
 
 struct carrier_config {
 	uint64_t staging_bytes; /* most pinned staging per call, all buffers [CUINTERPOSE_STAGING_MB, 224] */

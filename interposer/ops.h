@@ -10,7 +10,7 @@
 
 /* Run one plugin operation (op thread). fds: the FDs that came with it
  * (consumed; SAVE and LOAD: the carrier files, at most CUIP_OP_MAX_FDS). */
-#define CUIP_OP_MAX_FDS 64 /* = CARRIER_FILES_MAX */
+#define CUIP_OP_MAX_FDS CUIP_CARRIER_FILES_MAX /* wire.h */
 Cuip__Response *cuip_op_run(const Cuip__Request *req, const int *fds, size_t nfds);
 void cuip_response_free(Cuip__Response *r);
 
