@@ -48,49 +48,26 @@ static void drain_cv_init(void)
 	pthread_condattr_destroy(&a);
 }
 
+static CUresult sync_one(CUcontext c, void *arg)
+{
+	(void)c;
+	(void)arg;
+	return real.cuCtxSynchronize();
+}
+
 /* One round: every active primary context, then the application's own. */
 static int sync_all(char *msg, size_t len)
 {
-	CUcontext cs[256];
-	size_t nc;
+	struct cuip_ctx_at at;
+	CUresult r = cuip_each_context(sync_one, NULL, &at);
 
-	for (int i = 0; i < self.ndev; i++) {
-		unsigned flags;
-		int active = 0;
-		CUcontext c;
-		CUdevice dev;
-		CUresult r;
-
-		if (real.cuDeviceGet(&dev, self.dev[i].ordinal) != CUDA_SUCCESS ||
-		    real.cuDevicePrimaryCtxGetState(dev, &flags, &active) != CUDA_SUCCESS || !active)
-			continue;
-		r = real.cuDevicePrimaryCtxRetain(&c, dev);
-		if (r != CUDA_SUCCESS)
-			goto fail_dev;
-		r = real.cuCtxSetCurrent(c);
-		if (r == CUDA_SUCCESS)
-			r = real.cuCtxSynchronize();
-		real.cuCtxSetCurrent(NULL);
-		real.cuDevicePrimaryCtxRelease_v2(dev);
-		if (r == CUDA_SUCCESS)
-			continue;
-fail_dev:
-		snprintf(msg, len, "synchronizing device %d failed: %s", self.dev[i].ordinal, cuip_cuerr(r));
-		return -EIO;
-	}
-	nc = cuip_contexts(cs, 256);
-	for (size_t i = 0; i < nc; i++) {
-		CUresult r = real.cuCtxSetCurrent(cs[i]);
-
-		if (r == CUDA_SUCCESS)
-			r = real.cuCtxSynchronize();
-		real.cuCtxSetCurrent(NULL);
-		if (r != CUDA_SUCCESS) {
-			snprintf(msg, len, "synchronizing context %p failed: %s", (void *)cs[i], cuip_cuerr(r));
-			return -EIO;
-		}
-	}
-	return 0;
+	if (r == CUDA_SUCCESS)
+		return 0;
+	if (at.ordinal >= 0)
+		snprintf(msg, len, "synchronizing device %d failed: %s", at.ordinal, cuip_cuerr(r));
+	else
+		snprintf(msg, len, "synchronizing context %p failed: %s", (void *)at.ctx, cuip_cuerr(r));
+	return -EIO;
 }
 
 static void *drain_main(void *arg)

@@ -24,6 +24,9 @@
 	X(cuCtxGetCurrent)                        \
 	X(cuCtxSetCurrent)                        \
 	X(cuCtxSynchronize)                       \
+	X(cuCtxGetLimit)                          \
+	X(cuCtxSetLimit)                          \
+	X(cuMemGetInfo_v2)                        \
 	X(cuMemCreate)                            \
 	X(cuMemRelease)                           \
 	X(cuMemRetainAllocationHandle)            \

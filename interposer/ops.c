@@ -27,6 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ctx.h"
 #include "cuip.h"
 #include "drain.h"
 #include "driver.h"
@@ -415,6 +416,7 @@ static Cuip__Response *op_resume(void)
 		if (vmm.maps[i]->detached)
 			return reply(-EBUSY, "pid %d: mapping %#llx is detached; REBUILD first", self.pid,
 				     (unsigned long long)vmm.maps[i]->va);
+	cuip_ctx_stacks_restore();
 	cuip_set_phase(CUIP__PHASE__PHASE_ACTIVE);
 	cuip_gate_open();
 	return reply(0, NULL);

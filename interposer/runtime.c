@@ -339,10 +339,12 @@ static void fork_child(void)
 }
 
 bool cuip_private_native;
+bool cuip_stacks_lower = true;
 
 __attribute__((constructor)) static void cuip_init(void)
 {
 	const char *l = getenv("CUINTERPOSE_PRIVATE");
+	const char *st = getenv("CUINTERPOSE_STACKS");
 
 	if (l && *l && strcmp(l, "carrier")) {
 		cuip_private_native = true;
@@ -351,6 +353,14 @@ __attribute__((constructor)) static void cuip_init(void)
 				"cuinterpose: pid %d: CUINTERPOSE_PRIVATE=%s is neither 'carrier' nor 'native'; "
 				"private memory is left to the native checkpoint\n",
 				(int)getpid(), l);
+	}
+	if (st && *st && strcmp(st, "lower")) {
+		cuip_stacks_lower = false;
+		if (strcmp(st, "keep"))
+			fprintf(stderr,
+				"cuinterpose: pid %d: CUINTERPOSE_STACKS=%s is neither 'lower' nor 'keep'; the "
+				"contexts keep their stack limits\n",
+				(int)getpid(), st);
 	}
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
 }

@@ -32,6 +32,9 @@ extern struct cuip_self self;
  * tracked memory is left to the driver's native checkpoint; otherwise the
  * carrier saves and reloads it like shared memory (cuip_carried). */
 extern bool cuip_private_native;
+/* CUINTERPOSE_STACKS (read once at load): "lower" (default) lowers the
+ * contexts' stack limits for the native checkpoint (ctx.c), "keep" not. */
+extern bool cuip_stacks_lower;
 /* Start the runtime (after the first successful cuInit); idempotent. */
 void cuip_start(void);
 bool cuip_started(void);

@@ -183,8 +183,22 @@ struct fk_ctx {
 	int ord;
 	unsigned int flags;
 	int primary;
-	uint32_t peer; /* ordinals this context has peer access to */
+	uint32_t peer;	 /* ordinals this context has peer access to */
+	size_t limit[5]; /* CUlimit 0..4 (cuCtxGetLimit), ctx.c */
+	int launched;	 /* a kernel ran: the printf FIFO is fixed */
 };
+
+/* Stack threads a context reserves device memory for: CU_LIMIT_STACK_SIZE
+ * bytes each (the H200: 132 SMs x 2048 threads, 264 MiB at the default 1024
+ * bytes; here 1 MiB). The native checkpoint copies the reservation into
+ * the process, as NVIDIA's does (test/gpu/ctxrss.py); unlike the H200's
+ * cuMemGetInfo, the fake's counts only allocations (the devd's). */
+#define FK_STACK_THREADS 1024u
+/* Device bytes of c's stack reservation. */
+static inline uint64_t ctx_stack_bytes(const struct fk_ctx *c)
+{
+	return (uint64_t)c->limit[CU_LIMIT_STACK_SIZE] * FK_STACK_THREADS;
+}
 
 struct fk_stream {
 	uint32_t magic;
@@ -375,8 +389,9 @@ size_t fk_granularity(void);
 /* FAKECUDA_CKPT_US_PER_MB: native checkpoint/restore pace (0: memcpy speed). */
 extern unsigned fk_ckpt_us_per_mb;
 /* FAKECUDA_CKPT_LOG: a file each native checkpoint appends one line to,
- * "pid P native checkpoint saved B bytes in N allocations" (tests see
- * what native moved; empty: none). Read at cuInit. */
+ * "pid P native checkpoint saved B bytes in N allocations and S bytes of
+ * context stacks" (tests see what native moved; empty: none). Read at
+ * cuInit. */
 extern char fk_ckpt_log[256];
 /* FAKECUDA_COPY_US_PER_MB: pace of async host<->device copies (0: memcpy speed). */
 extern unsigned fk_copy_us_per_mb;

@@ -220,6 +220,7 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
 		return r;
 	op.kernel = k;
 	op.ord = c->ord;
+	c->launched = 1;
 	op.delay_us = delay ? (uint32_t)strtoul(delay, NULL, 10) : 0;
 	LOCK();
 	r = stream_resolve(hStream, &s);

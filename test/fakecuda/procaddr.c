@@ -54,6 +54,8 @@ static const struct entry table[] = {
 	E("cuCtxPopCurrent", 4000, cuCtxPopCurrent_v2),
 	E("cuCtxGetDevice", 2000, cuCtxGetDevice),
 	E("cuCtxSynchronize", 2000, cuCtxSynchronize),
+	E("cuCtxGetLimit", 3010, cuCtxGetLimit),
+	E("cuCtxSetLimit", 3010, cuCtxSetLimit),
 	E("cuCtxEnablePeerAccess", 4000, cuCtxEnablePeerAccess),
 	E("cuCtxDisablePeerAccess", 4000, cuCtxDisablePeerAccess),
 	E("cuStreamCreate", 2000, cuStreamCreate),

@@ -218,11 +218,19 @@ static char *utoa_end(char *end, uint64_t v)
 }
 
 /* FAKECUDA_CKPT_LOG: one line per checkpoint, plain system calls only. */
-static void ckpt_log(uint64_t bytes, uint32_t n)
+static void ckpt_log(uint64_t bytes, uint32_t n, uint64_t stack_bytes)
 {
-	char line[160], num[24], *p = line, *d;
-	const char *parts[] = {"pid ", NULL, " native checkpoint saved ", NULL, " bytes in ", NULL, " allocations\n"};
-	uint64_t vals[] = {0, (uint64_t)getpid(), 0, bytes, 0, n, 0};
+	char line[200], num[24], *p = line, *d;
+	const char *parts[] = {"pid ",
+			       NULL,
+			       " native checkpoint saved ",
+			       NULL,
+			       " bytes in ",
+			       NULL,
+			       " allocations and ",
+			       NULL,
+			       " bytes of context stacks\n"};
+	uint64_t vals[] = {0, (uint64_t)getpid(), 0, bytes, 0, n, 0, stack_bytes, 0};
 	int fd;
 
 	if (!fk_ckpt_log[0])
@@ -252,7 +260,7 @@ static CUresult rt_checkpoint(void)
 {
 	struct run run = {.fd = -1};
 	struct pacer pc;
-	uint64_t bytes = 0;
+	uint64_t bytes = 0, stack_bytes = 0;
 	CUresult refusal = CUDA_SUCCESS;
 	size_t len = 0, slots;
 	uint32_t n = 0;
@@ -271,8 +279,16 @@ static CUresult rt_checkpoint(void)
 			len += G.alloc[i].size;
 			n++;
 		}
-	if (n) {
-		slots = (len + 7) / 8 * 8;
+	/* The contexts' stack reservations go with them, at the end (nothing
+	 * reads them back: the stacks hold nothing between kernels). */
+	for (i = 0; i < atomic_load(&G.ctx.n); i++) {
+		const struct fk_ctx *c = FK_AT(&G.ctx, struct fk_ctx, i);
+
+		if (c->used && c->magic == FK_CTX_MAGIC)
+			stack_bytes += ctx_stack_bytes(c);
+	}
+	if (n || stack_bytes) {
+		slots = (len + stack_bytes + 7) / 8 * 8;
 		p = save_map(slots + sizeof(*save_slot) * n);
 		if (!p)
 			return CUDA_ERROR_OUT_OF_MEMORY;
@@ -300,6 +316,10 @@ static CUresult rt_checkpoint(void)
 		a->win = NULL;
 	}
 	run_copy(&run, &pc);
+	if (stack_bytes) { /* copied like the rest: the pacer's time and the pages */
+		memset(save_buf + bytes, 0x5a, stack_bytes);
+		pace(&pc, stack_bytes);
+	}
 	/* A shared pool keeps a device descriptor open (pool.c): measured on
 	 * the H200, the restore then fails this way and the CUDA state is lost. */
 	if (pool_shared())
@@ -312,7 +332,7 @@ static CUresult rt_checkpoint(void)
 	conn_flush_gated();
 	conn_close_all();
 	rt_refusal = refusal;
-	ckpt_log(bytes, n);
+	ckpt_log(bytes, n, stack_bytes);
 	__atomic_store_n(&mb->state, CU_PROCESS_STATE_CHECKPOINTED, __ATOMIC_RELEASE);
 	return CUDA_SUCCESS;
 }

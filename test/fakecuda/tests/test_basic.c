@@ -447,6 +447,59 @@ START_TEST(kernels_do_checkable_work)
 }
 END_TEST
 
+START_TEST(context_limits_and_their_stack_reservation)
+{
+	size_t v;
+	CUdeviceptr a;
+	size_t n = 1;
+	uint32_t x = 1;
+	void *args[] = {&a, &n, &x};
+	CUcontext c, p;
+
+	p = h_init(0);
+	CK(cuCtxCreate(&c, NULL, 0, 0));
+	CK_ERR(cuCtxGetLimit(NULL, CU_LIMIT_STACK_SIZE), CUDA_ERROR_INVALID_VALUE);
+	CK_ERR(cuCtxGetLimit(&v, (CUlimit)99), CUDA_ERROR_UNSUPPORTED_LIMIT);
+	CK_ERR(cuCtxSetLimit((CUlimit)99, 1), CUDA_ERROR_UNSUPPORTED_LIMIT);
+	/* The H200's defaults (ctxrss.py). */
+	CK(cuCtxGetLimit(&v, CU_LIMIT_STACK_SIZE));
+	ck_assert_uint_eq(v, 1024);
+	CK(cuCtxGetLimit(&v, CU_LIMIT_PRINTF_FIFO_SIZE));
+	ck_assert_uint_eq(v, 8650752);
+	CK(cuCtxGetLimit(&v, CU_LIMIT_MALLOC_HEAP_SIZE));
+	ck_assert_uint_eq(v, 8u << 20);
+	CK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 0));
+	CK(cuCtxGetLimit(&v, CU_LIMIT_STACK_SIZE));
+	ck_assert_uint_eq(v, 0);
+	CK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 16));
+	CK(cuCtxGetLimit(&v, CU_LIMIT_STACK_SIZE));
+	ck_assert_uint_eq(v, 16);
+	CK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 1000));
+	CK(cuCtxGetLimit(&v, CU_LIMIT_STACK_SIZE));
+	ck_assert_uint_eq(v, 1008);
+	/* printf FIFO and heap have minimums; the FIFO is fixed once a kernel ran. */
+	CK(cuCtxSetLimit(CU_LIMIT_PRINTF_FIFO_SIZE, 0));
+	CK(cuCtxGetLimit(&v, CU_LIMIT_PRINTF_FIFO_SIZE));
+	ck_assert_uint_eq(v, 512u << 10);
+	CK(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 0));
+	CK(cuCtxGetLimit(&v, CU_LIMIT_MALLOC_HEAP_SIZE));
+	ck_assert_uint_eq(v, 4u << 20);
+	CK(cuMemAlloc(&a, 4));
+	CK(cuLaunchKernel(h_kernel("fake_fill_u32"), 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+	CK(cuCtxSynchronize());
+	CK_ERR(cuCtxSetLimit(CU_LIMIT_PRINTF_FIFO_SIZE, 1 << 20), CUDA_ERROR_INVALID_VALUE);
+	CK(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 16u << 20));
+	CK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 4096));
+	CK(cuCtxGetLimit(&v, CU_LIMIT_STACK_SIZE));
+	ck_assert_uint_eq(v, 4096);
+	/* Each context has its own. */
+	CK(cuCtxDestroy(c));
+	CK(cuCtxSetCurrent(p));
+	CK(cuCtxGetLimit(&v, CU_LIMIT_STACK_SIZE));
+	ck_assert_uint_eq(v, 1024);
+}
+END_TEST
+
 START_TEST(get_proc_address_resolves_by_version)
 {
 	CUdriverProcAddressQueryResult st;
@@ -542,6 +595,7 @@ static Suite *suite(void)
 	tcase_add_test(t1, streams_run_in_order_and_events_time_them);
 	tcase_add_test(t1, tables_grow_past_ten_thousand_reservations_and_thousands_of_streams_and_events);
 	tcase_add_test(t1, kernels_do_checkable_work);
+	tcase_add_test(t1, context_limits_and_their_stack_reservation);
 	tcase_add_test(t1, get_proc_address_resolves_by_version);
 	tcase_add_test(t1, error_names_and_strings);
 	tcase_add_test(t1, fault_injection_fails_the_nth_call_having_done_nothing);
