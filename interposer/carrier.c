@@ -125,6 +125,7 @@ struct slot {
 	struct slice s;
 	bool busy;     /* load: a host->device copy from buf may be in flight */
 	bool released; /* release_slots() waited for its streams and unpinned buf */
+	bool own;      /* buf is our mapping, registered (else the driver's cuMemHostAlloc) */
 };
 
 struct worker {
@@ -757,6 +758,43 @@ static void load_worker(struct worker *w)
 
 /* ---- threads ---------------------------------------------------------------- */
 
+/* One pinned staging buffer: our own pages, each written once (the page
+ * faults run in parallel over the threads) and registered portable; where
+ * the driver has no registration or refuses it, the driver's own pinned
+ * allocation. *own says which (staging_put). */
+static CUresult staging_get(const struct carrier_ops *ops, uint64_t bytes, void **p, bool *own)
+{
+	*own = false;
+	if (ops->mem_host_register && ops->mem_host_unregister) {
+		void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (m != MAP_FAILED) {
+			memset(m, 0, bytes);
+			if (ops->mem_host_register(m, bytes, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS) {
+				*p = m;
+				*own = true;
+				return CUDA_SUCCESS;
+			}
+			munmap(m, bytes);
+		}
+	}
+	if (ops->mem_host_alloc)
+		return ops->mem_host_alloc(p, bytes, CU_MEMHOSTALLOC_PORTABLE);
+	return ops->mem_alloc_host(p, bytes);
+}
+
+static void staging_put(const struct carrier_ops *ops, struct slot *sl, uint64_t bytes)
+{
+	if (sl->own) {
+		ops->mem_host_unregister(sl->buf);
+		munmap(sl->buf, bytes);
+	} else {
+		ops->mem_free_host(sl->buf);
+	}
+	sl->buf = NULL;
+	sl->own = false;
+}
+
 /* Pin the thread's own staging buffers (those not pinned by an earlier
  * pass), with context 0 current: portable pinning makes them usable from
  * every context. Each thread pins its own, so pinning runs in parallel and
@@ -787,10 +825,7 @@ static int pin_slots(struct worker *w)
 			w->cur = x->ctxs[0];
 			w->has_cur = true;
 		}
-		if (ops->mem_host_alloc)
-			rc = ops->mem_host_alloc(&p, x->buf_bytes, CU_MEMHOSTALLOC_PORTABLE);
-		else
-			rc = ops->mem_alloc_host(&p, x->buf_bytes);
+		rc = staging_get(ops, x->buf_bytes, &p, &sl->own);
 		if (rc != CUDA_SUCCESS) {
 			fail(x, -ENOMEM, "carrier %s: cannot pin %u x %" PRIu64 " bytes of staging: %s (%d)",
 			     pass_name(x->pass), x->nslots, x->buf_bytes, cu_name(ops, rc), rc);
@@ -827,8 +862,7 @@ static void release_slots(struct worker *w)
 			w->has_cur = true;
 			ops->stream_synchronize(sl->streams[c]);
 		}
-		ops->mem_free_host(sl->buf);
-		sl->buf = NULL;
+		staging_put(ops, sl, x->buf_bytes);
 		sl->released = true;
 	}
 }
@@ -1143,10 +1177,8 @@ static void teardown(struct xfer *x)
 			ops->stream_destroy(sl->streams[c]);
 			sl->streams[c] = NULL;
 		}
-		if (sl->buf) {
-			ops->mem_free_host(sl->buf);
-			sl->buf = NULL;
-		}
+		if (sl->buf)
+			staging_put(ops, sl, x->buf_bytes);
 	}
 }
 
@@ -1817,6 +1849,8 @@ int carrier_ops_resolve(struct carrier_ops *ops, void *(*lookup)(void *arg, cons
 		SYM(memcpy_dtoh_async, "cuMemcpyDtoHAsync_v2", false),
 		SYM(memcpy_htod_async, "cuMemcpyHtoDAsync_v2", false),
 		SYM(get_error_name, "cuGetErrorName", true),
+		SYM(mem_host_register, "cuMemHostRegister_v2", true),
+		SYM(mem_host_unregister, "cuMemHostUnregister", true),
 #undef SYM
 	};
 

@@ -1,7 +1,8 @@
 /*
  * test_fake.c - the carrier against the fake driver (test/fakecuda): real
  * cuMemAlloc and VMM allocations on two fake devices (so two contexts in one
- * transfer), pinned staging from cuMemHostAlloc, asynchronous copies on
+ * transfer), pinned staging (registered pages, cuMemHostAlloc as the
+ * fallback), asynchronous copies on
  * driver streams, and the driver's own fault injection (FAKECUDA_FAIL).
  * Entry points are resolved by name, as the interposer does. Each test case
  * gets a private fakecuda-devd (test/harness/harness.c).
@@ -303,16 +304,17 @@ static unsigned waits(void) /* stream waits, teardown's left out */
  * clean error, the source untouched, no staging, stream, descriptor or
  * mapping left, and a retry succeeds.
  */
-static void injected(const char *api, unsigned warm, unsigned nth, int load, int expect, const char *needle)
+/* One transfer under FAKECUDA_FAIL=spec (it counts from the first call of
+ * the process): rc `expect` with `needle` in the message, nothing leaked,
+ * the source intact, and the next transfer of the same items succeeds. */
+static void injected_spec(const char *spec, int load, int expect, const char *needle)
 {
 	struct carrier_config c = cfg_make(1 * MiB, 64 * KIB, 3);
 	struct carrier_stats st;
 	struct world w;
-	char spec[128], err[512] = "";
+	char err[512] = "";
 	int fds, maps, rc;
 
-	/* FAKECUDA_FAIL counts from the first call of the process. */
-	snprintf(spec, sizeof(spec), "%s:%u", api, warm + nth);
 	setenv("FAKECUDA_FAIL", spec, 1);
 	world_init(&w);
 	save_ok(&w, &c);
@@ -324,7 +326,11 @@ static void injected(const char *api, unsigned warm, unsigned nth, int load, int
 		rc = carrier_load(&ops, &c, w.fd, w.dst.items, N, &st, err, sizeof(err));
 	else
 		rc = carrier_save(&ops, &c, w.fd, 0, w.src.items, N, &st, err, sizeof(err));
-	ck_assert_msg(rc == expect, "%s:%u -> %d (%s)", api, warm + nth, rc, err);
+	ck_assert_msg(rc == expect, "%s -> %d (%s)", spec, rc, err);
+	if (!expect) { /* a failure the carrier works around: every byte moved */
+		ck_assert_uint_eq(st.bytes, st.total);
+		return;
+	}
 	ck_assert_msg(strstr(err, needle), "'%s' lacks '%s'", err, needle);
 	/* A thread's pinning may fail after the others moved every byte
 	 * (each pins its own staging, overlapped): the transfer still fails. */
@@ -343,6 +349,14 @@ static void injected(const char *api, unsigned warm, unsigned nth, int load, int
 	if (load)
 		for (size_t i = 0; i < N; i++)
 			ck_assert_int_eq(check_item(&w.dst, i, 0, 0, -1), -1);
+}
+
+static void injected(const char *api, unsigned warm, unsigned nth, int load, int expect, const char *needle)
+{
+	char spec[128];
+
+	snprintf(spec, sizeof(spec), "%s:%u", api, warm + nth);
+	injected_spec(spec, load, expect, needle);
 }
 
 START_TEST(injected_dtoh_failure_clean_error)
@@ -364,9 +378,23 @@ START_TEST(injected_htod_failure_clean_error)
 }
 END_TEST
 
+/* Staging is registered pages; the driver's pinned allocation is the
+ * fallback, and only both failing fails the transfer. */
 START_TEST(injected_pinning_failure_clean_error)
 {
-	injected("cuMemHostAlloc", SLOTS, 3, 0, -ENOMEM, "cannot pin");
+	char spec[128];
+
+	snprintf(spec, sizeof(spec), "cuMemHostRegister:%u,cuMemHostAlloc:1", SLOTS + 3);
+	injected_spec(spec, 0, -ENOMEM, "cannot pin");
+}
+END_TEST
+
+START_TEST(injected_register_failure_falls_back_to_driver_pinned_staging)
+{
+	char spec[128];
+
+	snprintf(spec, sizeof(spec), "cuMemHostRegister:%u", SLOTS + 3);
+	injected_spec(spec, 0, 0, "");
 }
 END_TEST
 
@@ -790,6 +818,7 @@ static Suite *suite(void)
 	tcase_add_test(t, injected_sync_failure_clean_error);
 	tcase_add_test(t, injected_htod_failure_clean_error);
 	tcase_add_test(t, injected_pinning_failure_clean_error);
+	tcase_add_test(t, injected_register_failure_falls_back_to_driver_pinned_staging);
 	tcase_add_test(t, write_enospc_clean_error);
 	tcase_add_test(t, staging_bound_for_item_8x_staging);
 	tcase_add_test(t, many_small_items_two_devices_same_file_and_crcs_as_one_by_one);
