@@ -2,10 +2,11 @@
  * ops.c - plugin operations, run one at a time by the "cuip-op" thread: the
  * phase machine. It checks each request against the phase and runs the
  * resources' checkpoint slices (slice.h: unicast in vmm.c and its carried
- * bytes in carry.c, multicast.c, pool.c) for INSPECT, PREPARE_*, SAVE,
- * LOAD, REBUILD stages and VERIFY, naming no resource module for them, and
- * builds the replies; QUIESCE (gate, pool refusal, drain) and RESUME are
- * its own. Called by control.c (the op thread).
+ * bytes in carry.c, multicast.c, pool.c) for INSPECT, QUIESCE's refusals,
+ * PREPARE_*, SAVE, LOAD, REBUILD stages and VERIFY, naming no resource
+ * module for them, and
+ * builds the replies; QUIESCE (gate, the slices' refusals, drain) and
+ * RESUME are its own. Called by control.c (the op thread).
  *
  * Lifecycle: ACTIVE -QUIESCE-> QUIESCED -PREPARE_UNICAST-> PREPARED
  * -LOAD/REBUILD-> RESTORING -RESUME-> ACTIVE. A failed step replies a
@@ -33,7 +34,6 @@
 #include "driver.h"
 #include "inspect.h"
 #include "ops.h"
-#include "pool.h"
 #include "record.h"
 #include "reply.h"
 #include "runtime.h"
@@ -95,10 +95,14 @@ static Cuip__Response *op_quiesce(const Cuip__Quiesce *q)
 			     q->timeout_ms);
 	if (ret)
 		return reply(ret, "pid %d: cannot close the API gate: %s; gate reopened", self.pid, strerror(-ret));
-	/* A pool shared after the preflight's INSPECT: refused before anything changes. */
-	if (cuip_pool_refusal(msg, sizeof(msg))) {
-		cuip_gate_open();
-		return reply(-EPERM, "%s; gate reopened", msg);
+	/* A resource the preflight's INSPECT found checkpointable and that
+	 * changed since (a pool shared meanwhile): refused before anything changes. */
+	cuip_for_each_slice(s)
+	{
+		if (s->refuse && s->refuse(msg, sizeof(msg))) {
+			cuip_gate_open();
+			return reply(-EPERM, "%s; gate reopened", msg);
+		}
 	}
 	/* Everything queued on the devices completes before anything is torn
 	 * down, within what is left of the timeout (drain.c): work that cannot

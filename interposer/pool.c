@@ -10,8 +10,9 @@
  * addresses: cuMemAllocFromPoolAsync and cuMemPoolImportPointer choose the
  * address themselves and take no placement, and a pool's memory cannot be
  * mapped at a chosen VA (no cuMemMap path), so the plugin refuses such a
- * process at preflight (cuip_pool_refusal, also checked again at QUIESCE with
- * the gate closed), naming pid, pool and reason, before anything changes.
+ * process at preflight (from INSPECT's pools), and QUIESCE refuses it again
+ * with the gate closed (pool_refusal, the slice's refuse), naming pid, pool
+ * and reason, before anything changes.
  * The H200 shows what happens otherwise: the native restore in place fails
  * with CUDA_ERROR_OPERATING_SYSTEM and the process's CUDA state is lost.
  *
@@ -447,7 +448,8 @@ static const char *why(const struct pool *p)
 	return "exported by FD (cuMemPoolExportToShareableHandle)";
 }
 
-int cuip_pool_refusal(char *msg, size_t len)
+/* QUIESCE (slice.h): how many pools are shared; msg names the first. */
+static int pool_refusal(char *msg, size_t len)
 {
 	int n = 0;
 
@@ -506,5 +508,6 @@ static int pool_slice_state(Cuip__ProcessState *st)
 	return 0;
 }
 
-/* Pools keep no state across a checkpoint but what INSPECT reports. */
-CUIP_SLICE(pool, .name = "pool", .inspect = pool_slice_state);
+/* Pools keep no state across a checkpoint but what INSPECT reports; shared
+ * ones refuse QUIESCE. */
+CUIP_SLICE(pool, .name = "pool", .inspect = pool_slice_state, .refuse = pool_refusal);

@@ -11,7 +11,5 @@
 
 /* A tracked pool block or imported pool pointer at va was freed (cuMemFree). */
 void cuip_pool_freed(uint64_t va);
-/* How many pools are shared (refused); msg names the first with pid and why. */
-int cuip_pool_refusal(char *msg, size_t len);
 
 #endif /* CUIP_POOL_H */

@@ -341,26 +341,25 @@ static void fork_child(void)
 bool cuip_private_native;
 bool cuip_stacks_lower = true;
 
+/* A two-way choice read from the environment at load: true for `other`;
+ * unset, empty or `dflt`: false; any other value is reported on stderr,
+ * with what it means (`means`), and taken as `other`. */
+static bool env_choice(const char *name, const char *dflt, const char *other, const char *means)
+{
+	const char *v = getenv(name);
+
+	if (!v || !*v || !strcmp(v, dflt))
+		return false;
+	if (strcmp(v, other))
+		fprintf(stderr, "cuinterpose: pid %d: %s=%s is neither '%s' nor '%s'; %s\n", (int)getpid(), name, v,
+			dflt, other, means);
+	return true;
+}
+
 __attribute__((constructor)) static void cuip_init(void)
 {
-	const char *l = getenv("CUINTERPOSE_PRIVATE");
-	const char *st = getenv("CUINTERPOSE_STACKS");
-
-	if (l && *l && strcmp(l, "carrier")) {
-		cuip_private_native = true;
-		if (strcmp(l, "native"))
-			fprintf(stderr,
-				"cuinterpose: pid %d: CUINTERPOSE_PRIVATE=%s is neither 'carrier' nor 'native'; "
-				"private memory is left to the native checkpoint\n",
-				(int)getpid(), l);
-	}
-	if (st && *st && strcmp(st, "lower")) {
-		cuip_stacks_lower = false;
-		if (strcmp(st, "keep"))
-			fprintf(stderr,
-				"cuinterpose: pid %d: CUINTERPOSE_STACKS=%s is neither 'lower' nor 'keep'; the "
-				"contexts keep their stack limits\n",
-				(int)getpid(), st);
-	}
+	cuip_private_native = env_choice("CUINTERPOSE_PRIVATE", "carrier", "native",
+					 "private memory is left to the native checkpoint");
+	cuip_stacks_lower = !env_choice("CUINTERPOSE_STACKS", "lower", "keep", "the contexts keep their stack limits");
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
 }

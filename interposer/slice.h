@@ -19,6 +19,10 @@ struct cuip_slice {
 	const char *name;
 	/* INSPECT: add this resource's part of the state (reply arena); 0 or -1. */
 	int (*inspect)(Cuip__ProcessState *st);
+	/* QUIESCE, the gate closed, before the device drains: non-zero with msg
+	 * filled (pid first) when this resource cannot be checkpointed now (the
+	 * gate then reopens, nothing changed), else 0. */
+	int (*refuse)(char *msg, size_t len);
 	/* PREPARE_*: the request that detaches this resource (from QUIESCED),
 	 * its name for messages, and the phase it leaves on success (0: the
 	 * phase stays; a request in that phase again succeeds at once). */

@@ -80,14 +80,53 @@ static pid_t check(pid_t h, uint64_t start, int same_time)
 	return h;
 }
 
+/* Every process under /proc in turn until try_one answers non-zero (the
+ * importer, or -1 on an error): that answer; 0 when none did; -1 when /proc
+ * cannot be read. */
+static pid_t scan_proc(pid_t (*try_one)(pid_t h, const void *arg), const void *arg)
+{
+	struct dirent *de;
+	pid_t found = 0;
+	DIR *d = opendir("/proc");
+
+	if (!d)
+		return -1;
+	while (!found && (de = readdir(d)))
+		if (isdigit((unsigned char)de->d_name[0]))
+			found = try_one((pid_t)atoi(de->d_name), arg);
+	closedir(d);
+	return found;
+}
+
+struct nested {
+	pid_t ipid;
+	int levels;
+	unsigned long cns;
+	uint64_t start;
+	int same_time;
+};
+
+/* h holds n->ipid at the creator's depth, in the creator's namespace. */
+static pid_t try_nested(pid_t h, const void *arg)
+{
+	const struct nested *n = arg;
+	pid_t hv[NSPID_MAX];
+	int k = cuip_proc_nspid(h, hv, NSPID_MAX);
+
+	if (k < n->levels || k > NSPID_MAX || hv[n->levels - 1] != n->ipid)
+		return 0;
+	/* the same depth in another container is another namespace */
+	if (k == n->levels && ns_ino(h, "pid") != n->cns)
+		return 0;
+	/* 0: that pid in another namespace, or reused: look on */
+	return check(h, n->start, n->same_time);
+}
+
 pid_t cuip_importer_here(pid_t creator, pid_t ipid, uint64_t start)
 {
-	pid_t cv[NSPID_MAX], hv[NSPID_MAX];
+	pid_t cv[NSPID_MAX];
 	int levels = cuip_proc_nspid(creator, cv, NSPID_MAX), same_time;
-	unsigned long cns;
-	pid_t found = 0;
-	struct dirent *de;
-	DIR *d;
+	struct nested n;
 
 	if (ipid <= 0 || levels <= 0 || levels > NSPID_MAX)
 		return -1;
@@ -96,55 +135,37 @@ pid_t cuip_importer_here(pid_t creator, pid_t ipid, uint64_t start)
 		return check(ipid, start, same_time);
 	/* The creator is `levels - 1` namespaces below ours: find the process
 	 * whose NSpid holds ipid at that depth, in the creator's namespace. */
-	cns = ns_ino(creator, "pid");
-	d = opendir("/proc");
-	if (!d)
-		return -1;
-	while (!found && (de = readdir(d))) {
-		pid_t h;
-		int n;
+	n = (struct nested){
+		.ipid = ipid, .levels = levels, .cns = ns_ino(creator, "pid"), .start = start, .same_time = same_time};
+	return scan_proc(try_nested, &n);
+}
 
-		if (!isdigit((unsigned char)de->d_name[0]))
-			continue;
-		h = (pid_t)atoi(de->d_name);
-		n = cuip_proc_nspid(h, hv, NSPID_MAX);
-		if (n < levels || n > NSPID_MAX || hv[levels - 1] != ipid)
-			continue;
-		/* the same depth in another container is another namespace */
-		if (n == levels && ns_ino(h, "pid") != cns)
-			continue;
-		/* 0: that pid in another namespace, or reused: look on */
-		found = check(h, start, same_time);
-	}
-	closedir(d);
-	return found;
+struct by_ns {
+	uint64_t pid_ns;
+	pid_t self_pid;
+	uint64_t start;
+};
+
+/* h lives in pid namespace b->pid_ns, where it is b->self_pid. */
+static pid_t try_by_ns(pid_t h, const void *arg)
+{
+	const struct by_ns *b = arg;
+	pid_t hv[NSPID_MAX];
+	int k;
+
+	if (ns_ino(h, "pid") != b->pid_ns)
+		return 0;
+	k = cuip_proc_nspid(h, hv, NSPID_MAX);
+	if (k < 1 || k > NSPID_MAX || hv[k - 1] != b->self_pid)
+		return 0;
+	return check(h, b->start, ns_ino(h, "time") == ns_ino(0, "time"));
 }
 
 pid_t cuip_importer_by_ns(uint64_t pid_ns, pid_t self_pid, uint64_t start)
 {
-	pid_t hv[NSPID_MAX], found = 0;
-	struct dirent *de;
-	DIR *d;
+	struct by_ns b = {.pid_ns = pid_ns, .self_pid = self_pid, .start = start};
 
 	if (!pid_ns || self_pid <= 0)
 		return -1;
-	d = opendir("/proc");
-	if (!d)
-		return -1;
-	while (!found && (de = readdir(d))) {
-		pid_t h;
-		int n;
-
-		if (!isdigit((unsigned char)de->d_name[0]))
-			continue;
-		h = (pid_t)atoi(de->d_name);
-		if (ns_ino(h, "pid") != pid_ns)
-			continue;
-		n = cuip_proc_nspid(h, hv, NSPID_MAX);
-		if (n < 1 || n > NSPID_MAX || hv[n - 1] != self_pid)
-			continue;
-		found = check(h, start, ns_ino(h, "time") == ns_ino(0, "time"));
-	}
-	closedir(d);
-	return found;
+	return scan_proc(try_by_ns, &b);
 }
