@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -388,6 +389,75 @@ START_TEST(save_prepare_load_rebuild_verify_resume_across_two_processes)
 }
 END_TEST
 
+/* PREPARE_UNICAST lowers the stack limit of every context, primary and
+ * created, to 0 (the native checkpoint then copies no stacks); RESUME sets
+ * each one's own back. A second round with the created context's lowering
+ * failing (FAKECUDA_FAIL_DIR): the primary's is set back at once, the
+ * created one is untouched, and PREPARE_UNICAST still succeeds. */
+static void quiesce_prepare(int s)
+{
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Quiesce q = CUIP__QUIESCE__INIT;
+
+	q.timeout_ms = 5000;
+	req.body_case = CUIP__REQUEST__BODY_QUIESCE;
+	req.quiesce = &q;
+	h_ok_call(s, &req, -1, "QUIESCE");
+	h_flag(s, CUIP__REQUEST__BODY_PREPARE_UNICAST, "PREPARE_UNICAST");
+}
+
+static size_t stack_of(CUcontext c)
+{
+	CUresult (*set_current)(CUcontext) = h_real("cuCtxSetCurrent");
+	CUresult (*get_limit)(size_t *, CUlimit) = h_real("cuCtxGetLimit");
+	size_t v = 12345;
+
+	CK(set_current(c));
+	CK(get_limit(&v, CU_LIMIT_STACK_SIZE));
+	return v;
+}
+
+START_TEST(prepare_lowers_every_contexts_stack_and_resume_sets_each_back)
+{
+	CUresult (*set_limit)(CUlimit, size_t) = h_real("cuCtxSetLimit");
+	char dir[300], arm[320];
+	CUcontext prim, mine;
+	FILE *f;
+	int s;
+
+	snprintf(dir, sizeof(dir), "%s/faults", getenv("CUIP_TMP"));
+	ck_assert(mkdir(dir, 0700) == 0 || errno == EEXIST);
+	setenv("FAKECUDA_FAIL_DIR", dir, 1);
+	prim = h_init(0);
+	CK(set_limit(CU_LIMIT_STACK_SIZE, 2048));
+	CK(cuCtxCreate(&mine, NULL, 0, 0)); /* tracked: the interposer's wrapper */
+	CK(set_limit(CU_LIMIT_STACK_SIZE, 4096));
+	s = h_connect(0);
+	quiesce_prepare(s);
+	ck_assert_uint_eq(stack_of(prim), 0);
+	ck_assert_uint_eq(stack_of(mine), 0);
+	h_flag(s, CUIP__REQUEST__BODY_RESUME, "RESUME");
+	ck_assert_uint_eq(stack_of(prim), 2048);
+	ck_assert_uint_eq(stack_of(mine), 4096);
+
+	/* The primary context comes first: its lowering is the first call
+	 * after arming, the created one's the second. */
+	snprintf(arm, sizeof(arm), "%s/%d", dir, (int)getpid());
+	f = fopen(arm, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("cuCtxSetLimit:2\n", f);
+	fclose(f);
+	quiesce_prepare(s);
+	unlink(arm);
+	ck_assert_uint_eq(stack_of(prim), 2048);
+	ck_assert_uint_eq(stack_of(mine), 4096);
+	h_flag(s, CUIP__REQUEST__BODY_RESUME, "RESUME");
+	ck_assert_uint_eq(stack_of(prim), 2048);
+	ck_assert_uint_eq(stack_of(mine), 4096);
+	close(s);
+}
+END_TEST
+
 START_TEST(quiesce_then_resume_without_teardown)
 {
 	CUmemGenericAllocationHandle h;
@@ -643,6 +713,7 @@ Suite *ops_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, save_prepare_load_rebuild_verify_resume_across_two_processes);
 	tcase_add_test(tc, quiesce_then_resume_without_teardown);
+	tcase_add_test(tc, prepare_lowers_every_contexts_stack_and_resume_sets_each_back);
 	tcase_add_test(tc, a_second_checkpoint_is_refused_while_the_first_is_connected);
 	tcase_add_test(tc, quiesce_times_out_on_a_call_in_flight_and_reopens_the_gate);
 	tcase_add_test(tc, quiesce_times_out_on_device_work_that_cannot_drain_and_reopens_the_gate);
