@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -392,11 +393,13 @@ struct vunit {
 	uint64_t chunk;
 };
 
+#define VERIFY_BLOCK (1u << 20) /* bytes each verification thread reads at a time */
+
 struct verify {
 	int dirfd;
 	const struct cuip_ckpt *c;
 	const struct vunit *units;
-	size_t nunits, bufsz;
+	size_t nunits;
 	pthread_mutex_t mu;
 	size_t next;   /* next unit to take */
 	size_t failed; /* lowest failing unit, nunits: none */
@@ -426,7 +429,8 @@ static int verify_unit(struct verify *v, const struct vunit *w, uint8_t *buf, co
 	unsigned long long cr = e->alloc->creator, se = e->alloc->serial;
 	size_t ch = (size_t)w->chunk;
 	const char *f;
-	ssize_t got;
+	ssize_t got = 0;
+	uint32_t c = 0;
 
 	/* Chunks never straddle extents (checked at read). */
 	if (cuip_entry_locate(t, e, off, &f, &foff, &run) || run < len) {
@@ -446,13 +450,24 @@ static int verify_unit(struct verify *v, const struct vunit *w, uint8_t *buf, co
 			return ret;
 		}
 	}
-	got = pread(*fd, buf, len, (off_t)foff);
-	if (got != (ssize_t)len) {
-		errfmt(msg, msglen, "%s: truncated at byte %llu (allocation %llx:%llu chunk %zu)", f,
-		       (unsigned long long)foff, cr, se, ch);
-		return -ENODATA;
+	/* In blocks of VERIFY_BLOCK whatever the chunk size (the image's own,
+	 * up to 4 GiB): the threads' buffers stay small. */
+	for (size_t done = 0; done < len; done += (size_t)got) {
+		size_t want = len - done < VERIFY_BLOCK ? len - done : VERIFY_BLOCK;
+
+		got = pread(*fd, buf, want, (off_t)(foff + done));
+		if (got < 0 && errno == EINTR) {
+			got = 0;
+			continue;
+		}
+		if (got <= 0) {
+			errfmt(msg, msglen, "%s: truncated at byte %llu (allocation %llx:%llu chunk %zu)", f,
+			       (unsigned long long)foff, cr, se, ch);
+			return -ENODATA;
+		}
+		c = cuip_crc32c(c, buf, (size_t)got);
 	}
-	if (cuip_crc32c(0, buf, len) != e->crc32c[ch]) {
+	if (c != e->crc32c[ch]) {
 		errfmt(msg, msglen,
 		       "%s: corrupt: checksum mismatch in chunk %zu (bytes %llu..%llu) of allocation %llx:%llu", f, ch,
 		       (unsigned long long)foff, (unsigned long long)(foff + len), cr, se);
@@ -464,7 +479,7 @@ static int verify_unit(struct verify *v, const struct vunit *w, uint8_t *buf, co
 static void *verify_main(void *arg)
 {
 	struct verify *v = arg;
-	uint8_t *buf = malloc(v->bufsz);
+	uint8_t *buf = malloc(VERIFY_BLOCK);
 	const char *open_name = NULL;
 	char msg[512];
 	int fd = -1;
@@ -496,7 +511,8 @@ static void *verify_main(void *arg)
 
 int cuip_images_verify_carriers(int dirfd, const struct cuip_ckpt *c, char *err, size_t errlen)
 {
-	struct verify v = {.dirfd = dirfd, .c = c, .bufsz = 1u << 20, .mu = PTHREAD_MUTEX_INITIALIZER};
+	struct verify v = {.dirfd = dirfd, .c = c, .mu = PTHREAD_MUTEX_INITIALIZER};
+	sigset_t all, old;
 	pthread_t th[VERIFY_THREADS];
 	struct vunit *units;
 	size_t n = 0, u = 0, nthreads = 0;
@@ -507,8 +523,6 @@ int cuip_images_verify_carriers(int dirfd, const struct cuip_ckpt *c, char *err,
 			const Cuip__CarrierEntry *e = c->topo[i]->carriers[k];
 
 			n += e->n_crc32c;
-			if (e->chunk_size > v.bufsz)
-				v.bufsz = e->chunk_size;
 		}
 	if (!n)
 		return 0;
@@ -524,11 +538,16 @@ int cuip_images_verify_carriers(int dirfd, const struct cuip_ckpt *c, char *err,
 	v.units = units;
 	v.nunits = n;
 	v.failed = n;
-	/* The calling thread works too; helpers only where there is work. */
+	/* The calling thread works too; helpers only where there is work, with
+	 * every signal blocked (they run inside criu, whose handlers are not
+	 * theirs to run). */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
 	for (size_t want = cpus > 1 ? (size_t)cpus : 1;
 	     nthreads + 1 < want && nthreads + 1 < VERIFY_THREADS && nthreads + 1 < n; nthreads++)
 		if (pthread_create(&th[nthreads], NULL, verify_main, &v))
 			break;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	verify_main(&v);
 	for (size_t i = 0; i < nthreads; i++)
 		pthread_join(th[i], NULL);

@@ -123,9 +123,8 @@ struct slot {
 	void *buf;
 	CUstream *streams; /* [xfer->nctx] */
 	struct slice s;
-	bool busy;     /* load: a host->device copy from buf may be in flight */
-	bool released; /* release_slots() waited for its streams and unpinned buf */
-	bool own;      /* buf is our mapping, registered (else the driver's cuMemHostAlloc) */
+	bool busy; /* load: a host->device copy from buf may be in flight */
+	bool own;  /* buf is our mapping, registered (else the driver's cuMemHostAlloc) */
 };
 
 struct worker {
@@ -656,6 +655,7 @@ static int load_read(struct worker *w, struct slot *sl)
 	int fd = x->fds[x->items[sl->s.item].file];
 	uint64_t got = 0, off, len, boff, have = 0;
 	double crc_s = 0, io_s = 0, t;
+	bool reported = false; /* a bad chunk, already failed with its own message */
 	int rc = 0;
 
 	for (size_t i = sl->s.item; !rc && i <= sl->s.last; i++) {
@@ -692,6 +692,7 @@ static int load_read(struct worker *w, struct slot *sl)
 			}
 			if (!rc && c != it->crc[k]) {
 				bad_chunk(x, i, off, o, l, c, k);
+				reported = true;
 				rc = -EBADMSG;
 			}
 		}
@@ -702,7 +703,7 @@ static int load_read(struct worker *w, struct slot *sl)
 		short_read(x, sl, sl->s.foff + have + got);
 		return -1;
 	}
-	if (rc && rc != -EBADMSG) {
+	if (rc && !reported) {
 		char nb[160], fb[32];
 		fail(x, -EIO, "carrier %s: %s: reading %" PRIu64 " bytes at file offset %" PRIu64 " of %s failed: %s",
 		     pass_name(x->pass), slice_name(x, &sl->s, nb, sizeof(nb)), sl->s.len, sl->s.foff,
@@ -863,7 +864,6 @@ static void release_slots(struct worker *w)
 			ops->stream_synchronize(sl->streams[c]);
 		}
 		staging_put(ops, sl, x->buf_bytes);
-		sl->released = true;
 	}
 }
 
@@ -1172,7 +1172,7 @@ static void teardown(struct xfer *x)
 			if (!sl->streams[c])
 				continue;
 			ops->ctx_set_current(x->ctxs[c]);
-			if (!sl->released)
+			if (sl->buf) /* copies from it may be in flight; release_slots() waited for the rest */
 				ops->stream_synchronize(sl->streams[c]);
 			ops->stream_destroy(sl->streams[c]);
 			sl->streams[c] = NULL;

@@ -2,7 +2,8 @@
  * ctx.c - the process's contexts: those the application creates itself
  * (cuCtxCreate*), so that QUIESCE can synchronize every context, not only
  * the primary ones; the walk over all of them (cuip_each_context); and
- * their stack reservations around NVIDIA's native checkpoint.
+ * their stack reservations around NVIDIA's native checkpoint (a slice,
+ * slice.h: lowered after PREPARE_UNICAST, set back at RESUME).
  *
  * The wrappers forward unchanged and record the context only on success.
  * ctx_mu protects the set; it is never held across a driver call. The
@@ -18,6 +19,7 @@
 #include "cuip.h"
 #include "driver.h"
 #include "runtime.h"
+#include "slice.h"
 
 static pthread_mutex_t ctx_mu = PTHREAD_MUTEX_INITIALIZER;
 static CUcontext *ctxs;
@@ -130,7 +132,7 @@ static uint64_t used_now(void)
 {
 	size_t freeb = 0, total = 0;
 
-	if (real.cuMemGetInfo_v2(&freeb, &total) != CUDA_SUCCESS)
+	if (!real.cuMemGetInfo_v2 || real.cuMemGetInfo_v2(&freeb, &total) != CUDA_SUCCESS)
 		return 0;
 	return total - freeb;
 }
@@ -147,9 +149,6 @@ static CUresult lower_one(CUcontext c, void *arg)
 	r = real.cuCtxGetLimit(&v, CU_LIMIT_STACK_SIZE);
 	if (r != CUDA_SUCCESS || v <= CUIP_STACK_SMALL)
 		return r;
-	for (size_t i = 0; i < nstacks; i++)
-		if (stacks[i].ctx == c)
-			return CUDA_SUCCESS; /* lowered already (a primary context seen twice) */
 	if (nstacks == sizeof(stacks) / sizeof(stacks[0]))
 		return CUDA_SUCCESS; /* the rest keep theirs */
 	before = used_now();
@@ -165,7 +164,10 @@ static CUresult lower_one(CUcontext c, void *arg)
 	return CUDA_SUCCESS;
 }
 
-int cuip_ctx_stacks_lower(char *msg, size_t len)
+static void stacks_restore(void);
+
+/* 0, or -EIO with msg filled and every limit set back. */
+static int stacks_lower(char *msg, size_t len)
 {
 	struct cuip_ctx_at at;
 	CUresult r;
@@ -181,7 +183,7 @@ int cuip_ctx_stacks_lower(char *msg, size_t len)
 		else
 			snprintf(msg, len, "lowering the stack limit of context %p failed: %s", (void *)at.ctx,
 				 cuip_cuerr(r));
-		cuip_ctx_stacks_restore();
+		stacks_restore();
 		return -EIO;
 	}
 	if (nstacks)
@@ -191,7 +193,9 @@ int cuip_ctx_stacks_lower(char *msg, size_t len)
 	return 0;
 }
 
-void cuip_ctx_stacks_restore(void)
+/* Every lowered context's own limit again (a failure is logged: kernels
+ * still get their stacks at launch). */
+static void stacks_restore(void)
 {
 	CUcontext prev = NULL;
 
@@ -211,6 +215,18 @@ void cuip_ctx_stacks_restore(void)
 	real.cuCtxSetCurrent(prev);
 	nstacks = 0;
 }
+
+/* The slice's hooks (slice.h): lowering is the last step before the native
+ * lock, and a failure only means the native checkpoint copies the stacks. */
+static void stacks_before_native(void)
+{
+	char msg[256];
+
+	if (stacks_lower(msg, sizeof(msg)))
+		pr_err("%s; the native checkpoint copies the stacks too", msg);
+}
+
+CUIP_SLICE(ctx_stacks, .name = "context stacks", .before_native = stacks_before_native, .resume = stacks_restore);
 
 static void fork_child(void)
 {

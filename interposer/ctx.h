@@ -1,7 +1,8 @@
 /*
  * ctx.h - the process's contexts (ctx.c): those the application creates,
- * synchronized at QUIESCE (ctx_mu protects the set), the walk over every
- * context, and the stack reservations lowered for the native checkpoint.
+ * synchronized at QUIESCE (ctx_mu protects the set), and the walk over
+ * every context. The stack lowering around the native checkpoint is ctx.c's
+ * own slice (slice.h).
  */
 #ifndef CUIP_CTX_H
 #define CUIP_CTX_H
@@ -23,14 +24,5 @@ struct cuip_ctx_at {
  * thread's own current context afterwards. CUDA_SUCCESS, or the first
  * failure (reaching a context or fn's), with *at where it was. */
 CUresult cuip_each_context(CUresult (*fn)(CUcontext c, void *arg), void *arg, struct cuip_ctx_at *at);
-
-/* PREPARE_UNICAST: lower every context's stack limit so that the native
- * checkpoint does not copy the idle stack reservation (unless
- * CUINTERPOSE_STACKS=keep); once until the restore. 0, or -EIO with msg
- * filled and every limit set back. Op thread only. */
-int cuip_ctx_stacks_lower(char *msg, size_t len);
-/* RESUME: every lowered context's own stack limit again (a failure is
- * logged: kernels still get their stacks at launch). Op thread only. */
-void cuip_ctx_stacks_restore(void);
 
 #endif /* CUIP_CTX_H */

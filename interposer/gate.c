@@ -67,7 +67,7 @@
 /* Initial-exec TLS: one %fs-relative load, no __tls_get_addr. A library
  * loaded at start by LD_PRELOAD gets it in the static TLS block; one
  * dlopen'ed later takes it from glibc's static TLS surplus (the slot is
- * 32 bytes; test_selfcontained.sh dlopens the library). */
+ * 32 bytes; test_dlopen.sh dlopens the library). */
 __thread struct cuip_gate_slot cuip_gate_me __attribute__((tls_model("initial-exec")));
 struct cuip_gate_flags cuip_gate_flags = {.open = 1}; /* read-mostly */
 static atomic_int phase = CUIP__PHASE__PHASE_ACTIVE;

@@ -2,9 +2,9 @@
  * ops.c - plugin operations, run one at a time by the "cuip-op" thread: the
  * phase machine. It checks each request against the phase and runs the
  * resources' checkpoint slices (slice.h: unicast in vmm.c and its carried
- * bytes in carry.c, multicast.c, pool.c) for INSPECT, QUIESCE's refusals,
- * PREPARE_*, SAVE, LOAD, REBUILD stages and VERIFY, naming no resource
- * module for them, and
+ * bytes in carry.c, multicast.c, pool.c, the contexts' stacks in ctx.c) for
+ * INSPECT, QUIESCE's refusals, PREPARE_*, SAVE, LOAD, REBUILD stages,
+ * VERIFY and RESUME, naming no resource module for them, and
  * builds the replies; QUIESCE (gate, the slices' refusals, drain) and
  * RESUME are its own. Called by control.c (the op thread).
  *
@@ -28,7 +28,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ctx.h"
 #include "cuip.h"
 #include "drain.h"
 #include "driver.h"
@@ -193,6 +192,12 @@ static Cuip__Response *op_prepare(const struct cuip_slice *s)
 		return slice_reply(ret, why);
 	if (s->prepared_phase)
 		cuip_set_phase(s->prepared_phase);
+	if (s->prepared_phase == CUIP__PHASE__PHASE_PREPARED)
+		cuip_for_each_slice(b)
+		{
+			if (b->before_native)
+				b->before_native();
+		}
 	return reply(0, NULL);
 }
 
@@ -420,7 +425,11 @@ static Cuip__Response *op_resume(void)
 		if (vmm.maps[i]->detached)
 			return reply(-EBUSY, "pid %d: mapping %#llx is detached; REBUILD first", self.pid,
 				     (unsigned long long)vmm.maps[i]->va);
-	cuip_ctx_stacks_restore();
+	cuip_for_each_slice(s)
+	{
+		if (s->resume)
+			s->resume();
+	}
 	cuip_set_phase(CUIP__PHASE__PHASE_ACTIVE);
 	cuip_gate_open();
 	return reply(0, NULL);

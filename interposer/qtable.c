@@ -8,7 +8,8 @@
  * Callers: record.c, which keeps the records and assigns the handles,
  * vmm.c (the query, through cuip_qt_drv: inline in qtable.h, which holds
  * the table's layout for it), and gate.c (cuip_gate_open republishes). Locking:
- * writers (every function but cuip_qt_drv) hold cuip_state_lock; readers
+ * writers (every function but the readers in qtable.h: cuip_qt_find,
+ * cuip_qt_drv, cuip_qt_props) hold cuip_state_lock; readers
  * hold nothing and are inside the API gate.
  *
  * A direct-mapped table: the live handle h sits in slot h & mask. vmm.c
@@ -38,9 +39,9 @@
  *
  * Driver handles change only while the gate is closed (PREPARE, LOAD,
  * REBUILD in vmm.c, carry.c and multicast.c set a->drv directly): cuip_gate_open
- * calls cuip_qt_republish, which copies a->drv into the slots (through the
- * address insert was given, so this table needs nothing of the record's
- * layout) before any application thread can read them.
+ * calls cuip_qt_republish, which copies a->drv into the current table's
+ * slots (through the address insert was given, so this table needs nothing
+ * of the record's layout) before any application thread can read them.
  */
 #include <assert.h>
 #include <errno.h>
@@ -163,12 +164,16 @@ struct cuip_alloc *cuip_qt_record(uint64_t h)
 	return s->a;
 }
 
+/* The current table only: the gate was closed and drained, so no reader
+ * still holds an older one, and every reader from now on loads the current
+ * table first. */
 void cuip_qt_republish(void)
 {
-	for (struct cuip_qt_tab *t = ltab_now(); t; t = t->older)
-		for (uint64_t i = 0; i <= t->mask; i++)
-			if (atomic_load_explicit(&t->s[i].key, memory_order_relaxed))
-				slot_fill(&t->s[i], *t->s[i].src);
+	struct cuip_qt_tab *t = ltab_now();
+
+	for (uint64_t i = 0; t && i <= t->mask; i++)
+		if (atomic_load_explicit(&t->s[i].key, memory_order_relaxed))
+			slot_fill(&t->s[i], *t->s[i].src);
 }
 
 void cuip_qt_reset(void)

@@ -2,7 +2,7 @@
  * slice.h - a resource's checkpoint slice, as ops.c's phase machine runs
  * it. Each resource that keeps state across a checkpoint registers one
  * (CUIP_SLICE: vmm.c for unicast memory, carry.c for its carried bytes,
- * multicast.c, pool.c); ops.c and inspect.c walk them and name no resource
+ * multicast.c, pool.c, ctx.c for the contexts' stacks); ops.c and inspect.c walk them and name no resource
  * module. Every function runs on the op thread with cuip_state_lock held;
  * a NULL member: the slice has no part in that step. Errors: 0 or a negative errno with err filled (no
  * pid: ops.c prefixes it). Declarations only, no state.
@@ -46,6 +46,12 @@ struct cuip_slice {
 	int (*rebuild)(const Cuip__Rebuild *rb, char *err, size_t errlen);
 	/* VERIFY: what the generic comparison of records and mappings cannot see. */
 	int (*verify)(const Cuip__ProcessState *exp, char *err, size_t errlen);
+	/* After the PREPARE that leaves the process PREPARED (the last request
+	 * before the native lock): shrink what the native checkpoint would copy
+	 * for nothing; RESUME, before the gate opens: undo it. Both only make
+	 * the checkpoint smaller, so their failures are the slice's to log. */
+	void (*before_native)(void);
+	void (*resume)(void);
 };
 
 #define CUIP_SLICE(id, ...)                            \

@@ -34,7 +34,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ctx.h"
 #include "driver.h"
 #include "multicast.h"
 #include "qtable.h"
@@ -692,12 +691,6 @@ static int uc_prepare(char *err, size_t errlen)
 			return -EIO;
 		}
 		a->drv = 0;
-	}
-	/* Last, with the memory released: the contexts' idle stacks (ctx.c),
-	 * which only make the native checkpoint smaller. */
-	if (cuip_ctx_stacks_lower(err, errlen)) {
-		pr_err("%s; the native checkpoint copies the stacks too", err);
-		err[0] = 0;
 	}
 	return 0;
 }
