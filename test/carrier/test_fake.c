@@ -299,11 +299,6 @@ static unsigned waits(void) /* stream waits, teardown's left out */
 	return slices() - 3; /* allocs 0-3 share one */
 }
 
-/*
- * The n-th call of `api` after `warm` calls (one warm-up transfer) fails:
- * clean error, the source untouched, no staging, stream, descriptor or
- * mapping left, and a retry succeeds.
- */
 /* One transfer under FAKECUDA_FAIL=spec (it counts from the first call of
  * the process): rc `expect` with `needle` in the message, nothing leaked,
  * the source intact, and the next transfer of the same items succeeds. */
@@ -327,8 +322,15 @@ static void injected_spec(const char *spec, int load, int expect, const char *ne
 	else
 		rc = carrier_save(&ops, &c, w.fd, 0, w.src.items, N, &st, err, sizeof(err));
 	ck_assert_msg(rc == expect, "%s -> %d (%s)", spec, rc, err);
-	if (!expect) { /* a failure the carrier works around: every byte moved */
+	if (!expect) { /* a failure the carrier works around: every byte moved, nothing left */
 		ck_assert_uint_eq(st.bytes, st.total);
+		ck_assert_int_eq(count_fds(), fds);
+		ck_assert_int_eq(count_maps(), maps);
+		if (!load)
+			ck_assert_msg(carrier_load(&ops, &c, w.fd, w.dst.items, N, NULL, err, sizeof(err)) == 0, "%s",
+				      err);
+		for (size_t i = 0; i < N; i++)
+			ck_assert_int_eq(check_item(&w.dst, i, 0, 0, -1), -1);
 		return;
 	}
 	ck_assert_msg(strstr(err, needle), "'%s' lacks '%s'", err, needle);
@@ -351,6 +353,7 @@ static void injected_spec(const char *spec, int load, int expect, const char *ne
 			ck_assert_int_eq(check_item(&w.dst, i, 0, 0, -1), -1);
 }
 
+/* The n-th call of `api` after `warm` calls (one warm-up transfer) fails. */
 static void injected(const char *api, unsigned warm, unsigned nth, int load, int expect, const char *needle)
 {
 	char spec[128];

@@ -17,8 +17,9 @@
  *   verify G     every byte of every allocation has its pattern; the first
  *                WRITE_LEN bytes of shared allocation 0 have generation G;
  *                the application's handles and addresses still work, and
- *                the context's stack limit is the one set at start (2048
- *                bytes per thread on rank 0, 1024 elsewhere)
+ *                the context's stack limit is the one it had at start
+ *                (2048 bytes per thread set on rank 0, the default 1024
+ *                elsewhere)
  *   write R G    rank R writes generation G into shared allocation 0
  *   fresh S      the creator makes, exports and sends a new allocation; the
  *                importers import and map it and check its bytes
@@ -85,7 +86,7 @@ static int import_shared(int fd, uint64_t size, int idx)
 	return wl_map(sh_handle[idx], size, dev, 1, &sh_va[idx]);
 }
 
-/* The stack limit rank r sets at start and verify expects. */
+/* The stack limit verify expects: rank 0's own, the default elsewhere. */
 static size_t stack_limit(void)
 {
 	return wl_rank == 0 ? 2048 : 1024;
@@ -102,9 +103,11 @@ static int setup_cuda(void)
 		WL_CK(cuDeviceGetCount(&ndev));
 	if (wl_context(wl_rank % ndev, &dev, &ctx))
 		return -1;
-	/* A stack limit of the application's own on rank 0: a checkpoint
-	 * lowers it and must give it back (verify). */
-	WL_CK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack_limit()));
+	/* A stack limit of the application's own on rank 0 (the others keep
+	 * the driver's default): a checkpoint lowers both and must give each
+	 * back (verify). */
+	if (wl_rank == 0)
+		WL_CK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack_limit()));
 	p = wl_prop(dev, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 	/* native-owned memory */
 	WL_CK(cuMemAlloc(&priv_va, private_size));
@@ -180,7 +183,7 @@ static int do_verify(unsigned gen, char *out, size_t len)
 		return wl_fail("cuMemGetAddressRange(private) gives %#llx+%zu", (unsigned long long)base, sz);
 	WL_CK(cuCtxGetLimit(&sz, CU_LIMIT_STACK_SIZE));
 	if (sz != stack_limit())
-		return wl_fail("stack limit %zu bytes per thread, not the %zu set at start", sz, stack_limit());
+		return wl_fail("stack limit %zu bytes per thread, not the %zu it had at start", sz, stack_limit());
 	for (int f = 0; f < nfresh; f++)
 		if (wl_check_pattern(sh_va[NSHARED + f], 2 * MIB, 50 + (unsigned)f, 0, 0, "fresh"))
 			return -1;

@@ -96,9 +96,10 @@ wait_ready() {
 
 job_pids() { cat "$T"/w/r*.ready 2>/dev/null | awk '{print $2}'; }
 
-# cmd NPROCS VERB [ARGS]: send a command to every rank, wait for all answers.
-cmd() {
-	local n i r ans # the caller's loop variables are not ours to change
+# cmd_sent NPROCS VERB [ARGS]: send a command to every rank and wait for all
+# answers, whatever they say (answers prints them).
+cmd_sent() {
+	local n i # the caller's loop variables are not ours to change
 
 	n=$1
 	shift
@@ -111,6 +112,15 @@ cmd() {
 		[ $i -gt 400 ] && fail "no answer to '$*' from every rank"
 		sleep 0.05
 	done
+}
+
+# cmd NPROCS VERB [ARGS]: the same, and every rank must answer ok.
+cmd() {
+	local n r ans
+
+	n=$1
+	cmd_sent "$@"
+	shift
 	for r in $(seq 0 $((n - 1))); do
 		read -r ans <"$T/w/r$r.$SEQ"
 		case "$ans" in

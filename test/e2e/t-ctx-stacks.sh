@@ -4,8 +4,8 @@
 # NVIDIA's native checkpoint copies into the process and CRIU then dumps.
 # The interposer lowers every context's stack limit at PREPARE_UNICAST and
 # sets each one's own value back at RESUME. With e2e_group --private (rank
-# 0 sets 2048 bytes per thread, rank 1 keeps the default 1024; verify
-# checks them):
+# 0 sets 2048 bytes per thread, rank 1 keeps the driver's default 1024;
+# verify checks them):
 #  - the fake's native checkpoint (FAKECUDA_CKPT_LOG) copies no stacks (the
 #    limits are 0 bytes per thread then), and after the restore both limits
 #    are back, through two cycles and a --leave-running dump;
@@ -81,12 +81,10 @@ disarm
 grep -q "cuinterpose\[$JOBPID\]: context 0x[0-9a-f]*: setting its stack limit back to 2048 bytes failed: unknown error (kernels still get theirs at launch)" "$T/job.log" ||
 	fail "no message for the failed setting back: $(grep -i stack "$T/job.log")"
 # verify answers per rank: rank 0 runs with the lowered limit, rank 1 has its own
-SEQ=$((SEQ + 1))
-echo "$SEQ verify 0" >"$T/w/cmd.tmp" && mv "$T/w/cmd.tmp" "$T/w/cmd"
-for i in $(seq 400); do [ -s "$T/w/r0.$SEQ" ] && [ -s "$T/w/r1.$SEQ" ] && break; sleep 0.05; done
-[ "$(cat "$T/w/r0.$SEQ")" = "fail stack limit 0 bytes per thread, not the 2048 set at start" ] ||
-	fail "rank 0 after the failed setting back: $(cat "$T/w/r0.$SEQ" 2>&1)"
-case "$(cat "$T/w/r1.$SEQ")" in ok*) ;; *) fail "rank 1: $(cat "$T/w/r1.$SEQ")" ;; esac
+cmd_sent $N verify 0
+[ "$(sed -n 1p <<<"$(answers $N)")" = "fail stack limit 0 bytes per thread, not the 2048 it had at start" ] ||
+	fail "rank 0 after the failed setting back: $(answers $N)"
+case "$(sed -n 2p <<<"$(answers $N)")" in ok*) ;; *) fail "rank 1: $(answers $N)" ;; esac
 cmd $N exit
 wait_gone $(job_pids) || fail "job did not exit"
 

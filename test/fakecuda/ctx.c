@@ -466,11 +466,13 @@ FK_API CUresult CUDAAPI cuCtxGetLimit(size_t *pvalue, CUlimit limit)
 }
 
 /*
- * As measured on the H200 (ctxrss.py): the stack size is taken as asked
- * (0 and 16 bytes per thread read back as such; other values here rounded
- * up to 16) and takes effect at once, after the device's work completes; a printf FIFO below 512 KiB and
- * a malloc heap below 4 MiB are raised to those; the printf FIFO cannot
- * change once a kernel ran in the context (CUDA_ERROR_INVALID_VALUE).
+ * As measured on the H200 (test/gpu/ctxrss.py; `all` for the printf FIFO
+ * and the heap): the stack size is taken as asked (0 and 16 bytes per
+ * thread read back as such) and takes effect at once, after the device's
+ * work completes; a printf FIFO below 512 KiB and a malloc heap below 4 MiB
+ * are raised to those; the printf FIFO cannot change once a kernel ran in
+ * the context (CUDA_ERROR_INVALID_VALUE, seen after PyTorch's kernels). The
+ * heap stays changeable: the fake's kernels never use device malloc.
  */
 static CUresult set_limit(CUlimit limit, size_t value)
 {
@@ -483,7 +485,6 @@ static CUresult set_limit(CUlimit limit, size_t value)
 		return CUDA_ERROR_UNSUPPORTED_LIMIT;
 	switch (limit) {
 	case CU_LIMIT_STACK_SIZE:
-		value = (value + 15) / 16 * 16;
 		stream_sync_all();
 		break;
 	case CU_LIMIT_PRINTF_FIFO_SIZE:

@@ -2,12 +2,13 @@
 """ctxrss.py - where NVIDIA's native checkpoint puts a CUDA context's own
 device memory, and whether the context's limits change how much.
 
-    python3 ctxrss.py [bare|torch] [keep|shrink]
+    python3 ctxrss.py [bare|torch] [keep|shrink|all]
 
 Starts a target process that creates one CUDA context (bare: the driver API
 through ctypes, one kernel-free context; torch: PyTorch with one small kernel
 run) and then, with "shrink", lowers the context's stack size limit
-(cuCtxSetLimit, asking 0) before the checkpoint. This process
+(cuCtxSetLimit, asking 0) before the checkpoint; "all" asks 0 of the stack,
+printf FIFO and malloc heap limits and reports what the driver made of it. This process
 then locks and checkpoints the target through cuCheckpointProcess*, reads its
 VmRSS before, during and after and the native steps' times, restores and
 unlocks it, and the target sets its limit back and runs a kernel again (torch) to show the context works.
@@ -64,6 +65,13 @@ def target(mode, limits):
     print("used_mib_before %d" % mem_used(lib), flush=True)
     for k, n in LIMITS.items():
         print("limit_%s %d" % (n, saved[k]), flush=True)
+    if limits == "all":
+        # every limit to 0: the driver's minimums, and which it refuses (the
+        # printf FIFO once a kernel with printf ran); only the stack is set
+        # back afterwards
+        for k, n in LIMITS.items():
+            print("setlimit_%s_rc %d" % (n, lib.cuCtxSetLimit(k, ctypes.c_size_t(0))), flush=True)
+            print("limit_%s_now %d" % (n, get_limit(lib, k)), flush=True)
     if limits == "shrink":
         # the stack only (it holds nothing between kernels); asking 0 shows
         # the driver's minimum
@@ -75,7 +83,7 @@ def target(mode, limits):
     print("used_mib_ready %d" % mem_used(lib), flush=True)
     print("ready", flush=True)
     sys.stdin.readline()
-    if limits == "shrink":
+    if limits in ("shrink", "all"):
         t0 = time.monotonic()
         check(lib.cuCtxSetLimit(0, ctypes.c_size_t(saved[0])), "cuCtxSetLimit back")
         print("setlimit_back_s %.4f" % (time.monotonic() - t0), flush=True)

@@ -474,9 +474,6 @@ START_TEST(context_limits_and_their_stack_reservation)
 	CK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 16));
 	CK(cuCtxGetLimit(&v, CU_LIMIT_STACK_SIZE));
 	ck_assert_uint_eq(v, 16);
-	CK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 1000));
-	CK(cuCtxGetLimit(&v, CU_LIMIT_STACK_SIZE));
-	ck_assert_uint_eq(v, 1008);
 	/* printf FIFO and heap have minimums; the FIFO is fixed once a kernel ran. */
 	CK(cuCtxSetLimit(CU_LIMIT_PRINTF_FIFO_SIZE, 0));
 	CK(cuCtxGetLimit(&v, CU_LIMIT_PRINTF_FIFO_SIZE));
