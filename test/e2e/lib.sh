@@ -96,6 +96,15 @@ wait_ready() {
 
 job_pids() { cat "$T"/w/r*.ready 2>/dev/null | awk '{print $2}'; }
 
+# flip_byte FILE OFFSET: corrupt FILE by writing the complement of its byte
+# at OFFSET (a fixed value would change nothing where the byte already is it).
+flip_byte() {
+	local b
+	b=$(od -An -tu1 -j "$2" -N1 "$1" | tr -d ' ')
+	[ -n "$b" ] || fail "flip_byte: $1 has no byte $2"
+	printf "\\$(printf %o $((255 - b)))" | dd of="$1" bs=1 seek="$2" conv=notrunc status=none
+}
+
 # cmd_sent NPROCS VERB [ARGS]: send a command to every rank and wait for all
 # answers, whatever they say (answers prints them).
 cmd_sent() {

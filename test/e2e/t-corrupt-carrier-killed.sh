@@ -10,7 +10,7 @@ criu_dump "$T/d" || fail "criu dump"
 wait_gone $pids || fail "dumped processes still alive"
 car=$(ls "$T"/d/cuinterpose-carrier-*.img | head -1)
 [ -n "$car" ] || fail "no carrier image"
-printf '\377' | dd of="$car" bs=1 seek=4099 conv=notrunc status=none
+flip_byte "$car" 4099
 note restore
 criu_restore "$T/d" && echo "(criu restore exited 0)"
 grep -q "corrupt" "$T/d/restore.log" || fail "restore.log does not report the corruption"

@@ -10,7 +10,7 @@ pids=$(job_pids)
 note dump
 criu_dump "$T/d" || fail "criu dump"
 wait_gone $pids || fail "dumped processes still alive"
-printf '\377' | dd of="$T/d/cuinterpose-inventory.img" bs=1 seek=20 conv=notrunc status=none
+flip_byte "$T/d/cuinterpose-inventory.img" 20
 note restore
 criu_restore "$T/d" && echo "(criu restore exited 0)"
 grep -q "cuinterpose-inventory.img: .*checksum" "$T/d/restore.log" || fail "restore.log does not name the image"

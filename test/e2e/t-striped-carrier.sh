@@ -55,7 +55,7 @@ refused "$T/t" "truncated stripe" "cuinterpose-carrier-$P-1.img: truncated: 2097
 
 note "a corrupt stripe, found by the interposer (verification off)"
 dumped "$T/c"
-printf '\377' | dd of="$T/c/cuinterpose-carrier-$P-1.img" bs=1 seek=$((MiB + 7)) conv=notrunc status=none
+flip_byte "$T/c/cuinterpose-carrier-$P-1.img" $((MiB + 7))
 CUINTERPOSE_VERIFY_CARRIERS=0 refused "$T/c" "corrupt stripe" \
 	"allocation [0-9a-f]+:[0-9]+: chunk [0-9]+ \(bytes [0-9]+-[0-9]+, file offset [0-9]+\) of cuinterpose-carrier-$P-1.img has crc32c"
 
