@@ -78,8 +78,8 @@ static struct {
 	.size = 1024 * MIB,
 	.dir = "/tmp",
 	.lib = "libcuda.so.1",
-	.staging_mb = 256,
-	.chunk_mb = 4,
+	.staging_mb = 224,
+	.chunk_mb = 1,
 	.threads = {0, 1, 2, 4, 8},
 	.nthreads = 5,
 	.writers = 8,
@@ -665,7 +665,7 @@ static void usage(void)
 		"usage: carrier-bench [-s SIZE] [-d DIR] [-S STAGING_MB] [-c CHUNK_MB] [-t T1,T2,...]\n"
 		"                     [-w MAX_WRITERS] [-F FILES] [-r RUNS] [-D DEVICE] [-l LIBCUDA] [-f] [-n]\n"
 		"  -s  device bytes (default 1G; suffixes K M G)   -d  directory for the files (/tmp)\n"
-		"  -S  carrier staging MiB (256)  -c  chunk MiB (4)  -t  carrier thread counts (0,1,2,4,8; 0: "
+		"  -S  carrier staging MiB (224)  -c  chunk MiB (1)  -t  carrier thread counts (0,1,2,4,8; 0: "
 		"default)\n"
 		"  -w  plain I/O: best of 2..W parallel threads (8)  -r  runs, median reported (3)\n"
 		"  -F  carrier over this many files, the device bytes split evenly (1)\n"

@@ -1067,6 +1067,38 @@ START_TEST(staging_sized_to_the_carrier)
 }
 END_TEST
 
+/* However much staging the bound allows, a slot's buffer is at most 2 MiB
+ * (BUF_MAX: what all threads have in flight stays in the host's last-level
+ * cache), or one chunk where a chunk is bigger. */
+START_TEST(buffers_stay_small_whatever_the_staging)
+{
+	struct carrier_config c = cfg_make(224 * MIB, 1 * MIB, 16);
+	uint64_t sizes[] = {96 * MIB};
+	struct dev src, dst;
+	struct carrier_stats st;
+	char err[512];
+	int fd = scratch_fd();
+
+	dev_init(&src, sizes, 1, 0);
+	ck_assert_msg(carrier_save(&stub_ops, &c, fd, 0, src.items, 1, &st, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(st.buffer_bytes, 2 * MIB);
+	ck_assert_uint_eq(st.threads, 16);
+	ck_assert_uint_le(st.staging_bytes, 16 * 2 * 2 * MIB);
+	dev_like(&dst, &src, 0);
+	ck_assert_msg(carrier_load(&stub_ops, &c, fd, dst.items, 1, &st, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(st.buffer_bytes, 2 * MIB);
+	ck_assert_int_eq(pattern_check(dst.mem[0], sizes[0], 1), -1);
+	dev_free(&dst);
+	/* A 4 MiB chunk still gets a whole buffer of its own. */
+	src.items[0].chunk_size = 4 * MIB;
+	ck_assert_msg(carrier_save(&stub_ops, &c, fd, 0, src.items, 1, &st, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(st.buffer_bytes, 4 * MIB);
+	assert_no_leak();
+	dev_free(&src);
+	close(fd);
+}
+END_TEST
+
 /* Device->host copies issued when each slice had been written. */
 struct overlap {
 	uint64_t done[64];
@@ -1132,7 +1164,7 @@ START_TEST(config_from_environment)
 	unsetenv("CUINTERPOSE_CARRIER_VERIFY");
 	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), 0);
 	ck_assert_uint_eq(c.staging_bytes, 224 * MIB);
-	ck_assert_uint_eq(c.chunk_size, 4 * MIB);
+	ck_assert_uint_eq(c.chunk_size, 1 * MIB);
 	ck_assert_uint_eq(c.threads, 0);
 	ck_assert_int_eq(c.verify_first, 0);
 	setenv("CUINTERPOSE_STAGING_MB", "64", 1);
@@ -1198,6 +1230,7 @@ static Suite *suite(int needs_root)
 	tcase_add_test(t, striped_roundtrip_every_byte_and_crc);
 	tcase_add_test(t, striped_load_refuses_bad_extents_and_names_file_and_chunk);
 	tcase_add_test(t, staging_sized_to_the_carrier);
+	tcase_add_test(t, buffers_stay_small_whatever_the_staging);
 	tcase_add_test(t, save_copies_next_slice_while_writing_this_one);
 	suite_add_tcase(s, t);
 
