@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "carrier.h"
 #include "cuip.h"
@@ -159,6 +160,28 @@ static void carry_end(struct tmpmap *maps, size_t nmaps, struct carrier_item *it
 	free(maps);
 }
 
+static double mono_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* One info line per carrier pass (CUINTERPOSE_LOG=2): where its time went.
+ * prep_s is what came before the carrier itself: mapping the allocations
+ * (SAVE), or recreating and mapping them (LOAD). */
+static void log_stats(const char *what, size_t n, const struct carrier_stats *st, double prep_s)
+{
+	pr_info("%s %zu carrier entries, %llu bytes: %.3f s (%.0f MB/s) after %.3f s of mapping; %u threads, "
+		"%u buffers of %llu KiB (%llu MiB pinned); summed over the threads: pin %.2f s, copy wait %.2f s, "
+		"file I/O %.2f s, crc %.2f s",
+		what, n, (unsigned long long)st->bytes, st->seconds,
+		st->seconds > 0 ? (double)st->bytes / st->seconds / 1e6 : 0.0, prep_s, st->threads, st->buffers,
+		(unsigned long long)(st->buffer_bytes >> 10), (unsigned long long)(st->staging_bytes >> 20),
+		st->pin_seconds, st->copy_wait_seconds, st->io_seconds, st->crc_seconds);
+}
+
 /* ---- SAVE ------------------------------------------------------------------ */
 
 static int carry_save(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__SaveReply **out, char *err, size_t errlen)
@@ -174,6 +197,7 @@ static int carry_save(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__Sa
 	char why[512] = "", name[96];
 	size_t n = s->n_allocs, ni = 0;
 	uint64_t total = 0;
+	double t0, t1;
 	int ret;
 
 	cuip_state_assert_held();
@@ -190,6 +214,7 @@ static int carry_save(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__Sa
 		errfmt(err, errlen, "carrier: %s", why);
 		return ret;
 	}
+	t0 = mono_s();
 	/* One carrier item per allocation, or per live piece of a slab (freed
 	 * pieces are not saved). */
 	for (size_t i = 0; i < n; i++) {
@@ -271,11 +296,13 @@ static int carry_save(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__Sa
 		goto out;
 	cfg.file_names = (const char *const *)s->files;
 	cfg.n_file_names = s->n_files;
+	t1 = mono_s();
 	ret = carrier_save_striped(&ops, &cfg, fds, nfds, s->offset, items, ni, &stats, why, sizeof(why));
 	if (ret) {
 		errfmt(err, errlen, "saving device memory: %s", why);
 		goto out;
 	}
+	log_stats("saved", ni, &stats, t1 - t0);
 	sr = cuip_zalloc(sizeof(*sr));
 	if (!sr)
 		goto nomem;
@@ -309,8 +336,6 @@ static int carry_save(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__Sa
 	}
 	sr->bytes = total;
 	*out = sr;
-	pr_info("saved %zu allocations (%zu carrier entries), %llu bytes, %.3f s", n, ni, (unsigned long long)total,
-		stats.seconds);
 	goto out;
 nomem:
 	errfmt(err, errlen, "out of memory");
@@ -383,6 +408,7 @@ static int carry_load(const Cuip__Load *l, const int *fds, size_t nfds, Cuip__Lo
 	char why[512] = "", name[96];
 	size_t n = l->n_entries;
 	uint64_t total = 0;
+	double t0, t1;
 	int ret;
 
 	cuip_state_assert_held();
@@ -392,6 +418,7 @@ static int carry_load(const Cuip__Load *l, const int *fds, size_t nfds, Cuip__Lo
 		return ret;
 	}
 	ops.memcpy_htod_async = htod_on_this_thread;
+	t0 = mono_s();
 	/* Devices by UUID: remember the old ordinals' UUIDs, then look again. */
 	for (int i = 0; i < self.ndev; i++) {
 		if (self.dev[i].ordinal >= 0 && self.dev[i].ordinal < MAX_DEVICES) {
@@ -492,18 +519,19 @@ item:
 	}
 	cfg.file_names = (const char *const *)l->files;
 	cfg.n_file_names = l->n_files;
+	t1 = mono_s();
 	ret = carrier_load_striped(&ops, &cfg, fds, nfds, items, n, &stats, why, sizeof(why));
 	if (ret) {
 		errfmt(err, errlen, "loading device memory: %s", why);
 		goto out;
 	}
+	log_stats("loaded", n, &stats, t1 - t0);
 	lr = cuip_zalloc(sizeof(*lr));
 	if (!lr)
 		goto nomem;
 	cuip__load_reply__init(lr);
 	lr->bytes = total;
 	*out = lr;
-	pr_info("loaded %zu carrier entries, %llu bytes, %.3f s", n, (unsigned long long)total, stats.seconds);
 	goto out;
 nomem:
 	errfmt(err, errlen, "out of memory");

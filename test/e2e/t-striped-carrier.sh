@@ -59,7 +59,7 @@ flip_byte "$T/c/cuinterpose-carrier-$P-1.img" $((MiB + 7))
 CUINTERPOSE_VERIFY_CARRIERS=0 refused "$T/c" "corrupt stripe" \
 	"allocation [0-9a-f]+:[0-9]+: chunk [0-9]+ \(bytes [0-9]+-[0-9]+, file offset [0-9]+\) of cuinterpose-carrier-$P-1.img has crc32c"
 
-start_job $N --private
+CUINTERPOSE_LOG=2 start_job $N --private
 cmd $N verify 0
 before=$(answers $N)
 for cycle in 1 2; do
@@ -72,6 +72,9 @@ for cycle in 1 2; do
 			fail "pid $p's carrier is not 3 x 2 MiB: $(stripes "$T/d$cycle" "$p")"
 	done
 	[ ! -e "$T/d$cycle/cuinterpose-carrier-$p-3.img" ] || fail "a fourth stripe file"
+	# each process logs where its carrier's time went (CUINTERPOSE_LOG=2)
+	[ "$(grep -cE "saved 2 carrier entries, 6291456 bytes: [0-9.]+ s \([0-9]+ MB/s\) after [0-9.]+ s of mapping; [0-9]+ threads, [0-9]+ buffers of 1024 KiB \([0-9]+ MiB pinned\); summed over the threads: pin [0-9.]+ s, copy wait [0-9.]+ s, file I/O [0-9.]+ s, crc [0-9.]+ s" "$T/job.log")" = $((N * cycle)) ] ||
+		fail "the carriers' time is not logged: $(grep 'saved' "$T/job.log")"
 	"$CLI" show "$T/d$cycle" >"$T/show$cycle.txt" 2>&1 || { cat "$T/show$cycle.txt"; fail "show"; }
 	grep -q "^OK: every image decodes and is consistent; 12582912 carrier bytes" "$T/show$cycle.txt" ||
 		fail "show: $(grep '^OK\|^FAIL' "$T/show$cycle.txt")"
@@ -87,6 +90,8 @@ for cycle in 1 2; do
 		fail "LOAD did not refill the private memory"
 	cmd $N verify 0
 	[ "$(answers $N)" = "$before" ] || fail "addresses changed: $(answers $N) vs $before"
+	[ "$(grep -cE "loaded 2 carrier entries, 6291456 bytes: .* buffers of 1024 KiB" "$T/job.log")" = $((N * cycle)) ] ||
+		fail "the carriers' load time is not logged: $(grep 'loaded' "$T/job.log")"
 done
 kill -9 $(job_pids) 2>/dev/null
 wait_gone $(job_pids) || fail "job still alive"
