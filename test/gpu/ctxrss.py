@@ -8,7 +8,9 @@ Starts a target process that creates one CUDA context (bare: the driver API
 through ctypes, one kernel-free context; torch: PyTorch with one small kernel
 run) and then, with "shrink", lowers the context's stack size limit
 (cuCtxSetLimit, asking 0) before the checkpoint; "all" asks 0 of the stack,
-printf FIFO and malloc heap limits and reports what the driver made of it. This process
+printf FIFO, malloc heap and the device runtime's sync depth and pending
+launch count, and reports what the driver made of each and the device memory
+the context holds after it. This process
 then locks and checkpoints the target through cuCheckpointProcess*, reads its
 VmRSS before, during and after and the native steps' times, restores and
 unlocks it, and the target sets its limit back and runs a kernel again (torch) to show the context works.
@@ -22,6 +24,9 @@ import sys
 import time
 
 LIMITS = {0: "stack", 1: "printf", 2: "heap"}
+# the device runtime's (CUDA dynamic parallelism) limits: reported, and
+# lowered in "all", to see whether they hold any of the context's memory
+CDP_LIMITS = {3: "cdp_sync_depth", 4: "cdp_pending_launches"}
 
 
 def cuda():
@@ -47,6 +52,15 @@ def get_limit(lib, k):
     return v.value
 
 
+def limit_or_rc(lib, k):
+    """The limit, or "rc N" where the driver refuses it (the H200's driver
+    answers CUDA_ERROR_UNSUPPORTED_LIMIT (215) for the device runtime's
+    limits of a context that loaded no such code)."""
+    v = ctypes.c_size_t()
+    r = lib.cuCtxGetLimit(ctypes.byref(v), k)
+    return str(v.value) if r == 0 else "rc %d" % r
+
+
 def target(mode, limits):
     lib = cuda()
     if mode == "torch":
@@ -63,15 +77,16 @@ def target(mode, limits):
         check(lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
     saved = {k: get_limit(lib, k) for k in LIMITS}
     print("used_mib_before %d" % mem_used(lib), flush=True)
-    for k, n in LIMITS.items():
-        print("limit_%s %d" % (n, saved[k]), flush=True)
+    for k, n in {**LIMITS, **CDP_LIMITS}.items():
+        print("limit_%s %s" % (n, limit_or_rc(lib, k)), flush=True)
     if limits == "all":
         # every limit to 0: the driver's minimums, and which it refuses (the
-        # printf FIFO once a kernel with printf ran); only the stack is set
-        # back afterwards
-        for k, n in LIMITS.items():
+        # printf FIFO once a kernel with printf ran), with the device memory
+        # the context holds after each; only the stack is set back afterwards
+        for k, n in {**LIMITS, **CDP_LIMITS}.items():
             print("setlimit_%s_rc %d" % (n, lib.cuCtxSetLimit(k, ctypes.c_size_t(0))), flush=True)
-            print("limit_%s_now %d" % (n, get_limit(lib, k)), flush=True)
+            print("limit_%s_now %s" % (n, limit_or_rc(lib, k)), flush=True)
+            print("used_mib_after_%s %d" % (n, mem_used(lib)), flush=True)
     if limits == "shrink":
         # the stack only (it holds nothing between kernels); asking 0 shows
         # the driver's minimum
