@@ -56,7 +56,6 @@ static struct fk_ctx *ctx_new(int ord, unsigned int flags, int primary)
 	c->limit[CU_LIMIT_STACK_SIZE] = 1024;
 	c->limit[CU_LIMIT_PRINTF_FIFO_SIZE] = 8650752;
 	c->limit[CU_LIMIT_MALLOC_HEAP_SIZE] = 8u << 20;
-	c->limit[CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH] = 2;
 	c->limit[CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048;
 	c->launched = 0;
 	ctx_note_use(ord);
@@ -454,7 +453,7 @@ static CUresult get_limit(size_t *pvalue, CUlimit limit)
 		return r;
 	if (!pvalue)
 		return CUDA_ERROR_INVALID_VALUE;
-	if ((unsigned)limit >= sizeof(c->limit) / sizeof(c->limit[0]))
+	if ((unsigned)limit >= sizeof(c->limit) / sizeof(c->limit[0]) || limit == CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH)
 		return CUDA_ERROR_UNSUPPORTED_LIMIT;
 	*pvalue = c->limit[limit];
 	return CUDA_SUCCESS;
@@ -472,7 +471,11 @@ FK_API CUresult CUDAAPI cuCtxGetLimit(size_t *pvalue, CUlimit limit)
  * work completes; a printf FIFO below 512 KiB and a malloc heap below 4 MiB
  * are raised to those; the printf FIFO cannot change once a kernel ran in
  * the context (CUDA_ERROR_INVALID_VALUE, seen after PyTorch's kernels). The
- * heap stays changeable: the fake's kernels never use device malloc.
+ * heap stays changeable: the fake's kernels never use device malloc. The
+ * device runtime's sync depth is refused both ways
+ * (CUDA_ERROR_UNSUPPORTED_LIMIT, bare and PyTorch contexts alike), its
+ * pending launch count (2048) goes down to 32. None of them but the stack
+ * changes the memory the context holds (262 MiB after the stack).
  */
 static CUresult set_limit(CUlimit limit, size_t value)
 {
@@ -481,7 +484,7 @@ static CUresult set_limit(CUlimit limit, size_t value)
 
 	if (r)
 		return r;
-	if ((unsigned)limit >= sizeof(c->limit) / sizeof(c->limit[0]))
+	if ((unsigned)limit >= sizeof(c->limit) / sizeof(c->limit[0]) || limit == CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH)
 		return CUDA_ERROR_UNSUPPORTED_LIMIT;
 	switch (limit) {
 	case CU_LIMIT_STACK_SIZE:
@@ -494,6 +497,9 @@ static CUresult set_limit(CUlimit limit, size_t value)
 		break;
 	case CU_LIMIT_MALLOC_HEAP_SIZE:
 		value = value < (4u << 20) ? 4u << 20 : value;
+		break;
+	case CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT:
+		value = value < 32 ? 32 : value;
 		break;
 	default:
 		break;

@@ -468,6 +468,14 @@ START_TEST(context_limits_and_their_stack_reservation)
 	ck_assert_uint_eq(v, 8650752);
 	CK(cuCtxGetLimit(&v, CU_LIMIT_MALLOC_HEAP_SIZE));
 	ck_assert_uint_eq(v, 8u << 20);
+	CK(cuCtxGetLimit(&v, CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT));
+	ck_assert_uint_eq(v, 2048);
+	/* The device runtime's sync depth is refused; its pending launches go down to 32. */
+	CK_ERR(cuCtxGetLimit(&v, CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH), CUDA_ERROR_UNSUPPORTED_LIMIT);
+	CK_ERR(cuCtxSetLimit(CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH, 0), CUDA_ERROR_UNSUPPORTED_LIMIT);
+	CK(cuCtxSetLimit(CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT, 0));
+	CK(cuCtxGetLimit(&v, CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT));
+	ck_assert_uint_eq(v, 32);
 	CK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 0));
 	CK(cuCtxGetLimit(&v, CU_LIMIT_STACK_SIZE));
 	ck_assert_uint_eq(v, 0);
