@@ -302,6 +302,8 @@ Cuip__Phase cuip_phase(void)
 void cuip_set_phase(Cuip__Phase p)
 {
 	atomic_store(&phase, (int)p);
+	/* A restore writes no file before its commit point (log.c). */
+	cuip_log_hold(p == CUIP__PHASE__PHASE_RESTORING);
 	if (p == CUIP__PHASE__PHASE_FAILED)
 		wake_all();
 }

@@ -2,18 +2,55 @@
  * log.c - the interposer's log: one line per event on stderr, prefixed with
  * the pid, at the level CUINTERPOSE_LOG sets (read once at load).
  *
- * Base layer: calls nothing of the interposer; every module uses it. No
- * state but the level (written by the constructor before any other thread
- * runs) and no lock: each line is one write(2).
+ * Base layer: calls nothing of the interposer; every module uses it. Each
+ * line is one write(2). While held (cuip_log_hold: the process is being
+ * restored), lines are kept in memory instead and written when the hold
+ * ends: CRIU restores a process's open files at the sizes they had at dump
+ * and refuses any that changed, so a line written into a log file by a
+ * restore that is then killed (criu dying part-way) would make every later
+ * restore of the same images fail. A tree killed before its restore's
+ * commit point takes its held lines with it; the plugin's own log has the
+ * replies and errors.
  */
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "log.h"
 
+#define HELD_BYTES (64u << 10)
+
 int cuip_log_level = 1;
+
+static atomic_bool holding;
+static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
+static char held[HELD_BYTES]; /* under held_lock, as the two below */
+static size_t held_len;
+static unsigned held_dropped;
+
+/* Keep a line while held; false when the hold ended meanwhile. */
+static bool keep(const char *line, size_t n)
+{
+	bool kept = false;
+
+	pthread_mutex_lock(&held_lock);
+	if (atomic_load(&holding)) {
+		kept = true;
+		if (held_len + n <= sizeof(held)) {
+			memcpy(held + held_len, line, n);
+			held_len += n;
+		} else {
+			held_dropped++;
+		}
+	}
+	pthread_mutex_unlock(&held_lock);
+	return kept;
+}
 
 void cuip_log(int level, const char *fmt, ...)
 {
@@ -30,7 +67,33 @@ void cuip_log(int level, const char *fmt, ...)
 	if (n > (int)sizeof(buf) - 2)
 		n = (int)sizeof(buf) - 2;
 	buf[n++] = '\n';
+	if (atomic_load(&holding) && keep(buf, (size_t)n))
+		return;
 	(void)!write(STDERR_FILENO, buf, (size_t)n);
+}
+
+void cuip_log_hold(bool on)
+{
+	unsigned dropped = 0;
+
+	pthread_mutex_lock(&held_lock);
+	if (!on && atomic_load(&holding)) {
+		/* Under the lock, so that a line logged meanwhile comes after these. */
+		for (size_t off = 0; off < held_len;) {
+			ssize_t w = write(STDERR_FILENO, held + off, held_len - off);
+
+			if (w <= 0)
+				break;
+			off += (size_t)w;
+		}
+		dropped = held_dropped;
+		held_len = 0;
+		held_dropped = 0;
+	}
+	atomic_store(&holding, on);
+	pthread_mutex_unlock(&held_lock);
+	if (dropped)
+		cuip_log(1, "%u log lines of the restore dropped (more than %u KiB held)", dropped, HELD_BYTES >> 10);
 }
 
 __attribute__((constructor)) static void log_init(void)
