@@ -28,8 +28,6 @@
 #include "runtime.h"
 #include "slice.h"
 
-#define ID_FMT	    "%016llx:%llu"
-#define ID(a)	    (unsigned long long)(a)->creator, (unsigned long long)(a)->serial
 #define MAX_DEVICES 64
 
 /* ---- primary contexts of the op thread ----------------------------------- */

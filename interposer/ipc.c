@@ -83,8 +83,6 @@ struct ipc_handle {
 
 _Static_assert(sizeof(struct ipc_handle) == CU_IPC_HANDLE_SIZE, "IPC handle layout");
 
-#define ID_FMT "%016llx:%llu"
-
 static pthread_mutex_t ipc_mu = PTHREAD_MUTEX_INITIALIZER;
 static CUresult enter(void *fnp)
 {

@@ -42,8 +42,6 @@
 
 #define lock()	 cuip_state_take()
 #define unlock() cuip_state_drop()
-#define ID_FMT	 "%016llx:%llu"
-#define ID(a)	 (unsigned long long)(a)->creator, (unsigned long long)(a)->serial
 
 static CUresult enter(void *fn)
 {

@@ -39,9 +39,6 @@
 #include "slice.h"
 #include "digest.h"
 
-#define ID_FMT "%016llx:%llu"
-#define ID(a)  (unsigned long long)(a)->creator, (unsigned long long)(a)->serial
-
 static Cuip__Response *reply(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static Cuip__Response *reply(int status, const char *fmt, ...)

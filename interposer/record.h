@@ -51,6 +51,11 @@ struct cuip_mapping {
 	size_t nacc, capacc;
 };
 
+/* How messages name a record: "creator:serial" (allocations, multicast
+ * objects: anything with those two fields). */
+#define ID_FMT "%016llx:%llu"
+#define ID(a)  (unsigned long long)(a)->creator, (unsigned long long)(a)->serial
+
 struct cuip_alloc {
 	uint64_t creator, serial;
 	int creator_pid;

@@ -609,9 +609,6 @@ out:
 
 /* ---- the unicast checkpoint slice (op thread, cuip_state_lock held) ------- */
 
-#define ID_FMT "%016llx:%llu"
-#define ID(a)  (unsigned long long)(a)->creator, (unsigned long long)(a)->serial
-
 static bool is_shared(const struct cuip_alloc *a)
 {
 	return a->owner == CUIP__OWNER__OWNER_SHARED;
