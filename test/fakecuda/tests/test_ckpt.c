@@ -189,6 +189,74 @@ START_TEST(private_bytes_survive_checkpoint_at_same_addresses)
 }
 END_TEST
 
+/* Two contexts, the primary's stack limit raised to 2048 bytes per thread,
+ * the created one's left at 1024; at 'z' both go to 0. */
+static int stacks_target(void *arg, int s)
+{
+	CUcontext prim, mine;
+	char m;
+
+	(void)arg;
+	prim = h_init(0);
+	CK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 2048));
+	CK(cuCtxCreate(&mine, NULL, 0, 0));
+	h_send(s, "r", 1);
+	if (h_recv(s, &m, 1)) /* 'z': lower both */
+		return 2;
+	CK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 0));
+	CK(cuCtxSetCurrent(prim));
+	CK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 0));
+	h_send(s, "r", 1);
+	return h_recv(s, &m, 1) ? 3 : 0; /* the last round's 'z' */
+}
+
+/* The last FAKECUDA_CKPT_LOG line's stack bytes ("... S bytes of context stacks"). */
+static unsigned long long logged_stack_bytes(const char *log)
+{
+	char line[256], last[256] = "";
+	unsigned long long v = ~0ull;
+	FILE *f = fopen(log, "r");
+
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f))
+		strcpy(last, line);
+	fclose(f);
+	ck_assert_msg(sscanf(last, "pid %*d native checkpoint saved %*u bytes in %*u allocations and %llu bytes", &v) ==
+			      1,
+		      "%s", last);
+	return v;
+}
+
+/* The native checkpoint copies each context's stack reservation (limit x
+ * the threads the device holds, FK_STACK_THREADS on the fake) as NVIDIA's
+ * does (ctxrss.py: 264 MiB of an H200 context at 1024 bytes per thread);
+ * lowered to 0 it copies none. */
+START_TEST(native_checkpoint_copies_each_contexts_stack_reservation)
+{
+	char log[300], m;
+	pid_t pid;
+	int s;
+
+	snprintf(log, sizeof(log), "%s/ckpt-stacks.log", getenv("CUIP_TMP") ? getenv("CUIP_TMP") : "/tmp");
+	unlink(log);
+	setenv("FAKECUDA_CKPT_LOG", log, 1);
+	pid = h_fork(stacks_target, NULL, &s);
+	h_init(0);
+	for (int round = 0; round < 2; round++) {
+		ck_assert_int_eq(h_recv(s, &m, 1), 0);
+		CK(cuCheckpointProcessLock(pid, NULL));
+		CK(cuCheckpointProcessCheckpoint(pid, NULL));
+		ck_assert_uint_eq(logged_stack_bytes(log), round ? 0 : (2048ull + 1024) * 1024);
+		CK(cuCheckpointProcessRestore(pid, NULL));
+		CK(cuCheckpointProcessUnlock(pid, NULL));
+		h_send(s, "z", 1);
+	}
+	ck_assert_int_eq(h_wait(pid), 0);
+	unsetenv("FAKECUDA_CKPT_LOG");
+	unlink(log);
+}
+END_TEST
+
 /* NVIDIA's driver answers the checkpoint API in a caller that never called
  * cuInit (measured on an H200, test/gpu/facts.sh "no-cuinit"); so does the fake. */
 START_TEST(caller_that_never_called_cuinit_drives_the_checkpoint_api)
@@ -788,6 +856,7 @@ static Suite *suite(void)
 	tcase_set_timeout(t1, 30);
 	tcase_set_timeout(t2, 30);
 	tcase_add_test(t1, private_bytes_survive_checkpoint_at_same_addresses);
+	tcase_add_test(t1, native_checkpoint_copies_each_contexts_stack_reservation);
 	tcase_add_test(t1, checkpoint_api_errors_for_other_processes);
 	tcase_add_test(t1, caller_that_never_called_cuinit_drives_the_checkpoint_api);
 	tcase_add_test(t1, caller_drives_a_process_in_a_child_pid_namespace_by_its_own_pid);
