@@ -302,8 +302,10 @@ Cuip__Phase cuip_phase(void)
 void cuip_set_phase(Cuip__Phase p)
 {
 	atomic_store(&phase, (int)p);
-	/* A restore writes no file before its commit point (log.c). */
-	cuip_log_hold(p == CUIP__PHASE__PHASE_RESTORING);
+	/* The log lines a restore held (ops.c) go out once the gate reopens;
+	 * a restore that fails keeps them (its tree is killed). */
+	if (p == CUIP__PHASE__PHASE_ACTIVE)
+		cuip_log_hold(false);
 	if (p == CUIP__PHASE__PHASE_FAILED)
 		wake_all();
 }

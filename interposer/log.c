@@ -4,13 +4,15 @@
  *
  * Base layer: calls nothing of the interposer; every module uses it. Each
  * line is one write(2). While held (cuip_log_hold: the process is being
- * restored), lines are kept in memory instead and written when the hold
- * ends: CRIU restores a process's open files at the sizes they had at dump
- * and refuses any that changed, so a line written into a log file by a
- * restore that is then killed (criu dying part-way) would make every later
- * restore of the same images fail. A tree killed before its restore's
- * commit point takes its held lines with it; the plugin's own log has the
- * replies and errors.
+ * restored from images, from its LOAD or REBUILD to RESUME), lines are kept
+ * in memory instead and written when the hold ends: CRIU restores a
+ * process's open files at the sizes they had at dump and refuses any that
+ * changed, so a line written into a log file by a restore that is then
+ * killed (criu dying part-way) would make every later restore of the same
+ * images fail. A tree killed before RESUME takes its held lines with it;
+ * the plugin's own log has the replies and errors. Past HELD_BYTES the
+ * rest are counted, not kept, so what is kept is always the first lines.
+ * A forked child starts with nothing held.
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -41,7 +43,7 @@ static bool keep(const char *line, size_t n)
 	pthread_mutex_lock(&held_lock);
 	if (atomic_load(&holding)) {
 		kept = true;
-		if (held_len + n <= sizeof(held)) {
+		if (!held_dropped && held_len + n <= sizeof(held)) {
 			memcpy(held + held_len, line, n);
 			held_len += n;
 		} else {
@@ -76,6 +78,8 @@ void cuip_log_hold(bool on)
 {
 	unsigned dropped = 0;
 
+	if (atomic_load(&holding) == on)
+		return; /* only the op thread changes it */
 	pthread_mutex_lock(&held_lock);
 	if (!on && atomic_load(&holding)) {
 		/* Under the lock, so that a line logged meanwhile comes after these. */
@@ -96,10 +100,21 @@ void cuip_log_hold(bool on)
 		cuip_log(1, "%u log lines of the restore dropped (more than %u KiB held)", dropped, HELD_BYTES >> 10);
 }
 
+/* The child of a fork has only the forking thread: nothing held, and the
+ * lock as if new (another thread may have held it). */
+static void log_fork_child(void)
+{
+	pthread_mutex_init(&held_lock, NULL);
+	atomic_store(&holding, false);
+	held_len = 0;
+	held_dropped = 0;
+}
+
 __attribute__((constructor)) static void log_init(void)
 {
 	const char *l = getenv("CUINTERPOSE_LOG");
 
 	if (l && *l)
 		cuip_log_level = atoi(l);
+	pthread_atfork(NULL, NULL, log_fork_child);
 }

@@ -11,8 +11,9 @@
 
 extern int cuip_log_level; /* CUINTERPOSE_LOG: 0 quiet, 1 errors (default), 2 info, 3 debug */
 void cuip_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* on: keep lines in memory (up to 64 KiB, then count them); off: write the
- * kept lines out, in order. The phase machine holds while RESTORING. */
+/* on: keep lines in memory (the first 64 KiB; the rest are counted); off:
+ * write the kept lines out, in order, and the count. Op thread only: ops.c
+ * holds for a restore from images, the phase machine ends it at RESUME. */
 void cuip_log_hold(bool on);
 #define pr_err(fmt, ...)   cuip_log(1, fmt, ##__VA_ARGS__)
 #define pr_info(fmt, ...)  cuip_log(2, fmt, ##__VA_ARGS__)

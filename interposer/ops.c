@@ -453,6 +453,11 @@ Cuip__Response *cuip_op_run(const Cuip__Request *req, const int *fds, size_t nfd
 
 	if (cuip_driver_init())
 		return reply(-ENOENT, "no CUDA driver");
+	/* Restored from images: no log line reaches a file before RESUME, where
+	 * the phase machine ends the hold (log.c). */
+	if ((req->body_case == CUIP__REQUEST__BODY_LOAD && req->load->restored) ||
+	    (req->body_case == CUIP__REQUEST__BODY_REBUILD && req->rebuild->restored))
+		cuip_log_hold(true);
 	cuip_state_take();
 	switch (req->body_case) {
 	case CUIP__REQUEST__BODY_INSPECT:

@@ -971,7 +971,8 @@ static bool load_applies(const struct cuip_group *g, const struct cuip_part *p, 
 
 static int step_load(struct cuip_group *g, struct cuip_part *p, const void *arg)
 {
-	const Cuip__Topology *t = topo_of(g, p, arg);
+	const struct rebuild_ctx *c = arg;
+	const Cuip__Topology *t = topo_of(g, p, c);
 	Cuip__Request req = CUIP__REQUEST__INIT;
 	Cuip__Load load = CUIP__LOAD__INIT;
 	Cuip__Response *resp;
@@ -1001,6 +1002,8 @@ static int step_load(struct cuip_group *g, struct cuip_part *p, const void *arg)
 		load.n_entries = t->n_carriers;
 		load.files = t->carrier_files;
 		load.n_files = t->n_carrier_files;
+		load.has_restored = 1;
+		load.restored = !c->only_torn_down; /* from images, not a rollback */
 		req.body_case = CUIP__REQUEST__BODY_LOAD;
 		req.load = &load;
 		ret = callv(g, p, &req, fds, nfds, g->o->data_timeout_ms, &resp);
@@ -1063,6 +1066,8 @@ static int step_rebuild(struct cuip_group *g, struct cuip_part *p, const void *a
 	rb.self = t->state->self;
 	rb.peers = c->peers;
 	rb.n_peers = c->n_peers;
+	rb.has_restored = 1;
+	rb.restored = !c->only_torn_down;
 	req.body_case = CUIP__REQUEST__BODY_REBUILD;
 	req.rebuild = &rb;
 	p->records = t->state->n_mappings;

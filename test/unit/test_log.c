@@ -2,7 +2,8 @@
  * test_log.c - the interposer's log (interposer/log.c): lines go to stderr
  * at once, or are held in memory (cuip_log_hold, while a process is being
  * restored) and written in order when the hold ends; past 64 KiB held the
- * rest are counted and the count is reported. stderr is a file here.
+ * rest are counted and the count is reported, and a forked child starts
+ * with nothing held. stderr is a file here.
  */
 #include <check.h>
 #include <fcntl.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -74,7 +76,8 @@ START_TEST(held_lines_come_out_in_order_when_the_hold_ends)
 	cuip_log_hold(false); /* nothing held: nothing written */
 	w = written(&len);
 	snprintf(expect, sizeof(expect),
-		 "cuinterpose[%d]: before 1\ncuinterpose[%d]: held 2\ncuinterpose[%d]: held 3\ncuinterpose[%d]: after 5\n",
+		 "cuinterpose[%d]: before 1\ncuinterpose[%d]: held 2\ncuinterpose[%d]: held 3\ncuinterpose[%d]: after "
+		 "5\n",
 		 pid, pid, pid, pid);
 	ck_assert_str_eq(w, expect);
 	free(w);
@@ -91,6 +94,7 @@ START_TEST(past_64_kib_held_lines_are_counted_and_reported)
 	cuip_log_hold(true);
 	for (int i = 0; i < 100; i++)
 		pr_info("%03d %s", i, line);
+	pr_info("short"); /* would fit, but comes after dropped lines: dropped too */
 	w = written(&len);
 	ck_assert_uint_eq(len, 0);
 	free(w);
@@ -103,9 +107,39 @@ START_TEST(past_64_kib_held_lines_are_counted_and_reported)
 	ck_assert_ptr_nonnull(strstr(w, " 000 xxx"));
 	ck_assert_ptr_nonnull(strstr(w, " 063 xxx"));
 	ck_assert_ptr_null(strstr(w, " 064 xxx"));
+	ck_assert_ptr_null(strstr(w, "short"));
 	last = strrchr(w, ':');
 	ck_assert_ptr_nonnull(last);
-	ck_assert_str_eq(last, ": 36 log lines of the restore dropped (more than 64 KiB held)\n");
+	ck_assert_str_eq(last, ": 37 log lines of the restore dropped (more than 64 KiB held)\n");
+	free(w);
+}
+END_TEST
+
+START_TEST(a_forked_child_starts_with_nothing_held)
+{
+	char *w;
+	size_t len;
+	pid_t pid;
+	int st;
+
+	cuip_log_hold(true);
+	pr_info("parent's held line");
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		pr_info("child's line"); /* not held: written at once */
+		cuip_log_hold(false);	 /* nothing of the parent's to write */
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_int_eq(st, 0);
+	w = written(&len);
+	ck_assert_ptr_nonnull(strstr(w, "child's line"));
+	ck_assert_ptr_null(strstr(w, "parent's held line"));
+	free(w);
+	cuip_log_hold(false);
+	w = written(&len);
+	ck_assert_ptr_nonnull(strstr(w, "parent's held line"));
 	free(w);
 }
 END_TEST
@@ -121,6 +155,7 @@ int main(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, held_lines_come_out_in_order_when_the_hold_ends);
 	tcase_add_test(tc, past_64_kib_held_lines_are_counted_and_reported);
+	tcase_add_test(tc, a_forked_child_starts_with_nothing_held);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
