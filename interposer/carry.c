@@ -123,6 +123,16 @@ static void *carrier_lookup(void *arg, const char *name)
 	return cuip_real_dlsym(cuip_driver_handle(), name);
 }
 
+/* CUINTERPOSE_LOAD_COPIES=sync: each copy completes before the call
+ * returns (the stream argument is unused; the carrier's streams stay empty,
+ * so its waits return at once). For a driver whose asynchronous copies
+ * would not complete while the restored process's other threads are frozen. */
+static CUresult htod_sync(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+	(void)s;
+	return real.cuMemcpyHtoD_v2(dst, src, n);
+}
+
 static int carrier_setup(struct carrier_ops *ops, struct carrier_config *cfg, char *err, size_t errlen)
 {
 	int ret = carrier_ops_resolve(ops, carrier_lookup, NULL, err, errlen);
@@ -155,15 +165,16 @@ static double mono_s(void)
 /* One info line per carrier pass (CUINTERPOSE_LOG=2): where its time went.
  * prep_s is what came before the carrier itself: mapping the allocations
  * (SAVE), or recreating and mapping them (LOAD). */
-static void log_stats(const char *what, size_t n, const struct carrier_stats *st, double prep_s)
+static void log_stats(const char *what, size_t n, const struct carrier_stats *st, double prep_s, bool sync)
 {
 	pr_info("%s %zu carrier entries, %llu bytes: %.3f s (%.0f MB/s) after %.3f s of mapping; %u threads, "
-		"%u buffers of %llu KiB (%llu MiB pinned); summed over the threads: pin %.2f s, copy wait %.2f s, "
+		"%u buffers of %llu KiB (%llu KiB pinned%s); summed over the threads: pin %.2f s, copy wait %.2f s, "
 		"file I/O %.2f s, crc %.2f s",
 		what, n, (unsigned long long)st->bytes, st->seconds,
 		st->seconds > 0 ? (double)st->bytes / st->seconds / 1e6 : 0.0, prep_s, st->threads, st->buffers,
-		(unsigned long long)(st->buffer_bytes >> 10), (unsigned long long)(st->staging_bytes >> 20),
-		st->pin_seconds, st->copy_wait_seconds, st->io_seconds, st->crc_seconds);
+		(unsigned long long)(st->buffer_bytes >> 10), (unsigned long long)(st->staging_bytes >> 10),
+		sync ? ", synchronous copies" : "", st->pin_seconds, st->copy_wait_seconds, st->io_seconds,
+		st->crc_seconds);
 }
 
 /* ---- SAVE ------------------------------------------------------------------ */
@@ -286,7 +297,7 @@ static int carry_save(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__Sa
 		errfmt(err, errlen, "saving device memory: %s", why);
 		goto out;
 	}
-	log_stats("saved", ni, &stats, t1 - t0);
+	log_stats("saved", ni, &stats, t1 - t0, false);
 	sr = cuip_zalloc(sizeof(*sr));
 	if (!sr)
 		goto nomem;
@@ -407,9 +418,12 @@ static int carry_load(const Cuip__Load *l, const int *fds, size_t nfds, Cuip__Lo
 	 * complete: each I/O thread issues its own on its own non-blocking
 	 * streams and waits for them itself (measured on the H200, driver 580:
 	 * a PyTorch LLM job and the killed-criu restore pass). Synchronous
-	 * copies, used before, all queue on the legacy default stream: one
-	 * copy at a time, LOAD 21 GB/s instead of 41 (test/gpu/RESULTS.md).
+	 * copies (CUINTERPOSE_LOAD_COPIES=sync) all queue on the legacy default
+	 * stream: one copy at a time, LOAD 21 GB/s instead of 41
+	 * (test/gpu/RESULTS.md).
 	 */
+	if (cuip_load_sync)
+		ops.memcpy_htod_async = htod_sync;
 	t0 = mono_s();
 	/* Devices by UUID: remember the old ordinals' UUIDs, then look again. */
 	for (int i = 0; i < self.ndev; i++) {
@@ -517,7 +531,7 @@ item:
 		errfmt(err, errlen, "loading device memory: %s", why);
 		goto out;
 	}
-	log_stats("loaded", n, &stats, t1 - t0);
+	log_stats("loaded", n, &stats, t1 - t0, cuip_load_sync);
 	lr = cuip_zalloc(sizeof(*lr));
 	if (!lr)
 		goto nomem;

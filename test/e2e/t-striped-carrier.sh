@@ -8,6 +8,8 @@
 # each restore is refused with a message naming the file, the allocation
 # and the chunk, and the restored tree is killed instead of resumed. (The
 # refusals come first: ASan builds skip at a second restore of one process.)
+# Last, one cycle with LOAD's copies synchronous (CUINTERPOSE_LOAD_COPIES
+# given a value it does not know, which says so and means sync).
 . "$srcdir/lib.sh"
 CLI=$B/cli/cuinterpose
 export CUINTERPOSE_CARRIER_FILES=3
@@ -73,7 +75,7 @@ for cycle in 1 2; do
 	done
 	[ ! -e "$T/d$cycle/cuinterpose-carrier-$p-3.img" ] || fail "a fourth stripe file"
 	# each process logs where its carrier's time went (CUINTERPOSE_LOG=2)
-	[ "$(grep -cE "saved 2 carrier entries, 6291456 bytes: [0-9.]+ s \([0-9]+ MB/s\) after [0-9.]+ s of mapping; [0-9]+ threads, [0-9]+ buffers of 1024 KiB \([0-9]+ MiB pinned\); summed over the threads: pin [0-9.]+ s, copy wait [0-9.]+ s, file I/O [0-9.]+ s, crc [0-9.]+ s" "$T/job.log")" = $((N * cycle)) ] ||
+	[ "$(grep -cE "saved 2 carrier entries, 6291456 bytes: [0-9.]+ s \([0-9]+ MB/s\) after [0-9.]+ s of mapping; [0-9]+ threads, [0-9]+ buffers of 1024 KiB \([0-9]+ KiB pinned\); summed over the threads: pin [0-9.]+ s, copy wait [0-9.]+ s, file I/O [0-9.]+ s, crc [0-9.]+ s" "$T/job.log")" = $((N * cycle)) ] ||
 		fail "the carriers' time is not logged: $(grep 'saved' "$T/job.log")"
 	"$CLI" show "$T/d$cycle" >"$T/show$cycle.txt" 2>&1 || { cat "$T/show$cycle.txt"; fail "show"; }
 	grep -q "^OK: every image decodes and is consistent; 12582912 carrier bytes" "$T/show$cycle.txt" ||
@@ -90,9 +92,26 @@ for cycle in 1 2; do
 		fail "LOAD did not refill the private memory"
 	cmd $N verify 0
 	[ "$(answers $N)" = "$before" ] || fail "addresses changed: $(answers $N) vs $before"
-	[ "$(grep -cE "loaded 2 carrier entries, 6291456 bytes: .* buffers of 1024 KiB" "$T/job.log")" = $((N * cycle)) ] ||
+	[ "$(grep -cE "loaded 2 carrier entries, 6291456 bytes: .* buffers of 1024 KiB \([0-9]+ KiB pinned\)" "$T/job.log")" = $((N * cycle)) ] ||
 		fail "the carriers' load time is not logged: $(grep 'loaded' "$T/job.log")"
 done
+kill -9 $(job_pids) 2>/dev/null
+wait_gone $(job_pids) || fail "job still alive"
+
+note "LOAD with synchronous copies (CUINTERPOSE_LOAD_COPIES, a value it does not know)"
+CUINTERPOSE_LOG=2 CUINTERPOSE_LOAD_COPIES=bogus start_job $N --private
+grep -q "CUINTERPOSE_LOAD_COPIES=bogus is neither 'async' nor 'sync'; LOAD copies synchronously" "$T/job.log" ||
+	fail "the unknown value is not reported: $(grep LOAD_COPIES "$T/job.log")"
+cmd $N verify 0
+before=$(answers $N)
+pids=$(job_pids)
+criu_dump "$T/s" || fail "criu dump (synchronous copies)"
+wait_gone $pids || fail "dumped processes still alive"
+criu_restore "$T/s" || fail "criu restore (synchronous copies)"
+cmd $N verify 0
+[ "$(answers $N)" = "$before" ] || fail "addresses changed with synchronous copies: $(answers $N) vs $before"
+[ "$(grep -cE "loaded 2 carrier entries, 6291456 bytes: .*KiB pinned, synchronous copies\)" "$T/job.log")" = $N ] ||
+	fail "LOAD did not copy synchronously: $(grep 'loaded' "$T/job.log")"
 kill -9 $(job_pids) 2>/dev/null
 wait_gone $(job_pids) || fail "job still alive"
 JOB=
