@@ -1073,8 +1073,8 @@ static void plan(struct xfer *x)
 	if (buf < need)
 		buf = need; /* a chunk must fit: may exceed a tiny staging bound */
 	/* Slices of a large item are whole chunks: what a buffer holds beyond
-	 * them would be pinned for nothing (7 of 16 MiB per thread with 16
-	 * threads in 224 MiB and 4 MiB chunks). */
+	 * them would be pinned for nothing (512 KiB of a 2 MiB buffer with
+	 * 768 KiB chunks). */
 	if (buf > need && biggest > buf)
 		buf -= buf % need;
 	/* Staging sized to need: never more pinned than the bytes carried

@@ -54,8 +54,8 @@ def get_limit(lib, k):
 
 def limit_or_rc(lib, k):
     """The limit, or "rc N" where the driver refuses it (the H200's driver
-    answers CUDA_ERROR_UNSUPPORTED_LIMIT (215) for the device runtime's
-    limits of a context that loaded no such code)."""
+    answers CUDA_ERROR_UNSUPPORTED_LIMIT (215) for the device runtime's sync
+    depth, in bare and PyTorch contexts alike)."""
     v = ctypes.c_size_t()
     r = lib.cuCtxGetLimit(ctypes.byref(v), k)
     return str(v.value) if r == 0 else "rc %d" % r

@@ -7,9 +7,11 @@
 #
 #   bundle/scripts/staging-sweep.sh DIR [STAGING_MIB:CHUNK_MIB ...]
 #
-# Default pairs: 256:4 (8 MiB buffers at 16 threads, carrier-bench's
-# default), 128:4 (4 MiB, the plugin's buffers at 16 threads), 64:1 (2 MiB),
-# 32:1 (1 MiB). Each pair is one carrier-bench -x run (8 GiB, 16 files, 16
+# A slot's buffer is at most 2 MiB (carrier.c BUF_MAX) or one chunk where
+# that is more, so at 16 threads the default pairs give 8, 4, 2 and 1 MiB
+# buffers: 224:8, 224:4, 224:1 (the plugin's defaults) and 32:1. (The
+# first measurements, before BUF_MAX, had 8 and 4 MiB buffers from 256:4
+# and 128:4.) Each pair is one carrier-bench -x run (8 GiB, 16 files, 16
 # threads, 3 runs, medians) that measures its own plain baseline; prints
 # carrier-bench's striped rows, per-thread sums and the ratio line per pair.
 # SWEEP_GIB (8) and SWEEP_THREADS (16) change the size and the thread count.
@@ -19,7 +21,7 @@ BUNDLE=${BUNDLE:-$(cd "$S/.." && pwd)}
 export LD_LIBRARY_PATH=$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 dir=${1:?usage: staging-sweep.sh DIR [STAGING_MIB:CHUNK_MIB ...]}
 shift
-[ $# -gt 0 ] || set -- 256:4 128:4 64:1 32:1
+[ $# -gt 0 ] || set -- 224:8 224:4 224:1 32:1
 mkdir -p "$dir"
 rc=0
 for pair in "$@"; do
