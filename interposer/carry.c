@@ -123,8 +123,8 @@ static void *carrier_lookup(void *arg, const char *name)
 	return cuip_real_dlsym(cuip_driver_handle(), name);
 }
 
-/* CUINTERPOSE_LOAD_COPIES=sync: each copy completes before the call
- * returns (the stream argument is unused; the carrier's streams stay empty,
+/* Load.sync_copies (criu's CUINTERPOSE_LOAD_COPIES=sync): each copy
+ * completes before the call returns (the stream argument is unused; the carrier's streams stay empty,
  * so its waits return at once). For a driver whose asynchronous copies
  * would not complete while the restored process's other threads are frozen. */
 static CUresult htod_sync(CUdeviceptr dst, const void *src, size_t n, CUstream s)
@@ -418,11 +418,10 @@ static int carry_load(const Cuip__Load *l, const int *fds, size_t nfds, Cuip__Lo
 	 * complete: each I/O thread issues its own on its own non-blocking
 	 * streams and waits for them itself (measured on the H200, driver 580:
 	 * a PyTorch LLM job and the killed-criu restore pass). Synchronous
-	 * copies (CUINTERPOSE_LOAD_COPIES=sync) all queue on the legacy default
-	 * stream: one copy at a time, LOAD 21 GB/s instead of 41
-	 * (test/gpu/RESULTS.md).
+	 * copies (Load.sync_copies) all queue on the legacy default stream:
+	 * one copy at a time, LOAD 21 GB/s instead of 41 (test/gpu/RESULTS.md).
 	 */
-	if (cuip_load_sync)
+	if (l->sync_copies)
 		ops.memcpy_htod_async = htod_sync;
 	t0 = mono_s();
 	/* Devices by UUID: remember the old ordinals' UUIDs, then look again. */
@@ -531,7 +530,7 @@ item:
 		errfmt(err, errlen, "loading device memory: %s", why);
 		goto out;
 	}
-	log_stats("loaded", n, &stats, t1 - t0, cuip_load_sync);
+	log_stats("loaded", n, &stats, t1 - t0, l->sync_copies);
 	lr = cuip_zalloc(sizeof(*lr));
 	if (!lr)
 		goto nomem;

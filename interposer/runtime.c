@@ -340,7 +340,6 @@ static void fork_child(void)
 
 bool cuip_private_native;
 bool cuip_stacks_lower = true;
-bool cuip_load_sync;
 
 /* A two-way choice read from the environment at load: true for `other`;
  * unset, empty or `dflt`: false; any other value is reported on stderr,
@@ -362,6 +361,5 @@ __attribute__((constructor)) static void cuip_init(void)
 	cuip_private_native = env_choice("CUINTERPOSE_PRIVATE", "carrier", "native",
 					 "private memory is left to the native checkpoint");
 	cuip_stacks_lower = !env_choice("CUINTERPOSE_STACKS", "lower", "keep", "the contexts keep their stack limits");
-	cuip_load_sync = env_choice("CUINTERPOSE_LOAD_COPIES", "async", "sync", "LOAD copies synchronously");
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
 }

@@ -35,9 +35,6 @@ extern bool cuip_private_native;
 /* CUINTERPOSE_STACKS (read once at load): "lower" (default) lowers the
  * contexts' stack limits for the native checkpoint (ctx.c), "keep" not. */
 extern bool cuip_stacks_lower;
-/* CUINTERPOSE_LOAD_COPIES (read once at load): "async" (default) or "sync":
- * LOAD's host-to-device copies synchronous, one at a time (carry.c). */
-extern bool cuip_load_sync;
 /* Start the runtime (after the first successful cuInit); idempotent. */
 void cuip_start(void);
 bool cuip_started(void);

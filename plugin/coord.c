@@ -1004,6 +1004,8 @@ static int step_load(struct cuip_group *g, struct cuip_part *p, const void *arg)
 		load.n_files = t->n_carrier_files;
 		load.has_restored = 1;
 		load.restored = !c->only_torn_down; /* from images, not a rollback */
+		load.has_sync_copies = 1;
+		load.sync_copies = g->o->load_sync;
 		req.body_case = CUIP__REQUEST__BODY_LOAD;
 		req.load = &load;
 		ret = callv(g, p, &req, fds, nfds, g->o->data_timeout_ms, &resp);

@@ -165,6 +165,7 @@ static int env_str(const char *name, const char *def, char *out, size_t len, cha
 
 int cuip_opts_load(struct cuip_opts *o, char *err, size_t errlen)
 {
+	char copies[32];
 	unsigned chunk;
 	int ret, n;
 
@@ -183,8 +184,14 @@ int cuip_opts_load(struct cuip_opts *o, char *err, size_t errlen)
 	    (ret = env_bool("CUINTERPOSE_VERBOSE", 0, &o->verbose, err, errlen)) ||
 	    (ret = env_bool("CUINTERPOSE_LEAVE_RUNNING", -1, &o->leave_running, err, errlen)) ||
 	    (ret = env_str("CUINTERPOSE_SOCKET_DIR", "", o->socket_dir, sizeof(o->socket_dir), err, errlen)) ||
-	    (ret = env_str("CUINTERPOSE_LIBCUDA", "libcuda.so.1", o->libcuda, sizeof(o->libcuda), err, errlen)))
+	    (ret = env_str("CUINTERPOSE_LIBCUDA", "libcuda.so.1", o->libcuda, sizeof(o->libcuda), err, errlen)) ||
+	    (ret = env_str("CUINTERPOSE_LOAD_COPIES", "async", copies, sizeof(copies), err, errlen)))
 		return ret;
+	if (strcmp(copies, "async") && strcmp(copies, "sync")) {
+		errfmt(err, errlen, "CUINTERPOSE_LOAD_COPIES=\"%s\": want async or sync", copies);
+		return -EINVAL;
+	}
+	o->load_sync = !strcmp(copies, "sync");
 	o->chunk_size = chunk;
 	n = cuip_parse_remap(getenv("CUINTERPOSE_GPU_REMAP"), o->remap, CUIP_MAX_REMAP, err, errlen);
 	if (n < 0)

@@ -32,6 +32,7 @@ struct cuip_opts {
 	int verify_carriers;	     /* CUINTERPOSE_VERIFY_CARRIERS: check carrier CRCs before restore */
 	int verbose;		     /* CUINTERPOSE_VERBOSE: per-participant lines at info level */
 	int leave_running;	     /* CUINTERPOSE_LEAVE_RUNNING: -1 = ask CRIU */
+	int load_sync;		     /* CUINTERPOSE_LOAD_COPIES=sync: LOAD's copies synchronous */
 	char socket_dir[PATH_MAX];   /* CUINTERPOSE_SOCKET_DIR, as seen inside the participants */
 	char libcuda[PATH_MAX];	     /* CUINTERPOSE_LIBCUDA: driver library for native checkpoint */
 	struct cuip_gpu_pair remap[CUIP_MAX_REMAP]; /* CUINTERPOSE_GPU_REMAP */

@@ -93,6 +93,7 @@ START_TEST(options_come_from_the_environment_and_bad_values_are_named)
 	ck_assert_uint_eq(o.chunk_size, 1u << 20);
 	ck_assert_int_eq(o.verify_carriers, 1);
 	ck_assert_int_eq(o.leave_running, -1);
+	ck_assert_int_eq(o.load_sync, 0);
 	ck_assert_str_eq(o.libcuda, "libcuda.so.1");
 
 	setenv("CUINTERPOSE_LOCK_TIMEOUT_MS", "2500", 1);
@@ -111,6 +112,13 @@ START_TEST(options_come_from_the_environment_and_bad_values_are_named)
 	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "CUINTERPOSE_CHUNK_SIZE"));
 	unsetenv("CUINTERPOSE_CHUNK_SIZE");
+	setenv("CUINTERPOSE_LOAD_COPIES", "sync", 1);
+	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), 0);
+	ck_assert_int_eq(o.load_sync, 1);
+	setenv("CUINTERPOSE_LOAD_COPIES", "synchronous", 1);
+	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), -EINVAL);
+	ck_assert_str_eq(err, "CUINTERPOSE_LOAD_COPIES=\"synchronous\": want async or sync");
+	unsetenv("CUINTERPOSE_LOAD_COPIES");
 	unsetenv("CUINTERPOSE_LEAVE_RUNNING");
 	unsetenv("CUINTERPOSE_GPU_REMAP");
 }

@@ -8,8 +8,8 @@
 # each restore is refused with a message naming the file, the allocation
 # and the chunk, and the restored tree is killed instead of resumed. (The
 # refusals come first: ASan builds skip at a second restore of one process.)
-# Last, one cycle with LOAD's copies synchronous (CUINTERPOSE_LOAD_COPIES
-# given a value it does not know, which says so and means sync).
+# Last, one cycle with LOAD's copies synchronous (criu's
+# CUINTERPOSE_LOAD_COPIES=sync), after a restore refused for a bad value.
 . "$srcdir/lib.sh"
 CLI=$B/cli/cuinterpose
 export CUINTERPOSE_CARRIER_FILES=3
@@ -98,16 +98,18 @@ done
 kill -9 $(job_pids) 2>/dev/null
 wait_gone $(job_pids) || fail "job still alive"
 
-note "LOAD with synchronous copies (CUINTERPOSE_LOAD_COPIES, a value it does not know)"
-CUINTERPOSE_LOG=2 CUINTERPOSE_LOAD_COPIES=bogus start_job $N --private
-grep -q "CUINTERPOSE_LOAD_COPIES=bogus is neither 'async' nor 'sync'; LOAD copies synchronously" "$T/job.log" ||
-	fail "the unknown value is not reported: $(grep LOAD_COPIES "$T/job.log")"
+note "LOAD with synchronous copies (criu's CUINTERPOSE_LOAD_COPIES)"
+CUINTERPOSE_LOG=2 start_job $N --private
 cmd $N verify 0
 before=$(answers $N)
 pids=$(job_pids)
 criu_dump "$T/s" || fail "criu dump (synchronous copies)"
 wait_gone $pids || fail "dumped processes still alive"
-criu_restore "$T/s" || fail "criu restore (synchronous copies)"
+CUINTERPOSE_LOAD_COPIES=synchronous criu_restore "$T/s" -o restore-bad.log && fail "criu restore took CUINTERPOSE_LOAD_COPIES=synchronous"
+grep -q 'CUINTERPOSE_LOAD_COPIES="synchronous": want async or sync' "$T/s/restore-bad.log" ||
+	fail "the bad value is not named: $(grep cuinterpose "$T/s/restore-bad.log" | tail -3)"
+wait_gone $pids || fail "the refused restore left processes"
+CUINTERPOSE_LOAD_COPIES=sync criu_restore "$T/s" || fail "criu restore (synchronous copies)"
 cmd $N verify 0
 [ "$(answers $N)" = "$before" ] || fail "addresses changed with synchronous copies: $(answers $N) vs $before"
 [ "$(grep -cE "loaded 2 carrier entries, 6291456 bytes: .*KiB pinned, synchronous copies\)" "$T/job.log")" = $N ] ||
