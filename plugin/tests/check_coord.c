@@ -38,8 +38,10 @@ struct fake {
 	const char *delay_on;
 	unsigned delay_ms;
 	int save_short;
-	int bad_extent; /* SAVE answers an extent in a file it was not given (1), one byte short (2) */
-	int phase;	/* Cuip__Phase as an interposer would report it; 0: ACTIVE */
+	int bad_extent;		/* SAVE answers an extent in a file it was not given (1), one byte short (2) */
+	int phase;		/* Cuip__Phase as an interposer would report it; 0: ACTIVE */
+	int restored, in_place; /* LOADs and REBUILDs with Load/Rebuild.restored set, and without */
+	int sync_loads;		/* LOADs with sync_copies set */
 	char log[64][24];
 	int nlog;
 };
@@ -184,7 +186,13 @@ static void serve(struct fake *f, int c)
 			f->phase = CUIP__PHASE__PHASE_PREPARED;
 		else if (req->body_case == CUIP__REQUEST__BODY_LOAD || req->body_case == CUIP__REQUEST__BODY_REBUILD)
 			f->phase = CUIP__PHASE__PHASE_RESTORING;
-		else if (req->body_case == CUIP__REQUEST__BODY_RESUME && !(f->fail_on && !strcmp(f->fail_on, name)))
+		if (req->body_case == CUIP__REQUEST__BODY_LOAD || req->body_case == CUIP__REQUEST__BODY_REBUILD) {
+			bool r = req->body_case == CUIP__REQUEST__BODY_LOAD ? req->load->restored
+									    : req->rebuild->restored;
+
+			*(r ? &f->restored : &f->in_place) += 1;
+			f->sync_loads += req->body_case == CUIP__REQUEST__BODY_LOAD && req->load->sync_copies;
+		} else if (req->body_case == CUIP__REQUEST__BODY_RESUME && !(f->fail_on && !strcmp(f->fail_on, name)))
 			f->phase = CUIP__PHASE__PHASE_ACTIVE;
 		if (f->fail_on && !strcmp(f->fail_on, name)) {
 			resp.status = -EIO;
@@ -419,6 +427,11 @@ START_TEST(a_rollback_over_a_half_done_rebuild_does_not_load_again)
 	fk[2].fail_on = NULL;
 	ck_assert_int_eq(cuip_group_rollback(&g), 0);
 	ck_assert_int_eq(ev_last(0, "REQ LOAD"), loads);
+	/* rollbacks of the running job: never "restored" */
+	ck_assert_int_gt(fk[0].in_place + fk[1].in_place, 0);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(fk[i].restored, 0);
+	ck_assert_int_eq(fk[0].sync_loads, 0);
 	ck_assert_int_gt(ev_last(1, "REQ REBUILD2"), loads);
 	for (int i = 0; i < 3; i++)
 		ck_assert_int_gt(ev_last(i, "REQ RESUME"), ev_last(-1, "REP VERIFY"));
@@ -485,13 +498,25 @@ START_TEST(restore_rebuilds_creators_before_importers_then_verifies_and_resumes)
 	group_of(3);
 	ck_assert_int_eq(cuip_group_dump(&g), 0);
 	ck_assert_int_eq(cuip_images_read(g.imgdir, &c, err, sizeof(err)), 0);
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 3; i++) {
 		fk[i].nlog = 0;
+		fk[i].restored = fk[i].in_place = fk[i].sync_loads = 0;
+	}
 	nev = 0;
+	opts.load_sync = 1;
 	ck_assert_int_eq(cuip_group_rebuild(&g, (const Cuip__Topology *const *)c.topo), 0);
+	opts.load_sync = 0;
 	assert_log(0, creator, 7);
 	assert_log(1, importer, 6);
 	assert_log(2, importer, 6);
+	/* A restore from images says so in every LOAD and REBUILD (the
+	 * interposer holds its log until RESUME), and passes the copy mode. */
+	ck_assert_int_eq(fk[0].restored, 3);
+	ck_assert_int_eq(fk[1].restored, 2);
+	ck_assert_int_eq(fk[2].restored, 2);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(fk[i].in_place, 0);
+	ck_assert_int_eq(fk[0].sync_loads, 1);
 	ck_assert_int_gt(ev_first(-1, "REQ REBUILD2"), ev_last(-1, "REP REBUILD1"));
 	ck_assert_int_gt(ev_first(-1, "REQ REBUILD1"), ev_last(-1, "REP LOAD"));
 

@@ -4,11 +4,11 @@
 # running), says so in its log next to the images, and the same images
 # restore fine afterwards, every byte and address intact. The job logs at
 # info level into a file: a restore killed before RESUME leaves that file as
-# it was at dump (the interposer holds its lines while RESTORING; CRIU
-# refuses to restore a file whose size changed), and the restore that
-# commits writes them. Killed at RESUME, the processes have written them
-# already: the test cuts the log back to its size at dump there (README,
-# "When criu dies part-way").
+# it was at dump (a process restored from images holds its lines from its
+# LOAD or REBUILD to RESUME; CRIU refuses to restore a file whose size
+# changed), and the restore that commits writes them. Killed at RESUME, the
+# processes have written them already: the test cuts the log back to its
+# size at dump there (README, "When criu dies part-way").
 . "$srcdir/lib.sh"
 
 export MALLOC_ARENA_MAX=1
