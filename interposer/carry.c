@@ -124,9 +124,10 @@ static void *carrier_lookup(void *arg, const char *name)
 }
 
 /* Load.sync_copies (criu's CUINTERPOSE_LOAD_COPIES=sync): each copy
- * completes before the call returns (the stream argument is unused; the carrier's streams stay empty,
- * so its waits return at once). For a driver whose asynchronous copies
- * would not complete while the restored process's other threads are frozen. */
+ * completes before the call returns (the stream argument is unused; the
+ * carrier's streams stay empty, so its waits return at once). For a driver
+ * whose asynchronous copies would not complete while the restored process's
+ * other threads are frozen. */
 static CUresult htod_sync(CUdeviceptr dst, const void *src, size_t n, CUstream s)
 {
 	(void)s;

@@ -9,7 +9,8 @@
 # and the chunk, and the restored tree is killed instead of resumed. (The
 # refusals come first: ASan builds skip at a second restore of one process.)
 # Last, one cycle with LOAD's copies synchronous (criu's
-# CUINTERPOSE_LOAD_COPIES=sync), after a restore refused for a bad value.
+# CUINTERPOSE_LOAD_COPIES=sync; every asynchronous copy would fail), after a
+# restore refused for a bad value.
 . "$srcdir/lib.sh"
 CLI=$B/cli/cuinterpose
 export CUINTERPOSE_CARRIER_FILES=3
@@ -99,6 +100,8 @@ kill -9 $(job_pids) 2>/dev/null
 wait_gone $(job_pids) || fail "job still alive"
 
 note "LOAD with synchronous copies (criu's CUINTERPOSE_LOAD_COPIES)"
+export FAKECUDA_FAIL_DIR=$T/faults
+mkdir -p "$FAKECUDA_FAIL_DIR"
 CUINTERPOSE_LOG=2 start_job $N --private
 cmd $N verify 0
 before=$(answers $N)
@@ -109,7 +112,12 @@ CUINTERPOSE_LOAD_COPIES=synchronous criu_restore "$T/s" -o restore-bad.log && fa
 grep -q 'CUINTERPOSE_LOAD_COPIES="synchronous": want async or sync' "$T/s/restore-bad.log" ||
 	fail "the bad value is not named: $(grep cuinterpose "$T/s/restore-bad.log" | tail -3)"
 wait_gone $pids || fail "the refused restore left processes"
+# Any asynchronous host-to-device copy fails from here: the restore passes
+# only if LOAD made none.
+arm any "cuMemcpyHtoDAsync:1"
 CUINTERPOSE_LOAD_COPIES=sync criu_restore "$T/s" || fail "criu restore (synchronous copies)"
+disarm
+grep -q "injected failure of cuMemcpyHtoDAsync" "$T/job.log" && fail "LOAD made an asynchronous copy"
 cmd $N verify 0
 [ "$(answers $N)" = "$before" ] || fail "addresses changed with synchronous copies: $(answers $N) vs $before"
 [ "$(grep -cE "loaded 2 carrier entries, 6291456 bytes: .*KiB pinned, synchronous copies\)" "$T/job.log")" = $N ] ||
