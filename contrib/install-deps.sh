@@ -2,22 +2,29 @@
 # Installs everything cuinterpose needs to build and test, as root, idempotently.
 #
 # Debian 12 (and Ubuntu 24.04): the build and test packages from the
-# distribution, then CRIU >= 4.0. Debian 12 ships CRIU 3.17, which lacks the
+# distribution, then CRIU 4.2.1. Debian 12 ships CRIU 3.17, which lacks the
 # device hooks (PAUSE_DEVICES, CHECKPOINT_DEVICES) the plugin needs, so CRIU
-# 4.1.1 is built from Debian's own source tarball (checksum verified) and
-# installed under /usr/local with its plugin directory at /usr/lib/criu.
+# 4.2.1 is built from Debian's own source tarball (checksum verified), fetched
+# from the Debian mirror the system's apt already uses, and installed under
+# /usr/local with its plugin directory at /usr/lib/criu. Why 4.2.1 and not
+# 4.1.1: on VMs that never deliver hardware breakpoints, 4.1.1 waits forever
+# in every dump; 4.2 probes them at start and falls back. A CRIU of another
+# version under /usr/local is replaced; another criu earlier on PATH is
+# refused, so the tests never run a CRIU this script did not build.
 # CRIU's own cuda_plugin.so is kept aside in $BASELINE_DIR: it is the baseline
 # for benchmarks and must never sit in the plugin directory next to ours.
 # The CRIU source tree is kept in $CRIU_SRC_DIR (CUINTERPOSE_CRIU_SRC, default
-# /usr/local/src/criu-4.1.1) with CRIU's own test suite (zdtm) built in it:
+# /usr/local/src/criu-4.2.1) with CRIU's own test suite (zdtm) built in it:
 # test/zdtm runs zdtm with and without our plugin.
 #
 # A second run checks and returns in seconds.
 set -euo pipefail
 
-CRIU_VERSION=4.1.1
+CRIU_VERSION=4.2.1
+CRIU_DEBIAN_VERSION=${CRIU_VERSION}-1
+CRIU_SUITE=sid # the Debian source pool that holds this version
 CRIU_TARBALL=criu_${CRIU_VERSION}.orig.tar.xz
-CRIU_SHA256=f80a66cb3726bb2116266d4759ce3bcbfab7abdb6b6d430bf20dd41911717afe
+CRIU_SHA256=29ec0ee09e296479fe7048c80980e8ef1d0684d0b0204c2b101dfea19f6725b9
 CRIU_PREFIX=/usr/local
 CRIU_PLUGINDIR=/usr/lib/criu
 BASELINE_DIR=${CRIU_PREFIX}/lib/cuinterpose/baseline
@@ -88,9 +95,9 @@ install_packages() {
 	fi
 	log "installing:" $missing
 	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq
+	timeout 900 apt-get update -qq || die "apt-get update failed (or took over 900 s)"
 	# shellcheck disable=SC2086
-	apt-get install -y -qq --no-install-recommends $missing >/dev/null
+	timeout 1800 apt-get install -y -qq --no-install-recommends $missing >/dev/null || die "apt-get install failed (or took over 1800 s):" $missing
 }
 
 # Prints the installed CRIU version as MAJOR.MINOR.PATCH, or nothing.
@@ -102,12 +109,28 @@ criu_version() {
 	done
 }
 
-criu_is_recent() {
-	local v
-	v=$(criu_version)
-	[ -n "$v" ] || return 1
-	[ "${v%%.*}" -ge 4 ] || return 1
-	[ -f "${CRIU_PREFIX}/include/criu/criu-plugin.h" ] || [ -f /usr/include/criu/criu-plugin.h ]
+# True when the CRIU under $CRIU_PREFIX is the version this script builds,
+# with its plugin header.
+criu_is_current() {
+	[ "$(criu_version)" = "$CRIU_VERSION" ] && [ -f "${CRIU_PREFIX}/include/criu/criu-plugin.h" ]
+}
+
+# A plain `criu` must run ours: another one earlier on PATH (a distribution
+# package, an older build) would mix CRIU versions silently.
+check_criu_on_path() {
+	local c v
+	c=$(command -v criu 2>/dev/null || true)
+	[ "$c" = "${CRIU_PREFIX}/sbin/criu" ] && return
+	v=$("$c" --version 2>/dev/null | sed -n 's/^Version: *\([0-9.]*\).*/\1/p' || true)
+	die "'criu' on PATH is ${c:-missing} (CRIU ${v:-of unknown version}), not ${CRIU_PREFIX}/sbin/criu (CRIU $CRIU_VERSION): remove it (Debian's package: apt-get remove criu) or put ${CRIU_PREFIX}/sbin first in PATH"
+}
+
+# The Debian mirror the system's apt already uses (one-line .list files and
+# deb822 .sources files alike); security and update suites hold no sid pool.
+system_mirror() {
+	cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null |
+		grep -E '^[[:space:]]*(URIs:|deb[[:space:]])' | grep -oE 'https?://[^ ]+' |
+		grep -v -e 'security' -e 'updates' | head -n 1 || true
 }
 
 # Fetches Debian's CRIU source tarball through a private apt source list, so
@@ -119,19 +142,18 @@ fetch_criu_tarball() {
 	if [ -f "$dir/$CRIU_TARBALL" ] && echo "$CRIU_SHA256  $dir/$CRIU_TARBALL" | sha256sum -c --quiet - 2>/dev/null; then
 		return
 	fi
-	mirror=$(grep -rhoE '^(URIs:|deb) *(\[[^]]*\] *)?https?://[^ ]*debian/?' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null |
-		grep -v security | grep -oE 'https?://[^ ]*' | head -n 1 || true)
-	mirror=${mirror:-http://deb.debian.org/debian}
+	mirror=$(system_mirror)
+	[ -n "$mirror" ] || die "no Debian mirror in /etc/apt/sources.list or /etc/apt/sources.list.d/: $CRIU_TARBALL is fetched from the mirror apt already uses (or place it, sha256 $CRIU_SHA256, in $dir)"
 	# apt prunes unknown files from its lists directory: keep the
 	# sources file beside it, not in it.
 	work=$(mktemp -d)
 	chmod 755 "$work"
 	mkdir -p "$work/lists/partial"
-	echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] ${mirror%/} trixie main" >"$work/sources.list"
+	echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] ${mirror%/} $CRIU_SUITE main" >"$work/sources.list"
 	local opts=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=- -o "Dir::State::Lists=$work/lists")
-	log "fetching $CRIU_TARBALL from ${mirror%/} (trixie source pool)"
-	apt-get "${opts[@]}" update -qq >/dev/null 2>&1 || die "cannot read the trixie source index from $mirror"
-	(cd "$dir" && apt-get "${opts[@]}" source --download-only "criu=${CRIU_VERSION}-1" >/dev/null 2>&1) || true
+	log "fetching $CRIU_TARBALL from ${mirror%/} ($CRIU_SUITE source pool)"
+	timeout 600 apt-get "${opts[@]}" update -qq >/dev/null 2>&1 || die "cannot read the $CRIU_SUITE source index from $mirror (or it took over 600 s)"
+	(cd "$dir" && timeout 600 apt-get "${opts[@]}" source --download-only "criu=$CRIU_DEBIAN_VERSION" >/dev/null 2>&1) || true
 	rm -rf "$work"
 	[ -f "$dir/$CRIU_TARBALL" ] || die "$CRIU_TARBALL did not arrive from $mirror"
 	echo "$CRIU_SHA256  $dir/$CRIU_TARBALL" | sha256sum -c --quiet - ||
@@ -154,10 +176,12 @@ unpack_criu_src() {
 CRIU_MAKE=(PREFIX="$CRIU_PREFIX" PLUGINDIR="$CRIU_PLUGINDIR")
 
 install_criu() {
-	if criu_is_recent; then
+	if criu_is_current; then
 		log "CRIU $(criu_version): present"
+		check_criu_on_path
 		return
 	fi
+	[ -z "$(criu_version)" ] || log "replacing CRIU $(criu_version) in $CRIU_PREFIX with $CRIU_VERSION"
 	unpack_criu_src
 	local src=$CRIU_SRC_DIR
 	log "building CRIU $CRIU_VERSION in $src"
@@ -174,7 +198,8 @@ install_criu() {
 		log "warning: CRIU's cuda_plugin did not build; the benchmark baseline is unavailable"
 	fi
 	hash -r
-	criu_is_recent || die "CRIU $CRIU_VERSION installed but '${CRIU_PREFIX}/sbin/criu --version' disagrees"
+	criu_is_current || die "CRIU $CRIU_VERSION installed but '${CRIU_PREFIX}/sbin/criu --version' disagrees"
+	check_criu_on_path
 	log "CRIU $(criu_version) installed in $CRIU_PREFIX (plugins: $CRIU_PLUGINDIR, baseline cuda_plugin: $BASELINE_DIR)"
 }
 
