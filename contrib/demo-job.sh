@@ -12,6 +12,14 @@ D=/tmp/cuinterpose-demo
 rm -rf "$D"
 mkdir -p "$D/img" "$D/sock"
 say() { printf '\n== %s\n' "$*"; }
+# criu runs under a bound (contrib/bounded): a criu that hangs is named and
+# killed instead of holding the demo forever. criu_failed LOG says why.
+BOUNDED=$(cd "$(dirname "$0")" && pwd)/bounded
+criu_failed() {
+	echo "criu failed; its log: $1"
+	grep -E "Error|cuinterpose:.*(refus|fail)" "$1" | tail -n 5
+	exit 1
+}
 # The job's control sockets live in the demo's own directory.
 export CUINTERPOSE_SOCKET_DIR=$D/sock
 # Where cuinterpose is installed (make install: /usr/local, the plugin in
@@ -72,7 +80,8 @@ grep -q "^round 1 ok" "$D/results"
 state 1
 
 say "criu dump -t $parent -D $D/img"
-"${RUN[@]}" criu dump -t "$parent" -D "$D/img" "${L[@]}" -v4 -o dump.log
+"$BOUNDED" 300 "${RUN[@]}" criu dump -t "$parent" -D "$D/img" "${L[@]}" -v4 -o dump.log ||
+	criu_failed "$D/img/dump.log"
 grep "cuinterpose:" "$D/img/dump.log" | grep -vE ": pid [0-9]+ done" | grep -E "participants|SAVE|NATIVE|bytes|done" |
 	sed "s/^/  /"
 ls -la "$D/img" | grep cuinterpose | sed 's/^/  /'
@@ -88,7 +97,8 @@ say "the checkpoint's cuinterpose images (cuinterpose show $D/img)"
 cuinterpose show "$D/img" | grep -E "^inventory|participants|^== |^  [0-9a-f]+:[0-9]+  cuinterpose-carrier|^OK|^FAIL"
 
 say "criu restore -D $D/img"
-"${RUN[@]}" criu restore -D "$D/img" "${L[@]}" --restore-detached --pidfile "$D/restored.pid" -v4 -o restore.log
+"$BOUNDED" 300 "${RUN[@]}" criu restore -D "$D/img" "${L[@]}" --restore-detached --pidfile "$D/restored.pid" \
+	-v4 -o restore.log || criu_failed "$D/img/restore.log"
 grep "cuinterpose:" "$D/img/restore.log" | grep -vE ": pid [0-9]+ done" |
 	grep -E "participants|LOAD|REBUILD|VERIFY|NATIVE|done" | sed "s/^/  /"
 [ "$(cat "$D/restored.pid")" = "$parent" ] || { echo "restored as pid $(cat "$D/restored.pid"), not $parent"; exit 1; }

@@ -23,6 +23,7 @@ set -u
 B=$(cd "$top_builddir" && pwd)
 BIN=$B/test/e2e/scale-bench
 FAKERUN=$B/test/fakecuda/fakecuda-run
+BOUNDED=$(cd "$(dirname "$0")/../.." && pwd)/contrib/bounded # criu must not wait forever
 # The preload list: the ASan runtime first in sanitizer builds (test/e2e sets CUIP_ASAN_RT).
 INTERPOSER=${CUIP_ASAN_RT:+$CUIP_ASAN_RT:}$B/interposer/.libs/libcuinterpose.so
 PLUGIN=$B/plugin/.libs/cuinterpose_plugin.so
@@ -90,10 +91,10 @@ for N in $SIZES; do
 		mkdir -p "$T/criu/plugins" "$T/criu/img"
 		ln -s "$PLUGIN" "$T/criu/plugins/"
 		t0=$(date +%s.%N)
-		"$FAKERUN" "$CRIU" dump -t "$JOB" -D "$T/criu/img" -L "$T/criu/plugins" --shell-job -v4 \
+		"$BOUNDED" 600 "$FAKERUN" "$CRIU" dump -t "$JOB" -D "$T/criu/img" -L "$T/criu/plugins" --shell-job -v4 \
 			-o dump.log || { grep -E "Error|cuinterpose" "$T/criu/img/dump.log" | tail; exit 1; }
 		t1=$(date +%s.%N)
-		"$FAKERUN" "$CRIU" restore -D "$T/criu/img" -L "$T/criu/plugins" --shell-job --restore-detached \
+		"$BOUNDED" 600 "$FAKERUN" "$CRIU" restore -D "$T/criu/img" -L "$T/criu/plugins" --shell-job --restore-detached \
 			-v4 -o restore.log || { grep -E "Error|cuinterpose" "$T/criu/img/restore.log" | tail; exit 1; }
 		t2=$(date +%s.%N)
 		kill -USR1 $pids

@@ -12,7 +12,7 @@
 #   its own pid, mount and net (--network none) namespaces; the fake
 #   driver's devd socket and the job's command directory are bind-mounted in.
 # - The runtime is runc (Debian's crun is built without CRIU): podman runs it
-#   through $T/runc, which gives runc a private --root, `--criu $CRIU` (4.1.1;
+#   through $T/runc, which gives runc a private --root, `--criu $CRIU` (4.2.1;
 #   runc's default is the criu on PATH) and the fake driver's environment for
 #   criu (podman passes the runtime only PATH and XDG_RUNTIME_DIR). runc runs
 #   criu in swrk mode and hands it the CRIU configuration file named by the
@@ -67,8 +67,8 @@ cleanup() {
 	if [ "${KEEP:-0}" = 1 ]; then echo "kept $T"; else rm -rf "$T"; fi
 }
 
-pm() {
-	TMPDIR="$T/tmp" podman --root "$T/storage" --runroot "$T/run" --tmpdir "$T/libpod" --storage-driver vfs \
+pm() { # bounded (lib.sh): a podman or a criu below it that hangs fails the test
+	bounded env TMPDIR="$T/tmp" podman --root "$T/storage" --runroot "$T/run" --tmpdir "$T/libpod" --storage-driver vfs \
 		--network-config-dir "$T/networks" \
 		--cgroup-manager cgroupfs --events-backend file --runtime "$T/runc" "$@"
 }

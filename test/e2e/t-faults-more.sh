@@ -51,7 +51,7 @@ logsize=$(stat -c %s "$T/job.log")
 # REBUILD_CREATORS: the restored creator cannot export its memory again.
 note "restore fault: cuMemExportToShareableHandle in REBUILD_CREATORS"
 arm "$p0" cuMemExportToShareableHandle:1
-"$FAKERUN" $SAN_CRIU "$CRIU" restore -D "$T/d" -L "$T/plugins" --shell-job --restore-detached -v4 \
+bounded "$FAKERUN" $SAN_CRIU "$CRIU" restore -D "$T/d" -L "$T/plugins" --shell-job --restore-detached -v4 \
 	-o restore-fault.log >/dev/null 2>&1 || : # what counts is below
 disarm
 wait_gone $pids || fail "REBUILD_CREATORS: restored processes still alive"

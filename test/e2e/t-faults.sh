@@ -73,7 +73,7 @@ mount -t tmpfs -o size=2m tmpfs "$T/small" || fail "cannot mount a tmpfs"
 trap 'umount "$T/small" 2>/dev/null; cleanup' EXIT
 K=$((K + 1))
 note "dump fault $K: image directory full"
-if "$FAKERUN" $SAN_CRIU "$CRIU" dump -t "$JOBPID" -D "$T/small" -L "$T/plugins" --shell-job -v4 \
+if bounded "$FAKERUN" $SAN_CRIU "$CRIU" dump -t "$JOBPID" -D "$T/small" -L "$T/plugins" --shell-job -v4 \
 	-o dump.log >/dev/null 2>&1; then
 	fail "dump into a full directory succeeded"
 fi
@@ -121,7 +121,7 @@ expect_killed() { # WHAT PID|any SPEC PHASE
 	note "restore fault $K: $1"
 	arm "$2" "$3"
 	wait_pids_free
-	if "$FAKERUN" $SAN_CRIU "$CRIU" restore -D "$T/d" -L "$T/plugins" --shell-job --restore-detached -v4 \
+	if bounded "$FAKERUN" $SAN_CRIU "$CRIU" restore -D "$T/d" -L "$T/plugins" --shell-job --restore-detached -v4 \
 		-o "restore-$K.log" >/dev/null 2>&1; then
 		: # CRIU ignores RESUME_DEVICES_LATE's status; what counts is below
 	fi

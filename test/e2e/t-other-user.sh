@@ -68,7 +68,7 @@ mkdir -p "$T/nd"
 chown 65534:65534 "$T/nd"
 # criu itself (not the fake driver's wrapper) is what must refuse.
 for mode in "" --unprivileged; do
-	$NOBODY env LD_LIBRARY_PATH="$B/test/fakecuda/.libs" "$CRIU" dump -t "$JOBPID" -D "$T/nd" \
+	bounded $NOBODY env LD_LIBRARY_PATH="$B/test/fakecuda/.libs" "$CRIU" dump -t "$JOBPID" -D "$T/nd" \
 		-L "$T/plugins" --shell-job -v4 -o dump.log $mode >"$T/nd.out" 2>&1 &&
 		fail "criu dump $mode as nobody succeeded"
 	grep -q "CRIU needs to have the CAP_SYS_ADMIN or the CAP_CHECKPOINT_RESTORE capability" "$T/nd.out" ||

@@ -14,7 +14,7 @@ set -- $(job_pids)
 p1=$2
 mkdir -p "$T/d"
 note "dump of pid $p1 only"
-"$FAKERUN" $SAN_CRIU "$CRIU" dump -t "$p1" -D "$T/d" -L "$T/plugins" --shell-job -v4 -o dump.log &&
+bounded "$FAKERUN" $SAN_CRIU "$CRIU" dump -t "$p1" -D "$T/d" -L "$T/plugins" --shell-job -v4 -o dump.log &&
 	fail "criu dump of the importer succeeded"
 grep -q "pid $p1 memory pool [0-9]* (device -1) is imported" "$T/d/dump.log" ||
 	fail "the refusal does not name importer pid $p1"

@@ -7,7 +7,7 @@
 #   BUILD=DIR to use (or create) a configured build tree (default: build-gpu)
 #
 #   bin/        criu (with its non-libc shared libraries in lib/), the
-#               cuinterpose CLI
+#               cuinterpose CLI, contrib/bounded
 #   lib/        libcuinterpose.so and every non-libc library of the above
 #   plugins/    cuinterpose_plugin.so (alone: CRIU's -L directory)
 #   baseline/   CRIU's upstream cuda_plugin.so (never beside ours)
@@ -62,6 +62,7 @@ fi
 cp -L interposer/.libs/libcuinterpose.so "$out/lib/"
 cp -L plugin/.libs/cuinterpose_plugin.so "$out/plugins/"
 cp -L cli/cuinterpose "$out/bin/"
+cp "$top/contrib/bounded" "$out/bin/" # every criu call of the suite is bounded
 copy_libs interposer/.libs/libcuinterpose.so plugin/.libs/cuinterpose_plugin.so cli/cuinterpose
 
 bash "$top/test/gpu/build.sh" "$build" "$out/workloads"

@@ -149,6 +149,7 @@ fi
 export LD_LIBRARY_PATH=$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export CUINTERPOSE_SOCKET_DIR=$T/sock
 CRIU=$BUNDLE/bin/criu
+BOUNDED=$BUNDLE/bin/bounded # contrib/bounded
 INTERPOSER=$BUNDLE/lib/libcuinterpose.so
 ln -s "$BUNDLE/plugins/cuinterpose_plugin.so" "$T/plugins/"
 BASE_PLUGIN=$BUNDLE/baseline/cuda_plugin.so
@@ -259,17 +260,18 @@ wait_reaped() {
 	return 0
 }
 
-# criu_do dump|restore DIR PLUGINDIR [extra]: bounded criu; sets SECS
+# criu_do dump|restore DIR PLUGINDIR [extra]: criu under contrib/bounded
+# (CRIU_TIMEOUT s; a hang is named with its log); sets SECS
 criu_do() {
 	local what=$1 d=$2 pl=$3 t0 rc
 	shift 3
 	mkdir -p "$d"
 	t0=$(date +%s.%N)
 	if [ "$what" = dump ]; then
-		PATH=$T/shimbin:$PATH timeout -k 5 "${CRIU_TIMEOUT:-120}" "${R[@]}" "$CRIU" dump -t "$JOBPID" -D "$d" \
+		PATH=$T/shimbin:$PATH "$BOUNDED" "${CRIU_TIMEOUT:-120}" "${R[@]}" "$CRIU" dump -t "$JOBPID" -D "$d" \
 			-L "$pl" --shell-job -v4 -o dump.log "$@"
 	else
-		PATH=$T/shimbin:$PATH timeout -k 5 "${CRIU_TIMEOUT:-120}" "${R[@]}" "$CRIU" restore -D "$d" -L "$pl" \
+		PATH=$T/shimbin:$PATH "$BOUNDED" "${CRIU_TIMEOUT:-120}" "${R[@]}" "$CRIU" restore -D "$d" -L "$pl" \
 			--shell-job --restore-detached -v4 -o restore.log "$@"
 	fi
 	rc=$?

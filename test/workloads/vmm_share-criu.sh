@@ -12,6 +12,7 @@ N=${2:-3}
 CYCLES=${3:-2}
 CRIU=${CRIU:-$(command -v criu || echo /usr/local/sbin/criu)}
 FR=$B/test/fakecuda/fakecuda-run
+BOUNDED=$(cd "$(dirname "$0")/../.." && pwd)/contrib/bounded # criu must not wait forever
 T=$(mktemp -d /tmp/vmm_share-criu.XXXXXX)
 mkdir -p "$T/plugins" "$T/sock"
 ln -s "$B/plugin/.libs/cuinterpose_plugin.so" "$T/plugins/"
@@ -39,10 +40,10 @@ read -r P CHILDREN <"$T/ready"
 round 1
 for c in $(seq "$CYCLES"); do
 	mkdir -p "$T/d$c"
-	"$FR" "$CRIU" dump -t "$P" -D "$T/d$c" -L "$T/plugins" --shell-job -v4 -o dump.log ||
+	"$BOUNDED" 180 "$FR" "$CRIU" dump -t "$P" -D "$T/d$c" -L "$T/plugins" --shell-job -v4 -o dump.log ||
 		fail "criu dump $c: $(grep -E 'Error|cuinterpose' "$T/d$c/dump.log" | tail -3)"
 	for _ in $(seq 100); do kill -0 "$P" 2>/dev/null || break; sleep 0.05; done
-	"$FR" "$CRIU" restore -D "$T/d$c" -L "$T/plugins" --shell-job --restore-detached -v4 -o restore.log ||
+	"$BOUNDED" 180 "$FR" "$CRIU" restore -D "$T/d$c" -L "$T/plugins" --shell-job --restore-detached -v4 -o restore.log ||
 		fail "criu restore $c: $(grep -E 'Error|cuinterpose' "$T/d$c/restore.log" | tail -3)"
 	round $((c + 1))
 done

@@ -3,7 +3,7 @@
 # cuinterpose plugin loaded, as CRIU's CI does for its cuda plugin.
 #
 # Runs a subset of zdtm from the CRIU source tree that contrib/install-deps.sh
-# keeps and builds (/usr/local/src/criu-4.1.1, or CUINTERPOSE_CRIU_SRC) three
+# keeps and builds (/usr/local/src/criu-4.2.1, or CUINTERPOSE_CRIU_SRC) three
 # times: "plain" (criu as zdtm runs it: zdtm points CRIU_LIBS_DIR at its own
 # emptied test/plugins, so no plugin loads), "plugin" (the same criu with
 # `-L DIR`, DIR holding only the freshly built cuinterpose_plugin.so, passed
@@ -39,7 +39,7 @@ B=$(cd "$top_builddir" && pwd)
 PLUGIN=$B/plugin/.libs/cuinterpose_plugin.so
 FAKELIB=$B/test/fakecuda/.libs/libcuda.so.1
 FAKERUN=$B/test/fakecuda/fakecuda-run
-SRC=${CUINTERPOSE_CRIU_SRC:-/usr/local/src/criu-4.1.1}
+SRC=${CUINTERPOSE_CRIU_SRC:-/usr/local/src/criu-4.2.1}
 ZT=$SRC/test
 PY=/usr/bin/python3
 # Debian's python3 and tools first: zdtm re-executes itself through
@@ -84,10 +84,13 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$T/plugins"
 cp "$PLUGIN" "$T/plugins/cuinterpose_plugin.so"
-printf '#!/bin/sh\nexec "%s" "$@"\n' "$SRC/criu/criu" >"$T/criu-plain"
-printf '#!/bin/sh\nexec "%s" "$@" -L "%s"\n' "$SRC/criu/criu" "$T/plugins" >"$T/criu-plugin"
-printf '#!/bin/sh\nCUINTERPOSE_LIBCUDA="%s" exec "%s" "$@" -L "%s"\n' "$FAKELIB" "$SRC/criu/criu" "$T/plugins" \
-	>"$T/criu-driver"
+# Each criu call is bounded (contrib/bounded, 180 s): a hung criu is named
+# and killed instead of holding zdtm until its own limit.
+BOUNDED="$(cd "$(dirname "$0")/../.." && pwd)/contrib/bounded 180"
+printf '#!/bin/sh\nexec %s "%s" "$@"\n' "$BOUNDED" "$SRC/criu/criu" >"$T/criu-plain"
+printf '#!/bin/sh\nexec %s "%s" "$@" -L "%s"\n' "$BOUNDED" "$SRC/criu/criu" "$T/plugins" >"$T/criu-plugin"
+printf '#!/bin/sh\nCUINTERPOSE_LIBCUDA="%s" exec %s "%s" "$@" -L "%s"\n' "$FAKELIB" "$BOUNDED" "$SRC/criu/criu" \
+	"$T/plugins" >"$T/criu-driver"
 chmod +x "$T/criu-plain" "$T/criu-plugin" "$T/criu-driver"
 # Started here, in the host's namespaces: one started from criu would live in
 # zdtm's.
