@@ -6,6 +6,9 @@
  * to do:
  *   criu       found, `criu --version` >= 4.0 (the device hooks);
  *              with --criu-check also `criu check`
+ *   breakpoint this machine delivers x86 hardware breakpoints, or the
+ *              criu found is >= 4.2 and falls back without them (probed
+ *              in a traced child, see hwbp_probe)
  *   plugin     cuinterpose_plugin.so in CRIU's plugin dir (/usr/lib/criu,
  *              or --libdir, as criu's -L), and no cuda_plugin.so beside it
  *   driver     libcuda.so.1 (or $CUINTERPOSE_LIBCUDA) loads, its version,
@@ -31,10 +34,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <sys/user.h>
+#endif
 
 #include "cli.h"
 #include "client.h"
@@ -130,9 +140,224 @@ static int find_criu(const char *want, char *buf, size_t len)
 	return -1;
 }
 
+/*
+ * Hardware breakpoints. After its parasite runs, compel (CRIU's code
+ * injector) arms an execute breakpoint in DR0/DR7, PTRACE_CONTs the task
+ * and waits in wait4 for the SIGTRAP. A VM that does not virtualize the
+ * debug registers never delivers it: CRIU < 4.2 then waits forever, in
+ * every dump; 4.2 probes them at start (kerndat) and falls back to stopping
+ * the task without them, as CRIU_FAULT=130 makes older versions do.
+ */
+enum hwbp {
+	HWBP_FIRES,    /* SIGTRAP stop with DR6.B0 set */
+	HWBP_SILENT,   /* armed, but the child ran past it or no trap came */
+	HWBP_UNPROBED, /* cannot tell: ptrace refused, not x86_64... */
+};
+
+#define HWBP_WAIT_MS 2000
+
+#if defined(__x86_64__)
+#define DR7_L0	  0x1UL /* local enable of DR0; RW0 = 00 (execute), LEN0 = 00 */
+#define DR6_B0	  0x1UL /* DR0's condition was met */
+#define DR_OFF(n) offsetof(struct user, u_debugreg[n])
+
+/* The probe child calls it right after its first stop, through a volatile
+ * pointer so that the call lands on the address armed in DR0 (no inlined
+ * or cloned copy). */
+static void __attribute__((noinline)) hwbp_target(void)
+{
+	__asm__ volatile("" ::: "memory");
+}
+
+static void (*volatile hwbp_call)(void) = hwbp_target;
+
+/* waitpid(pid) for at most ms (polling WNOHANG): 0 and *st, *reaped when
+ * the child is gone; or -1 with errno (ETIMEDOUT: no change in time). */
+static int wait_bounded(pid_t pid, int *st, int *reaped, int ms)
+{
+	struct timespec tick = {0, 10 * 1000 * 1000};
+
+	for (int waited = 0;; waited += 10) {
+		pid_t r = waitpid(pid, st, WNOHANG);
+
+		if (r == pid) {
+			*reaped = WIFEXITED(*st) || WIFSIGNALED(*st);
+			return 0;
+		}
+		if (r < 0 && errno != EINTR)
+			return -1;
+		if (waited >= ms) {
+			errno = ETIMEDOUT;
+			return -1;
+		}
+		nanosleep(&tick, NULL);
+	}
+}
+
+/* The tracer's side of hwbp_probe, on its child pid: wait for its first
+ * stop, arm DR0 and DR7, continue it, wait for the trap. */
+static enum hwbp hwbp_trace(pid_t pid, int *reaped, char *why, size_t len)
+{
+	unsigned long dr6;
+	int st;
+
+	if (wait_bounded(pid, &st, reaped, HWBP_WAIT_MS)) {
+		snprintf(why, len, "the probe child did not stop: %s", strerror(errno));
+		return HWBP_UNPROBED;
+	}
+	if (WIFEXITED(st)) {
+		snprintf(why, len, "PTRACE_TRACEME: %s", strerror(WEXITSTATUS(st)));
+		return HWBP_UNPROBED;
+	}
+	if (!WIFSTOPPED(st) || WSTOPSIG(st) != SIGSTOP) {
+		snprintf(why, len, "the probe child did not stop as expected (wait status %#x)", (unsigned)st);
+		return HWBP_UNPROBED;
+	}
+	if (ptrace(PTRACE_POKEUSER, pid, DR_OFF(0), (unsigned long)hwbp_call)) {
+		snprintf(why, len, "PTRACE_POKEUSER DR0: %s", strerror(errno));
+		return HWBP_UNPROBED;
+	}
+	if (ptrace(PTRACE_POKEUSER, pid, DR_OFF(7), DR7_L0)) {
+		snprintf(why, len, "PTRACE_POKEUSER DR7: %s", strerror(errno));
+		return HWBP_UNPROBED;
+	}
+	if (ptrace(PTRACE_CONT, pid, NULL, NULL)) {
+		snprintf(why, len, "PTRACE_CONT: %s", strerror(errno));
+		return HWBP_UNPROBED;
+	}
+	if (wait_bounded(pid, &st, reaped, HWBP_WAIT_MS)) {
+		if (errno != ETIMEDOUT) {
+			snprintf(why, len, "waitpid: %s", strerror(errno));
+			return HWBP_UNPROBED;
+		}
+		snprintf(why, len, "no trap within %d ms", HWBP_WAIT_MS);
+		return HWBP_SILENT;
+	}
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+		snprintf(why, len, "an execute breakpoint armed in DR0 did not stop the probe child");
+		return HWBP_SILENT;
+	}
+	if (!WIFSTOPPED(st) || WSTOPSIG(st) != SIGTRAP) {
+		/* Another signal, or killed from outside: no answer either way. */
+		snprintf(why, len, "the probe child left its stop other than by a SIGTRAP (wait status %#x)",
+			 (unsigned)st);
+		return HWBP_UNPROBED;
+	}
+	errno = 0;
+	dr6 = (unsigned long)ptrace(PTRACE_PEEKUSER, pid, DR_OFF(6), NULL);
+	if (errno) {
+		snprintf(why, len, "PTRACE_PEEKUSER DR6: %s", strerror(errno));
+		return HWBP_UNPROBED;
+	}
+	if (!(dr6 & DR6_B0)) {
+		snprintf(why, len, "SIGTRAP without DR6.B0 (DR6 %#lx)", dr6);
+		return HWBP_SILENT;
+	}
+	return HWBP_FIRES;
+}
+
+/*
+ * Arm DR0 on hwbp_target in a traced child, as compel does, and see whether
+ * the trap comes: the child stops itself (PTRACE_TRACEME, SIGSTOP), the
+ * parent writes DR0 and DR7 with PTRACE_POKEUSER and continues it, then
+ * waits at most HWBP_WAIT_MS for a SIGTRAP stop with DR6.B0 set. The child
+ * is killed and reaped on every path. Why it did not fire, or could not
+ * be probed, in why.
+ */
+static enum hwbp hwbp_probe(char *why, size_t len)
+{
+	int st, reaped = 0;
+	enum hwbp res;
+	pid_t pid;
+
+	pid = fork();
+	if (pid < 0) {
+		snprintf(why, len, "fork: %s", strerror(errno));
+		return HWBP_UNPROBED;
+	}
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (ptrace(PTRACE_TRACEME, 0, NULL, NULL))
+			_exit(errno); /* never 0: the parent tells it from running past */
+		raise(SIGSTOP);
+		hwbp_call();
+		_exit(0);
+	}
+	res = hwbp_trace(pid, &reaped, why, len);
+	if (!reaped) {
+		kill(pid, SIGKILL);
+		/* SIGKILL ends a traced, stopped child too: this wait returns. */
+		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+			;
+	}
+	return res;
+}
+#else
+static enum hwbp hwbp_probe(char *why, size_t len)
+{
+	snprintf(why, len, "hardware breakpoints are probed on x86_64 only");
+	return HWBP_UNPROBED;
+}
+#endif
+
+/*
+ * The breakpoint line for the probe's result bp (why: its reason) and criu
+ * version ver (maj.min); fault130: CRIU_FAULT=130 is set here, which makes
+ * CRIU < 4.2 skip the breakpoints too. Pure: the verdict, message in msg.
+ */
+static enum verdict hwbp_diagnose(enum hwbp bp, const char *why, const char *ver, int maj, int min, int fault130,
+				  char *msg, size_t len)
+{
+	int falls_back = maj > 4 || (maj == 4 && min >= 2);
+
+	switch (bp) {
+	case HWBP_FIRES:
+		snprintf(msg, len, "hardware breakpoints fire here (DR0 execute breakpoint trapped, DR6.B0 set)");
+		return CK_OK;
+	case HWBP_UNPROBED:
+		snprintf(msg, len, "hardware breakpoints not probed (%s)%s", why,
+			 falls_back ? ""
+				    : "; if criu hangs in dump, run it with CRIU_FAULT=130 or install CRIU >= 4.2");
+		return CK_OK;
+	case HWBP_SILENT:
+		break;
+	}
+	if (falls_back) {
+		snprintf(msg, len,
+			 "hardware breakpoints do not fire here (%s); criu %s detects it and falls back to "
+			 "no-breakpoint mode",
+			 why, ver);
+		return CK_OK;
+	}
+	if (fault130) {
+		snprintf(msg, len,
+			 "hardware breakpoints do not fire here (%s); criu %s skips them only with CRIU_FAULT=130, "
+			 "set in this environment: every criu dump and restore without it hangs; install CRIU >= 4.2 "
+			 "(contrib/install-deps.sh builds 4.2.1)",
+			 why, ver);
+		return CK_WARN;
+	}
+	snprintf(msg, len,
+		 "criu %s will hang in every dump here: this machine does not deliver hardware breakpoints (%s) "
+		 "and CRIU < 4.2 waits for them forever; install CRIU >= 4.2 (contrib/install-deps.sh builds "
+		 "4.2.1) or run criu with CRIU_FAULT=130",
+		 ver, why);
+	return CK_FAIL;
+}
+
+static void check_breakpoint(struct check *c, const char *ver, int maj, int min)
+{
+	const char *fault = getenv("CRIU_FAULT");
+	char why[256] = "", msg[1024];
+	enum hwbp bp = hwbp_probe(why, sizeof(why));
+	enum verdict v = hwbp_diagnose(bp, why, ver, maj, min, fault && !strcmp(fault, "130"), msg, sizeof(msg));
+
+	report(c, v, "breakpoint", "%s", msg);
+}
+
 static void check_criu(struct check *c, const char *want, int run_check)
 {
-	char criu[1024], out[4096];
+	char criu[1024], out[4096], ver[32] = "";
 	int maj = 0, min = 0, rc;
 	const char *v;
 
@@ -143,12 +368,12 @@ static void check_criu(struct check *c, const char *want, int run_check)
 		else
 			report(c, CK_FAIL, "criu",
 			       "criu not found in PATH, /usr/local/sbin, /usr/sbin or /sbin; install CRIU >= 4.0 "
-			       "(contrib/install-deps.sh builds 4.1.1)");
+			       "(contrib/install-deps.sh builds 4.2.1)");
 		return;
 	}
 	rc = capture((char *const[]){criu, "--version", NULL}, out, sizeof(out));
 	v = strstr(out, "Version:");
-	if (rc || !v || sscanf(v, "Version: %d.%d", &maj, &min) < 1) {
+	if (rc || !v || sscanf(v, "Version: %d.%d", &maj, &min) < 1 || sscanf(v, "Version: %31s", ver) != 1) {
 		report(c, CK_FAIL, "criu", "%s --version did not report a version (exit %d); reinstall CRIU >= 4.0",
 		       criu, rc);
 		return;
@@ -156,11 +381,12 @@ static void check_criu(struct check *c, const char *want, int run_check)
 	if (maj < 4) {
 		report(c, CK_FAIL, "criu",
 		       "%s is CRIU %d.%d, which lacks the device hooks (PAUSE_DEVICES, CHECKPOINT_DEVICES) added "
-		       "in 4.0; install CRIU >= 4.0 (contrib/install-deps.sh builds 4.1.1)",
+		       "in 4.0; install CRIU >= 4.0 (contrib/install-deps.sh builds 4.2.1)",
 		       criu, maj, min);
 		return;
 	}
 	report(c, CK_OK, "criu", "%s is CRIU %d.%d (device hooks present)", criu, maj, min);
+	check_breakpoint(c, ver, maj, min);
 	if (!run_check)
 		return;
 	rc = capture((char *const[]){criu, "check", NULL}, out, sizeof(out));

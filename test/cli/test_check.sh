@@ -1,7 +1,10 @@
 #!/bin/sh
 # test_check.sh: every diagnosis of `cuinterpose check` gives its OK, WARN
 # or FAIL line and the exit status follows (1 on any FAIL): CRIU missing,
-# too old (3.17) or fine (fake criu binaries); the plugin missing, shadowed
+# too old (3.17) or fine (fake criu binaries); this machine's hardware
+# breakpoints (the real probe, checked against CRIU's own where a CRIU >=
+# 4.2 can run) combined with CRIU 4.1.1 and 4.2.1, and not probed (ptrace
+# refused under strace); the plugin missing, shadowed
 # by cuda_plugin.so, or installed; the driver missing or present (fake
 # driver) with its checkpoint API; the socket directory not a directory,
 # world-writable without the sticky bit, or fine; processes: not running
@@ -24,14 +27,15 @@ has() { grep -q "$1" "$T/out" || fail "no line '$1'"; }
 
 mkdir -p "$T/bin" "$T/plugins" "$T/sock"
 chmod 1777 "$T/sock"
-printf '#!/bin/sh\necho "Version: 4.1.1"\n' >"$T/bin/criu-new"
+printf '#!/bin/sh\necho "Version: 4.2.1"\n' >"$T/bin/criu-new"
+printf '#!/bin/sh\necho "Version: 4.1.1"\n' >"$T/bin/criu-41"
 printf '#!/bin/sh\necho "Version: 3.17.1"\n' >"$T/bin/criu-old"
 chmod +x "$T/bin/"*
 : >"$T/plugins/cuinterpose_plugin.so"
 good="--criu $T/bin/criu-new --libdir $T/plugins --no-processes"
 
 [ "$(check $good)" = 0 ] || fail "a good environment fails"
-has "^OK   criu       $T/bin/criu-new is CRIU 4.1 (device hooks present)"
+has "^OK   criu       $T/bin/criu-new is CRIU 4.2 (device hooks present)"
 has "^OK   plugin     $T/plugins/cuinterpose_plugin.so"
 has "^OK   driver     libcuda.so.1: CUDA [0-9]*\.[0-9]*, checkpoint API present"
 has "^OK   interposer .*libcuinterpose.so"
@@ -43,10 +47,67 @@ has '"fails":0,"warnings":0,"ok":true}'
 
 # CRIU
 [ "$(check $good --criu "$T/bin/criu-old")" = 1 ] || fail "CRIU 3.17 accepted"
-has "^FAIL criu .*is CRIU 3.17, which lacks the device hooks.*install CRIU >= 4.0"
+has "^FAIL criu .*is CRIU 3.17, which lacks the device hooks.*install CRIU >= 4.0 (contrib/install-deps.sh builds 4.2.1)"
+grep -q "^.... breakpoint" "$T/out" && fail "a breakpoint line for a CRIU without device hooks"
 [ "$(check $good --criu "$T/bin/none")" = 1 ] || fail "a missing criu accepted"
 has "^FAIL criu .*/bin/none is not an executable"
 
+# Hardware breakpoints: the real probe on this machine. A CRIU >= 4.2 tells
+# independently whether they work (its kerndat probe; root only).
+check $good >/dev/null
+if grep -q "^OK   breakpoint hardware breakpoints do not fire here (" "$T/out"; then
+	bp=silent
+elif grep -q "^OK   breakpoint hardware breakpoints fire here (DR0 execute breakpoint trapped, DR6.B0 set)$" "$T/out"; then
+	bp=fires
+else
+	has "^OK   breakpoint hardware breakpoints not probed ([^)]*)$"
+	bp=unprobed
+fi
+echo "hardware breakpoints on this machine: $bp"
+real=$(command -v criu || echo /usr/local/sbin/criu)
+if [ "$(id -u)" = 0 ] && [ -x "$real" ] && [ "$bp" != unprobed ]; then
+	"$real" check --feature breakpoints >"$T/criu-bp" 2>&1
+	rc=$?
+	if grep -q "Hardware breakpoints don't seem to work" "$T/criu-bp"; then
+		[ $bp = silent ] || fail "criu says breakpoints do not work, the probe says $bp"
+	elif [ $rc = 0 ]; then
+		[ $bp = fires ] || fail "criu says breakpoints work, the probe says $bp"
+	fi
+fi
+case $bp in
+silent)
+	[ "$(check $good --criu "$T/bin/criu-41")" = 1 ] || fail "CRIU 4.1.1 without breakpoints accepted"
+	has "^OK   criu       $T/bin/criu-41 is CRIU 4.1 (device hooks present)$"
+	has "^FAIL breakpoint criu 4.1.1 will hang in every dump here: this machine does not deliver hardware breakpoints ([^)]*) and CRIU < 4.2 waits for them forever; install CRIU >= 4.2 (contrib/install-deps.sh builds 4.2.1) or run criu with CRIU_FAULT=130$"
+	has "^FAIL: 1 failure(s), 0 warning(s)$"
+	[ "$(CRIU_FAULT=130 check $good --criu "$T/bin/criu-41")" = 0 ] || fail "CRIU 4.1.1 with CRIU_FAULT=130 fails"
+	has "^WARN breakpoint hardware breakpoints do not fire here ([^)]*); criu 4.1.1 skips them only with CRIU_FAULT=130, set in this environment: every criu dump and restore without it hangs; install CRIU >= 4.2"
+	[ "$(CRIU_FAULT=13 check $good --criu "$T/bin/criu-41")" = 1 ] || fail "CRIU_FAULT=13 taken for 130"
+	[ "$(check $good --json --criu "$T/bin/criu-41")" = 1 ] || fail "--json of CRIU 4.1.1 without breakpoints"
+	has '"check":"breakpoint","status":"FAIL","message":"criu 4.1.1 will hang in every dump here'
+	[ "$(check $good)" = 0 ] || fail "CRIU 4.2.1 without breakpoints fails"
+	has "^OK   breakpoint hardware breakpoints do not fire here ([^)]*); criu 4.2.1 detects it and falls back to no-breakpoint mode$"
+	;;
+fires)
+	[ "$(check $good --criu "$T/bin/criu-41")" = 0 ] || fail "CRIU 4.1.1 with working breakpoints fails"
+	has "^OK   breakpoint hardware breakpoints fire here"
+	;;
+unprobed)
+	[ "$(check $good --criu "$T/bin/criu-41")" = 0 ] || fail "an unprobed machine fails CRIU 4.1.1"
+	has "^OK   breakpoint hardware breakpoints not probed ([^)]*); if criu hangs in dump, run it with CRIU_FAULT=130 or install CRIU >= 4.2$"
+	;;
+esac
+# Where ptrace is refused the line says so and passes: under `strace -f` the
+# probe child is traced already and its PTRACE_TRACEME fails (EPERM). LSan
+# stops the world with ptrace too, so it is off for this run.
+if command -v strace >/dev/null && strace -f -o /dev/null true 2>/dev/null; then
+	ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 strace -f -o /dev/null \
+		"$FAKECUDA_RUN" "$cli" check $good --criu "$T/bin/criu-41" >"$T/out" 2>&1 ||
+		fail "an unprobed machine fails CRIU 4.1.1"
+	has "^OK   breakpoint hardware breakpoints not probed (PTRACE_TRACEME: Operation not permitted); if criu hangs in dump, run it with CRIU_FAULT=130 or install CRIU >= 4.2$"
+else
+	echo "strace cannot run here: the not-probed line is not tested"
+fi
 # Plugin directory
 : >"$T/plugins/cuda_plugin.so"
 [ "$(check $good)" = 1 ] || fail "cuda_plugin.so beside the plugin accepted"
