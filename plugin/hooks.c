@@ -1042,3 +1042,15 @@ CR_PLUGIN_REGISTER(PLUGIN_NAME, cuip_init, cuip_fini)
 CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__PAUSE_DEVICES, cuip_pause_devices)
 CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__CHECKPOINT_DEVICES, cuip_checkpoint_devices)
 CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__RESUME_DEVICES_LATE, cuip_resume_devices_late)
+
+/*
+ * CRIU's plugin ABI as this plugin uses it, checked against the header it is
+ * built with (contrib/install-deps.sh: CRIU 4.2.1): descriptor version 0.2.0
+ * and these hook numbers have been the same since CRIU 4.0 added
+ * PAUSE_DEVICES and CHECKPOINT_DEVICES. A header that renumbered them would
+ * have a criu call our functions for other hooks, so such a build fails.
+ */
+_Static_assert(CRIU_PLUGIN_VERSION == CRIU_PLUGIN_GEN_VERSION(0, 2, 0), "criu-plugin.h: unknown plugin ABI version");
+_Static_assert(CR_PLUGIN_HOOK__RESUME_DEVICES_LATE == 9 && CR_PLUGIN_HOOK__PAUSE_DEVICES == 10 &&
+		       CR_PLUGIN_HOOK__CHECKPOINT_DEVICES == 11,
+	       "criu-plugin.h: the device hooks are numbered differently from CRIU 4.0-4.2");
