@@ -3,6 +3,7 @@
  */
 #include "config.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,33 +31,38 @@
 typedef int (*step_fn)(struct cuip_group *g, struct cuip_part *p, const void *arg);
 typedef bool (*applies_fn)(const struct cuip_group *g, const struct cuip_part *p, const void *arg);
 
+/* The participant's failure, in its own words (p->err). */
+#define part_fail(p, ...) errfmt((p)->err, sizeof((p)->err), __VA_ARGS__)
+
+struct monitor;
+
+/*
+ * One participant's step of a phase, on its own thread. done (the step
+ * returned) and stalled (the monitor gave its request up) are under the
+ * monitor's lock while the phase runs; stalled is read after the join.
+ */
 struct job {
 	struct cuip_group *g;
 	struct cuip_part *p;
 	step_fn fn;
 	const void *arg;
+	struct monitor *mon; /* NULL: the phase runs unwatched */
 	pthread_t th;
 	bool started;
+	bool done;
+	bool stalled;
+	int64_t moved; /* stalled: bytes it had moved when given up; < 0 unknown */
 };
 
-static void *job_main(void *a)
-{
-	struct job *j = a;
-
-	j->p->status = j->fn(j->g, j->p, j->arg);
-	return NULL;
-}
-
-/* The participant's failure, in its own words (p->err). */
-#define part_fail(p, ...) errfmt((p)->err, sizeof((p)->err), __VA_ARGS__)
-
-/* ---- progress of SAVE and LOAD ------------------------------------------ */
+/* ---- the monitor of a phase that moves data ------------------------------ */
 
 /*
- * How a long phase measures itself from outside its job threads: `total`
+ * How a data phase measures itself from outside its job threads: `total`
  * is what participant p will move, `done` what it has moved so far (< 0:
  * unknown). Both only read the participant's records and the files and
- * /proc entries of the phase, never what the job thread writes.
+ * /proc entries of the phase, never what the job thread writes. A phase
+ * without a byte count (REBUILD) has neither: its watchdog goes by replies
+ * alone, and it logs no progress lines.
  */
 struct meter {
 	uint64_t (*total)(const struct cuip_group *g, const struct cuip_part *p, const void *arg);
@@ -63,23 +70,39 @@ struct meter {
 	bool delta; /* done counts from an arbitrary origin: subtract its start value */
 };
 
+static const struct meter replies_only = {.total = NULL, .done = NULL};
+
 /*
- * The sampler of one phase: one thread that wakes every progress_ms and
- * logs one line. Started before the phase's jobs and joined after them, so
- * criu is single-threaded again when the phase returns.
+ * The monitor of one data phase (SAVE, LOAD, REBUILD): one thread that logs
+ * a progress line every CUINTERPOSE_PROGRESS_MS and, when for
+ * CUINTERPOSE_STALL_TIMEOUT_MS no participant still at work moved a byte of
+ * the phase (one whose count cannot be read counts as still) and no reply
+ * came, gives up every request still pending: it shuts that
+ * participant's connection down (the job's recv returns at once) and marks
+ * the job stalled, which the phase then fails. A stall, not a total: a slow
+ * phase that keeps moving runs on (CUINTERPOSE_DATA_TIMEOUT_MS bounds the
+ * total). Started before the phase's jobs and joined after them, so criu is
+ * single-threaded again when the phase returns. lock protects stop, replies
+ * and the jobs' done and stalled; the fields after th are the thread's own.
  */
-struct progress {
+struct monitor {
 	struct cuip_group *g;
 	const char *name;
 	applies_fn applies;
 	const void *arg;
 	const struct meter *m;
+	struct job *jobs;
 	uint64_t total;
-	int64_t *base; /* per participant: done() when the phase started */
+	int64_t *base; /* per participant: done() when the phase started (delta meters) */
+	size_t replies;
 	pthread_mutex_t lock;
 	pthread_cond_t cond; /* CLOCK_MONOTONIC; signalled with stop set */
 	bool stop;
 	pthread_t th;
+	int64_t *seen;		   /* per participant: moved_by() at the last look, -1 unknown */
+	double t0, line_t, move_t; /* phase start, last progress line, last byte or reply */
+	uint64_t last;		   /* bytes at the last line with a count */
+	double last_t;
 };
 
 static void fmt_bytes(uint64_t b, char *buf, size_t len)
@@ -100,142 +123,369 @@ static void fmt_rate(double bps, char *buf, size_t len)
 		snprintf(buf, len, "%.1f MB/s", bps / 1e6);
 }
 
-static bool progress_on(const struct progress *pg, const struct cuip_part *p)
+static bool monitor_on(const struct monitor *mn, const struct cuip_part *p)
 {
-	return !pg->applies || pg->applies(pg->g, p, pg->arg);
+	return !mn->applies || mn->applies(mn->g, p, mn->arg);
 }
 
-/* Bytes moved by the whole phase so far; false when a participant cannot
- * say (its /proc entry is unreadable). */
-static bool progress_sample(const struct progress *pg, uint64_t *done)
+static bool lines_on(const struct monitor *mn)
+{
+	return mn->g->o->progress_ms && mn->total;
+}
+
+/* Bytes participant i moved in this phase, at most its total; false when
+ * it cannot say (its /proc entry is unreadable). */
+static bool moved_by(const struct monitor *mn, size_t i, uint64_t *moved)
+{
+	const struct cuip_part *p = &mn->g->p[i];
+	uint64_t t = mn->m->total(mn->g, p, mn->arg);
+	int64_t d = mn->m->done(mn->g, p, mn->arg);
+
+	if (d < 0 || mn->base[i] < 0)
+		return false;
+	d -= mn->base[i];
+	*moved = d < 0 ? 0 : (uint64_t)d > t ? t : (uint64_t)d;
+	return true;
+}
+
+/* Bytes moved by the whole phase so far; false when a participant cannot say. */
+static bool monitor_sample(const struct monitor *mn, uint64_t *done)
 {
 	*done = 0;
-	for (size_t i = 0; i < pg->g->n; i++) {
-		const struct cuip_part *p = &pg->g->p[i];
-		uint64_t t;
-		int64_t d;
+	for (size_t i = 0; i < mn->g->n; i++) {
+		uint64_t d;
 
-		if (!progress_on(pg, p))
+		if (!monitor_on(mn, &mn->g->p[i]))
 			continue;
-		d = pg->m->done(pg->g, p, pg->arg);
-		if (d < 0 || pg->base[i] < 0)
+		if (!moved_by(mn, i, &d))
 			return false;
-		d -= pg->base[i];
-		t = pg->m->total(pg->g, p, pg->arg);
-		*done += d < 0 ? 0 : (uint64_t)d > t ? t : (uint64_t)d;
+		*done += d;
 	}
 	return true;
 }
 
-static void *progress_main(void *a)
+static void monitor_line(struct monitor *mn, double now)
 {
-	struct progress *pg = a;
-	double t0 = cuip_now(), last_t = t0;
-	unsigned ms = pg->g->o->progress_ms;
-	uint64_t last = 0;
 	char done_s[32], total_s[32], rate_s[32];
+	uint64_t done;
 
-	fmt_bytes(pg->total, total_s, sizeof(total_s));
-	pthread_mutex_lock(&pg->lock);
-	while (!pg->stop) {
-		struct timespec ts;
-		uint64_t done;
-		double now;
-
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_sec += ms / 1000;
-		ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		while (!pg->stop && pthread_cond_timedwait(&pg->cond, &pg->lock, &ts) != ETIMEDOUT)
-			;
-		if (pg->stop)
-			break;
-		pthread_mutex_unlock(&pg->lock);
-		now = cuip_now();
-		if (progress_sample(pg, &done)) {
-			fmt_bytes(done, done_s, sizeof(done_s));
-			fmt_rate(now > last_t ? (double)(done - last) / (now - last_t) : 0.0, rate_s, sizeof(rate_s));
-			pr_info("%s in progress: %s of %s (%u%%), %s, %.1f s", pg->name, done_s, total_s,
-				(unsigned)(done * 100 / pg->total), rate_s, now - t0);
-			last = done;
-			last_t = now;
-		} else {
-			pr_info("%s in progress: %s expected, %.1f s (no byte count: /proc/PID/io unreadable)",
-				pg->name, total_s, now - t0);
-		}
-		pthread_mutex_lock(&pg->lock);
+	fmt_bytes(mn->total, total_s, sizeof(total_s));
+	if (!monitor_sample(mn, &done)) {
+		pr_info("%s in progress: %s expected, %.1f s (no byte count: /proc/PID/io unreadable)", mn->name,
+			total_s, now - mn->t0);
+		return;
 	}
-	pthread_mutex_unlock(&pg->lock);
+	fmt_bytes(done, done_s, sizeof(done_s));
+	fmt_rate(now > mn->last_t ? (double)(done - mn->last) / (now - mn->last_t) : 0.0, rate_s, sizeof(rate_s));
+	pr_info("%s in progress: %s of %s (%u%%), %s, %.1f s", mn->name, done_s, total_s,
+		(unsigned)(done * 100 / mn->total), rate_s, now - mn->t0);
+	mn->last = done;
+	mn->last_t = now;
+}
+
+/* Under lock: is participant i's reply still outstanding? */
+static bool pending(const struct monitor *mn, size_t i)
+{
+	return monitor_on(mn, &mn->g->p[i]) && !mn->jobs[i].done;
+}
+
+/*
+ * Did a pending participant move a byte of the phase since the last look?
+ * The bytes of the phase, what the progress lines and the stall message
+ * show: rchar past the total is the process reading something else (in a
+ * rollback the job runs), not LOAD. A count that cannot be read does not
+ * move, so that a stall still ends.
+ */
+static bool monitor_moved(struct monitor *mn)
+{
+	bool moved = false;
+
+	for (size_t i = 0; mn->m->done && i < mn->g->n; i++) {
+		uint64_t d;
+		bool wait;
+
+		pthread_mutex_lock(&mn->lock);
+		wait = pending(mn, i);
+		pthread_mutex_unlock(&mn->lock);
+		if (!wait || !moved_by(mn, i, &d))
+			continue;
+		moved |= (int64_t)d != mn->seen[i];
+		mn->seen[i] = (int64_t)d;
+	}
+	return moved;
+}
+
+/* Give up every request still pending: shut its connection down, so that
+ * its job's recv returns; the phase fails it (monitor_stop). */
+static size_t monitor_abandon(struct monitor *mn)
+{
+	size_t n = 0;
+	uint64_t d;
+
+	pthread_mutex_lock(&mn->lock);
+	for (size_t i = 0; i < mn->g->n; i++) {
+		if (!pending(mn, i))
+			continue;
+		mn->jobs[i].stalled = true;
+		mn->jobs[i].moved = -1;
+		if (mn->m->total && moved_by(mn, i, &d))
+			mn->jobs[i].moved = (int64_t)d;
+		if (mn->g->p[i].fd >= 0)
+			shutdown(mn->g->p[i].fd, SHUT_RDWR);
+		n++;
+	}
+	pthread_mutex_unlock(&mn->lock);
+	return n;
+}
+
+/* One look for a stall; true when it found one and gave the phase up. */
+static bool monitor_stalled(struct monitor *mn, bool replied, double now)
+{
+	unsigned ms = mn->g->o->stall_timeout_ms;
+	size_t n;
+
+	if (!ms)
+		return false;
+	if (replied || monitor_moved(mn)) {
+		mn->move_t = now;
+		return false;
+	}
+	if (now - mn->move_t < ms / 1000.0)
+		return false;
+	n = monitor_abandon(mn);
+	if (!n)
+		return false; /* every reply is in: the phase is ending */
+	pr_err("%s: no byte moved and no reply for %g s: abandoning %zu pending requests", mn->name, ms / 1000.0, n);
+	return true;
+}
+
+/* Under lock: sleep ms or until stopped; true when stopped. */
+static bool monitor_wait(struct monitor *mn, unsigned ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	while (!mn->stop && pthread_cond_timedwait(&mn->cond, &mn->lock, &ts) != ETIMEDOUT)
+		;
+	return mn->stop;
+}
+
+/* Wake for every progress line, and often enough to end a stall within an
+ * eighth of its bound (at most 1 s late). */
+static unsigned monitor_tick(const struct monitor *mn)
+{
+	unsigned stall = mn->g->o->stall_timeout_ms, tick = lines_on(mn) ? mn->g->o->progress_ms : UINT_MAX;
+	unsigned look = stall / 8 < 10 ? 10 : stall / 8 > 1000 ? 1000 : stall / 8;
+
+	return stall && look < tick ? look : tick;
+}
+
+static void *monitor_main(void *a)
+{
+	struct monitor *mn = a;
+	unsigned tick = monitor_tick(mn);
+	size_t replies = 0;
+
+	pthread_mutex_lock(&mn->lock);
+	while (!monitor_wait(mn, tick)) {
+		bool replied = mn->replies != replies;
+		double now = cuip_now();
+
+		replies = mn->replies;
+		pthread_mutex_unlock(&mn->lock);
+		if (lines_on(mn) && now - mn->line_t >= mn->g->o->progress_ms / 1000.0) {
+			monitor_line(mn, now);
+			mn->line_t = now;
+		}
+		if (monitor_stalled(mn, replied, now))
+			return NULL; /* every pending job is on its way back */
+		pthread_mutex_lock(&mn->lock);
+	}
+	pthread_mutex_unlock(&mn->lock);
 	return NULL;
 }
 
-/* Start the sampler of a phase; false (and no thread) when progress lines
- * are off, there is nothing to measure, or no thread can be had. */
-static bool progress_start(struct progress *pg)
+/* The counts the phase starts from and the total it is to move; returns
+ * how many participants take part. */
+static size_t monitor_baseline(struct monitor *mn)
 {
-	pthread_condattr_t ca;
-	struct cuip_group *g = pg->g;
+	struct cuip_group *g = mn->g;
+	size_t n = 0;
 
-	if (!pg->m || !g->o->progress_ms)
-		return false;
-	pg->total = 0;
-	for (size_t i = 0; i < g->n; i++)
-		if (progress_on(pg, &g->p[i]))
-			pg->total += pg->m->total(g, &g->p[i], pg->arg);
-	if (!pg->total)
-		return false;
-	pg->base = calloc(g->n, sizeof(*pg->base));
-	if (!pg->base)
-		return false;
-	for (size_t i = 0; i < g->n; i++)
-		if (pg->m->delta && progress_on(pg, &g->p[i]))
-			pg->base[i] = pg->m->done(g, &g->p[i], pg->arg);
-	pthread_mutex_init(&pg->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&pg->cond, &ca);
-	pthread_condattr_destroy(&ca);
-	pg->stop = false;
-	if (pthread_create(&pg->th, NULL, progress_main, pg)) {
-		pr_debug("%s: no progress thread", pg->name);
-		pthread_cond_destroy(&pg->cond);
-		pthread_mutex_destroy(&pg->lock);
-		free(pg->base);
-		return false;
+	mn->total = 0;
+	for (size_t i = 0; i < g->n; i++) {
+		uint64_t d;
+
+		if (!monitor_on(mn, &g->p[i]))
+			continue;
+		n++;
+		if (mn->m->total)
+			mn->total += mn->m->total(g, &g->p[i], mn->arg);
+		if (mn->m->delta)
+			mn->base[i] = mn->m->done(g, &g->p[i], mn->arg);
+		mn->seen[i] = mn->m->done && moved_by(mn, i, &d) ? (int64_t)d : -1;
 	}
-	return true;
+	return n;
 }
 
-static void progress_stop(struct progress *pg)
+/* Start the monitor of a data phase; false (and no thread) when it has
+ * nothing to do (no meter, progress lines and the stall bound both off, no
+ * participant) or no thread can be had. */
+static bool monitor_start(struct monitor *mn)
 {
-	pthread_mutex_lock(&pg->lock);
-	pg->stop = true;
-	pthread_cond_signal(&pg->cond);
-	pthread_mutex_unlock(&pg->lock);
-	pthread_join(pg->th, NULL);
-	pthread_cond_destroy(&pg->cond);
-	pthread_mutex_destroy(&pg->lock);
-	free(pg->base);
+	pthread_condattr_t ca;
+	struct cuip_group *g = mn->g;
+
+	if (!mn->m || (!g->o->progress_ms && !g->o->stall_timeout_ms))
+		return false;
+	mn->base = calloc(g->n ? g->n : 1, sizeof(*mn->base));
+	mn->seen = calloc(g->n ? g->n : 1, sizeof(*mn->seen));
+	if (!mn->base || !mn->seen || !monitor_baseline(mn) || (!lines_on(mn) && !g->o->stall_timeout_ms))
+		goto fail;
+	mn->t0 = mn->line_t = mn->move_t = mn->last_t = cuip_now();
+	pthread_mutex_init(&mn->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&mn->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	if (!pthread_create(&mn->th, NULL, monitor_main, mn))
+		return true;
+	pr_warn("%s: no monitor thread: no progress lines, no stall bound", mn->name);
+	pthread_cond_destroy(&mn->cond);
+	pthread_mutex_destroy(&mn->lock);
+fail:
+	free(mn->base);
+	free(mn->seen);
+	return false;
+}
+
+/* A request the monitor gave up fails, saying how far it had got; its
+ * connection, shut down, is closed (a late reply must not be read as the
+ * answer to the next request). */
+static void fail_stalled(const struct monitor *mn, const struct job *j)
+{
+	struct cuip_part *p = j->p;
+	char how[96];
+
+	if (!mn->m->total)
+		snprintf(how, sizeof(how), "no reply");
+	else if (j->moved >= 0)
+		snprintf(how, sizeof(how), "%" PRId64 " of %" PRIu64 " bytes moved", j->moved,
+			 mn->m->total(mn->g, p, mn->arg));
+	else
+		snprintf(how, sizeof(how), "%" PRIu64 " bytes to move, /proc/%d/io unreadable",
+			 mn->m->total(mn->g, p, mn->arg), (int)p->pid);
+	p->status = -ETIMEDOUT;
+	part_fail(p, "no progress for %g s in %s (%s)", mn->g->o->stall_timeout_ms / 1000.0, mn->name, how);
+	close(p->fd);
+	p->fd = -1;
+}
+
+/* Stop and join the monitor, after the phase's jobs; fail what it gave up. */
+static void monitor_stop(struct monitor *mn)
+{
+	pthread_mutex_lock(&mn->lock);
+	mn->stop = true;
+	pthread_cond_signal(&mn->cond);
+	pthread_mutex_unlock(&mn->lock);
+	pthread_join(mn->th, NULL);
+	for (size_t i = 0; i < mn->g->n; i++) {
+		assert(!pending(mn, i)); /* the jobs are joined */
+		if (mn->jobs[i].stalled)
+			fail_stalled(mn, &mn->jobs[i]);
+	}
+	pthread_cond_destroy(&mn->cond);
+	pthread_mutex_destroy(&mn->lock);
+	free(mn->base);
+	free(mn->seen);
+}
+
+/* ---- phases --------------------------------------------------------------- */
+
+static void *job_main(void *a)
+{
+	struct job *j = a;
+
+	j->p->status = j->fn(j->g, j->p, j->arg);
+	if (j->mon) {
+		pthread_mutex_lock(&j->mon->lock);
+		j->done = true;
+		j->mon->replies++;
+		pthread_mutex_unlock(&j->mon->lock);
+	}
+	return NULL;
+}
+
+/* Run every job, one thread each (here when no thread can be had), and
+ * wait for all of them: the barrier. */
+static void run_jobs(struct cuip_group *g, struct job *jobs, struct monitor *mon)
+{
+	for (size_t i = 0; i < g->n; i++) {
+		if (!jobs[i].fn)
+			continue;
+		jobs[i].mon = mon;
+		if (pthread_create(&jobs[i].th, NULL, job_main, &jobs[i]))
+			job_main(&jobs[i]);
+		else
+			jobs[i].started = true;
+	}
+	for (size_t i = 0; i < g->n; i++)
+		if (jobs[i].started)
+			pthread_join(jobs[i].th, NULL);
+}
+
+/* Log each participant's result; the first failure in group order goes to
+ * g->err and is returned. */
+static int phase_results(struct cuip_group *g, const char *name, const struct job *jobs, size_t *records,
+			 uint64_t *bytes)
+{
+	int ret = 0;
+
+	for (size_t i = 0; i < g->n; i++) {
+		struct cuip_part *p = &g->p[i];
+
+		if (!jobs[i].fn)
+			continue;
+		*records += p->records;
+		*bytes += p->bytes;
+		if (!p->status) {
+			pr_debug("%s: pid %d done (%zu records, %" PRIu64 " bytes)", name, p->pid, p->records,
+				 p->bytes);
+			continue;
+		}
+		pr_err("%s failed on pid %d: %s", name, p->pid, p->err[0] ? p->err : strerror(-p->status));
+		if (!ret) {
+			ret = p->status;
+			snprintf(g->err, sizeof(g->err), "%s failed on pid %d: %s", name, p->pid,
+				 p->err[0] ? p->err : strerror(-p->status));
+		}
+	}
+	return ret;
 }
 
 /*
  * Run `fn` for every participant `applies` selects, one thread each, and
- * wait for all of them (the barrier). Logs one line for the phase, and with
- * a meter one progress line every CUINTERPOSE_PROGRESS_MS while it runs;
- * returns the status of the first failing participant in group order.
+ * wait for all of them (the barrier). Logs one line for the phase. With a
+ * meter (a phase that moves data) a monitor watches it: progress lines
+ * every CUINTERPOSE_PROGRESS_MS, and a stall of CUINTERPOSE_STALL_TIMEOUT_MS
+ * fails it. Returns the status of the first failing participant in group
+ * order.
  */
 static int run_phase_metered(struct cuip_group *g, const char *name, step_fn fn, applies_fn applies, const void *arg,
 			     const struct meter *m)
 {
 	struct job *jobs = calloc(g->n ? g->n : 1, sizeof(*jobs));
-	struct progress pg = {.g = g, .name = name, .applies = applies, .arg = arg, .m = m};
+	struct monitor mn = {.g = g, .name = name, .applies = applies, .arg = arg, .m = m, .jobs = jobs};
 	size_t parts = 0, records = 0;
 	uint64_t bytes = 0;
 	double t0 = cuip_now(), dt;
-	bool sampling;
+	bool watched;
 	int ret = 0;
 
 	if (!jobs)
@@ -244,7 +494,6 @@ static int run_phase_metered(struct cuip_group *g, const char *name, step_fn fn,
 		free(jobs);
 		return ret;
 	}
-	sampling = progress_start(&pg);
 	for (size_t i = 0; i < g->n; i++) {
 		struct cuip_part *p = &g->p[i];
 
@@ -256,37 +505,12 @@ static int run_phase_metered(struct cuip_group *g, const char *name, step_fn fn,
 			continue;
 		jobs[i] = (struct job){.g = g, .p = p, .fn = fn, .arg = arg};
 		parts++;
-		if (pthread_create(&jobs[i].th, NULL, job_main, &jobs[i])) {
-			/* No thread: run it here; the barrier is the same. */
-			job_main(&jobs[i]);
-			continue;
-		}
-		jobs[i].started = true;
 	}
-	for (size_t i = 0; i < g->n; i++)
-		if (jobs[i].started)
-			pthread_join(jobs[i].th, NULL);
-	if (sampling)
-		progress_stop(&pg);
-	for (size_t i = 0; i < g->n; i++) {
-		struct cuip_part *p = &g->p[i];
-
-		if (!jobs[i].fn)
-			continue;
-		records += p->records;
-		bytes += p->bytes;
-		if (p->status) {
-			pr_err("%s failed on pid %d: %s", name, p->pid, p->err[0] ? p->err : strerror(-p->status));
-			if (!ret) {
-				ret = p->status;
-				snprintf(g->err, sizeof(g->err), "%s failed on pid %d: %s", name, p->pid,
-					 p->err[0] ? p->err : strerror(-p->status));
-			}
-		} else {
-			pr_debug("%s: pid %d done (%zu records, %" PRIu64 " bytes)", name, p->pid, p->records,
-				 p->bytes);
-		}
-	}
+	watched = monitor_start(&mn);
+	run_jobs(g, jobs, watched ? &mn : NULL);
+	if (watched)
+		monitor_stop(&mn);
+	ret = phase_results(g, name, jobs, &records, &bytes);
 	free(jobs);
 	dt = cuip_now() - t0;
 	if (bytes)
@@ -1167,7 +1391,7 @@ static int rebuild(struct cuip_group *g, const Cuip__Topology *const *topo, bool
 	for (size_t s = 0; !ret && s < nstages; s++) {
 		c.stage = stages[s];
 		c.unicast = stages[s] == CUIP__STAGE__STAGE_CREATORS || stages[s] == CUIP__STAGE__STAGE_IMPORTERS;
-		ret = run_phase(g, stage_name(stages[s]), step_rebuild, rebuild_applies, &c);
+		ret = run_phase_metered(g, stage_name(stages[s]), step_rebuild, rebuild_applies, &c, &replies_only);
 	}
 	c.unicast = false;
 	if (!ret)

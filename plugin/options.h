@@ -22,7 +22,8 @@ struct cuip_gpu_pair {
 struct cuip_opts {
 	unsigned lock_timeout_ms;    /* CUINTERPOSE_LOCK_TIMEOUT_MS; 0 = take CRIU's --timeout */
 	unsigned op_timeout_ms;	     /* CUINTERPOSE_OP_TIMEOUT_MS: one control request (not SAVE/LOAD) */
-	unsigned data_timeout_ms;    /* CUINTERPOSE_DATA_TIMEOUT_MS: SAVE/LOAD; 0 = no limit */
+	unsigned data_timeout_ms;    /* CUINTERPOSE_DATA_TIMEOUT_MS: SAVE/LOAD/REBUILD in all; 0 = no limit */
+	unsigned stall_timeout_ms;   /* CUINTERPOSE_STALL_TIMEOUT_MS: SAVE/LOAD/REBUILD without progress; 0 = off */
 	unsigned quiesce_timeout_ms; /* CUINTERPOSE_QUIESCE_TIMEOUT_MS: draining the API gate */
 	unsigned quiesce_retries;    /* CUINTERPOSE_QUIESCE_RETRIES: reopen and retry a timed-out QUIESCE */
 	unsigned start_wait_ms;	     /* CUINTERPOSE_START_WAIT_MS: a process inside its first cuInit at discovery */

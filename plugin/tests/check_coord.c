@@ -1,8 +1,9 @@
 /*
  * check_coord.c - the coordinator against fake participant servers (threads
- * of this test speaking the control protocol on real unix sockets): phase
- * order, barriers, stop at the first failure, rollback, bytes checks, and
- * the restore-side rebuild order.
+ * of this test speaking the control protocol on real unix sockets; a child
+ * process where the test needs the participant's own /proc/PID/io): phase
+ * order, barriers, stop at the first failure, rollback, bytes checks, the
+ * restore-side rebuild order, and the stall bound of the data phases.
  */
 #include "config.h"
 
@@ -10,10 +11,12 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -22,6 +25,7 @@
 
 #include "client.h"
 #include "coord.h"
+#include "log.h"
 #include "fixtures.h"
 #include "images.h"
 #include "importers.h"
@@ -37,6 +41,11 @@ struct fake {
 	const char *fail_on; /* request name answered with -EIO */
 	const char *delay_on;
 	unsigned delay_ms;
+	const char *hang_on;	/* request neither answered nor worked on until the connection closes */
+	const char *trickle_on; /* request that reads 256 bytes every 20 ms for trickle_ms before its answer */
+	unsigned trickle_ms;
+	int forked; /* served by a child process (its own /proc/PID/io), not a thread */
+	pid_t child;
 	int save_short;
 	int bad_extent;		/* SAVE answers an extent in a file it was not given (1), one byte short (2) */
 	int phase;		/* Cuip__Phase as an interposer would report it; 0: ACTIVE */
@@ -155,6 +164,32 @@ static void free_save(Cuip__SaveReply *sr)
 	free(sr->entries);
 }
 
+/* A participant stuck in a request: no reply, no byte moved, until the
+ * coordinator gives up and shuts the connection down. */
+static void hang_until_closed(int c)
+{
+	struct pollfd pfd = {.fd = c, .events = POLLIN};
+
+	while (poll(&pfd, 1, -1) < 0 && errno == EINTR)
+		;
+}
+
+/* A slow participant that keeps moving bytes: its rchar grows by 256
+ * bytes every 20 ms (12.5 KiB a second: 1.2 s stays within a carrier of
+ * 20497 bytes, past which LOAD's meter stops counting). */
+static void trickle(unsigned ms)
+{
+	int z = open("/dev/zero", O_RDONLY | O_CLOEXEC);
+	char buf[256];
+
+	ck_assert_int_ge(z, 0);
+	for (unsigned t = 0; t < ms; t += 20) {
+		ck_assert_int_eq(read(z, buf, sizeof(buf)), (ssize_t)sizeof(buf));
+		usleep(20000);
+	}
+	close(z);
+}
+
 static void serve(struct fake *f, int c)
 {
 	for (;;) {
@@ -178,6 +213,15 @@ static void serve(struct fake *f, int c)
 		bye = req->body_case == CUIP__REQUEST__BODY_BYE;
 		if (f->delay_on && !strcmp(f->delay_on, name))
 			usleep(f->delay_ms * 1000);
+		if (f->hang_on && !strcmp(f->hang_on, name)) {
+			hang_until_closed(c);
+			protobuf_c_message_free_unpacked(m, NULL);
+			if (fd >= 0)
+				close(fd);
+			break;
+		}
+		if (f->trickle_on && !strcmp(f->trickle_on, name))
+			trickle(f->trickle_ms);
 		/* The phase an interposer would be in (ops.c): a failed QUIESCE
 		 * reopens the gate, a failed PREPARE_UNICAST leaves it PREPARED. */
 		if (req->body_case == CUIP__REQUEST__BODY_QUIESCE && !(f->fail_on && !strcmp(f->fail_on, name)))
@@ -254,17 +298,50 @@ static void fakes_setup(void)
 	nev = 0;
 }
 
-static void fake_start(int i)
+static void fake_listen(int i)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 
-	fk[i].idx = i;
-	snprintf(fk[i].path, sizeof(fk[i].path), "%s/%d-%016llx.sock", tdir, (int)fk[i].fx.self.pid,
-		 (unsigned long long)fk[i].fx.self.id);
 	strcpy(sa.sun_path, fk[i].path);
 	fk[i].lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	ck_assert_int_eq(bind(fk[i].lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	ck_assert_int_eq(listen(fk[i].lfd, 8), 0);
+}
+
+/* The fake in a child process, which dies with the test. It listens itself:
+ * the coordinator checks who serves the socket (SO_PEERCRED). */
+static void fake_fork(int i)
+{
+	int ready[2];
+	char c;
+
+	ck_assert_int_eq(pipe(ready), 0);
+	fk[i].child = fork();
+	ck_assert_int_ge(fk[i].child, 0);
+	if (fk[i].child == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		fake_listen(i);
+		if (write(ready[1], "", 1) != 1)
+			_exit(1);
+		fake_main(&fk[i]);
+		_exit(0);
+	}
+	close(ready[1]);
+	ck_assert_int_eq(read(ready[0], &c, 1), 1);
+	close(ready[0]);
+	fk[i].lfd = -1;
+}
+
+static void fake_start(int i)
+{
+	fk[i].idx = i;
+	snprintf(fk[i].path, sizeof(fk[i].path), "%s/%d-%016llx.sock", tdir, (int)fk[i].fx.self.pid,
+		 (unsigned long long)fk[i].fx.self.id);
+	if (fk[i].forked) {
+		fake_fork(i);
+		return;
+	}
+	fake_listen(i);
 	ck_assert_int_eq(pthread_create(&fk[i].th, NULL, fake_main, &fk[i]), 0);
 }
 
@@ -272,6 +349,10 @@ static void fakes_teardown(void)
 {
 	char cmd[128];
 	for (int i = 0; i < NFAKE; i++) {
+		if (fk[i].child > 0) {
+			kill(fk[i].child, SIGKILL);
+			waitpid(fk[i].child, NULL, 0);
+		}
 		if (!fk[i].th)
 			continue;
 		shutdown(fk[i].lfd, SHUT_RDWR);
@@ -309,7 +390,7 @@ static void group_of(int n)
 	g.n = (size_t)n;
 	g.p = calloc((size_t)n, sizeof(*g.p));
 	for (int i = 0; i < n; i++) {
-		g.p[i].pid = getpid();
+		g.p[i].pid = fk[i].forked ? fk[i].child : getpid();
 		g.p[i].vpid = (pid_t)fk[i].fx.self.pid;
 		g.p[i].fd = -1;
 		strcpy(g.p[i].sock, fk[i].path);
@@ -568,6 +649,156 @@ START_TEST(an_importer_outside_the_group_refuses_the_dump)
 }
 END_TEST
 
+/* ---- the stall bound of the data phases ----------------------------------- */
+
+/* How long the phase named `timed` took, from its start to its barrier. */
+static const char *timed;
+static double timed_t0, timed_s = -1;
+
+static int time_phase(struct cuip_group *grp, const char *phase, bool after, int status)
+{
+	(void)grp;
+	(void)status;
+	if (strcmp(phase, timed))
+		return 0;
+	if (!after)
+		timed_t0 = cuip_now();
+	else
+		timed_s = cuip_now() - timed_t0;
+	return 0;
+}
+
+/* Dump group_of(n) (the creator's carrier is 3 * 4096 + 17 + 8192 bytes),
+ * read its images back and set up the restore: every log cleared, PHASE
+ * timed, the stall bound at STALL_MS. */
+#define STALL_MS 300
+#define CARRIED	 "20497"
+static void dumped_for_restore(int n, struct cuip_ckpt *c, const char *phase)
+{
+	char err[256];
+
+	group_of(n);
+	ck_assert_msg(cuip_group_dump(&g) == 0, "%s", g.err);
+	ck_assert_int_eq(cuip_images_read(g.imgdir, c, err, sizeof(err)), 0);
+	for (int i = 0; i < n; i++)
+		fk[i].nlog = 0;
+	nev = 0;
+	opts.stall_timeout_ms = STALL_MS;
+	timed = phase;
+	timed_s = -1;
+	g.on_phase = time_phase;
+}
+
+START_TEST(the_stall_bound_defaults_to_a_minute_and_refuses_a_bad_value)
+{
+	struct cuip_opts o;
+	char err[256];
+
+	unsetenv("CUINTERPOSE_STALL_TIMEOUT_MS");
+	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), 0);
+	ck_assert_uint_eq(o.stall_timeout_ms, 60000);
+	ck_assert_uint_eq(o.data_timeout_ms, 0); /* the total stays unbounded */
+	setenv("CUINTERPOSE_STALL_TIMEOUT_MS", "0", 1);
+	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), 0);
+	ck_assert_uint_eq(o.stall_timeout_ms, 0);
+	setenv("CUINTERPOSE_STALL_TIMEOUT_MS", "a while", 1);
+	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "CUINTERPOSE_STALL_TIMEOUT_MS=\"a while\": want a number"), "%s", err);
+	unsetenv("CUINTERPOSE_STALL_TIMEOUT_MS");
+}
+END_TEST
+
+/* The creator (a child process: the coordinator reads its /proc/PID/io)
+ * takes LOAD and then neither answers nor reads a byte. */
+START_TEST(a_load_that_stops_moving_bytes_fails_within_the_stall_bound)
+{
+	struct cuip_ckpt c;
+	char want[128];
+
+	fk[0].forked = 1;
+	fk[0].hang_on = "LOAD";
+	dumped_for_restore(2, &c, "LOAD");
+	opts.progress_ms = 0; /* the watchdog does not need the progress lines */
+	ck_assert_int_eq(cuip_group_rebuild(&g, (const Cuip__Topology *const *)c.topo), -ETIMEDOUT);
+	snprintf(want, sizeof(want), "LOAD failed on pid %d: no progress for 0.3 s in LOAD (", (int)fk[0].child);
+	ck_assert_msg(strstr(g.err, want), "%s", g.err);
+	ck_assert_msg(strstr(g.err, " of " CARRIED " bytes moved)"), "%s", g.err);
+	ck_assert_msg(timed_s >= STALL_MS / 1000.0 && timed_s < STALL_MS / 1000.0 + 2.0, "LOAD took %.3f s", timed_s);
+	ck_assert_int_lt(ev_first(-1, "REQ REBUILD1"), 0); /* nothing after the failed phase */
+	cuip_images_free(&c);
+	group_done();
+}
+END_TEST
+
+/* The same creator reads on through four stall bounds before it answers:
+ * slow, not stalled. */
+START_TEST(a_slow_load_that_keeps_moving_bytes_is_not_failed)
+{
+	struct cuip_ckpt c;
+
+	fk[0].forked = 1;
+	fk[0].trickle_on = "LOAD";
+	fk[0].trickle_ms = 4 * STALL_MS;
+	dumped_for_restore(2, &c, "LOAD");
+	opts.progress_ms = 50; /* progress lines and the watchdog together */
+	ck_assert_msg(cuip_group_rebuild(&g, (const Cuip__Topology *const *)c.topo) == 0, "%s", g.err);
+	ck_assert_msg(timed_s >= 4 * STALL_MS / 1000.0, "LOAD took %.3f s", timed_s);
+	ck_assert_int_ge(ev_first(1, "REP RESUME"), 0);
+	cuip_images_free(&c);
+	group_done();
+}
+END_TEST
+
+/* REBUILD has no byte count: the bound applies to its replies. */
+START_TEST(a_rebuild_without_a_reply_fails_within_the_stall_bound)
+{
+	struct cuip_ckpt c;
+	char want[128];
+
+	dumped_for_restore(3, &c, "REBUILD_CREATORS");
+	fk[1].hang_on = "REBUILD1";
+	ck_assert_int_eq(cuip_group_rebuild(&g, (const Cuip__Topology *const *)c.topo), -ETIMEDOUT);
+	snprintf(want, sizeof(want),
+		 "REBUILD_CREATORS failed on pid %d: no progress for 0.3 s in REBUILD_CREATORS (no reply)",
+		 (int)getpid());
+	ck_assert_msg(strstr(g.err, want), "%s", g.err);
+	ck_assert_msg(timed_s >= STALL_MS / 1000.0 && timed_s < STALL_MS / 1000.0 + 2.0, "took %.3f s", timed_s);
+	/* the others answered and only the silent one failed */
+	ck_assert_int_ge(ev_first(0, "REP REBUILD1"), 0);
+	ck_assert_int_ge(ev_first(2, "REP REBUILD1"), 0);
+	ck_assert_int_lt(ev_first(-1, "REQ REBUILD2"), 0);
+	fk[1].hang_on = NULL;
+	cuip_images_free(&c);
+	group_done();
+}
+END_TEST
+
+/* At dump, a SAVE that stalls is a failed SAVE: rolled back, every gate
+ * reopened, nothing torn down. */
+START_TEST(a_save_that_stops_moving_bytes_fails_and_rolls_the_dump_back)
+{
+	char want[160];
+
+	group_of(3);
+	opts.stall_timeout_ms = STALL_MS;
+	timed = "SAVE";
+	timed_s = -1;
+	g.on_phase = time_phase;
+	fk[0].hang_on = "SAVE";
+	ck_assert_int_eq(cuip_group_dump(&g), -ETIMEDOUT);
+	snprintf(want, sizeof(want),
+		 "SAVE failed on pid %d: no progress for 0.3 s in SAVE (0 of " CARRIED " bytes moved)", (int)getpid());
+	ck_assert_msg(strstr(g.err, want), "%s", g.err);
+	ck_assert_msg(timed_s >= STALL_MS / 1000.0 && timed_s < STALL_MS / 1000.0 + 2.0, "SAVE took %.3f s", timed_s);
+	ck_assert_int_lt(ev_first(-1, "REQ PREPARE_UNICAST"), 0);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_gt(ev_last(i, "REQ RESUME"), ev_first(0, "REQ SAVE"));
+	ck_assert(!g.rollback_failed);
+	fk[0].hang_on = NULL;
+	group_done();
+}
+END_TEST
+
 Suite *coord_suite(void);
 
 Suite *coord_suite(void)
@@ -588,6 +819,16 @@ Suite *coord_suite(void)
 	tcase_add_test(t, preflight_refusal_changes_nothing);
 	tcase_add_test(t, an_importer_outside_the_group_refuses_the_dump);
 	tcase_add_test(t, restore_rebuilds_creators_before_importers_then_verifies_and_resumes);
+	suite_add_tcase(s, t);
+
+	t = tcase_create("stall bound");
+	tcase_set_timeout(t, 30);
+	tcase_add_checked_fixture(t, fakes_setup, fakes_teardown);
+	tcase_add_test(t, the_stall_bound_defaults_to_a_minute_and_refuses_a_bad_value);
+	tcase_add_test(t, a_load_that_stops_moving_bytes_fails_within_the_stall_bound);
+	tcase_add_test(t, a_slow_load_that_keeps_moving_bytes_is_not_failed);
+	tcase_add_test(t, a_rebuild_without_a_reply_fails_within_the_stall_bound);
+	tcase_add_test(t, a_save_that_stops_moving_bytes_fails_and_rolls_the_dump_back);
 	suite_add_tcase(s, t);
 	return s;
 }

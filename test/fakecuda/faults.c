@@ -9,7 +9,15 @@
  * <dir>/any) and, when that file changed (inode, size or mtime), reloads
  * its content in the FAKECUDA_FAIL syntax, counting calls from the reload.
  * A missing file disarms. file_mu serializes the reload and the check.
+ *
+ * HANG in place of the result makes that call never return (a device copy
+ * that never completes: cuStreamSynchronize:1:HANG). Armed by file, it
+ * first creates <dir>/hung.<pid> and says nothing on stderr: a restored
+ * process's stderr is often a file whose size CRIU checks at the next
+ * restore of the same images.
  */
+#include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +32,7 @@ static struct fault {
 	char api[64];
 	long n;
 	CUresult result;
+	bool hang; /* HANG: the call never returns */
 	atomic_long calls;
 } faults[MAX_FAULTS];
 static int nfaults;
@@ -54,7 +63,8 @@ static void parse_spec(const char *s, struct fault *tab, int *out)
 			f->n = strtol(c1 + 1, NULL, 10);
 			f->result = CUDA_ERROR_UNKNOWN;
 			c2 = memchr(c1 + 1, ':', (size_t)(end - c1 - 1));
-			if (c2 && fk_err_from_name(c2 + 1, (size_t)(end - c2 - 1), &f->result) < 0)
+			f->hang = c2 && end - c2 - 1 == 4 && !memcmp(c2 + 1, "HANG", 4);
+			if (c2 && !f->hang && fk_err_from_name(c2 + 1, (size_t)(end - c2 - 1), &f->result) < 0)
 				fprintf(stderr,
 					"fakecuda: FAKECUDA_FAIL: unknown CUresult '%.*s', using CUDA_ERROR_UNKNOWN\n",
 					(int)(end - c2 - 1), c2 + 1);
@@ -110,22 +120,52 @@ void faults_init(void)
 	pthread_once(&once, parse);
 }
 
+/* An injected hang: this call never returns (the process ends by a signal). */
+static void hang(const char *api)
+{
+	char path[4096];
+	int fd;
+
+	if (fail_dir) {
+		snprintf(path, sizeof(path), "%s/hung.%d", fail_dir, (int)getpid());
+		fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (fd >= 0) {
+			dprintf(fd, "%s\n", api);
+			close(fd);
+		}
+	} else {
+		fprintf(stderr, "fakecuda: pid %d: %s hangs (injected, FAKECUDA_FAIL)\n", (int)getpid(), api);
+	}
+	for (;;)
+		pause();
+}
+
 CUresult faults_check(const char *api)
 {
 	CUresult r = CUDA_SUCCESS;
+	bool hung = false;
 
-	for (int i = 0; i < nfaults; i++)
-		if (!strcmp(faults[i].api, api) && atomic_fetch_add(&faults[i].calls, 1) + 1 == faults[i].n)
-			return faults[i].result;
+	for (int i = 0; i < nfaults; i++) {
+		if (strcmp(faults[i].api, api) || atomic_fetch_add(&faults[i].calls, 1) + 1 != faults[i].n)
+			continue;
+		if (faults[i].hang)
+			hang(api);
+		return faults[i].result;
+	}
 	if (!fail_dir)
 		return CUDA_SUCCESS;
 	pthread_mutex_lock(&file_mu);
 	file_reload();
-	for (int i = 0; i < nfile && r == CUDA_SUCCESS; i++)
-		if (!strcmp(file_faults[i].api, api) &&
-		    atomic_fetch_add(&file_faults[i].calls, 1) + 1 == file_faults[i].n)
-			r = file_faults[i].result;
+	for (int i = 0; i < nfile && r == CUDA_SUCCESS && !hung; i++) {
+		if (strcmp(file_faults[i].api, api) ||
+		    atomic_fetch_add(&file_faults[i].calls, 1) + 1 != file_faults[i].n)
+			continue;
+		r = file_faults[i].result;
+		hung = file_faults[i].hang;
+	}
 	pthread_mutex_unlock(&file_mu);
+	if (hung)
+		hang(api);
 	if (r != CUDA_SUCCESS)
 		fprintf(stderr, "fakecuda: pid %d: injected failure of %s (FAKECUDA_FAIL_DIR)\n", (int)getpid(), api);
 	return r;
