@@ -576,7 +576,6 @@ static int check_ordinary(char *err, size_t errlen)
 static int pause_group(pid_t root)
 {
 	int (*add_inv)(const char *) = (int (*)(const char *))criu_sym("add_inventory_plugin");
-	void (*interrupt_only)(void) = (void (*)(void))criu_sym("set_compel_interrupt_only_mode");
 	char err[1024] = "";
 	double t0 = cuip_now();
 	pid_t *tree;
@@ -644,11 +643,6 @@ static int pause_group(pid_t root)
 	}
 	if (add_inv && add_inv(PLUGIN_NAME))
 		pr_warn("cannot record the plugin in CRIU's inventory; restore will not insist on it");
-	/* Frozen cgroups would keep the restore threads from running. */
-	if (interrupt_only)
-		interrupt_only();
-	else
-		pr_warn("set_compel_interrupt_only_mode not found in criu: do not use --freeze-cgroup");
 
 	pr_info("dump of tree %d: %zu processes, %zu participants, %zu CUDA processes, %zu with the interposer but "
 		"no CUDA",
@@ -971,6 +965,24 @@ static int cuip_resume_devices_late(int pid)
 
 /* ---- init / fini -------------------------------------------------------- */
 
+/*
+ * Have CRIU seize the tree by interrupting each task even with
+ * --freeze-cgroup (it thaws a frozen cgroup first): a frozen cgroup would
+ * keep the CUDA restore threads and the interposer's threads from running.
+ * At init, as upstream cuda_plugin does: CRIU 4.2 chooses between freezing
+ * and interrupting before it calls PAUSE_DEVICES (4.1 chose after), so a
+ * choice made there came too late and a --freeze-cgroup dump failed.
+ */
+static void seize_by_interrupt(void)
+{
+	void (*interrupt_only)(void) = (void (*)(void))criu_sym("set_compel_interrupt_only_mode");
+
+	if (interrupt_only)
+		interrupt_only();
+	else
+		pr_warn("set_compel_interrupt_only_mode not found in criu: do not use --freeze-cgroup");
+}
+
 static int cuip_init(int stage)
 {
 	char err[512];
@@ -1008,6 +1020,8 @@ static int cuip_init(int stage)
 			S.disabled = true;
 		}
 	}
+	if (stage == CR_PLUGIN_STAGE__DUMP)
+		seize_by_interrupt();
 	pr_debug("initialized for stage %d", stage);
 	return 0;
 }
