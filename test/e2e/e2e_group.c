@@ -30,6 +30,13 @@
  *
  * --private: no shared allocations at all (private memory only).
  * E2E_PRIVATE_MB=N: the private cuMemAlloc is N MiB (benchmarks).
+ * E2E_SMALL=N: rank 0 also holds N private and N shared allocations of one
+ * granule each (thousands of carrier items: runs of hundreds of copies per
+ * staging buffer), mapped side by side in one reservation per kind; every
+ * other rank imports and maps each shared one. verify checks each one's
+ * words (its own id first: one restored in another's place shows) and that
+ * its address still names it; write R G also puts G into word 1 of every
+ * small shared allocation, through rank R's mappings.
  * --raw: an extra child without the interposer exports an allocation whose
  * raw driver FD rank 1 imports (the interposer counts a raw import).
  */
@@ -66,6 +73,9 @@ static CUdeviceptr priv_va, vmm_va, raw_va;
 static CUmemGenericAllocationHandle vmm_handle, raw_handle;
 static int nfresh;
 static int nshared = NSHARED; /* 0 with --private */
+static unsigned nsmall;	      /* E2E_SMALL */
+static size_t gran;
+static CUdeviceptr small_priv, small_sh; /* reservations: allocation j at base + j * gran */
 
 static int create_shared(uint64_t size, unsigned k, int idx, int *tk)
 {
@@ -139,6 +149,118 @@ static int setup_shared(void)
 	return 0;
 }
 
+/* Word i of small allocation id (private j: j, shared j: nsmall + j): the id
+ * first, the generation second (shared ones: write R G), a mix after. */
+struct small_key {
+	uint32_t id, gen;
+};
+
+static uint32_t small_word(uint64_t i, const void *arg)
+{
+	const struct small_key *k = arg;
+
+	if (i == 0)
+		return 0x5a000000u | k->id;
+	if (i == 1)
+		return k->gen;
+	return k->id * 2654435761u ^ (uint32_t)i * 40503u;
+}
+
+static int map_at(CUmemGenericAllocationHandle h, CUdeviceptr va)
+{
+	CUmemAccessDesc ad = {{CU_MEM_LOCATION_TYPE_DEVICE, dev}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+
+	WL_CK(cuMemMap(va, gran, 0, h, 0));
+	WL_CK(cuMemSetAccess(va, gran, &ad, 1));
+	WL_CK(cuMemRelease(h)); /* the mapping keeps it */
+	return 0;
+}
+
+/* One small allocation of rank 0, made, mapped at va and filled; *fd its
+ * export (shared) or -1. */
+static int create_small(CUdeviceptr va, uint32_t id, int shared, int *fd)
+{
+	CUmemAllocationProp p = wl_prop(dev, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	struct small_key key = {id, 0};
+	CUmemGenericAllocationHandle h;
+
+	*fd = -1;
+	WL_CK(cuMemCreate(&h, gran, &p, 0));
+	if (shared && wl_export(h, fd))
+		return -1;
+	if (map_at(h, va))
+		return -1;
+	return wl_fill_words(va, gran / 4, small_word, &key);
+}
+
+/* E2E_SMALL: rank 0 makes them and sends each shared one to every rank
+ * (closing its export FD once sent: the importers' handles keep it). */
+static int setup_small(void)
+{
+	CUmemAllocationProp p = wl_prop(dev, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+
+	WL_CK(cuMemGetAllocationGranularity(&gran, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	WL_CK(cuMemAddressReserve(&small_sh, gran * nsmall, 0, 0, 0));
+	if (wl_rank == 0)
+		WL_CK(cuMemAddressReserve(&small_priv, gran * nsmall, 0, 0, 0));
+	for (unsigned j = 0; j < nsmall; j++) {
+		CUmemGenericAllocationHandle h;
+		uint64_t tag;
+		int fd;
+
+		if (wl_rank) {
+			fd = wl_recv_fd(peer[0], &tag, sizeof(tag));
+			if (fd < 0)
+				return -1;
+			if (tag != j)
+				return wl_fail("small shared %u came as %llu", j, (unsigned long long)tag);
+			if (wl_import(fd, &h) || map_at(h, small_sh + gran * j))
+				return -1;
+			close(fd);
+			continue;
+		}
+		if (create_small(small_priv + gran * j, j, 0, &fd) ||
+		    create_small(small_sh + gran * j, nsmall + j, 1, &fd))
+			return -1;
+		for (int r = 1; r < nprocs; r++)
+			if (wl_send(peer[r], &(uint64_t){j}, sizeof(uint64_t), fd))
+				return -1;
+		close(fd);
+	}
+	return 0;
+}
+
+/* Every small allocation still has its words (shared ones generation gen)
+ * at its address, and the address still names a live allocation. */
+static int verify_small(unsigned gen)
+{
+	for (unsigned j = 0; j < nsmall; j++) {
+		for (int shared = wl_rank == 0 ? 0 : 1; shared < 2; shared++) {
+			CUdeviceptr va = (shared ? small_sh : small_priv) + gran * j;
+			struct small_key key = {shared ? nsmall + j : j, shared ? gen : 0};
+			CUmemGenericAllocationHandle h;
+			char what[48];
+
+			snprintf(what, sizeof(what), "small %s[%u]", shared ? "shared" : "private", j);
+			if (wl_check_words(va, gran / 4, small_word, &key, what))
+				return -1;
+			WL_CK(cuMemRetainAllocationHandle(&h, (void *)(uintptr_t)va));
+			WL_CK(cuMemRelease(h));
+		}
+	}
+	return 0;
+}
+
+/* write R G, small part: G into word 1 of every small shared allocation. */
+static int write_small(unsigned gen)
+{
+	uint32_t g = gen;
+
+	for (unsigned j = 0; j < nsmall; j++)
+		WL_CK(cuMemcpyHtoD(small_sh + gran * j + 4, &g, sizeof(g)));
+	return 0;
+}
+
 /* The raw exporter: runs without the interposer, hands rank 1 a driver FD. */
 static int raw_helper(int sock)
 {
@@ -187,9 +309,14 @@ static int do_verify(unsigned gen, char *out, size_t len)
 	for (int f = 0; f < nfresh; f++)
 		if (wl_check_pattern(sh_va[NSHARED + f], 2 * MIB, 50 + (unsigned)f, 0, 0, "fresh"))
 			return -1;
+	if (verify_small(gen))
+		return -1;
 	snprintf(out, len, "ok %#llx %#llx %#llx %#llx %#llx", (unsigned long long)sh_va[0],
 		 (unsigned long long)sh_va[1], (unsigned long long)sh_va[2], (unsigned long long)priv_va,
 		 (unsigned long long)vmm_va);
+	if (nsmall)
+		snprintf(out + strlen(out), len - strlen(out), " small %u x %zu at %#llx %#llx", nsmall, gran,
+			 (unsigned long long)small_priv, (unsigned long long)small_sh);
 	return 0;
 }
 
@@ -255,7 +382,7 @@ static int command(const char *verb, unsigned a, unsigned b, char *out, size_t l
 	if (!strcmp(verb, "verify"))
 		return do_verify(a, out, len);
 	if (!strcmp(verb, "write"))
-		return (int)a == wl_rank ? wl_put_pattern(sh_va[0], WRITE_LEN, 0, b) : 0;
+		return (int)a == wl_rank && (wl_put_pattern(sh_va[0], WRITE_LEN, 0, b) || write_small(b)) ? -1 : 0;
 	if (!strcmp(verb, "fresh"))
 		return do_fresh();
 	if (!strcmp(verb, "reimport"))
@@ -277,6 +404,8 @@ int main(int argc, char **argv)
 		nshared = 0;
 	if (getenv("E2E_PRIVATE_MB") && atoi(getenv("E2E_PRIVATE_MB")) > 0)
 		private_size = (uint64_t)atoi(getenv("E2E_PRIVATE_MB")) * MIB;
+	if (getenv("E2E_SMALL") && atoi(getenv("E2E_SMALL")) > 0)
+		nsmall = (unsigned)atoi(getenv("E2E_SMALL"));
 
 	if (argc >= 3 && !strcmp(argv[1], "--raw-helper"))
 		return raw_helper(atoi(argv[2])) ? (fprintf(stderr, "raw helper: %s\n", wl_why), 1) : 0;
@@ -300,7 +429,7 @@ int main(int argc, char **argv)
 		execl("/proc/self/exe", argv[0], "--raw-helper", fdarg, (char *)NULL);
 		_exit(127);
 	}
-	if (setup_cuda() || setup_shared())
+	if (setup_cuda() || setup_shared() || (nsmall && setup_small()))
 		return wl_failed(wl_prog);
 	if (raw && wl_rank == 1) {
 		uint64_t tag;

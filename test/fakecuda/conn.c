@@ -5,7 +5,7 @@
  * devd hands over at HELLO, and the queue of one-way messages.
  *
  * G.conn_lock serializes messages and protects the queue; it nests inside
- * G.lock (the worker kick, q_lock, comes after it is released).  A request waits for its
+ * G.lock (the worker kick comes after it is released).  A request waits for its
  * response; a one-way message does not, and devd processes it before any
  * later message of this connection.  The restore thread uses
  * conn_rpc_unlocked on a descriptor of its own making, and flushes the queue

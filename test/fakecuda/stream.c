@@ -4,19 +4,37 @@
  * One executor at a time runs queued work in FIFO order, which is
  * a legal (stricter) schedule for any set of streams: per-stream order holds,
  * legacy default-stream barriers hold, and cuStreamWaitEvent is satisfied by
- * construction.  Device work is "in flight" until the worker has run it; the
+ * construction.  Device work is "in flight" until an executor has run it; the
  * checkpoint lock waits for the queue to drain (stream_idle).
  *
- * The executor is the worker thread, or a thread waiting for the work (see
- * stream_sync_seq).
+ * The executor is the worker thread, or a thread that waits for the work
+ * (stream_sync_seq) or for room in the full ring (stream_enqueue): a device
+ * makes progress whatever the process's threads do, and during a restore
+ * CRIU keeps every thread stopped but the driver's restore thread and the
+ * interposer's, whose LOAD queues thousands of copies (issue 32).  So no
+ * caller ever waits for the worker: it waits only for an item that another
+ * running executor has taken, or runs the oldest one itself.
+ *
+ * The worker sleeps on a futex word (q_kick), never on a condition variable
+ * that callers share: glibc's broadcast waits for the waiters it woke to
+ * leave their group before it can wake newer ones, and a worker stopped
+ * inside its wait never leaves, so every later broadcast with another waiter
+ * would hang (seen: a LOAD thread in run()'s broadcast, blocked on the
+ * stopped worker's reference in the condition variable it then slept on).
+ * A futex wake never waits.
  *
  * q_lock protects the ring and exec_busy; enq_seq/done_seq are atomics
- * readable without it.
- * Execution takes G.lock per work item (never across a kernel's delay).
+ * readable without it.  q_done (under q_lock) has callers as waiters, never
+ * the worker.
+ * Execution takes G.lock per work item (never across a kernel's delay); the
+ * order is G.lock -> q_lock, so an executor drops q_lock before run().
  */
+#include <assert.h>
 #include <errno.h>
+#include <linux/futex.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,13 +43,17 @@
 #define QCAP 1024
 
 static pthread_mutex_t q_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t q_work = PTHREAD_COND_INITIALIZER;
-static pthread_cond_t q_done = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t q_done = PTHREAD_COND_INITIALIZER; /* an item finished */
 static struct fk_op ring[QCAP];
 static uint64_t ring_head; /* next to run */
 static atomic_uint_fast64_t enq_seq, done_seq;
 static uint64_t default_last;
 static int exec_busy; /* an item is being executed (q_lock) */
+/* The worker's wakeups: q_kick changes whenever it may have something to do
+ * (an item queued or finished, a one-way message queued); worker_idle says
+ * it sleeps, or is about to, so that a kick without it costs no system call. */
+static atomic_uint q_kick;
+static atomic_int worker_idle;
 
 /*
  * Take the next queued item if nobody is executing one (q_lock held). One
@@ -79,61 +101,88 @@ static void run(struct fk_op *op, uint64_t seq)
 	pthread_mutex_lock(&q_lock);
 	exec_busy = 0;
 	atomic_store(&done_seq, seq);
-	pthread_cond_broadcast(&q_done);
-	pthread_cond_broadcast(&q_work); /* space for blocked producers, next item */
+	pthread_cond_broadcast(&q_done); /* waiters for it, producers for room */
 	pthread_mutex_unlock(&q_lock);
+	stream_kick(); /* the next item */
 }
 
 /*
- * Idle, the worker also sends the connection's queue of one-way messages
- * once its oldest record is FAKECUDA_FLUSH_US old (1 ms; conn.c), so that devd sees a
- * release soon without one wakeup per message.  q_lock held.
+ * Move the queue on by one item (q_lock held, G.lock not): run the oldest
+ * one here if no executor has it, else wait until that one is done.  Never
+ * waits for the worker (see the top of the file).
  */
-static void idle_wait(void)
+static void advance(void)
+{
+	struct fk_op op;
+	uint64_t seq;
+
+	if (take(&op, &seq)) {
+		pthread_mutex_unlock(&q_lock);
+		run(&op, seq);
+		pthread_mutex_lock(&q_lock);
+	} else {
+		assert(exec_busy); /* the ring is not empty: somebody runs its head */
+		pthread_cond_wait(&q_done, &q_lock);
+	}
+}
+
+void stream_kick(void)
+{
+	atomic_fetch_add(&q_kick, 1);
+	if (atomic_load(&worker_idle))
+		syscall(SYS_futex, &q_kick, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+/*
+ * The worker's sleep until q_kick moves from `kick` (read before it last
+ * looked at the ring), or until the one-way message queue is due: idle, it
+ * also sends the connection's queue once its oldest record is
+ * FAKECUDA_FLUSH_US old (1 ms; conn.c), so that devd sees a release soon
+ * without one wakeup per message.  No lock held.
+ *
+ * worker_idle is set before the futex compares q_kick and stream_kick bumps
+ * q_kick before it reads worker_idle (both sequentially consistent): either
+ * the futex sees the new value or the kicker sees the sleeper.
+ */
+static void idle_wait(unsigned int kick)
 {
 	int64_t due = conn_flush_due(), now;
 	struct timespec ts;
 
-	if (!due) {
-		pthread_cond_wait(&q_work, &q_lock);
-		return;
-	}
-	now = fk_now_ns();
-	if (now >= due) {
-		pthread_mutex_unlock(&q_lock);
-		if (conn_flush_async() == 0) {
-			pthread_mutex_lock(&q_lock);
-			return;
+	if (due) {
+		now = fk_now_ns();
+		if (now >= due) {
+			if (conn_flush_async() == 0)
+				return;
+			due = now + 1000000; /* the gate is closed: the lock flushed; look again later */
 		}
-		pthread_mutex_lock(&q_lock);
-		due = now + 1000000; /* the gate is closed: the lock flushed; look again later */
+		ts.tv_sec = (time_t)(due / 1000000000);
+		ts.tv_nsec = (long)(due % 1000000000);
 	}
-	ts.tv_sec = (time_t)(due / 1000000000);
-	ts.tv_nsec = (long)(due % 1000000000);
-	pthread_cond_clockwait(&q_work, &q_lock, CLOCK_MONOTONIC, &ts);
+	atomic_store(&worker_idle, 1);
+	/* absolute CLOCK_MONOTONIC deadline (FUTEX_WAIT_BITSET), none when nothing is due */
+	syscall(SYS_futex, &q_kick, FUTEX_WAIT_BITSET_PRIVATE, kick, due ? &ts : NULL, NULL, FUTEX_BITSET_MATCH_ANY);
+	atomic_store(&worker_idle, 0);
 }
 
 static void *worker(void *arg)
 {
 	pthread_setname_np(pthread_self(), "fakecuda-work");
 	for (;;) {
+		unsigned int kick = atomic_load(&q_kick);
 		struct fk_op op;
 		uint64_t seq;
+		int got;
 
 		pthread_mutex_lock(&q_lock);
-		while (!take(&op, &seq))
-			idle_wait();
+		got = take(&op, &seq);
 		pthread_mutex_unlock(&q_lock);
-		run(&op, seq);
+		if (got)
+			run(&op, seq);
+		else
+			idle_wait(kick);
 	}
 	return NULL;
-}
-
-void stream_kick(void)
-{
-	pthread_mutex_lock(&q_lock);
-	pthread_cond_broadcast(&q_work);
-	pthread_mutex_unlock(&q_lock);
 }
 
 void stream_init(void)
@@ -189,10 +238,11 @@ CUresult stream_enqueue(struct fk_op *op, struct fk_stream *s)
 	op->stream = s;
 	pthread_mutex_lock(&q_lock);
 	while (atomic_load(&enq_seq) - ring_head >= QCAP) {
-		/* Full: the worker needs G.lock to make room, so wait without it. */
+		/* Full: make room as a waiter does (advance), without G.lock,
+		 * which run() takes; the caller's state is rechecked after. */
 		UNLOCK();
 		while (atomic_load(&enq_seq) - ring_head >= QCAP)
-			pthread_cond_wait(&q_work, &q_lock);
+			advance();
 		pthread_mutex_unlock(&q_lock);
 		LOCK();
 		pthread_mutex_lock(&q_lock);
@@ -206,8 +256,8 @@ CUresult stream_enqueue(struct fk_op *op, struct fk_stream *s)
 		default_last = seq;
 	if (op->event)
 		op->event->rec_seq = seq;
-	pthread_cond_broadcast(&q_work);
 	pthread_mutex_unlock(&q_lock);
+	stream_kick();
 	return CUDA_SUCCESS;
 }
 
@@ -216,25 +266,13 @@ CUresult stream_sync_seq(uint64_t seq)
 	CUresult r;
 
 	/*
-	 * A waiter runs queued work itself when the worker has not taken it:
-	 * a device makes progress whatever the process's threads do, and while
-	 * CRIU keeps every thread but a few stopped (the restore thread, the
-	 * interposer's), the stopped worker must not stall them. The worker is
-	 * never stopped mid-item: checkpoint locks only an idle device.
+	 * A waiter runs queued work itself when no executor has taken it
+	 * (advance; why: the top of the file).  The worker is never stopped
+	 * mid-item: checkpoint locks only an idle device.
 	 */
 	pthread_mutex_lock(&q_lock);
-	while (atomic_load(&done_seq) < seq) {
-		struct fk_op op;
-		uint64_t taken;
-
-		if (take(&op, &taken)) {
-			pthread_mutex_unlock(&q_lock);
-			run(&op, taken);
-			pthread_mutex_lock(&q_lock);
-		} else {
-			pthread_cond_wait(&q_done, &q_lock);
-		}
-	}
+	while (atomic_load(&done_seq) < seq)
+		advance();
 	pthread_mutex_unlock(&q_lock);
 	LOCK();
 	r = G.sticky;

@@ -3,11 +3,15 @@
  * linear memory and copies, kernels, cuGetProcAddress, error names and fault
  * injection.  One process per test (Check's fork mode), one devd per case.
  */
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -407,6 +411,140 @@ START_TEST(streams_run_in_order_and_events_time_them)
 }
 END_TEST
 
+/* The tid of this process's thread named comm, or -1. */
+static pid_t thread_named(const char *comm)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	pid_t tid = -1;
+
+	ck_assert_ptr_nonnull(d);
+	while (tid < 0 && (e = readdir(d))) {
+		char path[sizeof(e->d_name) + 32], name[32] = "";
+		FILE *f;
+
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		f = fopen(path, "r");
+		if (f && fgets(name, sizeof(name), f) && !strncmp(name, comm, strlen(comm)) &&
+		    name[strlen(comm)] == '\n')
+			tid = atoi(e->d_name);
+		if (f)
+			fclose(f);
+	}
+	closedir(d);
+	return tid;
+}
+
+/* The state letter of thread tid of this process ('t': ptrace-stopped). */
+static char thread_state(pid_t tid)
+{
+	char path[64], buf[256], *p;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+	f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_ptr_nonnull(fgets(buf, sizeof(buf), f));
+	fclose(f);
+	p = strrchr(buf, ')');
+	ck_assert_ptr_nonnull(p);
+	return p[2];
+}
+
+/* The child: stops thread *arg of its parent as CRIU does (ptrace), says so,
+ * and holds it until the parent is done (its exit detaches). */
+static int stop_thread(void *arg, int sock)
+{
+	pid_t tid = *(pid_t *)arg;
+	char c = 0;
+	int st;
+
+	if (ptrace(PTRACE_SEIZE, tid, NULL, NULL) || ptrace(PTRACE_INTERRUPT, tid, NULL, NULL) ||
+	    waitpid(tid, &st, __WALL) != tid || !WIFSTOPPED(st))
+		return 1;
+	if (h_send(sock, "s", 1))
+		return 1;
+	h_recv(sock, &c, 1);
+	return 0;
+}
+
+#define STOPPED_COPIES 1500 /* per thread: two threads queue more than the ring's 1,024 */
+
+struct producer {
+	CUcontext ctx;
+	CUdeviceptr dst;
+	uint64_t src[STOPPED_COPIES]; /* read when a copy runs */
+	CUresult r;
+};
+
+/* One copy of 8 bytes per word on a stream of its own, as the interposer's
+ * LOAD threads queue one per small allocation, then a wait for them. */
+static void *produce(void *arg)
+{
+	struct producer *p = arg;
+	CUstream s;
+
+	p->r = cuCtxSetCurrent(p->ctx);
+	if (!p->r)
+		p->r = cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
+	for (int i = 0; !p->r && i < STOPPED_COPIES; i++)
+		p->r = cuMemcpyHtoDAsync(p->dst + 8 * (CUdeviceptr)i, &p->src[i], 8, s);
+	if (!p->r)
+		p->r = cuStreamSynchronize(s);
+	return NULL;
+}
+
+/*
+ * As on the H200, where a restore's asynchronous copies complete while CRIU
+ * keeps every thread of the process stopped but the interposer's (issue 32):
+ * the worker is stopped inside its idle wait, and two threads queue more
+ * copies than the ring holds and wait for them. They run the work themselves
+ * (a full ring and a wait both execute the oldest item); before, the first
+ * producer to find the ring full waited for the worker forever, and a
+ * waiter's wakeup of it blocked on the stopped worker's place in the same
+ * condition variable. A hang fails on the case's timeout.
+ */
+START_TEST(device_work_completes_while_the_worker_is_stopped)
+{
+	static struct producer p[2];
+	static uint64_t got[2][STOPPED_COPIES];
+	CUcontext ctx = h_init(0);
+	pthread_t t[2];
+	pid_t tid, tracer;
+	char c = 0;
+	int sock;
+
+	CK(cuMemAlloc(&p[0].dst, sizeof(got)));
+	p[1].dst = p[0].dst + sizeof(got[0]);
+	CK(cuCtxSynchronize()); /* the worker is idle, in its wait */
+	tid = thread_named("fakecuda-work");
+	ck_assert_int_gt(tid, 0);
+	prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY); /* where Yama restricts ptrace */
+	tracer = h_fork(stop_thread, &tid, &sock);
+	ck_assert_int_eq(h_recv(sock, &c, 1), 0);
+	ck_assert_int_eq(thread_state(tid), 't');
+	for (int k = 0; k < 2; k++) {
+		p[k].ctx = ctx;
+		for (int i = 0; i < STOPPED_COPIES; i++)
+			p[k].src[i] = 0x5100000000000000ull | (uint64_t)k << 32 | (uint64_t)i;
+		ck_assert_int_eq(pthread_create(&t[k], NULL, produce, &p[k]), 0);
+	}
+	for (int k = 0; k < 2; k++) {
+		ck_assert_int_eq(pthread_join(t[k], NULL), 0);
+		CK(p[k].r);
+	}
+	CK(cuMemcpyDtoH(got, p[0].dst, sizeof(got)));
+	for (int k = 0; k < 2; k++)
+		for (int i = 0; i < STOPPED_COPIES; i++)
+			ck_assert_uint_eq(got[k][i], p[k].src[i]);
+	ck_assert_int_eq(thread_state(tid), 't'); /* none of it was the worker's */
+	ck_assert_int_eq(h_send(sock, "d", 1), 0);
+	ck_assert_int_eq(h_wait(tracer), 0);
+	close(sock);
+	CK(cuCtxSynchronize()); /* the worker runs again */
+}
+END_TEST
+
 START_TEST(kernels_do_checkable_work)
 {
 	uint32_t out[1000];
@@ -598,6 +736,7 @@ static Suite *suite(void)
 	tcase_add_test(t1, device_addresses_fault_on_host_access);
 	tcase_add_test(t1, host_memory);
 	tcase_add_test(t1, streams_run_in_order_and_events_time_them);
+	tcase_add_test(t1, device_work_completes_while_the_worker_is_stopped);
 	tcase_add_test(t1, tables_grow_past_ten_thousand_reservations_and_thousands_of_streams_and_events);
 	tcase_add_test(t1, kernels_do_checkable_work);
 	tcase_add_test(t1, context_limits_and_their_stack_reservation);
