@@ -197,7 +197,7 @@ criu_restore() { # DIR [extra criu args]
 		{
 			grep -m1 "killed by signal 11" "$d/restore.log"
 			echo "SKIP: ASan build: criu's restore child crashes (SIGSEGV) restoring an ASan process ($([ -f "$T/restored-once" ] && echo "a later cycle; the first passed" || echo "first restore"))"
-		} | tee /dev/fd/9
+		} | tee -a /dev/fd/9
 		exit 77
 	fi
 	return $rc

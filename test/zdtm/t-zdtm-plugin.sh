@@ -21,7 +21,8 @@
 # tree, no Debian python3 with protobuf and yaml.
 #
 # The matrix (test x flavor) is what runs as root on this machine kind,
-# measured 2026-12-01 on kernel 6.18 with CRIU 4.1.1 (see README):
+# measured 2026-12-01 on kernel 6.18 with CRIU 4.1.1, and passing as a whole
+# with 4.2.1 on 2026-12-02 (see README):
 # - h, ns: only the tests zdtm runs as root (desc flag "suid"). The others run
 #   as uid 18943 and fail at "CRIU dump" in h and ns with "Can't get rlimit 0:
 #   Operation not permitted" (root here lacks CAP_SYS_RESOURCE); in uns they
