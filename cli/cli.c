@@ -32,6 +32,10 @@ static void usage(FILE *f)
 		   "  check [--json] [--libdir DIR] [--criu PATH] [--criu-check] [--pid PID]... [--no-processes]\n"
 		   "        diagnose CRIU, the plugin, the driver, socket directory and running jobs\n"
 		   "        (--pid: only these processes; --no-processes: none)\n"
+		   "  checkpoint [--libdir DIR] [--criu PATH] [--timeout SECONDS] PID DIR [-- CRIU-ARGS...]\n"
+		   "        criu dump of PID's tree into DIR with the flags it needs, progress and summary\n"
+		   "  restore [--libdir DIR] [--criu PATH] [--timeout SECONDS] [--reap] DIR [-- CRIU-ARGS...]\n"
+		   "        criu restore from DIR, detached; prints the restored pid (--reap: stay its reaper)\n"
 		   "  help, --help   this text\n"
 		   "  --version      the version\n"
 		   "\n"
@@ -117,6 +121,10 @@ int main(int argc, char **argv)
 		return cli_show(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "check"))
 		return cli_check(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "checkpoint"))
+		return cli_checkpoint(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "restore"))
+		return cli_restore(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		usage(stdout);
 		return 0;
@@ -125,7 +133,8 @@ int main(int argc, char **argv)
 		printf("cuinterpose %s\n", PACKAGE_VERSION);
 		return 0;
 	}
-	fprintf(stderr, "cuinterpose: unknown %s '%s' (commands: run, inspect, show, check, help)\n",
+	fprintf(stderr,
+		"cuinterpose: unknown %s '%s' (commands: run, inspect, show, check, checkpoint, restore, help)\n",
 		argv[1][0] == '-' ? "option" : "command", argv[1]);
 	usage(stderr);
 	return 2;

@@ -1,7 +1,8 @@
 /*
  * cli.h - the `cuinterpose` command: one file per subcommand, dispatched
  * by cli.c (run), cli_inspect.c (inspect), cli_show.c (show), cli_check.c
- * (check); cli_lib.c finds the interposer library for run and check.
+ * (check), cli_criu.c (checkpoint, restore: a front end over criu);
+ * cli_lib.c finds the interposer library for run and check.
  * Layers: cli.c calls the subcommands; show and check call inspect's and
  * cli_lib.c's helpers; all of them call only the libraries (images/ and
  * plugin/, through their public headers). Each subcommand returns the
@@ -21,6 +22,9 @@ int cli_run(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 int cli_show(int argc, char **argv);
 int cli_check(int argc, char **argv);
+/* cli_criu.c: criu's exit status (124: killed past --timeout), 1, 2. */
+int cli_checkpoint(int argc, char **argv);
+int cli_restore(int argc, char **argv);
 
 /* cli_lib.c: the interposer library `run` would preload; 0 or -ENOENT. */
 int cli_find_lib(char *buf, size_t len);

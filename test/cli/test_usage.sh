@@ -1,8 +1,9 @@
 #!/bin/sh
 # test_usage.sh: what `cuinterpose` says about bad input, --version and
 # --help. Each bad input gets exit 2 (1 for a process that does not exist or
-# has no interposer) and one line naming what is wrong with it; --help lists
-# every option each subcommand accepts. No root, CRIU or driver needed.
+# has no interposer, and for what checkpoint/restore find missing before
+# criu runs) and one line naming what is wrong with it; --help lists every
+# option each subcommand accepts. No root, CRIU or driver needed.
 set -u
 cli=$CUIP_CLI
 T=$(mktemp -d "${TMPDIR:-/tmp}/cuip-usage.XXXXXX")
@@ -53,13 +54,54 @@ expect 2 "^cuinterpose show: one DIR at a time \('b' after a\)" show a b
 expect 2 "^cuinterpose run: --lib needs a PATH" run --lib
 expect 2 "^cuinterpose run: unknown option '--x' \(put the command after --\)" run --x
 expect 2 "^cuinterpose run: no command given" run
+expect 2 "^cuinterpose checkpoint: no PID given" checkpoint
+expect 2 "^cuinterpose checkpoint: no DIR given" checkpoint 1
+expect 2 "^cuinterpose checkpoint: '12x' is not a PID" checkpoint 12x "$T/d"
+expect 2 "^cuinterpose checkpoint: '0' is not a PID" checkpoint 0 "$T/d"
+expect 2 "^cuinterpose checkpoint: unexpected argument 'c' \(criu's own arguments go after --\)" checkpoint 1 "$T/d" c
+expect 2 "^cuinterpose checkpoint: unknown option '--leave-running' \(criu's own options go after --\)" \
+	checkpoint --leave-running 1 "$T/d"
+expect 2 "^cuinterpose checkpoint: --timeout needs a number of seconds \(1 \.\. 604800\), got 'x'" \
+	checkpoint --timeout x 1 "$T/d"
+expect 2 "^cuinterpose checkpoint: --timeout needs a number of seconds \(1 \.\. 604800\), got '0'" \
+	checkpoint --timeout 0 1 "$T/d"
+expect 2 "^cuinterpose checkpoint: --timeout needs a number of seconds" checkpoint 1 "$T/d" --timeout
+expect 2 "^cuinterpose checkpoint: --libdir needs a directory" checkpoint 1 "$T/d" --libdir
+expect 2 "^cuinterpose checkpoint: --criu needs a path to the criu binary" checkpoint 1 "$T/d" --criu
+expect 2 "^cuinterpose checkpoint: unknown option '--reap'" checkpoint --reap 1 "$T/d"
+expect 0 "^usage: cuinterpose checkpoint .*PID DIR \[-- CRIU-ARGS\.\.\.\]" checkpoint --help
+# a process that does not exist: 1, said before criu runs, no DIR made
+expect 1 "^cuinterpose checkpoint: no such process: 999999$" checkpoint 999999 "$T/d"
+[ -e "$T/d" ] && fail "checkpoint of no process made its directory"
+# the plugin is looked for before criu runs
+expect 1 "^cuinterpose checkpoint: $T/cuinterpose_plugin.so: No such file or directory; .*--libdir" \
+	checkpoint --libdir "$T" --criu /bin/true $$ "$T/d"
+expect 1 "^cuinterpose checkpoint: --criu is not an executable" checkpoint --criu "$T/nocriu" $$ "$T/d"
+expect 2 "^cuinterpose restore: no DIR given" restore
+expect 2 "^cuinterpose restore: no DIR given" restore --reap -- --tcp-established
+expect 2 "^cuinterpose restore: unexpected argument 'b' \(criu's own arguments go after --\)" restore a b
+expect 2 "^cuinterpose restore: unknown option '--shell-job' \(criu's own options go after --\)" \
+	restore --shell-job "$T"
+expect 2 "^cuinterpose restore: --timeout needs a number of seconds \(1 \.\. 604800\), got '-1'" \
+	restore --timeout -1 "$T"
+expect 2 "^cuinterpose restore: --libdir needs a directory" restore "$T" --libdir
+expect 0 "^usage: cuinterpose restore .*\[--reap\] DIR \[-- CRIU-ARGS\.\.\.\]" restore --help
+# not an image directory: 1, before criu runs
+: >"$T/cuinterpose_plugin.so"
+expect 1 "^cuinterpose restore: cannot read $T/pstree.img: No such file or directory; is $T a criu image directory\?" \
+	restore --libdir "$T" --criu /bin/true "$T"
+printf 'not an image' >"$T/pstree.img"
+expect 1 "^cuinterpose restore: cannot read $T/pstree.img: Invalid argument" restore --libdir "$T" --criu /bin/true "$T"
+expect 1 "^cuinterpose restore: $T/nodir: No such file or directory" restore --libdir "$T" --criu /bin/true "$T/nodir"
 expect 2 "^cuinterpose: unknown command 'bogus'" bogus
 expect 2 "^cuinterpose: unknown option '--bogus'" --bogus
 
 # --help names every option of every subcommand
 "$cli" --help >"$T/out" 2>&1 || fail "--help exits non-zero"
 for o in "run \[--lib PATH\]" "inspect PID \[--json\] \[--wait SECONDS\]" "show DIR \[--json\] \[--no-verify\]" \
-	"--libdir DIR" "--criu PATH" "--criu-check" "--pid PID" "--no-processes" "--version"; do
+	"--libdir DIR" "--criu PATH" "--criu-check" "--pid PID" "--no-processes" "--version" \
+	"checkpoint \[--libdir DIR\] \[--criu PATH\] \[--timeout SECONDS\] PID DIR \[-- CRIU-ARGS...\]" \
+	"restore \[--libdir DIR\] \[--criu PATH\] \[--timeout SECONDS\] \[--reap\] DIR \[-- CRIU-ARGS...\]"; do
 	grep -qE -- "$o" "$T/out" || fail "--help does not list '$o'"
 done
 echo "PASS: usage messages, --version, --help"
