@@ -60,7 +60,7 @@ SAN_PRELOAD=${CUIP_ASAN_RT:+$CUIP_ASAN_RT:}
 SAN_CRIU=
 if [ -n "${CUIP_ASAN_RT:-}" ]; then
 	[ -f "$B/test/e2e/.libs/criu_asan_init.so" ] || skip "criu_asan_init.so not built"
-	SAN_CRIU="env LD_PRELOAD=$CUIP_ASAN_RT:$B/test/e2e/.libs/criu_asan_init.so ASAN_OPTIONS=detect_leaks=0"
+	SAN_CRIU="env LD_PRELOAD=$CUIP_ASAN_RT:$B/test/e2e/.libs/criu_asan_init.so ASAN_OPTIONS=detect_leaks=0:handle_segv=0"
 fi
 
 cleanup() {
