@@ -409,8 +409,35 @@ static void reap_warn(const struct front *f)
 		     : "restore with --reap to keep this command as the job's reaper");
 }
 
+/*
+ * A root whose session is led from outside this pid namespace (getsid()
+ * answers 0: the job was started by a shell of the parent namespace) is
+ * one criu cannot dump, --shell-job or not ("A session leader of P is
+ * outside of its pid namespace"): refused before criu freezes anything and
+ * before DIR is made.
+ */
+static int check_session(const struct front *f)
+{
+	pid_t sid = getsid(f->pid);
+
+	if (sid < 0) {
+		fprintf(stderr, "cuinterpose %s: cannot read pid %d's session: %s\n", f->name, f->pid,
+			strerror(errno));
+		return 1;
+	}
+	if (sid == 0) {
+		fprintf(stderr,
+			"cuinterpose %s: pid %d's session leader is outside this pid namespace: criu cannot dump such "
+			"a process, --shell-job or not; start the job in a session of its own (setsid) or from a "
+			"shell inside the namespace\n",
+			f->name, f->pid);
+		return 1;
+	}
+	return 0;
+}
+
 /* --shell-job when the root does not lead its session (criu's own test:
- * the root's pid is not its sid). */
+ * the root's pid is not its sid); check_session() has refused sid 0. */
 static int add_shell_job(const struct front *f, struct argl *a)
 {
 	pid_t sid = getsid(f->pid);
@@ -418,15 +445,9 @@ static int add_shell_job(const struct front *f, struct argl *a)
 
 	if (sid == f->pid)
 		return 0;
-	if (sid > 0) {
-		cuip_proc_comm(sid, comm, sizeof(comm));
-		fprintf(stderr,
-			"cuinterpose %s: --shell-job: pid %d's session leader %d (%s) is outside the dumped tree\n",
-			f->name, f->pid, (int)sid, comm);
-	} else {
-		fprintf(stderr, "cuinterpose %s: --shell-job: pid %d's session leader is outside this pid namespace\n",
-			f->name, f->pid);
-	}
+	cuip_proc_comm(sid, comm, sizeof(comm));
+	fprintf(stderr, "cuinterpose %s: --shell-job: pid %d's session leader %d (%s) is outside the dumped tree\n",
+		f->name, f->pid, (int)sid, comm);
 	return argl_add(a, "--shell-job");
 }
 
@@ -1025,7 +1046,7 @@ int cli_checkpoint(int argc, char **argv)
 		fprintf(stderr, "cuinterpose checkpoint: no such process: %d\n", f.pid);
 		return 1;
 	}
-	if (prepare(&f))
+	if (check_session(&f) || prepare(&f))
 		return 1;
 	reap_warn(&f);
 	ret = dump_args(&f, &a) ? 1 : run_criu(&f, &a);

@@ -1,7 +1,8 @@
 # `cuinterpose checkpoint PID DIR` and `cuinterpose restore DIR`, the front
 # end over plain criu:
 # - a pid that does not exist is refused before criu runs (exit 1), no DIR
-#   is left behind;
+#   is left behind; so is a job whose session is led from outside its pid
+#   namespace (criu cannot dump it);
 # - a job started from the shell (not its session's leader) holding an
 #   unlinked /dev/shm file (a semaphore, as multiprocessing makes) gets
 #   --shell-job and --link-remap picked, each with its reason, and
@@ -52,9 +53,10 @@ fi
 
 # front COMMAND ARGS...: the front end under the fake driver, plugin from
 # $T/plugins, stdout in $T/out, stderr in $T/err, exit status in $rc. It
-# bounds criu itself (--timeout); bounded is the backstop.
+# bounds criu itself (--timeout); bounded is the backstop. FRONT_PREFIX
+# (e.g. setsid) goes before it all.
 front() {
-	"$BOUNDED" $((CRIU_LIMIT_S + 30)) "$FAKERUN" "$CLI" "$1" --libdir "$T/plugins" --criu "$CRIU_RUN" \
+	${FRONT_PREFIX:-} "$BOUNDED" $((CRIU_LIMIT_S + 30)) "$FAKERUN" "$CLI" "$1" --libdir "$T/plugins" --criu "$CRIU_RUN" \
 		--timeout "$CRIU_LIMIT_S" "${@:2}" </dev/null >"$T/out" 2>"$T/err"
 	rc=$?
 	{ echo "=== cuinterpose $* (exit $rc)"; cat "$T/err"; } >>"$T/front.log"
@@ -109,12 +111,26 @@ front checkpoint 999999 "$T/dx"
 grep -q "^cuinterpose checkpoint: no such process: 999999$" "$T/err" || fail "no refusal: $(cat "$T/err")"
 [ -e "$T/dx" ] && fail "the refused checkpoint made its directory"
 
+note "a job whose session leader is outside its pid namespace"
+# unshare's shell is the new namespace's init; its session (this test's)
+# is led from outside, so getsid() of its child answers 0 in there
+"$BOUNDED" 60 unshare --pid --mount --fork --mount-proc sh -c \
+	'sleep 60 & "$1" checkpoint --libdir "$2" --criu "$3" $! "$4" 2>"$5"; echo "rc=$?" >"$6"; kill $!' \
+	sh "$CLI" "$T/plugins" "$CRIU_RUN" "$T/dn" "$T/err" "$T/out" </dev/null || fail "unshare --pid failed"
+[ "$(cat "$T/out")" = rc=1 ] || fail "checkpoint of a session led from outside: $(cat "$T/out"): $(cat "$T/err")"
+grep -q "^cuinterpose checkpoint: pid 2's session leader is outside this pid namespace: criu cannot dump" "$T/err" ||
+	fail "no refusal: $(cat "$T/err")"
+[ -e "$T/dn" ] && fail "the refused checkpoint made its directory"
+
 note "a shell's job holding an unlinked /dev/shm file"
 ls /dev/shm/link_remap.* >/dev/null 2>&1 &&
 	skip "/dev/shm holds link_remap files this test did not make ($(ls /dev/shm/link_remap.* | head -3 | tr '\n' ' '))"
-# no setsid: the job is in this shell's session, as one started from a shell
-env LD_PRELOAD="$SAN_PRELOAD$INTERPOSER" CUINTERPOSE_LOG=2 "$FAKERUN" "$PROCWL" "$T/w" --sem </dev/null \
-	>"$T/job.log" 2>&1 &
+# The job is a child of a shell that leads its own session, as one started
+# from a shell: not the session's leader. (This test's own session may be
+# led from outside the pid namespace, as under some CI runners: criu could
+# dump no job of it.) The restore gets a session of its own too.
+setsid sh -c 'env LD_PRELOAD="$1" CUINTERPOSE_LOG=2 "$2" "$3" "$4" --sem & wait' sh "$SAN_PRELOAD$INTERPOSER" \
+	"$FAKERUN" "$PROCWL" "$T/w" </dev/null >"$T/job.log" 2>&1 &
 JOB=$!
 wait_ready 3
 R0=$(rank_pid 0)
@@ -134,7 +150,7 @@ links=$(ls /dev/shm/link_remap.* 2>/dev/null)
 [ -n "$links" ] || fail "criu made no link remap"
 wait_gone $pids || fail "dumped processes still alive"
 wait_pids_free
-front restore "$T/d3"
+FRONT_PREFIX=setsid front restore "$T/d3"
 if [ $rc != 0 ] && [ -n "${CUIP_ASAN_RT:-}" ] && grep -q "killed by signal 11" "$T/d3/restore.log"; then
 	# lib.sh, criu_restore: seen on first restores of this job's shape
 	note "ASan build: criu's restore child crashed (SIGSEGV); this job's restore is not checked"
