@@ -3,7 +3,8 @@
 #   installs the dependencies (contrib/install-deps.sh, idempotent), builds
 #   out of tree in build/ and runs `make check`; then the same suite in
 #   build-san/ under AddressSanitizer and UndefinedBehaviorSanitizer; then
-#   `make distcheck`. Exits non-zero on the first failure, and when a test
+#   `make distcheck` (the tarball holds every tracked file, builds, installs
+#   and passes the unit suites; the slow suites ran above). Exits non-zero on the first failure, and when a test
 #   skipped that test/expected-skips does not list for that pass with the
 #   reason it printed (a machine where criu cannot run must not pass green).
 # Set CUINTERPOSE_TEST_QUICK=1 to skip the sanitizer and distcheck passes.
