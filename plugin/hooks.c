@@ -46,6 +46,7 @@
 #pragma GCC visibility pop
 
 #include "coord.h"
+#include "devfiles.h"
 #include "fault.h"
 #include "guardian.h"
 #include "images.h"
@@ -558,6 +559,15 @@ static int check_ordinary(char *err, size_t errlen)
 		for (size_t k = 0; k < S.n_nat; k++) {
 			if (S.nat[k].pid != pid)
 				continue;
+			if (cuip_proc_maps_lib(pid, "libcuda.so") == 0) {
+				/* NVML alone makes a process known to the driver's
+				 * checkpoint API; it has no context and no memory,
+				 * so the native checkpoint is all it needs. */
+				pr_info("pid %d (%s) is known to the driver but never loaded libcuda (NVML only): "
+					"checkpointed natively",
+					pid, comm);
+				goto next;
+			}
 			snprintf(
 				err, errlen,
 				"pid %d (%s) maps the interposer and the driver reports it as a CUDA process, but its "
@@ -569,6 +579,59 @@ static int check_ordinary(char *err, size_t errlen)
 		pr_debug("pid %d (%s) maps the interposer but has not initialized CUDA: an ordinary process, nothing "
 			 "to save",
 			 pid, comm);
+next:;
+	}
+	return 0;
+}
+
+static bool is_native(pid_t pid)
+{
+	for (size_t k = 0; k < S.n_nat; k++)
+		if (S.nat[k].pid == pid)
+			return true;
+	return false;
+}
+
+/*
+ * Processes of the tree the driver does not know that hold its device
+ * files: children forked after cuInit. Said, one line each; their mappings
+ * and descriptors are claimed when criu meets them (devfiles.h). Returns
+ * how many there are.
+ */
+static size_t note_inherited(void)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < S.n_tree; i++) {
+		struct cuip_devscan ds;
+		char comm[32];
+
+		if (is_native(S.tree[i]) || cuip_devfiles_scan(S.tree[i], &ds) || !(ds.maps + ds.fds))
+			continue;
+		cuip_proc_comm(S.tree[i], comm, sizeof(comm));
+		pr_info("pid %d (%s) holds %u mapping(s) (%.1f MiB, first at %" PRIx64 ") and %u descriptor(s) of the "
+			"driver's devices (%s) but is no CUDA process to the driver (forked after cuInit): they are "
+			"saved without contents and restored inert",
+			S.tree[i], comm, ds.maps, ds.map_bytes / 1048576.0, ds.first_start, ds.fds, ds.first);
+		n++;
+	}
+	return n;
+}
+
+/* After the native checkpoint no CUDA process may map a driver device:
+ * such a mapping would be claimed as an inherited one and restored inert. */
+static int check_unmapped(char *err, size_t errlen)
+{
+	for (size_t k = 0; k < S.n_nat; k++) {
+		struct cuip_devscan ds;
+
+		if (cuip_devfiles_scan(S.nat[k].pid, &ds) || !ds.maps)
+			continue;
+		snprintf(err, errlen,
+			 "pid %d still maps %u region(s) of the driver's devices (%s at %" PRIx64
+			 ") after its native checkpoint",
+			 S.nat[k].pid, ds.maps, ds.first, ds.first_start);
+		return -EPROTO;
 	}
 	return 0;
 }
@@ -628,6 +691,7 @@ static int pause_group(pid_t root)
 		pr_err("dump refused: %s", err);
 		return ret;
 	}
+	note_inherited();
 	if (!S.g.n && !S.n_nat) {
 		cuip_native_close();
 		pr_info("no CUDA process and no participant in the tree of pid %d: declining", root);
@@ -774,6 +838,8 @@ static int cuip_checkpoint_devices(int pid)
 		snprintf(err, sizeof(err), "cannot stop the CUDA restore threads again");
 		ret = -EIO;
 	}
+	if (!ret)
+		ret = check_unmapped(err, sizeof(err));
 	if (!ret)
 		ret = note("native-checkpoint", true, err, sizeof(err));
 out:
@@ -992,7 +1058,8 @@ static int cuip_init(int stage)
 	S.listed = -1;
 	if (stage == CR_PLUGIN_STAGE__PRE_DUMP) {
 		/* Pre-dump copies memory of running tasks; device state is the
-		 * final dump's business. */
+		 * final dump's business. Only the device-file hooks answer:
+		 * every process still maps the driver's devices. */
 		S.disabled = true;
 		return 0;
 	}
@@ -1026,6 +1093,63 @@ static int cuip_init(int stage)
 	return 0;
 }
 
+/*
+ * The driver's device files in processes the driver does not know
+ * (devfiles.h). These hooks work whether or not the tree has CUDA
+ * processes, and in pre-dump, where the CUDA processes still hold their own
+ * mappings: claimed, no contents saved, the job keeps running.
+ */
+static int cuip_handle_device_vma(int fd, const struct stat *st)
+{
+	int ret;
+
+	if (S.stage == CR_PLUGIN_STAGE__RESTORE)
+		return -ENOTSUP;
+	ret = cuip_devfiles_claim_map(image_dir(), fd, st);
+	if (ret && ret != -ENOTSUP)
+		pr_err("cannot record a mapping of the driver's device: %s", strerror(-ret));
+	return ret;
+}
+
+static int cuip_dump_ext_file(int fd, int id)
+{
+	int ret;
+
+	if (S.stage != CR_PLUGIN_STAGE__DUMP)
+		return -ENOTSUP;
+	ret = cuip_devfiles_claim_fd(image_dir(), fd, (uint32_t)id);
+	if (ret && ret != -ENOTSUP)
+		pr_err("cannot record a descriptor of the driver's device (file id %#x): %s", (unsigned)id,
+		       strerror(-ret));
+	return ret;
+}
+
+static int cuip_restore_ext_file(int id)
+{
+	if (S.stage != CR_PLUGIN_STAGE__RESTORE)
+		return -ENOTSUP;
+	return cuip_devfiles_restore_fd(image_dir(), (uint32_t)id);
+}
+
+static int cuip_update_vma_map(const char *path, const uint64_t addr, const uint64_t old_pgoff, uint64_t *new_pgoff,
+			       int *plugin_fd)
+{
+	int ret;
+
+	if (S.stage != CR_PLUGIN_STAGE__RESTORE)
+		return -ENOTSUP;
+	ret = cuip_devfiles_update_map(image_dir(), path, plugin_fd, new_pgoff);
+	if (ret == 0)
+		return -ENOTSUP;
+	if (ret < 0) {
+		pr_err("cannot restore the mapping of %s at %" PRIx64 " (offset %" PRIx64 "): %s", path, addr,
+		       old_pgoff, strerror(-ret));
+		return ret;
+	}
+	pr_debug("mapping of %s at %" PRIx64 ": restored inert (/dev/zero)", path, addr);
+	return 1;
+}
+
 static void cuip_fini(int stage, int ret)
 {
 	if (stage == CR_PLUGIN_STAGE__DUMP && S.active) {
@@ -1049,6 +1173,7 @@ static void cuip_fini(int stage, int ret)
 		cuip_guardian_end(ret ? "the restore failed; CRIU ends the restored tasks"
 				      : "commit: the restore is complete");
 	cuip_group_disconnect(&S.g);
+	cuip_devfiles_reset();
 	reset_state();
 }
 
@@ -1056,6 +1181,10 @@ CR_PLUGIN_REGISTER(PLUGIN_NAME, cuip_init, cuip_fini)
 CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__PAUSE_DEVICES, cuip_pause_devices)
 CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__CHECKPOINT_DEVICES, cuip_checkpoint_devices)
 CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__RESUME_DEVICES_LATE, cuip_resume_devices_late)
+CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__HANDLE_DEVICE_VMA, cuip_handle_device_vma)
+CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__UPDATE_VMA_MAP, cuip_update_vma_map)
+CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__DUMP_EXT_FILE, cuip_dump_ext_file)
+CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__RESTORE_EXT_FILE, cuip_restore_ext_file)
 
 /*
  * CRIU's plugin ABI as this plugin uses it, checked against the header it is
@@ -1066,5 +1195,7 @@ CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__RESUME_DEVICES_LATE, cuip_resume_devices
  */
 _Static_assert(CRIU_PLUGIN_VERSION == CRIU_PLUGIN_GEN_VERSION(0, 2, 0), "criu-plugin.h: unknown plugin ABI version");
 _Static_assert(CR_PLUGIN_HOOK__RESUME_DEVICES_LATE == 9 && CR_PLUGIN_HOOK__PAUSE_DEVICES == 10 &&
-		       CR_PLUGIN_HOOK__CHECKPOINT_DEVICES == 11,
+		       CR_PLUGIN_HOOK__CHECKPOINT_DEVICES == 11 && CR_PLUGIN_HOOK__DUMP_EXT_FILE == 2 &&
+		       CR_PLUGIN_HOOK__RESTORE_EXT_FILE == 3 && CR_PLUGIN_HOOK__HANDLE_DEVICE_VMA == 7 &&
+		       CR_PLUGIN_HOOK__UPDATE_VMA_MAP == 8,
 	       "criu-plugin.h: the device hooks are numbered differently from CRIU 4.0-4.2");

@@ -101,6 +101,11 @@ int cuip_proc_tree(pid_t root, pid_t **out)
 
 int cuip_proc_has_interposer(pid_t pid)
 {
+	return cuip_proc_maps_lib(pid, CUIP_INTERPOSER_LIB);
+}
+
+int cuip_proc_maps_lib(pid_t pid, const char *lib)
+{
 	char path[64], line[4096];
 	int found = 0;
 	FILE *f;
@@ -111,7 +116,7 @@ int cuip_proc_has_interposer(pid_t pid)
 		return -errno;
 	while (fgets(line, sizeof(line), f)) {
 		char *slash = strrchr(line, '/');
-		if (slash && !strncmp(slash + 1, CUIP_INTERPOSER_LIB, strlen(CUIP_INTERPOSER_LIB))) {
+		if (slash && !strncmp(slash + 1, lib, strlen(lib))) {
 			found = 1;
 			break;
 		}

@@ -25,6 +25,10 @@ int cuip_proc_tree(pid_t root, pid_t **out);
 /* 1 if the process maps the interposer, 0 if not, negative errno. */
 int cuip_proc_has_interposer(pid_t pid);
 
+/* 1 if the process maps a file whose basename starts with lib (e.g.
+ * "libcuda.so"), 0 if not, negative errno. */
+int cuip_proc_maps_lib(pid_t pid, const char *lib);
+
 /* The pid the process sees for itself (last NSpid field), or -errno. */
 pid_t cuip_proc_vpid(pid_t pid);
 
