@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# forked.sh - processes forked from CUDA processes, through checkpoints, on
+# the GPU machine, with a bundle (test/gpu/bundle.sh):
+#
+#   bundle/scripts/forked.sh [--out DIR] [--only dl-persist,dl-fresh,compile,base]
+#
+# Each job is frameworks/trainjob.py (a deterministic PyTorch training job),
+# started as the README says (`cuinterpose run --`), and run twice: straight
+# through (the reference losses), then paused every 10 steps for a criu dump
+# and restore (two cycles), its losses compared bit for bit:
+#   dl-persist  DataLoader(num_workers=2, pin_memory=True, persistent
+#               workers), a helper forked after CUDA init that sleeps (it
+#               answers cuInit after each restore as before the first dump),
+#               a helper that initializes NVML only (forked before CUDA)
+#   dl-fresh    the same loader without persistent workers: the cycles fall
+#               in two epochs, each with workers of its own
+#   compile     torch.compile (Inductor) without workers
+#   base        dl-persist through CRIU's upstream cuda_plugin, no interposer
+# Results: one line per job (PASS/FAIL/what upstream did) in DIR/summary.txt,
+# the criu logs under DIR/JOB/. Every criu call is bounded (bin/bounded).
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+S=$(cd "$(dirname "$0")" && pwd)
+BUNDLE=$(cd "$S/.." && pwd)
+OUT=
+ONLY=dl-persist,dl-fresh,compile,base
+while [ $# -gt 0 ]; do
+	case $1 in
+	--out) OUT=$2; shift ;;
+	--only) ONLY=$2; shift ;;
+	*) echo "forked.sh: unknown argument $1" >&2; exit 2 ;;
+	esac
+	shift
+done
+T=$(mktemp -d /tmp/cuip-forked.XXXXXX)
+OUT=${OUT:-$T/out}
+mkdir -p "$OUT" "$T/plugins" "$T/base-plugins" "$T/sock" "$T/shimbin" "$T/pylib"
+export CUINTERPOSE_SOCKET_DIR=$T/sock
+CRIU=$BUNDLE/bin/criu
+BOUNDED=$BUNDLE/bin/bounded
+INTERPOSER=$BUNDLE/lib/libcuinterpose.so
+ln -s "$BUNDLE/plugins/cuinterpose_plugin.so" "$T/plugins/"
+ln -s "$BUNDLE/baseline/cuda_plugin.so" "$T/base-plugins/"
+command -v cuda-checkpoint >/dev/null || ln -s "$BUNDLE/workloads/cuda-checkpoint-shim" "$T/shimbin/cuda-checkpoint"
+# The job gets only the bundle's libraries the interposer and CLI need.
+ldd "$INTERPOSER" "$BUNDLE/bin/cuinterpose" 2>/dev/null | awk -v b="$BUNDLE/lib/" 'index($3, b) == 1 {print $3}' |
+	sort -u | xargs -r ln -sf -t "$T/pylib"
+want() { case ",$ONLY," in *,"$1",*) return 0 ;; esac; return 1; }
+say() { echo "[$(date +%T)] $*"; }
+result() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$OUT/summary.txt"; say "RESULT $1: $2 $3"; }
+
+# job NAME PRELOAD(0|1) ARGS...: start trainjob.py in a session of its own
+job() {
+	local name=$1 pre=$2 launcher=()
+	shift 2
+	[ "$pre" = 1 ] && launcher=("$BUNDLE/bin/cuinterpose" run --lib "$INTERPOSER" --)
+	mkdir -p "$T/$name"
+	setsid env LD_LIBRARY_PATH="$T/pylib" PYTHONUNBUFFERED=1 "${launcher[@]}" python3 \
+		"$S/frameworks/trainjob.py" "$T/$name" "$@" </dev/null >"$OUT/$name.job.log" 2>&1 &
+	JOBPID=$!
+}
+
+# wait_file FILE SECONDS: the job wrote FILE (0), or it died / time ran out
+wait_file() {
+	local i
+	for ((i = 0; i < $2 * 20; i++)); do
+		[ -e "$1" ] && return 0
+		kill -0 "$JOBPID" 2>/dev/null || [ -n "${RESTORED:-}" ] || return 1
+		sleep 0.05
+	done
+	return 1
+}
+
+alive() { kill -0 "$1" 2>/dev/null; }
+
+# criu_do dump|restore DIR PLUGINDIR: bounded, logs kept in $OUT
+criu_do() {
+	local what=$1 d=$2 pl=$3 rc t0
+	t0=$(date +%s.%N)
+	if [ "$what" = dump ]; then
+		PATH=$T/shimbin:$PATH "$BOUNDED" 300 "$CRIU" dump -t "$JOBPID" -D "$d" -L "$pl" --link-remap -v4 \
+			-o dump.log
+	else
+		PATH=$T/shimbin:$PATH "$BOUNDED" 300 "$CRIU" restore -D "$d" -L "$pl" --restore-detached -v4 \
+			-o restore.log
+	fi
+	rc=$?
+	SECS=$(echo "$(date +%s.%N) $t0" | awk '{printf "%.2f", $1 - $2}')
+	return $rc
+}
+
+drop_images() { find "$1" -type f ! -name '*.log' -delete 2>/dev/null; }
+
+# cycle NAME K PLUGINDIR: dump at pause K, restore, let it go on
+cycle() {
+	local name=$1 k=$2 pl=$3 d=$T/$1/img.$2 kids
+	wait_file "$T/$name/paused.$k" 300 || { WHY="no pause $k: $(tail -n 3 "$OUT/$name.job.log" | tr '\n' ' ')"; return 1; }
+	kids=$(cat "$T/$name/paused.$k")
+	mkdir -p "$d" "$OUT/$name"
+	criu_do dump "$d" "$pl"
+	local rc=$?
+	cp "$d/dump.log" "$OUT/$name/dump.$k.log" 2>/dev/null
+	grep -E "forked after cuInit|NVML only|Error" "$d/dump.log" | head -n 8 | sed "s/^/  dump $k: /"
+	if [ $rc != 0 ]; then
+		WHY="dump $k failed (rc $rc, $kids): $(grep -m2 Error "$d/dump.log" | tr '\n' ' ')"
+		return 1
+	fi
+	DUMPS="$DUMPS ${SECS}"
+	sleep 0.5
+	alive "$JOBPID" && { WHY="the job still runs after dump $k"; return 1; }
+	RESTORED=1
+	criu_do restore "$d" "$pl"
+	rc=$?
+	cp "$d/restore.log" "$OUT/$name/restore.$k.log" 2>/dev/null
+	drop_images "$d"
+	[ $rc = 0 ] || { WHY="restore $k failed (rc $rc): $(grep -m2 Error "$d/restore.log" | tr '\n' ' ')"; return 1; }
+	RESTORES="$RESTORES ${SECS}"
+	if [ -n "$HELPER" ]; then # the forked helper's cuInit after the restore
+		kill -USR1 "$HELPER"
+		sleep 1
+		HA="$HA $(tail -n 1 "$T/$name/helper.log" 2>/dev/null)"
+	fi
+	touch "$T/$name/go.$k"
+	return 0
+}
+
+# scenario NAME PRELOAD PLUGINDIR ARGS...: reference run, then two cycles
+scenario() {
+	local name=$1 pre=$2 pl=$3 ref=$1-ref hb ha
+	shift 3
+	FAILED=FAIL
+	[ "$name" = base ] && FAILED=UPSTREAM-FAILS
+	DUMPS= RESTORES= WHY= RESTORED=
+	say "== $name: reference run"
+	job "$ref" "$pre" "$@"
+	wait_file "$T/$ref/done" 600 || { result "$name" $FAILED "reference run: $(tail -n 3 "$OUT/$ref.job.log" | tr '\n' ' ')"; return; }
+	wait "$JOBPID" 2>/dev/null
+	say "== $name: two checkpoint cycles"
+	job "$name" "$pre" --pause-every 10 "$@"
+	wait_file "$T/$name/paused.1" 600 || { result "$name" $FAILED "no first pause: $(tail -n 3 "$OUT/$name.job.log" | tr '\n' ' ')"; return; }
+	HELPER= HA= hb=
+	if [[ " $* " == *" --fork-helper "* ]]; then
+		HELPER=$(awk '{print $NF}' "$T/$name/pids")
+		kill -USR1 "$HELPER"
+		sleep 1
+		hb=$(tail -n 1 "$T/$name/helper.log" 2>/dev/null)
+		echo "  the forked helper $HELPER before the dump: $hb"
+	fi
+	JOBPID=$(awk '{print $1}' "$T/$name/pids") # python, the tree's root under cuinterpose run's exec
+	if ! cycle "$name" 1 "$pl" || ! cycle "$name" 2 "$pl"; then
+		result "$name" $FAILED "$WHY"
+		pkill -9 -s "$(ps -o sid= -p "$JOBPID" 2>/dev/null | tr -d ' ')" 2>/dev/null
+		return
+	fi
+	if ! wait_file "$T/$name/done" 600; then
+		result "$name" $FAILED "did not finish after the restores: $(tail -n 3 "$OUT/$name.job.log" | tr '\n' ' ')"
+		return
+	fi
+	if [ -n "$hb" ] && [ "$HA" != " $hb $hb" ]; then
+		result "$name" $FAILED "the forked helper answered cuInit '$hb' before the dump and '$HA' after the restores"
+		return
+	fi
+	if ! cmp -s "$T/$ref/losses" "$T/$name/losses"; then
+		result "$name" $FAILED "losses differ from the uninterrupted run: $(diff "$T/$ref/losses" "$T/$name/losses" | head -n 4 | tr '\n' ' ')"
+		return
+	fi
+	result "$name" PASS "$(wc -l <"$T/$name/losses") losses bit-identical to the uninterrupted run; dump s:$DUMPS; restore s:$RESTORES; children at the pauses: $(cut -d' ' -f4- "$T/$name/paused.1" | wc -w), $(cut -d' ' -f4- "$T/$name/paused.2" | wc -w)${hb:+; forked helper: $hb before, $HA after}$( [ -f "$T/$name/nvml.log" ] && echo "; nvml helper: $(tail -n 1 "$T/$name/nvml.log")")"
+}
+
+# The helper's answer after a restore: asked in the second cycle's pause.
+want dl-persist && scenario dl-persist 1 "$T/plugins" --workers 2 --persistent --fork-helper --nvml-helper
+want dl-fresh && scenario dl-fresh 1 "$T/plugins" --workers 2
+want compile && scenario compile 1 "$T/plugins" --workers 0 --compile
+want base && scenario base 0 "$T/base-plugins" --workers 2 --persistent --fork-helper --nvml-helper
+echo "== summary"
+cat "$OUT/summary.txt"
+rm -rf "$T"
