@@ -52,6 +52,7 @@
 #include "images.h"
 #include "log.h"
 #include "native.h"
+#include "nvml.h"
 #include "options.h"
 #include "proc.h"
 #include "sockdiag.h"
@@ -553,21 +554,25 @@ static int check_ordinary(char *err, size_t errlen)
 {
 	for (size_t i = 0; i < S.n_ordinary; i++) {
 		pid_t pid = S.ordinary[i];
-		char comm[32];
+		char comm[32], nerr[256] = "";
+		int ctx;
 
 		cuip_proc_comm(pid, comm, sizeof(comm));
 		for (size_t k = 0; k < S.n_nat; k++) {
 			if (S.nat[k].pid != pid)
 				continue;
-			if (cuip_proc_maps_lib(pid, "libcuda.so") == 0) {
+			ctx = cuip_nvml_has_context(pid, nerr, sizeof(nerr));
+			if (ctx == 0) {
 				/* NVML alone makes a process known to the driver's
 				 * checkpoint API; it has no context and no memory,
 				 * so the native checkpoint is all it needs. */
-				pr_info("pid %d (%s) is known to the driver but never loaded libcuda (NVML only): "
-					"checkpointed natively",
+				pr_info("pid %d (%s) is known to the driver but holds no CUDA context (NVML lists it on no "
+					"GPU: it only initialized NVML): checkpointed natively",
 					pid, comm);
 				goto next;
 			}
+			if (ctx < 0 && ctx != -ENOENT)
+				pr_warn("cannot ask NVML whether pid %d holds a CUDA context: %s", pid, nerr);
 			snprintf(
 				err, errlen,
 				"pid %d (%s) maps the interposer and the driver reports it as a CUDA process, but its "

@@ -36,6 +36,7 @@ T=$(mktemp -d /tmp/cuip-forked.XXXXXX)
 OUT=${OUT:-$T/out}
 mkdir -p "$OUT" "$T/plugins" "$T/base-plugins" "$T/sock" "$T/shimbin" "$T/pylib"
 export CUINTERPOSE_SOCKET_DIR=$T/sock
+export LD_LIBRARY_PATH=$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} # criu's and the CLI's libraries
 CRIU=$BUNDLE/bin/criu
 BOUNDED=$BUNDLE/bin/bounded
 INTERPOSER=$BUNDLE/lib/libcuinterpose.so
@@ -58,6 +59,7 @@ job() {
 	setsid env LD_LIBRARY_PATH="$T/pylib" PYTHONUNBUFFERED=1 "${launcher[@]}" python3 \
 		"$S/frameworks/trainjob.py" "$T/$name" "$@" </dev/null >"$OUT/$name.job.log" 2>&1 &
 	JOBPID=$!
+	LAUNCHED=$! # this shell's child: reaped after a dump ends it
 }
 
 # wait_file FILE SECONDS: the job wrote FILE (0), or it died / time ran out
@@ -102,10 +104,12 @@ cycle() {
 	cp "$d/dump.log" "$OUT/$name/dump.$k.log" 2>/dev/null
 	grep -E "forked after cuInit|NVML only|Error" "$d/dump.log" | head -n 8 | sed "s/^/  dump $k: /"
 	if [ $rc != 0 ]; then
+		grep -v "^(.*) \(unix\|fsnotify\|Dumping\|mnt\|ns\): " "$d/dump.log" | tail -n 25 | sed "s/^/  dump.log: /" | cut -c1-300
 		WHY="dump $k failed (rc $rc, $kids): $(grep -m2 Error "$d/dump.log" | tr '\n' ' ')"
 		return 1
 	fi
 	DUMPS="$DUMPS ${SECS}"
+	[ "$k" = 1 ] && wait "$LAUNCHED" 2>/dev/null # the dumped root was this shell's child
 	sleep 0.5
 	alive "$JOBPID" && { WHY="the job still runs after dump $k"; return 1; }
 	RESTORED=1
@@ -113,6 +117,7 @@ cycle() {
 	rc=$?
 	cp "$d/restore.log" "$OUT/$name/restore.$k.log" 2>/dev/null
 	drop_images "$d"
+	[ $rc = 0 ] || tail -n 25 "$OUT/$name/restore.$k.log" | sed "s/^/  restore.log: /" | cut -c1-300
 	[ $rc = 0 ] || { WHY="restore $k failed (rc $rc): $(grep -m2 Error "$d/restore.log" | tr '\n' ' ')"; return 1; }
 	RESTORES="$RESTORES ${SECS}"
 	if [ -n "$HELPER" ]; then # the forked helper's cuInit after the restore

@@ -98,8 +98,9 @@ def main():
     from torch.utils.data import DataLoader, TensorDataset
 
     torch.use_deterministic_algorithms(True)
-    torch.backends.cuda.enable_flash_attention(False)
-    torch.backends.cuda.enable_mem_efficient_attention(False)
+    torch.backends.cuda.enable_flash_sdp(False)
+    torch.backends.cuda.enable_mem_efficient_sdp(False)
+    torch.backends.cuda.enable_cudnn_sdp(False)
     torch.manual_seed(1234)
     torch.cuda.manual_seed_all(1234)
     dev = torch.device("cuda")
