@@ -32,6 +32,13 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
+# Below a subreaper (PID 1 there may not reap): the dumped job's children
+# become zombies that keep their pids and sessions (the restore then fails
+# "Can't fork for PID: File exists").
+if [ -z "${CUIP_GPU_REAPED:-}" ]; then
+	export CUIP_GPU_REAPED=1
+	exec "$BUNDLE/workloads/e2e_reaper" bash "$0" --only "$ONLY" ${OUT:+--out "$OUT"}
+fi
 T=$(mktemp -d /tmp/cuip-forked.XXXXXX)
 OUT=${OUT:-$T/out}
 mkdir -p "$OUT" "$T/plugins" "$T/base-plugins" "$T/sock" "$T/shimbin" "$T/pylib"
@@ -110,8 +117,11 @@ cycle() {
 	fi
 	DUMPS="$DUMPS ${SECS}"
 	[ "$k" = 1 ] && wait "$LAUNCHED" 2>/dev/null # the dumped root was this shell's child
-	sleep 0.5
-	alive "$JOBPID" && { WHY="the job still runs after dump $k"; return 1; }
+	# every pid of the tree free again (the subreaper reaps the children)
+	for pid in $JOBPID $(cut -d' ' -f4- "$T/$name/paused.$k"); do
+		for ((i = 0; i < 200; i++)); do [ -e "/proc/$pid" ] || break; sleep 0.05; done
+		[ -e "/proc/$pid" ] && { WHY="pid $pid still exists after dump $k ($(ps -o stat=,comm= -p "$pid"))"; return 1; }
+	done
 	RESTORED=1
 	criu_do restore "$d" "$pl"
 	rc=$?
