@@ -20,9 +20,14 @@
 
 #include "log.h"
 
+#define DEVZERO makedev(1, 5)
+#define MAX_LEARNED 64
+
 static struct {
 	unsigned majors[CUIP_DEVFILES_MAX_MAJORS];
 	int n_majors; /* -1: not read yet */
+	dev_t learned[MAX_LEARNED];
+	size_t n_learned;
 	char **paths; /* claimed device paths */
 	size_t n_paths;
 	bool loaded; /* restore: paths read from CUIP_DEVMAPS_IMG */
@@ -58,19 +63,54 @@ void cuip_devfiles_set_majors(const unsigned *majors, size_t n)
 	D.n_majors = n ? (int)n : -1;
 }
 
-bool cuip_devfiles_is_driver(const struct stat *st)
+bool cuip_devfiles_driver_major(dev_t rdev)
 {
-	if (!S_ISCHR(st->st_mode))
-		return false;
 	if (D.n_majors < 0) {
 		int n = cuip_devfiles_parse_majors("/proc/devices", D.majors, CUIP_DEVFILES_MAX_MAJORS);
 
 		D.n_majors = n < 0 ? 0 : n;
 	}
 	for (int i = 0; i < D.n_majors; i++)
-		if (major(st->st_rdev) == D.majors[i])
+		if (major(rdev) == D.majors[i])
 			return true;
 	return false;
+}
+
+static bool learned(dev_t rdev)
+{
+	for (size_t i = 0; i < D.n_learned; i++)
+		if (D.learned[i] == rdev)
+			return true;
+	return false;
+}
+
+int cuip_devfiles_learn(dev_t rdev)
+{
+	if (learned(rdev))
+		return 0;
+	if (D.n_learned == MAX_LEARNED)
+		return -ENOSPC;
+	D.learned[D.n_learned++] = rdev;
+	return 0;
+}
+
+void cuip_devfiles_forget(dev_t rdev)
+{
+	for (size_t i = 0; i < D.n_learned; i++)
+		if (D.learned[i] == rdev)
+			D.learned[i--] = D.learned[--D.n_learned];
+}
+
+static bool is_device(const struct stat *st)
+{
+	return (S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode)) && st->st_rdev != DEVZERO;
+}
+
+bool cuip_devfiles_is_driver(const struct stat *st)
+{
+	if (S_ISCHR(st->st_mode) && cuip_devfiles_driver_major(st->st_rdev))
+		return true;
+	return is_device(st) && learned(st->st_rdev);
 }
 
 /* ---- scanning a process ---- */
@@ -81,8 +121,18 @@ static void note_first(struct cuip_devscan *s, const char *link)
 		snprintf(s->first, sizeof(s->first), "%.*s", (int)sizeof(s->first) - 1, link);
 }
 
-/* Each entry of /proc/PID/<sub> that stats as a driver device; maps:
- * the entry's name is START-END. */
+/* A mapping of a device that is not the driver's. */
+static void note_other(struct cuip_devscan *s, uint64_t start, const char *link)
+{
+	if (!s->other_maps || start < s->other_start) {
+		s->other_start = start;
+		snprintf(s->other, sizeof(s->other), "%.*s", (int)sizeof(s->other) - 1, link);
+	}
+	s->other_maps++;
+}
+
+/* Each entry of /proc/PID/<sub> that stats as a device; maps: the entry's
+ * name is START-END. */
 static int scan_dir(pid_t pid, const char *sub, struct cuip_devscan *s, bool maps)
 {
 	char dpath[64], link[PATH_MAX];
@@ -100,17 +150,23 @@ static int scan_dir(pid_t pid, const char *sub, struct cuip_devscan *s, bool map
 		uint64_t a, b;
 		ssize_t k;
 
-		if (e->d_name[0] == '.' || fstatat(dfd, e->d_name, &st, 0) || !cuip_devfiles_is_driver(&st))
+		if (e->d_name[0] == '.' || fstatat(dfd, e->d_name, &st, 0) || !is_device(&st))
 			continue;
 		k = readlinkat(dfd, e->d_name, link, sizeof(link) - 1);
 		link[k > 0 ? k : 0] = 0;
 		if (!maps) {
-			s->fds++;
-			note_first(s, link);
+			if (cuip_devfiles_is_driver(&st)) {
+				s->fds++;
+				note_first(s, link);
+			}
 			continue;
 		}
 		if (sscanf(e->d_name, "%" SCNx64 "-%" SCNx64, &a, &b) != 2)
 			continue;
+		if (!cuip_devfiles_is_driver(&st)) {
+			note_other(s, a, link);
+			continue;
+		}
 		if (!s->maps || a < s->first_start)
 			s->first_start = a;
 		s->maps++;
@@ -119,6 +175,32 @@ static int scan_dir(pid_t pid, const char *sub, struct cuip_devscan *s, bool map
 	}
 	closedir(d);
 	return 0;
+}
+
+int cuip_devfiles_mapped(pid_t pid, dev_t *v, size_t max)
+{
+	char dpath[64];
+	struct dirent *e;
+	struct stat st;
+	size_t n = 0;
+	DIR *d;
+
+	snprintf(dpath, sizeof(dpath), "/proc/%d/map_files", (int)pid);
+	d = opendir(dpath);
+	if (!d)
+		return -errno;
+	while ((e = readdir(d))) {
+		size_t i;
+
+		if (e->d_name[0] == '.' || fstatat(dirfd(d), e->d_name, &st, 0) || !is_device(&st))
+			continue;
+		for (i = 0; i < n && v[i] != st.st_rdev; i++)
+			;
+		if (i == n && n < max)
+			v[n++] = st.st_rdev;
+	}
+	closedir(d);
+	return (int)n;
 }
 
 int cuip_devfiles_scan(pid_t pid, struct cuip_devscan *out)
@@ -341,4 +423,5 @@ void cuip_devfiles_reset(void)
 	D.paths = NULL;
 	D.n_paths = 0;
 	D.loaded = false;
+	D.n_learned = 0;
 }

@@ -12,8 +12,12 @@
  *
  * A driver device is a character device whose major /proc/devices lists
  * under a name starting "nvidia" (nvidia-frontend, nvidia-uvm, nvidia-caps,
- * nvidia-nvswitch, ...). Owns: the cached majors, the paths claimed by the
- * current dump (one criu process, single-threaded hooks).
+ * nvidia-nvswitch, ...), or a device file learned during a dump: one the
+ * tree's CUDA processes mapped before their native checkpoint and no
+ * longer map after it (what the checkpoint removes is the driver's; the
+ * fake driver's device node is known this way). Owns: the cached majors,
+ * the learned devices, the paths claimed by the current dump (one criu
+ * process, single-threaded hooks).
  *
  * Images (in criu's image directory): cuinterpose-devmaps.img, the device
  * paths whose mappings were claimed, one per line; cuinterpose-devfile-ID.img
@@ -42,6 +46,18 @@ void cuip_devfiles_set_majors(const unsigned *majors, size_t n);
 /* Is st a driver device? (Reads /proc/devices once.) */
 bool cuip_devfiles_is_driver(const struct stat *st);
 
+/* Is rdev a character device of a driver major? */
+bool cuip_devfiles_driver_major(dev_t rdev);
+
+/* Learned devices: block or character devices (st_rdev) the driver owns. */
+int cuip_devfiles_learn(dev_t rdev);
+void cuip_devfiles_forget(dev_t rdev);
+
+/* The distinct devices (st_rdev of block and character device files, but
+ * /dev/zero, which criu maps itself) that pid maps, into v (at most max).
+ * Returns how many, or -errno. */
+int cuip_devfiles_mapped(pid_t pid, dev_t *v, size_t max);
+
 /* What a process holds of the driver's devices. */
 struct cuip_devscan {
 	unsigned maps;	      /* mappings of a driver device */
@@ -49,6 +65,9 @@ struct cuip_devscan {
 	uint64_t map_bytes;   /* summed size of those mappings */
 	uint64_t first_start; /* address of the first mapping */
 	char first[64];	      /* path of the first mapping or descriptor */
+	unsigned other_maps;  /* mappings of other devices (not /dev/zero) */
+	uint64_t other_start; /* the first of them */
+	char other[64];	      /* its path */
 };
 
 /* Scan /proc/PID/map_files and /proc/PID/fd. 0, or -errno. */

@@ -38,6 +38,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 /* CRIU finds the plugin through CR_PLUGIN_DESC: the one exported symbol. */
@@ -597,46 +598,75 @@ static bool is_native(pid_t pid)
 	return false;
 }
 
+/* The devices the CUDA processes map before their native checkpoint are
+ * the driver's, for now (settle_devices() keeps those the checkpoint
+ * removed). */
+static int learn_devices(void)
+{
+	for (size_t k = 0; k < S.n_nat; k++) {
+		dev_t v[16];
+		int n = cuip_devfiles_mapped(S.nat[k].pid, v, 16), ret;
+
+		for (int i = 0; i < n; i++)
+			if ((ret = cuip_devfiles_learn(v[i])))
+				return ret;
+	}
+	return 0;
+}
+
 /*
  * Processes of the tree the driver does not know that hold its device
  * files: children forked after cuInit. Said, one line each; their mappings
- * and descriptors are claimed when criu meets them (devfiles.h). Returns
- * how many there are.
+ * and descriptors are claimed when criu meets them (devfiles.h). One that
+ * maps a device file that is not the driver's is refused here, before
+ * anything changes: criu could not dump it.
  */
-static size_t note_inherited(void)
+static int note_inherited(char *err, size_t errlen)
 {
-	size_t n = 0;
-
 	for (size_t i = 0; i < S.n_tree; i++) {
 		struct cuip_devscan ds;
 		char comm[32];
 
-		if (is_native(S.tree[i]) || cuip_devfiles_scan(S.tree[i], &ds) || !(ds.maps + ds.fds))
+		if (is_native(S.tree[i]) || cuip_devfiles_scan(S.tree[i], &ds))
 			continue;
 		cuip_proc_comm(S.tree[i], comm, sizeof(comm));
+		if (ds.other_maps) {
+			snprintf(err, errlen,
+				 "pid %d (%s) maps %u region(s) of a device that is not the driver's (%s at %" PRIx64
+				 "): criu cannot dump such a mapping",
+				 S.tree[i], comm, ds.other_maps, ds.other, ds.other_start);
+			return -EOPNOTSUPP;
+		}
+		if (!(ds.maps + ds.fds))
+			continue;
 		pr_info("pid %d (%s) holds %u mapping(s) (%.1f MiB, first at %" PRIx64 ") and %u descriptor(s) of the "
 			"driver's devices (%s) but is no CUDA process to the driver (forked after cuInit): they are "
 			"saved without contents and restored inert",
 			S.tree[i], comm, ds.maps, ds.map_bytes / 1048576.0, ds.first_start, ds.fds, ds.first);
-		n++;
 	}
-	return n;
+	return 0;
 }
 
-/* After the native checkpoint no CUDA process may map a driver device:
- * such a mapping would be claimed as an inherited one and restored inert. */
-static int check_unmapped(char *err, size_t errlen)
+/*
+ * After the native checkpoint: a device a CUDA process still maps is not
+ * the driver's (forgotten: criu then refuses it, and the job is restored in
+ * place), unless its major is the driver's: a checkpoint that left the
+ * driver's mappings behind fails the dump.
+ */
+static int settle_devices(char *err, size_t errlen)
 {
 	for (size_t k = 0; k < S.n_nat; k++) {
-		struct cuip_devscan ds;
+		dev_t v[16];
+		int n = cuip_devfiles_mapped(S.nat[k].pid, v, 16);
 
-		if (cuip_devfiles_scan(S.nat[k].pid, &ds) || !ds.maps)
-			continue;
-		snprintf(err, errlen,
-			 "pid %d still maps %u region(s) of the driver's devices (%s at %" PRIx64
-			 ") after its native checkpoint",
-			 S.nat[k].pid, ds.maps, ds.first, ds.first_start);
-		return -EPROTO;
+		for (int i = 0; i < n; i++) {
+			if (cuip_devfiles_driver_major(v[i])) {
+				snprintf(err, errlen, "pid %d still maps the driver's device %u:%u after its native checkpoint",
+					 S.nat[k].pid, major(v[i]), minor(v[i]));
+				return -EPROTO;
+			}
+			cuip_devfiles_forget(v[i]);
+		}
 	}
 	return 0;
 }
@@ -696,7 +726,10 @@ static int pause_group(pid_t root)
 		pr_err("dump refused: %s", err);
 		return ret;
 	}
-	note_inherited();
+	if ((ret = learn_devices()) || (ret = note_inherited(err, sizeof(err)))) {
+		pr_err("dump refused: %s", err[0] ? err : strerror(-ret));
+		return ret;
+	}
 	if (!S.g.n && !S.n_nat) {
 		cuip_native_close();
 		pr_info("no CUDA process and no participant in the tree of pid %d: declining", root);
@@ -844,7 +877,7 @@ static int cuip_checkpoint_devices(int pid)
 		ret = -EIO;
 	}
 	if (!ret)
-		ret = check_unmapped(err, sizeof(err));
+		ret = settle_devices(err, sizeof(err));
 	if (!ret)
 		ret = note("native-checkpoint", true, err, sizeof(err));
 out:

@@ -12,6 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/loop.h>
+#include <stdbool.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -108,35 +111,83 @@ START_TEST(only_character_devices_of_those_majors_are_the_drivers)
 	ck_assert_int_eq(stat("/dev/null", &st), 0);
 	cuip_devfiles_set_majors(&other, 1);
 	ck_assert(!cuip_devfiles_is_driver(&st));
+	ck_assert(!cuip_devfiles_driver_major(st.st_rdev));
 	mem_is_driver();
 	ck_assert(cuip_devfiles_is_driver(&st));
+	ck_assert(cuip_devfiles_driver_major(st.st_rdev));
 	ck_assert_int_eq(stat("/", &st), 0);
 	ck_assert(!cuip_devfiles_is_driver(&st));
 }
 END_TEST
 
+/* A free loop device, opened: a block device that can be mapped (with
+ * PROT_NONE nothing is read), as the fake driver's device node is. */
+static int loop_node(char *path, size_t len)
+{
+	int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC), n, fd;
+
+	ck_assert_msg(ctl >= 0, "/dev/loop-control: %s (the fake driver's device node needs a loop device)",
+		      strerror(errno));
+	n = ioctl(ctl, LOOP_CTL_GET_FREE);
+	close(ctl);
+	ck_assert_int_ge(n, 0);
+	snprintf(path, len, "/dev/loop%d", n);
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	ck_assert_msg(fd >= 0, "%s: %s", path, strerror(errno));
+	return fd;
+}
+
 START_TEST(a_scan_counts_the_mappings_and_descriptors_of_driver_devices)
 {
 	struct cuip_devscan ds;
+	struct stat st;
 	size_t len = 3 * 4096;
-	int fd = open("/dev/null", O_RDONLY), z = open("/dev/zero", O_RDONLY);
-	void *p;
+	char path[64];
+	int fd = loop_node(path, sizeof(path)), z = open("/dev/zero", O_RDONLY);
+	void *p, *zp;
+	dev_t v[8];
 
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_ge(z, 0);
-	p = mmap(NULL, len, PROT_READ, MAP_PRIVATE, z, 0);
+	p = mmap(NULL, len, PROT_NONE, MAP_SHARED, fd, 0);
 	ck_assert_ptr_ne(p, MAP_FAILED);
-	close(z);
-	mem_is_driver();
+	zp = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, z, 0); /* criu's own business: never counted */
+	ck_assert_ptr_ne(zp, MAP_FAILED);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+
+	/* not learned: another device, which criu cannot dump */
+	ck_assert_int_eq(cuip_devfiles_scan(getpid(), &ds), 0);
+	ck_assert_uint_eq(ds.maps, 0);
+	ck_assert_uint_eq(ds.fds, 0);
+	ck_assert_uint_ge(ds.other_maps, 1);
+	ck_assert_uint_le(ds.other_start, (uintptr_t)p);
+	ck_assert_int_ge(cuip_devfiles_mapped(getpid(), v, 8), 1);
+	{
+		bool seen = false;
+
+		for (int i = 0, n = cuip_devfiles_mapped(getpid(), v, 8); i < n; i++) {
+			seen |= v[i] == st.st_rdev;
+			ck_assert_msg(v[i] != makedev(1, 5), "/dev/zero listed");
+		}
+		ck_assert(seen);
+	}
+
+	/* learned: the driver's */
+	ck_assert_int_eq(cuip_devfiles_learn(st.st_rdev), 0);
+	ck_assert(cuip_devfiles_is_driver(&st));
 	ck_assert_int_eq(cuip_devfiles_scan(getpid(), &ds), 0);
 	ck_assert_uint_ge(ds.maps, 1);
 	ck_assert_uint_ge(ds.map_bytes, len);
 	ck_assert_uint_le(ds.first_start, (uintptr_t)p);
 	ck_assert_uint_ge(ds.fds, 1);
-	ck_assert_msg(!strncmp(ds.first, "/dev/", 5), "first: %s", ds.first);
+	ck_assert_msg(!strcmp(ds.first, path), "first: %s, not %s", ds.first, path);
+
+	cuip_devfiles_forget(st.st_rdev);
+	ck_assert(!cuip_devfiles_is_driver(&st));
 	munmap(p, len);
+	munmap(zp, 4096);
 	close(fd);
+	close(z);
 	ck_assert_int_eq(cuip_devfiles_scan(999999999, &ds), -ENOENT);
+	ck_assert_int_eq(cuip_devfiles_mapped(999999999, v, 8), -ENOENT);
 }
 END_TEST
 

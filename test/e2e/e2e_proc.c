@@ -39,6 +39,13 @@
  *               interposer and with CUDA; the child writes DIR/spawned<K>.ready
  *   rawcuda R   rank R initializes a second copy of the driver, loaded with
  *               dlmopen(LM_ID_NEWLM) where the interposer is not preloaded
+ *   fork D      rank 0 forks a helper without exec (as a DataLoader worker
+ *               is made), which forks one of its own when D is 2: each
+ *               inherits what the driver mapped, writes DIR/forked<depth>.ready
+ *               ("pid P") and sleeps; on SIGUSR1 it calls cuInit, cuDeviceGet
+ *               and cuMemAlloc and appends their CUresults to
+ *               DIR/forked<depth>.cuda; on SIGUSR2 it maps (PROT_NONE,
+ *               shared) the device file E2E_OTHER_DEVICE names
  *
  * E2E_SOCKDIR_RANK=R:DIR gives rank R's first cuInit CUINTERPOSE_SOCKET_DIR=DIR.
  *   exit        leave (the children die with rank 0)
@@ -54,6 +61,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -167,6 +175,86 @@ static int do_rawcuda(void)
 static pid_t spawned_pid[4];
 static int nspawned;
 
+static volatile sig_atomic_t forked_usr1, forked_usr2;
+
+static void forked_signal(int sig)
+{
+	if (sig == SIGUSR1)
+		forked_usr1 = 1;
+	else
+		forked_usr2 = 1;
+}
+
+/* A forked helper at depth d (1, 2): says it is ready, then answers the
+ * signals until its parent dies. */
+static __attribute__((noreturn)) void forked_helper(int depth)
+{
+	char path[4096];
+	FILE *f;
+	int d = 1;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	signal(SIGUSR1, forked_signal);
+	signal(SIGUSR2, forked_signal);
+	while (d < depth && fork() == 0) { /* the child goes one deeper */
+		d++;
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+	}
+	snprintf(path, sizeof(path), "%s/forked%d.ready", wl_dir, d);
+	f = fopen(path, "w");
+	if (!f)
+		_exit(1);
+	fprintf(f, "pid %d\n", getpid());
+	fclose(f);
+	for (;;) {
+		pause();
+		if (forked_usr1) {
+			CUdevice dv = -1;
+			CUdeviceptr p = 0;
+			CUresult ri, rd, rm;
+
+			forked_usr1 = 0;
+			ri = cuInit(0);
+			rd = cuDeviceGet(&dv, 0);
+			rm = cuMemAlloc(&p, 4096);
+			snprintf(path, sizeof(path), "%s/forked%d.cuda", wl_dir, d);
+			f = fopen(path, "a");
+			if (f) {
+				fprintf(f, "cuInit %d cuDeviceGet %d cuMemAlloc %d\n", (int)ri, (int)rd, (int)rm);
+				fclose(f);
+			}
+		}
+		if (forked_usr2) {
+			const char *other = getenv("E2E_OTHER_DEVICE");
+			int fd = other ? open(other, O_RDWR | O_CLOEXEC) : -1;
+
+			forked_usr2 = 0;
+			if (fd >= 0)
+				mmap(NULL, 4096, PROT_NONE, MAP_SHARED, fd, 0);
+			snprintf(path, sizeof(path), "%s/forked%d.other", wl_dir, d);
+			f = fopen(path, "w");
+			if (f) {
+				fprintf(f, "%s\n", fd >= 0 ? "mapped" : "failed");
+				fclose(f);
+			}
+		}
+	}
+}
+
+static int do_fork(int depth)
+{
+	pid_t pid;
+
+	if (depth < 1 || depth > 2)
+		return wl_fail("fork depth %d: 1 or 2", depth);
+	pid = fork();
+	if (pid < 0)
+		return wl_fail("fork: %s", strerror(errno));
+	if (pid == 0)
+		forked_helper(depth);
+	return 0;
+}
+
 static int do_spawn(unsigned kind, const char *self)
 {
 	pid_t pid;
@@ -259,6 +347,8 @@ static int command(const char *verb, unsigned a, unsigned b, char *out, size_t l
 		return (int)a == wl_rank ? do_cuda(b) : 0;
 	if (!strcmp(verb, "spawn"))
 		return wl_rank == 0 ? do_spawn(a, self_name) : 0;
+	if (!strcmp(verb, "fork"))
+		return wl_rank == 0 ? do_fork((int)a) : 0;
 	if (!strcmp(verb, "rawcuda"))
 		return (int)a == wl_rank ? do_rawcuda() : 0;
 	if (!strcmp(verb, "closesock"))

@@ -287,6 +287,12 @@ extern struct fk_global G;
 #define FK_EVT_MAGIC 0x45565446u
 #define FK_MOD_MAGIC 0x4d4f4446u
 
+/* devnode.c: the driver's device files (open at cuInit and native restore,
+ * closed at native checkpoint; a forked child keeps the parent's: forget). */
+void devnode_open(void);
+void devnode_close(void);
+void devnode_forget(void);
+
 /* init.c */
 CUresult fk_enter(const char *api);
 void fk_leave(void);

@@ -97,6 +97,7 @@ static void atfork_child(void)
 	 * with its copies of export FDs). */
 	conn_fork_child();
 	conn_close_all();
+	devnode_forget(); /* inherited, kept: as on NVIDIA's driver */
 	rt_after_fork_child();
 }
 
@@ -181,12 +182,14 @@ FK_API CUresult CUDAAPI cuInit(unsigned int flags)
 		return r;
 	}
 	G.conn = fd;
+	devnode_open();
 	for (int i = 0; i < FKW_MAX_DEV; i++) {
 		G.dev.ord2phys[i] = i;
 		G.prim[i].ctx = -1;
 	}
 	stream_init();
 	if (rt_start() < 0) {
+		devnode_close();
 		conn_close_all();
 		UNLOCK();
 		return CUDA_ERROR_OPERATING_SYSTEM;

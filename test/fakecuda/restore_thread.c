@@ -331,6 +331,7 @@ static CUresult rt_checkpoint(void)
 	 * FD it could hold. */
 	conn_flush_gated();
 	conn_close_all();
+	devnode_close();
 	rt_refusal = refusal;
 	ckpt_log(bytes, n, stack_bytes);
 	__atomic_store_n(&mb->state, CU_PROCESS_STATE_CHECKPOINTED, __ATOMIC_RELEASE);
@@ -486,6 +487,7 @@ static CUresult rt_restore(void)
 	memcpy(G.dev.ord2phys, ord2phys, sizeof(ord2phys));
 	memcpy(G.arena, arenas, sizeof(arenas));
 	G.conn = fd;
+	devnode_open();
 	__atomic_store_n(&mb->state, CU_PROCESS_STATE_LOCKED, __ATOMIC_RELEASE);
 	return CUDA_SUCCESS;
 err:
