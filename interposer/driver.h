@@ -18,6 +18,7 @@
 	X(cuDeviceGet)                            \
 	X(cuDeviceGetCount)                       \
 	X(cuDeviceGetUuid_v2)                     \
+	X(cuDeviceGetName)                        \
 	X(cuDevicePrimaryCtxRetain)               \
 	X(cuDevicePrimaryCtxRelease_v2)           \
 	X(cuDevicePrimaryCtxGetState)             \

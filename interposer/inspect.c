@@ -263,6 +263,8 @@ Cuip__ProcessState *cuip_state_build(void)
 		d->ordinal = self.dev[i].ordinal;
 		d->uuid.data = (uint8_t *)self.dev[i].uuid;
 		d->uuid.len = 16;
+		if (self.dev[i].name[0])
+			d->name = self.dev[i].name;
 		st->devices[st->n_devices++] = d;
 	}
 

@@ -105,6 +105,10 @@ static void devices_scan(void)
 			continue;
 		self.dev[self.ndev].ordinal = i;
 		memcpy(self.dev[self.ndev].uuid, u.bytes, 16);
+		if (!real.cuDeviceGetName ||
+		    real.cuDeviceGetName(self.dev[self.ndev].name, (int)sizeof(self.dev[0].name), d) != CUDA_SUCCESS)
+			self.dev[self.ndev].name[0] = 0;
+		self.dev[self.ndev].name[sizeof(self.dev[0].name) - 1] = 0;
 		self.ndev++;
 	}
 }

@@ -17,6 +17,7 @@
 struct cuip_device {
 	int ordinal;
 	uint8_t uuid[16];
+	char name[64]; /* cuDeviceGetName, "" when it failed */
 };
 
 struct cuip_self {

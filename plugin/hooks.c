@@ -49,6 +49,7 @@
 #include "coord.h"
 #include "devfiles.h"
 #include "fault.h"
+#include "gpus.h"
 #include "guardian.h"
 #include "images.h"
 #include "log.h"
@@ -1087,6 +1088,48 @@ static void seize_by_interrupt(void)
 		pr_warn("set_compel_interrupt_only_mode not found in criu: do not use --freeze-cgroup");
 }
 
+/*
+ * Restore, before criu creates any process: every GPU the images' processes
+ * saw is here or paired (CUINTERPOSE_GPU_REMAP, or =auto), else refused
+ * naming the GPUs and the value to set (gpus.h). The pairs `auto` makes go
+ * to the native restore like given ones.
+ */
+static int check_gpus(int dir)
+{
+	struct cuip_gpu img[CUIP_MAX_GPUS], here[CUIP_MAX_GPUS];
+	struct cuip_ckpt ck = {0};
+	char err[4096] = "";
+	size_t n_img;
+	int n_here, ret;
+
+	ret = cuip_images_read(dir, &ck, err, sizeof(err));
+	if (ret)
+		return 0; /* RESUME_DEVICES_LATE reports bad images, with the tree to kill */
+	n_img = cuip_gpus_of_images(&ck, img, CUIP_MAX_GPUS);
+	cuip_images_free(&ck);
+	if (!n_img)
+		return 0;
+	n_here = cuip_gpus_present(S.o.libcuda, here, CUIP_MAX_GPUS, err, sizeof(err));
+	if (n_here < 0) {
+		pr_err("restore refused: %s", err);
+		return n_here;
+	}
+	ret = cuip_gpus_plan(img, n_img, here, (size_t)n_here, S.o.remap_auto, S.o.remap, &S.o.n_remap, CUIP_MAX_REMAP,
+			     err, sizeof(err));
+	if (ret) {
+		pr_err("restore refused before any process was created: %s", err);
+		return ret;
+	}
+	for (unsigned i = 0; S.o.remap_auto && i < S.o.n_remap; i++) {
+		char a[48], b[48];
+
+		cuip_format_uuid(S.o.remap[i].old_uuid, a, sizeof(a));
+		cuip_format_uuid(S.o.remap[i].new_uuid, b, sizeof(b));
+		pr_info("CUINTERPOSE_GPU_REMAP=auto: GPU %s of the images restores onto %s", a, b);
+	}
+	return 0;
+}
+
 static int cuip_init(int stage)
 {
 	char err[512];
@@ -1124,6 +1167,8 @@ static int cuip_init(int stage)
 			pr_debug("no %s in the image directory: declining", CUIP_INVENTORY_IMG);
 			S.disabled = true;
 		}
+		if (!S.disabled && dir >= 0 && check_gpus(dir))
+			return -1;
 	}
 	if (stage == CR_PLUGIN_STAGE__DUMP)
 		seize_by_interrupt();

@@ -194,7 +194,12 @@ int cuip_opts_load(struct cuip_opts *o, char *err, size_t errlen)
 	}
 	o->load_sync = !strcmp(copies, "sync");
 	o->chunk_size = chunk;
-	n = cuip_parse_remap(getenv("CUINTERPOSE_GPU_REMAP"), o->remap, CUIP_MAX_REMAP, err, errlen);
+	{
+		const char *r = getenv("CUINTERPOSE_GPU_REMAP");
+
+		o->remap_auto = r && !strcmp(r, "auto");
+		n = o->remap_auto ? 0 : cuip_parse_remap(r, o->remap, CUIP_MAX_REMAP, err, errlen);
+	}
 	if (n < 0)
 		return n;
 	o->n_remap = (unsigned)n;

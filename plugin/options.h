@@ -38,6 +38,7 @@ struct cuip_opts {
 	char libcuda[PATH_MAX];	     /* CUINTERPOSE_LIBCUDA: driver library for native checkpoint */
 	struct cuip_gpu_pair remap[CUIP_MAX_REMAP]; /* CUINTERPOSE_GPU_REMAP */
 	unsigned n_remap;
+	int remap_auto; /* CUINTERPOSE_GPU_REMAP=auto: pair by ordinal where unambiguous */
 };
 
 /* Fill `o` from the environment. Returns 0, or -EINVAL with `err` naming the

@@ -14,6 +14,7 @@ Suite *agent_suite(void);
 Suite *startgate_suite(void);
 Suite *guardian_suite(void);
 Suite *devfiles_suite(void);
+Suite *gpus_suite(void);
 
 int main(void)
 {
@@ -26,6 +27,7 @@ int main(void)
 	srunner_add_suite(sr, startgate_suite());
 	srunner_add_suite(sr, guardian_suite());
 	srunner_add_suite(sr, devfiles_suite());
+	srunner_add_suite(sr, gpus_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
