@@ -6,7 +6,9 @@
 #include "gpus.h"
 
 #include <cuda.h>
+#include <dirent.h>
 #include <dlfcn.h>
+#include <limits.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -195,6 +197,49 @@ int cuip_gpus_present(const char *lib, struct cuip_gpu *v, size_t max, char *err
 	}
 	free(a);
 	return ret;
+}
+
+static int by_name(const struct dirent **a, const struct dirent **b)
+{
+	return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+int cuip_gpus_listed(const char *dir, struct cuip_gpu *v, size_t max)
+{
+	struct dirent **ents;
+	int n = scandir(dir, &ents, NULL, by_name), k = 0;
+
+	for (int i = 0; i < n; i++) {
+		char path[PATH_MAX], line[256];
+		bool have_uuid = false;
+		FILE *f;
+
+		snprintf(path, sizeof(path), "%s/%s/information", dir, ents[i]->d_name);
+		f = ents[i]->d_name[0] != '.' && (size_t)k < max ? fopen(path, "re") : NULL;
+		if (f) {
+			memset(&v[k], 0, sizeof(v[k]));
+			v[k].ordinal = k;
+			while (fgets(line, sizeof(line), f)) {
+				char *val = strchr(line, ':');
+
+				if (!val)
+					continue;
+				*val++ = 0;
+				val += strspn(val, " \t");
+				val[strcspn(val, "\n")] = 0;
+				if (!strcmp(line, "Model"))
+					snprintf(v[k].name, sizeof(v[k].name), "%s", val);
+				else if (!strcmp(line, "GPU UUID"))
+					have_uuid = !cuip_parse_uuid(val, strlen(val), v[k].uuid);
+			}
+			fclose(f);
+			k += have_uuid;
+		}
+		free(ents[i]);
+	}
+	if (n > 0)
+		free(ents);
+	return k;
 }
 
 /* ---- the plan ---- */

@@ -1109,6 +1109,13 @@ static int check_gpus(int dir)
 	cuip_images_free(&ck);
 	if (!n_img)
 		return 0;
+	/* The same GPUs, as the kernel module lists them: nothing to ask. */
+	n_here = cuip_gpus_listed("/proc/driver/nvidia/gpus", here, CUIP_MAX_GPUS);
+	if (n_here > 0 && !S.o.remap_auto &&
+	    !cuip_gpus_plan(img, n_img, here, (size_t)n_here, false, S.o.remap, &S.o.n_remap, CUIP_MAX_REMAP, err,
+			    sizeof(err)))
+		return 0;
+	/* Otherwise the driver's own list (its ordinals) decides and explains. */
 	n_here = cuip_gpus_present(S.o.libcuda, here, CUIP_MAX_GPUS, err, sizeof(err));
 	if (n_here < 0) {
 		pr_err("restore refused: %s", err);

@@ -6,7 +6,9 @@
 #include <check.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "gpus.h"
 
@@ -118,6 +120,50 @@ START_TEST(auto_pairs_by_ordinal_only_where_clear)
 }
 END_TEST
 
+static void put(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+START_TEST(the_kernel_modules_list_gives_uuids_and_models_in_pci_order)
+{
+	char d[] = "/tmp/cuip-gpus.XXXXXX", p[256], cmd[300];
+	struct cuip_gpu v[4];
+	uint8_t u[16];
+
+	ck_assert_ptr_nonnull(mkdtemp(d));
+	snprintf(p, sizeof(p), "%s/0000:1b:00.0", d);
+	ck_assert_int_eq(mkdir(p, 0755), 0);
+	snprintf(p, sizeof(p), "%s/0000:1b:00.0/information", d);
+	put(p, "Model: \t\t NVIDIA H200\nIRQ:   \t\t 17\nGPU UUID: \t GPU-22222222-2222-2222-2222-222222222222\n");
+	snprintf(p, sizeof(p), "%s/0000:0a:00.0", d);
+	ck_assert_int_eq(mkdir(p, 0755), 0);
+	snprintf(p, sizeof(p), "%s/0000:0a:00.0/information", d);
+	put(p, "Model: \t\t NVIDIA H200\nGPU UUID: \t GPU-11111111-1111-1111-1111-111111111111\n");
+	snprintf(p, sizeof(p), "%s/0000:ff:00.0", d); /* no UUID line: not listed */
+	ck_assert_int_eq(mkdir(p, 0755), 0);
+	snprintf(p, sizeof(p), "%s/0000:ff:00.0/information", d);
+	put(p, "Model: \t\t NVIDIA H200\n");
+
+	ck_assert_int_eq(cuip_gpus_listed(d, v, 4), 2);
+	memset(u, 0x11, 16);
+	ck_assert(!memcmp(v[0].uuid, u, 16));
+	ck_assert_int_eq(v[0].ordinal, 0);
+	ck_assert_str_eq(v[0].name, "NVIDIA H200");
+	memset(u, 0x22, 16);
+	ck_assert(!memcmp(v[1].uuid, u, 16));
+	ck_assert_int_eq(v[1].ordinal, 1);
+	ck_assert_int_eq(cuip_gpus_listed(d, v, 1), 1);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", d);
+	ck_assert_int_eq(system(cmd), 0);
+	ck_assert_int_eq(cuip_gpus_listed(d, v, 4), 0);
+}
+END_TEST
+
 Suite *gpus_suite(void);
 
 Suite *gpus_suite(void)
@@ -130,6 +176,7 @@ Suite *gpus_suite(void)
 	tcase_add_test(t, missing_gpus_are_refused_with_the_value_to_set);
 	tcase_add_test(t, given_pairs_cover_the_missing_gpus);
 	tcase_add_test(t, auto_pairs_by_ordinal_only_where_clear);
+	tcase_add_test(t, the_kernel_modules_list_gives_uuids_and_models_in_pci_order);
 	suite_add_tcase(s, t);
 	return s;
 }
