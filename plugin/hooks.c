@@ -652,7 +652,10 @@ static int note_inherited(char *err, size_t errlen)
  * After the native checkpoint: a device a CUDA process still maps is not
  * the driver's (forgotten: criu then refuses it, and the job is restored in
  * place), unless its major is the driver's: a checkpoint that left the
- * driver's mappings behind fails the dump.
+ * driver's mappings behind fails the dump. So does one that left a
+ * descriptor of the driver's devices open (a process sharing a memory pool
+ * keeps /dev/nvidiactl, and its native restore fails, FACTS.md): only the
+ * descriptors of processes the driver does not know are claimed.
  */
 static int settle_devices(char *err, size_t errlen)
 {
@@ -668,6 +671,17 @@ static int settle_devices(char *err, size_t errlen)
 			}
 			cuip_devfiles_forget(v[i]);
 		}
+	}
+	for (size_t k = 0; k < S.n_nat; k++) {
+		struct cuip_devscan ds;
+
+		if (cuip_devfiles_scan(S.nat[k].pid, &ds) || !ds.fds)
+			continue;
+		snprintf(err, errlen,
+			 "pid %d still holds %u descriptor(s) of the driver's devices (%s) after its native checkpoint "
+			 "(a memory pool shared with another process keeps one; its native restore would fail)",
+			 S.nat[k].pid, ds.fds, ds.first);
+		return -EPROTO;
 	}
 	return 0;
 }

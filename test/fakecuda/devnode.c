@@ -65,6 +65,11 @@ void devnode_close(void)
 	node_fd = -1;
 }
 
+int devnode_dup(void)
+{
+	return node_fd >= 0 ? fcntl(node_fd, F_DUPFD_CLOEXEC, 3) : -1;
+}
+
 void devnode_forget(void)
 {
 	node_map = MAP_FAILED;

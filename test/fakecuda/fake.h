@@ -292,6 +292,9 @@ extern struct fk_global G;
 void devnode_open(void);
 void devnode_close(void);
 void devnode_forget(void);
+/* Another descriptor of the node (a shared pool's channel keeps one open
+ * through native checkpoint, as the H200 keeps /dev/nvidiactl), or -1. */
+int devnode_dup(void);
 
 /* init.c */
 CUresult fk_enter(const char *api);

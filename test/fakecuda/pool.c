@@ -16,7 +16,8 @@
  * (pool_chan): native checkpoint leaves it open, so CRIU cannot dump the
  * process, and a native restore fails with CUDA_ERROR_OPERATING_SYSTEM
  * (restore_thread.c asks pool_shared()), as the real driver's leftover
- * 195:255 descriptor does.
+ * 195:255 descriptor does. The channel also keeps a descriptor of the
+ * device node (devnode.c) open, that descriptor's equivalent.
  *
  * Callers: the application, through the exported entry points.  State: the
  * static tables below, under G.lock; pool_shared() is read by the restore
@@ -89,6 +90,7 @@ static struct fk_pblk blks[FK_MAX_PBLK];
 static int def_pool[FKW_MAX_DEV] = {[0 ... FKW_MAX_DEV - 1] = -1};
 static int cur_pool[FKW_MAX_DEV] = {[0 ... FKW_MAX_DEV - 1] = -1};
 static int pool_chan = -1;
+static int pool_node = -1; /* the channel's descriptor of the device node */
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 /* Lock-free: the restore thread asks while the process is LOCKED. */
@@ -109,6 +111,9 @@ static void chan_fork_child(void)
 	if (pool_chan >= 0)
 		close(pool_chan);
 	pool_chan = -1;
+	if (pool_node >= 0)
+		close(pool_node);
+	pool_node = -1;
 	memset(pools, 0, sizeof(pools));
 	memset(blks, 0, sizeof(blks));
 	for (int i = 0; i < FKW_MAX_DEV; i++)
@@ -131,6 +136,9 @@ static CUresult chan_sync(void)
 		if (pool_chan >= 0)
 			close(pool_chan);
 		pool_chan = -1;
+		if (pool_node >= 0)
+			close(pool_node);
+		pool_node = -1;
 		return CUDA_SUCCESS;
 	}
 	if (pool_chan >= 0)
@@ -144,6 +152,7 @@ static CUresult chan_sync(void)
 		return CUDA_ERROR_OPERATING_SYSTEM;
 	}
 	pool_chan = fd;
+	pool_node = devnode_dup();
 	return CUDA_SUCCESS;
 }
 
