@@ -274,28 +274,37 @@ static int write_all(int fd, const char *s)
 	return 0;
 }
 
+/* Append (or, with O_TRUNC, write) "path\n" to image `name`. */
+static int put_line(int dirfd, const char *name, int how, const char *path)
+{
+	char line[PATH_MAX + 2];
+	int ret, img;
+
+	if (strchr(path, '\n'))
+		return -EINVAL;
+	img = openat(dirfd, name, O_WRONLY | O_CREAT | O_CLOEXEC | how, 0600);
+	if (img < 0)
+		return -errno;
+	snprintf(line, sizeof(line), "%s\n", path);
+	ret = write_all(img, line);
+	if (close(img) && !ret)
+		ret = -errno;
+	return ret;
+}
+
 int cuip_devfiles_claim_map(int dirfd, int fd, const struct stat *st)
 {
-	char path[PATH_MAX + 2];
-	int ret, img;
+	char path[PATH_MAX];
+	int ret;
 
 	if (!cuip_devfiles_is_driver(st))
 		return -ENOTSUP;
-	ret = fd_path(fd, path, sizeof(path) - 1);
+	ret = fd_path(fd, path, sizeof(path));
 	if (ret)
 		return ret;
 	if (claimed(path))
 		return 0;
-	if (strchr(path, '\n'))
-		return -EINVAL;
-	img = openat(dirfd, CUIP_DEVMAPS_IMG, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-	if (img < 0)
-		return -errno;
-	strcat(path, "\n");
-	ret = write_all(img, path);
-	if (close(img) && !ret)
-		ret = -errno;
-	path[strlen(path) - 1] = 0;
+	ret = put_line(dirfd, CUIP_DEVMAPS_IMG, O_APPEND, path);
 	if (!ret)
 		ret = remember(path);
 	if (!ret)
@@ -307,28 +316,21 @@ int cuip_devfiles_claim_map(int dirfd, int fd, const struct stat *st)
 
 int cuip_devfiles_claim_fd(int dirfd, int fd, uint32_t id)
 {
-	char path[PATH_MAX + 2], name[64];
+	char path[PATH_MAX], name[64];
 	struct stat st;
-	int ret, img;
+	int ret;
 
 	if (fstat(fd, &st))
 		return -errno;
 	if (!cuip_devfiles_is_driver(&st))
 		return -ENOTSUP;
-	ret = fd_path(fd, path, sizeof(path) - 1);
+	ret = fd_path(fd, path, sizeof(path));
 	if (ret)
 		return ret;
 	snprintf(name, sizeof(name), CUIP_DEVFILE_IMG_FMT, id);
-	img = openat(dirfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (img < 0)
-		return -errno;
-	strcat(path, "\n");
-	ret = write_all(img, path);
-	if (close(img) && !ret)
-		ret = -errno;
+	ret = put_line(dirfd, name, O_TRUNC, path);
 	if (!ret)
-		pr_debug("descriptor of %.*s (file id %#x) claimed: restored as /dev/null", (int)strcspn(path, "\n"),
-			 path, id);
+		pr_debug("descriptor of %s (file id %#x) claimed: restored as /dev/null", path, id);
 	return ret;
 }
 
