@@ -59,7 +59,8 @@ void cuip_devfiles_set_majors(const unsigned *majors, size_t n)
 {
 	if (n > CUIP_DEVFILES_MAX_MAJORS)
 		n = CUIP_DEVFILES_MAX_MAJORS;
-	memcpy(D.majors, majors, n * sizeof(*majors));
+	for (size_t i = 0; i < n; i++)
+		D.majors[i] = majors[i];
 	D.n_majors = n ? (int)n : -1;
 }
 
