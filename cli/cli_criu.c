@@ -421,8 +421,7 @@ static int check_session(const struct front *f)
 	pid_t sid = getsid(f->pid);
 
 	if (sid < 0) {
-		fprintf(stderr, "cuinterpose %s: cannot read pid %d's session: %s\n", f->name, f->pid,
-			strerror(errno));
+		fprintf(stderr, "cuinterpose %s: cannot read pid %d's session: %s\n", f->name, f->pid, strerror(errno));
 		return 1;
 	}
 	if (sid == 0) {

@@ -20,7 +20,7 @@
 
 #include "log.h"
 
-#define DEVZERO makedev(1, 5)
+#define DEVZERO	    makedev(1, 5)
 #define MAX_LEARNED 64
 
 static struct {

@@ -32,8 +32,8 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-#define CUIP_DEVMAPS_IMG "cuinterpose-devmaps.img"
-#define CUIP_DEVFILE_IMG_FMT "cuinterpose-devfile-%x.img"
+#define CUIP_DEVMAPS_IMG	 "cuinterpose-devmaps.img"
+#define CUIP_DEVFILE_IMG_FMT	 "cuinterpose-devfile-%x.img"
 #define CUIP_DEVFILES_MAX_MAJORS 16
 
 /* Majors of the character devices /proc/devices (path: a file of that

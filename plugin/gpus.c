@@ -279,8 +279,8 @@ static void list(const struct cuip_gpu *v, size_t n, char *buf, size_t len)
 
 /* Image GPU i onto machine GPU i, for every i: what `auto` does, and what
  * the refusal suggests. Needs the same count; `why` says what differs. */
-static bool by_ordinal(const struct cuip_gpu *img, size_t n_img, const struct cuip_gpu *here, size_t n_here,
-		       char *why, size_t len)
+static bool by_ordinal(const struct cuip_gpu *img, size_t n_img, const struct cuip_gpu *here, size_t n_here, char *why,
+		       size_t len)
 {
 	if (n_img != n_here) {
 		snprintf(why, len, "the images saw %zu GPU(s), this machine has %zu", n_img, n_here);
@@ -324,7 +324,9 @@ int cuip_gpus_plan(const struct cuip_gpu *img, size_t n_img, const struct cuip_g
 
 			cuip_format_uuid(pairs[i].new_uuid, u, sizeof(u));
 			list(here, n_here, lh, sizeof(lh));
-			snprintf(err, errlen, "CUINTERPOSE_GPU_REMAP maps a GPU onto %s, which this machine does not have (it has %s)",
+			snprintf(err, errlen,
+				 "CUINTERPOSE_GPU_REMAP maps a GPU onto %s, which this machine does not have (it has "
+				 "%s)",
 				 u, lh);
 			return -ENODEV;
 		}
@@ -350,7 +352,8 @@ int cuip_gpus_plan(const struct cuip_gpu *img, size_t n_img, const struct cuip_g
 	}
 	if (!ord) {
 		snprintf(err, errlen,
-			 "the images were made on GPU(s) %s; this machine has %s; %zu of the images' GPUs %s neither here "
+			 "the images were made on GPU(s) %s; this machine has %s; %zu of the images' GPUs %s neither "
+			 "here "
 			 "nor paired, and no pairing is clear (%s): set CUINTERPOSE_GPU_REMAP=OLDUUID=NEWUUID,... for "
 			 "each",
 			 li, lh, missing, missing == 1 ? "is" : "are", reason);
@@ -361,7 +364,7 @@ int cuip_gpus_plan(const struct cuip_gpu *img, size_t n_img, const struct cuip_g
 		 "the images were made on GPU(s) %s; this machine has %s; %zu of the images' GPUs %s neither here nor "
 		 "paired%s: restore with CUINTERPOSE_GPU_REMAP=%s%s",
 		 li, lh, missing, missing == 1 ? "is" : "are",
-		 !auto_	 ? ""
+		 !auto_	   ? ""
 		 : present ? " (auto pairs only when no GPU of the images is here)"
 			   : " (auto does not combine with explicit pairs)",
 		 sug, auto_ ? "" : " (or =auto)");

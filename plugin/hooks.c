@@ -568,7 +568,8 @@ static int check_ordinary(char *err, size_t errlen)
 				/* NVML alone makes a process known to the driver's
 				 * checkpoint API; it has no context and no memory,
 				 * so the native checkpoint is all it needs. */
-				pr_info("pid %d (%s) is known to the driver but holds no CUDA context (NVML lists it on no "
+				pr_info("pid %d (%s) is known to the driver but holds no CUDA context (NVML lists it "
+					"on no "
 					"GPU: it only initialized NVML): checkpointed natively",
 					pid, comm);
 				goto next;
@@ -665,7 +666,8 @@ static int settle_devices(char *err, size_t errlen)
 
 		for (int i = 0; i < n; i++) {
 			if (cuip_devfiles_driver_major(v[i])) {
-				snprintf(err, errlen, "pid %d still maps the driver's device %u:%u after its native checkpoint",
+				snprintf(err, errlen,
+					 "pid %d still maps the driver's device %u:%u after its native checkpoint",
 					 S.nat[k].pid, major(v[i]), minor(v[i]));
 				return -EPROTO;
 			}

@@ -17,7 +17,7 @@ struct nvml_proc {
 	unsigned long long used;
 	unsigned int gpu_instance, compute_instance;
 };
-#define NVML_SUCCESS 0
+#define NVML_SUCCESS		     0
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 
 struct nvml {

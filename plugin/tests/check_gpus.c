@@ -31,7 +31,8 @@ static void uuid_str(unsigned char id, char *buf)
 
 START_TEST(gpus_all_here_need_no_pairs)
 {
-	struct cuip_gpu img[2] = {gpu(0, 1, "H200"), gpu(1, 2, "H200")}, here[3] = {gpu(0, 2, "H200"), gpu(1, 1, "H200"), gpu(2, 9, "H200")};
+	struct cuip_gpu img[2] = {gpu(0, 1, "H200"), gpu(1, 2, "H200")},
+			here[3] = {gpu(0, 2, "H200"), gpu(1, 1, "H200"), gpu(2, 9, "H200")};
 	struct cuip_gpu_pair p[4];
 	unsigned n = 0;
 	char err[1024] = "";
@@ -45,7 +46,8 @@ END_TEST
 
 START_TEST(missing_gpus_are_refused_with_the_value_to_set)
 {
-	struct cuip_gpu img[2] = {gpu(0, 1, "H200"), gpu(1, 2, "H200")}, here[2] = {gpu(0, 5, "H200"), gpu(1, 6, "H200")};
+	struct cuip_gpu img[2] = {gpu(0, 1, "H200"), gpu(1, 2, "H200")},
+			here[2] = {gpu(0, 5, "H200"), gpu(1, 6, "H200")};
 	struct cuip_gpu_pair p[4];
 	unsigned n = 0;
 	char err[2048] = "", a[48], b[48], c[48], d[48], want[512];
@@ -57,15 +59,18 @@ START_TEST(missing_gpus_are_refused_with_the_value_to_set)
 	uuid_str(6, d);
 	snprintf(want, sizeof(want), "restore with CUINTERPOSE_GPU_REMAP=%s=%s,%s=%s (or =auto)", a, c, b, d);
 	ck_assert_msg(strstr(err, want), "%s", err);
-	snprintf(want, sizeof(want), "made on GPU(s) 0 %s (H200), 1 %s (H200); this machine has 0 %s (H200), 1 %s (H200); 2 "
-				     "of the images' GPUs are neither here nor paired", a, b, c, d);
+	snprintf(want, sizeof(want),
+		 "made on GPU(s) 0 %s (H200), 1 %s (H200); this machine has 0 %s (H200), 1 %s (H200); 2 "
+		 "of the images' GPUs are neither here nor paired",
+		 a, b, c, d);
 	ck_assert_msg(strstr(err, want), "%s", err);
 }
 END_TEST
 
 START_TEST(given_pairs_cover_the_missing_gpus)
 {
-	struct cuip_gpu img[2] = {gpu(0, 1, "H200"), gpu(1, 2, "H200")}, here[2] = {gpu(0, 5, "H200"), gpu(1, 6, "H200")};
+	struct cuip_gpu img[2] = {gpu(0, 1, "H200"), gpu(1, 2, "H200")},
+			here[2] = {gpu(0, 5, "H200"), gpu(1, 6, "H200")};
 	struct cuip_gpu_pair p[4];
 	unsigned n = 2;
 	char err[2048] = "";
@@ -89,8 +94,9 @@ END_TEST
 
 START_TEST(auto_pairs_by_ordinal_only_where_clear)
 {
-	struct cuip_gpu img[2] = {gpu(0, 1, "H200"), gpu(1, 2, "H200")}, here[2] = {gpu(0, 5, "H200"), gpu(1, 6, "H200")},
-			one[1] = {gpu(0, 5, "H200")}, other[2] = {gpu(0, 5, "H200"), gpu(1, 6, "A100")},
+	struct cuip_gpu img[2] = {gpu(0, 1, "H200"), gpu(1, 2, "H200")},
+			here[2] = {gpu(0, 5, "H200"), gpu(1, 6, "H200")}, one[1] = {gpu(0, 5, "H200")},
+			other[2] = {gpu(0, 5, "H200"), gpu(1, 6, "A100")},
 			mixed[2] = {gpu(0, 1, "H200"), gpu(1, 6, "H200")};
 	struct cuip_gpu_pair p[4];
 	unsigned n = 0;
