@@ -1002,15 +1002,13 @@ static int run_criu(struct front *f, const struct argl *a)
 
 /* ---- the two commands ---- */
 
-/* The criu binary, the plugin, DIR (made for a checkpoint) as an absolute
- * path: 0, or 1 after saying what is missing. */
+/* DIR (made for a checkpoint) as an absolute path, once find_tools() has
+ * found the criu binary and the plugin: 0, or 1 after saying what failed. */
 static int prepare(struct front *f)
 {
 	char *abs;
 
 	f->tty = isatty(STDERR_FILENO);
-	if (find_tools(f))
-		return 1;
 	if (!strcmp(f->name, "checkpoint") && mkdir(f->dir, 0700) && errno != EEXIST) {
 		fprintf(stderr, "cuinterpose %s: cannot create %s: %s\n", f->name, f->dir, strerror(errno));
 		return 1;
@@ -1045,7 +1043,7 @@ int cli_checkpoint(int argc, char **argv)
 		fprintf(stderr, "cuinterpose checkpoint: no such process: %d\n", f.pid);
 		return 1;
 	}
-	if (check_session(&f) || prepare(&f))
+	if (find_tools(&f) || check_session(&f) || prepare(&f))
 		return 1;
 	reap_warn(&f);
 	ret = dump_args(&f, &a) ? 1 : run_criu(&f, &a);
@@ -1100,7 +1098,7 @@ int cli_restore(int argc, char **argv)
 
 	if (ret)
 		return ret < 0 ? 2 : 0;
-	if (prepare(&f))
+	if (find_tools(&f) || prepare(&f))
 		return 1;
 	t = calloc(1, sizeof(*t));
 	if (!t)
