@@ -29,6 +29,13 @@
  * its own two buffers when it starts (in parallel with the others, which
  * already move bytes) and unpins them when its last pass ends.
  *
+ * A save owns each regular file from its first item on: it cuts the file
+ * there and writes no piece of a 64 KiB unit (aligned in the file) that is
+ * all zero, then extends the file to its end. Those bytes read back as
+ * zeros and whole units hold no disk block, so memory a framework reserved
+ * but never wrote costs neither the write nor the restore's read. The CRCs
+ * still cover every byte.
+ *
  * Striping (carrier_save_striped/_load_striped) sits on top: a pure split
  * (carrier_stripe_split) cuts each item into extents of whole chunks and
  * gives each to the least-filled file; the extents are items of their own
@@ -96,6 +103,9 @@
  * between the two, so each byte crosses the memory bus once on the CPU
  * side; big enough that the extra system calls cost little. */
 #define CRC_BLOCK (512u << 10)
+/* Zero runs of a saved carrier are left as holes in units of this many
+ * bytes, aligned in the file (a multiple of any file system's block). */
+#define HOLE_UNIT (64u << 10)
 /* The largest staging buffer a slot gets (a chunk bigger than this still
  * gets its size). Small buffers keep a save's bytes in the host's
  * last-level cache from the device copy to the CRC and the write: the
@@ -148,6 +158,7 @@ struct worker {
 	void *stack; /* mmap'd with a guard page; NULL for thread 0 */
 	bool started;
 	double copy_s, io_s, crc_s, pin_s;
+	uint64_t holes; /* save: zero bytes left as holes */
 };
 
 struct xfer {
@@ -180,6 +191,12 @@ struct xfer {
 	int rc;		  /* first error */
 	char msg[ERRMSG];
 	double copy_s, io_s, crc_s, pin_s; /* summed after the threads are joined */
+	uint64_t holes;			   /* summed after the threads are joined */
+	/* save: each file's carrier ends at fend; sparse once it was cut at
+	 * its first item's offset (a regular file), so a zero run need not be
+	 * written (set before the threads start). */
+	uint64_t fend[CARRIER_FILES_MAX];
+	bool sparse[CARRIER_FILES_MAX];
 
 	/* progress, touched by thread 0 only */
 	uint64_t p_base, p_grand, p_next;
@@ -517,6 +534,55 @@ static int pwrite_all(int fd, const uint8_t *p, uint64_t len, uint64_t off)
 	return 0;
 }
 
+/* Whether p[0..n) is all zero: stops at the first other byte, so data
+ * costs a word or two; a zero run is read once, from the cache. */
+static bool all_zero(const uint8_t *p, uint64_t n)
+{
+	uint64_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		uint64_t v;
+
+		memcpy(&v, p + i, 8); /* a unit need not be aligned in memory */
+		if (v)
+			return false;
+	}
+	for (; i < n; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+
+/*
+ * Write p[0..len) at file offset off. In a sparse file each piece of a
+ * HOLE_UNIT (aligned in the file) that is all zero is skipped: the file was
+ * cut at its first item and each byte is written once, so what is skipped
+ * reads back as zeros, and a whole unit skipped holds no block (a piece
+ * may share its blocks with the rest of its unit, written by another
+ * slice). *holes counts the bytes skipped.
+ */
+static int write_run(int fd, bool sparse, const uint8_t *p, uint64_t len, uint64_t off, uint64_t *holes)
+{
+	uint64_t start = 0;
+
+	if (!sparse)
+		return pwrite_all(fd, p, len, off);
+	for (uint64_t o = 0; o < len;) {
+		uint64_t u = HOLE_UNIT - (off + o) % HOLE_UNIT, m = len - o < u ? len - o : u;
+		int rc;
+
+		if (all_zero(p + o, m)) {
+			rc = o > start ? pwrite_all(fd, p + start, o - start, off + start) : 0;
+			if (rc)
+				return rc;
+			*holes += m;
+			start = o + m;
+		}
+		o += m;
+	}
+	return len > start ? pwrite_all(fd, p + start, len - start, off + start) : 0;
+}
+
 /* The slot's copies are done: checksum each item's chunks and write the
  * slice out, CRC_BLOCK bytes at a time right after they were checksummed,
  * so that the write reads them from the cache rather than DRAM a second
@@ -525,7 +591,8 @@ static int save_finish(struct worker *w, struct slot *sl)
 {
 	struct xfer *x = w->x;
 	const uint8_t *buf = sl->buf;
-	int fd = x->fds[x->items[sl->s.item].file];
+	unsigned file = x->items[sl->s.item].file;
+	int fd = x->fds[file];
 	uint64_t off, len, boff, written = 0;
 	double crc_s = 0, io_s = 0, t;
 	int rc = 0;
@@ -552,7 +619,8 @@ static int save_finish(struct worker *w, struct slot *sl)
 				if (end - written < CRC_BLOCK && end < sl->s.len)
 					continue;
 				t = now();
-				rc = pwrite_all(fd, buf + written, end - written, sl->s.foff + written);
+				rc = write_run(fd, x->sparse[file], buf + written, end - written, sl->s.foff + written,
+					       &w->holes);
 				io_s += now() - t;
 				written = end;
 			}
@@ -1013,7 +1081,9 @@ static int run_pass(struct xfer *x, enum pass pass)
 		x->io_s += w->io_s;
 		x->crc_s += w->crc_s;
 		x->pin_s += w->pin_s;
+		x->holes += w->holes;
 		w->copy_s = w->io_s = w->crc_s = w->pin_s = 0;
+		w->holes = 0;
 	}
 	if (!x->rc && x->done != x->total)
 		fail(x, -EIO, "carrier %s: moved %" PRIu64 " bytes, expected %" PRIu64, pass_name(pass), x->done,
@@ -1247,6 +1317,7 @@ static void fill_stats(const struct xfer *x, struct carrier_stats *st, double t0
 	st->io_seconds = x->io_s;
 	st->crc_seconds = x->crc_s;
 	st->pin_seconds = x->pin_s;
+	st->hole_bytes = x->holes;
 }
 
 static bool ops_ok(const struct carrier_ops *o)
@@ -1354,6 +1425,53 @@ static int check_args(const char *what, const struct carrier_ops *ops, const str
 	return 0;
 }
 
+/*
+ * Save: cut each file at its first item's offset, so that the zero runs
+ * save_finish() skips read back as zeros whatever the file held before
+ * (a file that cannot be cut, not a regular one, is written in full).
+ */
+static void save_begin(struct xfer *x)
+{
+	uint64_t start[CARRIER_FILES_MAX];
+
+	for (size_t f = 0; f < x->nfds; f++)
+		start[f] = UINT64_MAX;
+	for (size_t i = 0; i < x->n; i++) {
+		const struct carrier_item *it = &x->items[i];
+
+		if (it->offset < start[it->file])
+			start[it->file] = it->offset;
+		if (it->offset + it->size > x->fend[it->file])
+			x->fend[it->file] = it->offset + it->size;
+	}
+	for (size_t f = 0; f < x->nfds; f++) {
+		struct stat sb;
+
+		x->sparse[f] = start[f] != UINT64_MAX && !fstat(x->fds[f], &sb) && S_ISREG(sb.st_mode) &&
+			       !ftruncate(x->fds[f], (off_t)start[f]);
+	}
+}
+
+/* Save: a sparse file whose carrier ends in a hole is extended to its end. */
+static int save_end(struct xfer *x)
+{
+	for (size_t f = 0; f < x->nfds; f++) {
+		struct stat sb;
+
+		if (!x->sparse[f] || (!fstat(x->fds[f], &sb) && (uint64_t)sb.st_size >= x->fend[f]))
+			continue;
+		if (ftruncate(x->fds[f], (off_t)x->fend[f])) {
+			int e = errno;
+			char fb[32];
+
+			fail(x, -e, "carrier save: cannot extend %s to %" PRIu64 " bytes: %s",
+			     file_name(x, f, fb, sizeof(fb)), x->fend[f], strerror(e));
+			return -e;
+		}
+	}
+	return 0;
+}
+
 /* Shared driver of both directions once arguments are checked. */
 static int transfer(const struct carrier_ops *ops, const struct carrier_config *cfg, const int *fds, size_t nfds,
 		    struct carrier_item *items, size_t n, bool load, struct carrier_stats *st, char *err, size_t errlen)
@@ -1396,8 +1514,12 @@ static int transfer(const struct carrier_ops *ops, const struct carrier_config *
 	if (!rc && load && cfg->verify_first)
 		rc = run_pass(x, PASS_VERIFY);
 	x->p_base = x->p_grand - x->total;
+	if (!rc && !load)
+		save_begin(x);
 	if (!rc)
 		rc = run_pass(x, load ? PASS_LOAD : PASS_SAVE);
+	if (!rc && !load)
+		rc = save_end(x);
 	if (!rc)
 		report(x, true);
 	teardown(x);

@@ -163,6 +163,7 @@ struct carrier_stats {
 	double crc_seconds;	  /* summed over threads: computing CRC32C */
 	double pin_seconds;	  /* summed over threads: pinning their own staging, overlapped with
 				     the other threads' transfers */
+	uint64_t hole_bytes;	  /* save: zero runs left as holes in the files (not written) */
 };
 
 /*
@@ -171,7 +172,10 @@ struct carrier_stats {
  *
  * Save items[0..n) to fd (opened for writing, not O_APPEND, seekable),
  * back to back from `offset`: fills each item's offset, chunk_size, crc and
- * ncrc. Device memory is only read. Returns 0, or a negative errno with the
+ * ncrc. The carrier owns a regular file from its first item on: the file is
+ * cut there first, every aligned 64 KiB that is all zero is left as a hole
+ * (it reads back as zeros and holds no disk block; stats->hole_bytes) and
+ * the file ends where its last item does. Device memory is only read. Returns 0, or a negative errno with the
  * reason in err: -EINVAL (arguments), -ENOMEM (staging could not be pinned),
  * -EIO (a device copy failed), or the write's errno (-ENOSPC, -EFBIG, ...).
  * The file may hold a partial carrier after a failure.

@@ -170,12 +170,12 @@ static void log_stats(const char *what, size_t n, const struct carrier_stats *st
 {
 	pr_info("%s %zu carrier entries, %llu bytes: %.3f s (%.0f MB/s) after %.3f s of mapping; %u threads, "
 		"%u buffers of %llu KiB (%llu KiB pinned%s); summed over the threads: pin %.2f s, copy wait %.2f s, "
-		"file I/O %.2f s, crc %.2f s",
+		"file I/O %.2f s, crc %.2f s; %llu zero bytes left as holes",
 		what, n, (unsigned long long)st->bytes, st->seconds,
 		st->seconds > 0 ? (double)st->bytes / st->seconds / 1e6 : 0.0, prep_s, st->threads, st->buffers,
 		(unsigned long long)(st->buffer_bytes >> 10), (unsigned long long)(st->staging_bytes >> 10),
 		sync ? ", synchronous copies" : "", st->pin_seconds, st->copy_wait_seconds, st->io_seconds,
-		st->crc_seconds);
+		st->crc_seconds, (unsigned long long)st->hole_bytes);
 }
 
 /* ---- SAVE ------------------------------------------------------------------ */

@@ -187,6 +187,111 @@ START_TEST(roundtrip_mixed_sizes_every_byte_and_crc)
 END_TEST
 
 /*
+ * Zero runs are left as holes: a 4 MiB + 3 item whose 64 KiB units are
+ * zero where the test says (an aligned run, a run straddling two units
+ * that only fills one, and the tail) saved after a header the carrier
+ * must keep, into a file that held 0xff bytes past the header. The file
+ * reads back the header, then exactly the device bytes, ends at the
+ * item's end, holds no blocks for the skipped units, and loads back.
+ */
+START_TEST(zero_runs_left_as_holes_read_back_as_zeros)
+{
+	struct carrier_config c = cfg_make(1 * MIB, 64 * KIB, 2);
+	static const uint64_t size[] = {4 * MIB + 3};
+	const uint64_t hdr = 8 * KIB;
+	struct dev src, dst;
+	struct carrier_stats st;
+	char err[512] = "";
+	int fd = scratch_fd();
+	uint8_t *ff = malloc(8 * MIB), *file;
+	struct stat before, after;
+
+	ck_assert_int_ge(fd, 0);
+	memset(ff, 0xff, 8 * MIB);
+	ck_assert_int_eq(pwrite(fd, ff, 8 * MIB, 0), (ssize_t)(8 * MIB));
+	dev_init(&src, size, 1, 0);
+	/* file offsets hdr + x: unit-aligned zero runs at file [1 MiB, 2 MiB)
+	 * and [3 MiB, end); [2 MiB + 32 KiB, 2 MiB + 160 KiB) covers one whole
+	 * unit ([2 MiB + 64 KiB, 2 MiB + 128 KiB)) and two halves. */
+	memset(src.mem[0] + 1 * MIB - hdr, 0, 1 * MIB);
+	memset(src.mem[0] + 2 * MIB + 32 * KIB - hdr, 0, 128 * KIB);
+	memset(src.mem[0] + 3 * MIB - hdr, 0, size[0] - (3 * MIB - hdr));
+	ck_assert_msg(carrier_save(&stub_ops, &c, fd, hdr, src.items, 1, &st, err, sizeof(err)) == 0, "%s", err);
+	/* skipped: at least the whole zero units ([1, 2) MiB, one unit, [3, 4)
+	 * MiB and the short last unit [4 MiB, 4 MiB + 8 KiB + 3)), at most
+	 * every zero byte (the halves of the straddled units too, where a
+	 * slice boundary cut the unit there) */
+	ck_assert_uint_ge(st.hole_bytes, 1 * MIB + 64 * KIB + 1 * MIB + 8 * KIB + 3);
+	ck_assert_uint_le(st.hole_bytes, 1 * MIB + 128 * KIB + 1 * MIB + 8 * KIB + 3);
+	ck_assert_int_eq(fstat(fd, &after), 0);
+	ck_assert_int_eq(after.st_size, (off_t)(hdr + size[0]));
+	file = mmap(NULL, hdr + size[0], PROT_READ, MAP_SHARED, fd, 0);
+	ck_assert_ptr_ne(file, MAP_FAILED);
+	ck_assert_mem_eq(file, ff, hdr);
+	ck_assert_int_eq(memcmp(file + hdr, src.mem[0], size[0]), 0);
+	ck_assert_uint_eq(src.crc[0][0], ref_crc32c(file + hdr, 64 * KIB));
+	munmap(file, hdr + size[0]);
+	/* blocks: at most the bytes written, rounded to the file system's
+	 * blocks (a file system without holes is not this machine's) */
+	before = after;
+	ck_assert_msg((uint64_t)before.st_blocks * 512 <= hdr + size[0] - (2 * MIB + 64 * KIB) + 64 * KIB,
+		      "%lld blocks of 512 for %llu bytes written", (long long)before.st_blocks,
+		      (unsigned long long)(hdr + size[0] - st.hole_bytes));
+
+	dev_like(&dst, &src, 0x5a);
+	ck_assert_msg(carrier_load(&stub_ops, &c, fd, dst.items, 1, &st, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(memcmp(dst.mem[0], src.mem[0], size[0]), 0);
+	assert_no_leak();
+	dev_free(&src);
+	dev_free(&dst);
+	free(ff);
+	close(fd);
+}
+END_TEST
+
+/* A file that cannot be cut (a memfd sealed against shrinking) is written
+ * in full, zero runs included: its old 0xff bytes do not show through. A
+ * file that cannot grow (sealed against growing) after the cut cannot end
+ * where its zero tail does: the save fails naming the file and the size. */
+START_TEST(zero_runs_written_where_the_file_cannot_be_cut)
+{
+	struct carrier_config c = cfg_make(1 * MIB, 64 * KIB, 1);
+	static const uint64_t size[] = {256 * KIB};
+	const char *names[] = {"sealed.img"};
+	struct dev src;
+	struct carrier_stats st;
+	char err[512] = "";
+	uint8_t *ff = malloc(size[0]), *back = malloc(size[0]);
+	int fd = memfd_create("carrier-sealed", MFD_ALLOW_SEALING);
+
+	ck_assert_int_ge(fd, 0);
+	memset(ff, 0xff, size[0]);
+	ck_assert_int_eq(pwrite(fd, ff, size[0], 0), (ssize_t)size[0]);
+	ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+	dev_init(&src, size, 1, 0);
+	memset(src.mem[0], 0, size[0]);
+	ck_assert_msg(carrier_save(&stub_ops, &c, fd, 0, src.items, 1, &st, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(st.hole_bytes, 0);
+	ck_assert_int_eq(pread(fd, back, size[0], 0), (ssize_t)size[0]);
+	ck_assert_int_eq(memcmp(back, src.mem[0], size[0]), 0);
+	close(fd);
+
+	fd = memfd_create("carrier-nogrow", MFD_ALLOW_SEALING);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_GROW), 0);
+	c.file_names = names;
+	c.n_file_names = 1;
+	ck_assert_int_eq(carrier_save(&stub_ops, &c, fd, 0, src.items, 1, &st, err, sizeof(err)), -EPERM);
+	ck_assert_msg(strstr(err, "carrier save: cannot extend sealed.img to 262144 bytes: "), "%s", err);
+	assert_no_leak();
+	dev_free(&src);
+	free(ff);
+	free(back);
+	close(fd);
+}
+END_TEST
+
+/*
  * 1,000 items of 4 KiB (a few empty, one of 4 KiB + 100) over two files,
  * alternating: each file's items are contiguous in it, so they travel in
  * runs of up to 64 (256 KiB buffers) that skip the other file's items. One
@@ -1239,6 +1344,8 @@ static Suite *suite(int needs_root)
 	tcase_set_timeout(t, 60);
 	tcase_add_test(t, roundtrip_mixed_sizes_every_byte_and_crc);
 	tcase_add_test(t, small_items_in_runs_one_wait_per_run_every_byte_and_crc);
+	tcase_add_test(t, zero_runs_left_as_holes_read_back_as_zeros);
+	tcase_add_test(t, zero_runs_written_where_the_file_cannot_be_cut);
 	tcase_add_test(t, roundtrip_chunk_not_dividing_buffer);
 	tcase_add_test(t, roundtrip_staging_smaller_than_chunk);
 	tcase_add_test(t, several_files_roundtrip_and_refusals);
