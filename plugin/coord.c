@@ -1203,6 +1203,7 @@ static int step_load(struct cuip_group *g, struct cuip_part *p, const void *arg)
 	uint64_t want = 0;
 	int fds[CUIP_CARRIER_FILES_MAX], ret = 0;
 	size_t nfds = t->n_carrier_files ? t->n_carrier_files : 1, f;
+	char *one = t->n_carriers ? t->carriers[0]->file : NULL; /* unstriped: every entry's file */
 
 	for (size_t i = 0; i < t->n_carriers; i++)
 		want += t->carriers[i]->size;
@@ -1224,8 +1225,9 @@ static int step_load(struct cuip_group *g, struct cuip_part *p, const void *arg)
 	if (!ret) {
 		load.entries = t->carriers;
 		load.n_entries = t->n_carriers;
-		load.files = t->carrier_files;
-		load.n_files = t->n_carrier_files;
+		/* names for LOAD's messages, the one file of an unstriped carrier too */
+		load.files = t->n_carrier_files ? t->carrier_files : &one;
+		load.n_files = t->n_carrier_files ? t->n_carrier_files : one ? 1 : 0;
 		load.has_restored = 1;
 		load.restored = !c->only_torn_down; /* from images, not a rollback */
 		load.has_sync_copies = 1;

@@ -1018,6 +1018,10 @@ static int resume_group(pid_t root)
 				S.g.p[i] = S.g.p[k];
 				S.g.p[k] = tmp;
 			}
+	/* Each carrier byte is read once, by LOAD, which checks every chunk
+	 * before it copies it (cuip_images_read has checked that every file
+	 * is there and long enough), unless CUINTERPOSE_VERIFY_CARRIERS=1
+	 * asks to read them all first. */
 	if (S.o.verify_carriers && ck.carried_bytes) {
 		double t1 = cuip_now(), dt;
 

@@ -181,7 +181,7 @@ int cuip_opts_load(struct cuip_opts *o, char *err, size_t errlen)
 	    (ret = env_uint("CUINTERPOSE_PROGRESS_MS", 5000, 0, 3600000, &o->progress_ms, err, errlen)) ||
 	    (ret = env_uint("CUINTERPOSE_CHUNK_SIZE", 1u << 20, 4096, 1u << 30, &chunk, err, errlen)) ||
 	    (ret = env_uint("CUINTERPOSE_CARRIER_FILES", 0, 0, 64, &o->carrier_files, err, errlen)) ||
-	    (ret = env_bool("CUINTERPOSE_VERIFY_CARRIERS", 1, &o->verify_carriers, err, errlen)) ||
+	    (ret = env_bool("CUINTERPOSE_VERIFY_CARRIERS", 0, &o->verify_carriers, err, errlen)) ||
 	    (ret = env_bool("CUINTERPOSE_VERBOSE", 0, &o->verbose, err, errlen)) ||
 	    (ret = env_bool("CUINTERPOSE_LEAVE_RUNNING", -1, &o->leave_running, err, errlen)) ||
 	    (ret = env_str("CUINTERPOSE_SOCKET_DIR", "", o->socket_dir, sizeof(o->socket_dir), err, errlen)) ||

@@ -91,7 +91,7 @@ START_TEST(options_come_from_the_environment_and_bad_values_are_named)
 	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), 0);
 	ck_assert_uint_eq(o.lock_timeout_ms, 0);
 	ck_assert_uint_eq(o.chunk_size, 1u << 20);
-	ck_assert_int_eq(o.verify_carriers, 1);
+	ck_assert_int_eq(o.verify_carriers, 0);
 	ck_assert_int_eq(o.leave_running, -1);
 	ck_assert_int_eq(o.load_sync, 0);
 	ck_assert_str_eq(o.libcuda, "libcuda.so.1");
@@ -99,7 +99,10 @@ START_TEST(options_come_from_the_environment_and_bad_values_are_named)
 	setenv("CUINTERPOSE_LOCK_TIMEOUT_MS", "2500", 1);
 	setenv("CUINTERPOSE_LEAVE_RUNNING", "yes", 1);
 	setenv("CUINTERPOSE_GPU_REMAP", "00112233445566778899aabbccddeeff=ffeeddccbbaa99887766554433221100", 1);
+	setenv("CUINTERPOSE_VERIFY_CARRIERS", "1", 1);
 	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), 0);
+	unsetenv("CUINTERPOSE_VERIFY_CARRIERS");
+	ck_assert_int_eq(o.verify_carriers, 1);
 	ck_assert_uint_eq(o.lock_timeout_ms, 2500);
 	ck_assert_int_eq(o.leave_running, 1);
 	ck_assert_uint_eq(o.n_remap, 1);

@@ -3,8 +3,8 @@
 # over three files each, 2 MiB per file (the stripe unit is one chunk
 # here); `cuinterpose show` reads and verifies the striped images; two
 # dump/restore cycles keep every byte and address. Then a stripe file
-# missing, one cut short, and (with CUINTERPOSE_VERIFY_CARRIERS=0, so that
-# the interposer's own check is the one that fires) one with a flipped byte:
+# missing, one cut short, and one with a flipped byte (found by the
+# interposer's LOAD, which checks each chunk as it reads it):
 # each restore is refused with a message naming the file, the allocation
 # and the chunk, and the restored tree is killed instead of resumed. (The
 # refusals come first: ASan builds skip at a second restore of one process.)
@@ -56,10 +56,10 @@ dumped "$T/t"
 truncate -s $((2 * MiB - 5)) "$T/t/cuinterpose-carrier-$P-1.img"
 refused "$T/t" "truncated stripe" "cuinterpose-carrier-$P-1.img: truncated: 2097147 bytes, the index needs 2097152 \(allocation [0-9a-f]+:[0-9]+ chunk [0-9]+\)"
 
-note "a corrupt stripe, found by the interposer (verification off)"
+note "a corrupt stripe, found by the interposer's LOAD"
 dumped "$T/c"
 flip_byte "$T/c/cuinterpose-carrier-$P-1.img" $((MiB + 7))
-CUINTERPOSE_VERIFY_CARRIERS=0 refused "$T/c" "corrupt stripe" \
+refused "$T/c" "corrupt stripe" \
 	"allocation [0-9a-f]+:[0-9]+: chunk [0-9]+ \(bytes [0-9]+-[0-9]+, file offset [0-9]+\) of cuinterpose-carrier-$P-1.img has crc32c"
 
 CUINTERPOSE_LOG=2 start_job $N --private
