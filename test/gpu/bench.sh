@@ -20,7 +20,13 @@
 #                                directory's file system
 #
 # BENCH_KINDS="ours base" (default) picks the sides; ratio rows need both in
-# one run. For every dump and restore: seconds, the peak extra RSS of EVERY
+# one run. BENCH_CACHE="warm cold" (default; bench-llm) runs one cycle per
+# word on the same job: warm as before (criu's own time, the images still in
+# the page cache), cold as a node after a reboot has them (the dump counts
+# until `sync` returns, the restore starts from a dropped page cache), each
+# against upstream in the same mode, and cold against the plain parallel
+# cold read of the images' bytes (PLAINIO_COLD, BENCH_IO_THREADS_COLD,
+# default 16) as the ceiling. For every dump and restore: seconds, the peak extra RSS of EVERY
 # process of the job (rss.sh: VmHWM after clear_refs over the RSS before the
 # dump; restore against the same process's RSS before the dump), and for
 # ours the carrier's SAVE/LOAD GB/s from the plugin's log lines, against the
@@ -78,15 +84,19 @@ plain_io() {
 	echo "$out" | awk '/^best write/ {print $3, $8}'
 }
 
-# measured NAME KIND DIR: the row of one dump+restore into $T/NAME/bench:
-# "dump_s restore_s rss_dump_max rss_restore_max images_mib save_gbs load_gbs"
+# measured NAME KIND DIR: the row of one dump+restore into $T/NAME/bench
+# (bench-cold for a cold cycle):
+# "dump_s restore_s rss_dump_max rss_restore_max images_mib save_gbs load_gbs sync_s"
 # after it printed every process's extra RSS
 measured() {
 	local name=$1 kind=$2 d=$3
 	echo "  extra RSS per process, MiB (pid value): dump $(rss_extra "$T/$name/rss-d" | tr '\n' ' ')restore $(rss_extra "$T/$name/rss-r" | tr '\n' ' ')"
 	echo "$DS $RS $(rss_max "$T/$name/rss-d") $(rss_max "$T/$name/rss-r") $IMG \
-$(carrier_rate "$d/dump.log" SAVE) $(carrier_rate "$d/restore.log" LOAD)" >"$T/$name/bench"
+$(carrier_rate "$d/dump.log" SAVE) $(carrier_rate "$d/restore.log" LOAD) ${SYNC_S:-0}" >"$T/$name/bench$([ "${CACHE:-warm}" = cold ] && echo -cold)"
 }
+
+# drop_caches: what a node has after a reboot (root)
+drop_caches() { sync && echo 3 >/proc/sys/vm/drop_caches; }
 
 # dump_restore NAME KIND DIR PLUGINDIR "PIDS" [DUMP ARGS]: one dump and one
 # restore with every process's RSS sampled; the images are dropped and the
@@ -98,9 +108,18 @@ dump_restore() {
 	CRIU_TIMEOUT=550 criu_do dump "$d" "$pl" "$@" ||
 		fail "criu dump failed: $(grep -E 'Error|cuinterpose:.*(refus|fail)|cuda_plugin.*fail' "$d/dump.log" | tail -n 2 | tr '\n' ' ')"
 	DS=$SECS
+	SYNC_S=0
+	if [ "${CACHE:-warm}" = cold ]; then
+		# durable: the dump is over when its bytes are on the disk
+		t0=$(date +%s.%N)
+		sync
+		SYNC_S=$(echo "$(date +%s.%N) $t0" | awk '{printf "%.3f", $1 - $2}')
+		echo "sync after the dump: ${SYNC_S}s"
+	fi
 	wait_gone $pids || fail "dumped processes still alive"
 	rss_stop "$T/$name/rss-d"
 	IMG=$(du -sm "$d" | cut -f1)
+	[ "${CACHE:-warm}" = cold ] && { drop_caches || fail "cannot drop the page cache (not root?)"; }
 	rss_start "$T/$name/rss-r" "$T/$name/rss-d" $pids
 	CRIU_TIMEOUT=550 criu_do restore "$d" "$pl" ||
 		fail "criu restore failed: $(grep -E 'Error|cuinterpose:.*(refus|fail)|cuda_plugin.*fail' "$d/restore.log" | tail -n 2 | tr '\n' ' ')"
@@ -113,8 +132,9 @@ dump_restore() {
 }
 
 # sc_bench_llm NAME KIND(ours|base) GIB: one dump+restore of the LLM job
+# per BENCH_CACHE word, the job answering the same after each
 sc_bench_llm() {
-	local name=$1 kind=$2 gib=$3 mib pre pl before tokens why d
+	local name=$1 kind=$2 gib=$3 mib pre pl before tokens why d t0
 	fail() { echo "$*" >"$T/why"; echo "FAIL: $*"; exit 1; }
 	mib=$((gib * 1024))
 	d=$(bench_dir "$name")
@@ -127,17 +147,25 @@ sc_bench_llm() {
 	before=$(answers)
 	cmd 300 gen || fail "gen before: $CMDERR"
 	tokens=$(answers)
-	dump_restore "$name" "$kind" "$d" "$pl" "$(tree_pids)" --link-remap
-	cmd 300 verify || fail "after restore: $CMDERR"
-	[ "$(answers)" = "$before" ] || fail "answers changed: $(answers | tr '\n' ' ') vs $(echo $before)"
-	cmd 300 gen || fail "gen after restore: $CMDERR"
-	[ "$(answers)" = "$tokens" ] || fail "generation differs after restore"
+	for CACHE in ${BENCH_CACHE:-warm cold}; do
+		say "--- $name: $CACHE cycle"
+		dump_restore "$name" "$kind" "$d" "$pl" "$(tree_pids)" --link-remap
+		cmd 300 verify || fail "after the $CACHE restore: $CMDERR"
+		[ "$(answers)" = "$before" ] || fail "answers changed: $(answers | tr '\n' ' ') vs $(echo $before)"
+		cmd 300 gen || fail "gen after the $CACHE restore: $CMDERR"
+		[ "$(answers)" = "$tokens" ] || fail "generation differs after the $CACHE restore"
+	done
 	cmd 30 exit
 	kill -9 $(tree_pids) 2>/dev/null
 	kill_job
 	if [ "$kind" = ours ]; then
 		# the baseline: the same bytes, plain, into the same directory
 		echo "$(plain_io "$d" $((mib << 20)))" >"$T/$name/plain"
+		case " ${BENCH_CACHE:-warm cold} " in *" cold "*)
+			echo "$(PLAINIO_COLD=1 BENCH_IO_THREADS=${BENCH_IO_THREADS_COLD:-16} plain_io "$d" $((mib << 20)))" \
+				>"$T/$name/plain-cold"
+			;;
+		esac
 	fi
 	echo "ok" >"$T/why"
 }
@@ -166,23 +194,36 @@ sc_bench_share() {
 	echo ok >"$T/why"
 }
 
-# bench_rows PREFIX NAME_OURS NAME_BASE TARGET: result rows of one size
+# bench_rows PREFIX NAME_OURS NAME_BASE TARGET: result rows of one size, per
+# cache mode that ran (warm rows keep their old names; cold ones end -cold)
 bench_rows() {
-	local p=$1 o=$T/$2/bench b=$T/$3/bench target=$4 k f
-	for k in ours base; do
-		f=$T/$([ $k = ours ] && echo "$2" || echo "$3")/bench
-		[ -f "$f" ] || continue
-		result "$p-$k" DONE "$(awk '{printf "dump %.2fs restore %.2fs total %.2fs; peak extra RSS of the processes dump %s MiB restore %s MiB; images %s MiB", $1, $2, $1 + $2, $3, $4, $5}' "$f"); per process (pid MiB) dump: $(rss_extra "${f%/bench}/rss-d" | tr '\n' ',') restore: $(rss_extra "${f%/bench}/rss-r" | tr '\n' ',')"
-		result "$p-$k-rss" "$(awk '{print ($3 <= 256 && $4 <= 256) ? "MET" : "MISSED"}' "$f")" \
-			"$(awk '{printf "largest extra RSS of any process: dump %s MiB, restore %s MiB (target <= 256)", $3, $4}' "$f")"
+	local p=$1 target=$4 k f m sfx o b
+	for m in warm cold; do
+		sfx=$([ $m = cold ] && echo -cold)
+		o=$T/$2/bench$sfx b=$T/$3/bench$sfx
+		for k in ours base; do
+			f=$([ $k = ours ] && echo "$o" || echo "$b")
+			[ -f "$f" ] || continue
+			result "$p-$k$sfx" DONE "$(awk '{printf "dump %.2fs%s restore %.2fs total %.2fs; peak extra RSS of the processes dump %s MiB restore %s MiB; images %s MiB", $1, ($8 > 0 ? sprintf(" + sync %.2fs", $8) : ""), $2, $1 + $8 + $2, $3, $4, $5}' "$f"); per process (pid MiB) dump: $(rss_extra "$(dirname "$f")/rss-d" | tr '\n' ',') restore: $(rss_extra "$(dirname "$f")/rss-r" | tr '\n' ',')"
+			[ $m = warm ] && result "$p-$k-rss" "$(awk '{print ($3 <= 256 && $4 <= 256) ? "MET" : "MISSED"}' "$f")" \
+				"$(awk '{printf "largest extra RSS of any process: dump %s MiB, restore %s MiB (target <= 256)", $3, $4}' "$f")"
+		done
+		if [ -f "$o" ] && [ -f "$b" ]; then
+			result "$p-ratio$sfx" "$(awk -v t="$target" 'NR == FNR {a = $1 + $8 + $2; next} {print (a / ($1 + $8 + $2) <= t) ? "MET" : "MISSED"}' "$o" "$b")" \
+				"$(awk -v t="$target" -v m=$m 'NR == FNR {d = $1 + $8; r = $2; next} {printf "%s: ours %.2fs / upstream %.2fs = %.2f (target <= %s); dump%s %.2fs / %.2fs = %.2f, restore %.2fs / %.2fs = %.2f", m, d + r, $1 + $8 + $2, (d + r) / ($1 + $8 + $2), t, m == "cold" ? " until durable" : "", d, $1 + $8, d / ($1 + $8), r, $2, r / $2}' "$o" "$b")"
+		fi
 	done
-	if [ -f "$o" ] && [ -f "$b" ]; then
-		result "$p-ratio" "$(awk -v t="$target" 'NR == FNR {a = $1 + $2; next} {print (a / ($1 + $2) <= t) ? "MET" : "MISSED"}' "$o" "$b")" \
-			"$(awk -v t="$target" 'NR == FNR {a = $1 + $2; next} {printf "ours %.2fs / upstream %.2fs = %.2f (target <= %s)", a, $1 + $2, a / ($1 + $2), t}' "$o" "$b")"
-	fi
+	o=$T/$2/bench
 	if [ -f "$o" ] && [ -s "$T/$2/plain" ]; then
 		result "$p-carrier-io" "$(awk 'NR == FNR {s = $6; l = $7; next} {print (s >= 0.8 * $1 && l >= 0.8 * $2) ? "MET" : "MISSED"}' "$o" "$T/$2/plain")" \
 			"$(awk 'NR == FNR {s = $6; l = $7; next} {printf "carrier SAVE %s GB/s = %.2f of the best plain parallel write %s GB/s; LOAD %s GB/s = %.2f of the best plain parallel read %s GB/s (same directory, same run; target >= 0.8)", s, s / $1, $1, l, l / $2, $2}' "$o" "$T/$2/plain")"
+	fi
+	# cold: the restore against the plain parallel cold read of what the
+	# images hold (du: holes are not read), target 1.1x
+	o=$T/$2/bench-cold
+	if [ -f "$o" ] && [ -s "$T/$2/plain-cold" ]; then
+		result "$p-cold-read" "$(awk 'NR == FNR {r = $2; mib = $5; next} {print (r <= 1.1 * mib * 1048576 / ($2 * 1e9)) ? "MET" : "MISSED"}' "$o" "$T/$2/plain-cold")" \
+			"$(awk 'NR == FNR {r = $2; mib = $5; l = $7; next} {c = mib * 1048576 / ($2 * 1e9); printf "cold restore %.2fs = %.2fx the plain parallel cold read of its %s MiB of images (%.2fs at %s GB/s; target <= 1.1); its LOAD %s GB/s; plain cold write+fsync %s GB/s", r, r / c, mib, c, $2, l, $1}' "$o" "$T/$2/plain-cold")"
 	fi
 }
 

@@ -11,7 +11,11 @@ removed after each N. Prints one line per N and then
 "best write W GB/s (N threads) read R GB/s (M threads)". os.pwrite and
 os.preadv release the GIL, so the threads run in parallel. PLAINIO_DIRECT=1
 opens the files O_DIRECT (page-aligned buffers, no page cache): the disk's
-own rate, the other way the carrier could write.
+own rate, the other way the carrier could write. PLAINIO_COLD=1 measures
+what storage gives a node after a reboot: each writer fsync()s its file
+inside the timed write (the bytes are durable when it ends), and the page
+cache is dropped (sync; echo 3 > /proc/sys/vm/drop_caches, root) before
+the timed read.
 """
 import mmap
 import os
@@ -21,6 +25,13 @@ import time
 
 BLOCK = 8 << 20
 DIRECT = os.environ.get("PLAINIO_DIRECT") == "1"
+COLD = os.environ.get("PLAINIO_COLD") == "1"
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
 
 
 def run(d, total, n, write):
@@ -47,11 +58,15 @@ def run(d, total, n, write):
                 if got <= 0:
                     raise OSError("short %s at %d of %s" % ("write" if write else "read", off, paths[i]))
                 off += got
+            if write and COLD:
+                os.fsync(fd)
             os.close(fd)
         except OSError as e:
             errs.append(str(e))
 
     th = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    if COLD and not write:
+        drop_caches()
     t0 = time.monotonic()
     for t in th:
         t.start()
@@ -74,7 +89,8 @@ def main():
     for n in (int(x) for x in sys.argv[3:]):
         w = run(d, total, n, True)
         r = run(d, total, n, False)
-        print("plainio%s %d threads, %d files: write %.2f GB/s, read %.2f GB/s" % (" O_DIRECT" if DIRECT else "", n, n, w, r), flush=True)
+        mode = (" O_DIRECT" if DIRECT else "") + (" cold" if COLD else "")
+        print("plainio%s %d threads, %d files: write %.2f GB/s, read %.2f GB/s" % (mode, n, n, w, r), flush=True)
         best_w, best_r = max(best_w, (w, n)), max(best_r, (r, n))
     print("best write %.2f GB/s (%d threads) read %.2f GB/s (%d threads)" % (best_w + best_r))
 
