@@ -119,6 +119,7 @@ dump_restore() {
 	wait_gone $pids || fail "dumped processes still alive"
 	rss_stop "$T/$name/rss-d"
 	IMG=$(du -sm "$d" | cut -f1)
+	echo "images: $IMG MiB stored, $(du -sm --apparent-size "$d" | cut -f1) MiB apparent (the difference: holes)"
 	[ "${CACHE:-warm}" = cold ] && { drop_caches || fail "cannot drop the page cache (not root?)"; }
 	rss_start "$T/$name/rss-r" "$T/$name/rss-d" $pids
 	CRIU_TIMEOUT=550 criu_do restore "$d" "$pl" ||
