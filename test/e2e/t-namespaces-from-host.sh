@@ -23,7 +23,7 @@ export CUINTERPOSE_SOCKET_DIR=$T/nssock
 # job as the namespace's init and session leader.
 cat >"$T/init.sh" <<IN
 exec </dev/null >"$T/job.log" 2>&1
-for f in /proc/\$\$/fd/*; do n=\${f##*/}; [ "\$n" -gt 2 ] && eval "exec \$n>&-"; done
+for f in /proc/self/fd/*; do n=\${f##*/}; [ "\$n" -gt 2 ] && eval "exec \$n>&-"; done
 mount -t tmpfs -o mode=1777 cuip-sock "$T/nssock" || exit 1
 exec env LD_PRELOAD="$SAN_PRELOAD$INTERPOSER" "$FAKERUN" "$WORKLOAD" "$T/w" 2
 IN
