@@ -60,6 +60,11 @@
 
 static const uint64_t shared_size[NSHARED] = {2 * MIB, 6 * MIB, 10 * MIB};
 static uint64_t private_size = 3 * MIB + 4096; /* cuMemAlloc: any size (E2E_PRIVATE_MB) */
+/* E2E_RESERVED_MB: a cuMemAlloc the job never writes, as a framework's
+ * cache keeps reserved memory (the fake's fresh memory reads zero); verify
+ * checks that it still reads zero. */
+static uint64_t reserved_size;
+static CUdeviceptr resv_va;
 static const uint64_t vmm_size = 2 * MIB;
 
 static int nprocs;
@@ -123,6 +128,8 @@ static int setup_cuda(void)
 	WL_CK(cuMemAlloc(&priv_va, private_size));
 	if (wl_put_pattern(priv_va, private_size, 100 + (unsigned)wl_rank, 0))
 		return -1;
+	if (reserved_size)
+		WL_CK(cuMemAlloc(&resv_va, reserved_size));
 	WL_CK(cuMemCreate(&vmm_handle, vmm_size, &p, 0));
 	if (wl_map(vmm_handle, vmm_size, dev, 1, &vmm_va) ||
 	    wl_put_pattern(vmm_va, vmm_size, 200 + (unsigned)wl_rank, 0))
@@ -232,6 +239,23 @@ static int setup_small(void)
 
 /* Every small allocation still has its words (shared ones generation gen)
  * at its address, and the address still names a live allocation. */
+/* The never-written reservation still reads zero, every byte. */
+static int check_zero(CUdeviceptr va, uint64_t size)
+{
+	static uint8_t buf[1 << 20];
+
+	for (uint64_t o = 0; o < size; o += sizeof(buf)) {
+		size_t n = size - o < sizeof(buf) ? (size_t)(size - o) : sizeof(buf);
+
+		WL_CK(cuMemcpyDtoH(buf, va + o, n));
+		for (size_t i = 0; i < n; i++)
+			if (buf[i])
+				return wl_fail("reserved cuMemAlloc: byte %llu is %#x, not 0", (unsigned long long)(o + i),
+					       buf[i]);
+	}
+	return 0;
+}
+
 static int verify_small(unsigned gen)
 {
 	for (unsigned j = 0; j < nsmall; j++) {
@@ -299,6 +323,8 @@ static int do_verify(unsigned gen, char *out, size_t len)
 	}
 	if (wl_check_pattern(priv_va, private_size, 100 + (unsigned)wl_rank, 0, 0, "private cuMemAlloc") ||
 	    wl_check_pattern(vmm_va, vmm_size, 200 + (unsigned)wl_rank, 0, 0, "never-shared VMM"))
+		return -1;
+	if (check_zero(resv_va, reserved_size))
 		return -1;
 	WL_CK(cuMemGetAddressRange(&base, &sz, priv_va));
 	if (base != priv_va || sz < private_size)
@@ -404,6 +430,8 @@ int main(int argc, char **argv)
 		nshared = 0;
 	if (getenv("E2E_PRIVATE_MB") && atoi(getenv("E2E_PRIVATE_MB")) > 0)
 		private_size = (uint64_t)atoi(getenv("E2E_PRIVATE_MB")) * MIB;
+	if (getenv("E2E_RESERVED_MB") && atoi(getenv("E2E_RESERVED_MB")) > 0)
+		reserved_size = (uint64_t)atoi(getenv("E2E_RESERVED_MB")) * MIB;
 	if (getenv("E2E_SMALL") && atoi(getenv("E2E_SMALL")) > 0)
 		nsmall = (unsigned)atoi(getenv("E2E_SMALL"));
 
