@@ -25,7 +25,9 @@
  *                importers import and map it and check its bytes
  *   reimport     importers import again from the tickets they kept
  *   busy R MS    rank R queues a kernel that runs MS ms (adds 0 to its
- *                private allocation: device work a QUIESCE has to drain)
+ *                private allocation: device work a QUIESCE has to drain);
+ *                MS 0: until DIR/busy.release exists (the fake's
+ *                FAKECUDA_KERNEL_HOLD, at most 120 s)
  *   exit         leave
  *
  * --private: no shared allocations at all (private memory only).
@@ -250,8 +252,8 @@ static int check_zero(CUdeviceptr va, uint64_t size)
 		WL_CK(cuMemcpyDtoH(buf, va + o, n));
 		for (size_t i = 0; i < n; i++)
 			if (buf[i])
-				return wl_fail("reserved cuMemAlloc: byte %llu is %#x, not 0", (unsigned long long)(o + i),
-					       buf[i]);
+				return wl_fail("reserved cuMemAlloc: byte %llu is %#x, not 0",
+					       (unsigned long long)(o + i), buf[i]);
 	}
 	return 0;
 }
@@ -396,10 +398,16 @@ static int do_busy(unsigned ms)
 	size_t n = private_size / 4;
 	unsigned zero = 0;
 	void *args[] = {&priv_va, &n, &zero};
+	char hold[4096];
+
 	snprintf(us, sizeof(us), "%u", ms * 1000);
+	snprintf(hold, sizeof(hold), "%s/busy.release", wl_dir);
 	setenv("FAKECUDA_KERNEL_DELAY_US", us, 1); /* read by the fake at launch */
+	if (!ms)
+		setenv("FAKECUDA_KERNEL_HOLD", hold, 1);
 	WL_CK(cuLaunchKernel(add, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
 	unsetenv("FAKECUDA_KERNEL_DELAY_US");
+	unsetenv("FAKECUDA_KERNEL_HOLD");
 	return 0;
 }
 

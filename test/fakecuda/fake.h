@@ -441,7 +441,9 @@ struct fk_op {
 	const struct fk_kernel *kernel;
 	unsigned char args[64];
 	uint32_t delay_us;
+	const char *hold; /* kernel: also runs until this file exists (at most FK_HOLD_MAX_S) */
 };
+#define FK_HOLD_MAX_S 120
 void stream_init(void);
 void stream_kick(void); /* the worker looks at the one-way queue's deadline */
 CUresult stream_resolve(CUstream s, struct fk_stream **out);

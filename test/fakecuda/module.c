@@ -3,7 +3,8 @@
  * by name among the builtin "kernels" below, which do checkable work on device
  * memory through devmem.c (with the launching context's device as accessor, so
  * VMM access rights matter).  Launches are queued on a stream (stream.c);
- * FAKECUDA_KERNEL_DELAY_US makes each one take that long.  Module table under
+ * FAKECUDA_KERNEL_DELAY_US makes each one take that long (FAKECUDA_KERNEL_HOLD=
+ * FILE: and then until FILE exists, at most FK_HOLD_MAX_S).  Module table under
  * G.lock; the kernel table is constant.
  */
 #include <stdlib.h>
@@ -198,6 +199,20 @@ static CUresult pack_args(const struct fk_kernel *k, void **params, void **extra
 	return k->nargs ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
+/* FAKECUDA_KERNEL_HOLD's value for the queue (a launch may change it):
+ * the last one kept, an earlier one leaked (tests set a few). */
+static const char *hold_path(void)
+{
+	static char *last;
+	const char *h = getenv("FAKECUDA_KERNEL_HOLD");
+
+	if (!h || !*h)
+		return NULL;
+	if (!last || strcmp(last, h))
+		last = strdup(h);
+	return last;
+}
+
 static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 		       CUstream hStream, void **params, void **extra)
 {
@@ -222,6 +237,7 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
 	op.ord = c->ord;
 	c->launched = 1;
 	op.delay_us = delay ? (uint32_t)strtoul(delay, NULL, 10) : 0;
+	op.hold = hold_path();
 	LOCK();
 	r = stream_resolve(hStream, &s);
 	if (!r)

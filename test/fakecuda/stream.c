@@ -69,28 +69,37 @@ static int take(struct fk_op *op, uint64_t *seq)
 	return 1;
 }
 
+/* Sleep to an absolute end (no drift from steps); a long kernel must not
+ * hold back the one-way queue's timed flush. */
+static void sleep_until(int64_t end, int *flushing)
+{
+	for (;;) {
+		int64_t due = *flushing ? conn_flush_due() : 0, until = due && due < end ? due : end;
+		struct timespec ts = {.tv_sec = (time_t)(until / 1000000000), .tv_nsec = (long)(until % 1000000000)};
+
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+			;
+		if (until == end)
+			return;
+		*flushing = conn_flush_async() == 0;
+	}
+}
+
 /* Execute a taken item (q_lock not held) and publish its completion. */
 static void run(struct fk_op *op, uint64_t seq)
 {
 	CUresult r;
 
-	/* The kernel's delay, to an absolute end (no drift from steps); a long
-	 * kernel must not hold back the one-way queue's timed flush. */
-	if (op->delay_us) {
-		int64_t end = fk_now_ns() + (int64_t)op->delay_us * 1000;
+	/* The kernel's delay, then its hold: until the file exists, looked at
+	 * every 10 ms, at most FK_HOLD_MAX_S (a test that forgets it does not
+	 * hang the queue forever). */
+	if (op->delay_us || op->hold) {
+		int64_t now = fk_now_ns(), give_up = now + (int64_t)FK_HOLD_MAX_S * 1000000000;
 		int flushing = 1; /* until the gate refuses it (a lock flushed) */
 
-		for (;;) {
-			int64_t due = flushing ? conn_flush_due() : 0, until = due && due < end ? due : end;
-			struct timespec ts = {.tv_sec = (time_t)(until / 1000000000),
-					      .tv_nsec = (long)(until % 1000000000)};
-
-			while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-				;
-			if (until == end)
-				break;
-			flushing = conn_flush_async() == 0;
-		}
+		sleep_until(now + (int64_t)op->delay_us * 1000, &flushing);
+		while (op->hold && access(op->hold, F_OK) && fk_now_ns() < give_up)
+			sleep_until(fk_now_ns() + 10 * 1000000, &flushing);
 	}
 	LOCK();
 	r = op_execute(op);
