@@ -18,9 +18,11 @@ cleanup() {
 mkdir -p "$T/nssock"
 export CUINTERPOSE_SOCKET_DIR=$T/nssock
 "$FAKERUN" --start || fail "fake driver"
-# Inside: no descriptor from the host's mount namespace may stay open
-# (CRIU cannot name its mount), a private tmpfs for the sockets, then the
-# job as the namespace's init and session leader.
+# Inside: a /proc of the namespace's own (LeakSanitizer reads
+# /proc/<its pid>: through the /proc of an outer pid namespace that is
+# another process), no descriptor from the host's mount namespace may stay
+# open (CRIU cannot name its mount), a private tmpfs for the sockets, then
+# the job as the namespace's init and session leader.
 cat >"$T/init.sh" <<IN
 exec </dev/null >"$T/job.log" 2>&1
 for f in /proc/self/fd/*; do n=\${f##*/}; [ "\$n" -gt 2 ] && eval "exec \$n>&-"; done
@@ -35,7 +37,7 @@ host_init() { # the host pid of the namespace's init: unshare's child
 	done
 	echo $(cat /proc/$1/task/$1/children)
 }
-setsid unshare --pid --mount --net --fork setsid bash "$T/init.sh" </dev/null >/dev/null 2>&1 &
+setsid unshare --pid --mount --net --fork --mount-proc setsid bash "$T/init.sh" </dev/null >/dev/null 2>&1 &
 NSINIT=$(host_init $!)
 [ -n "$NSINIT" ] || fail "no namespace init"
 wait_ready 2

@@ -27,6 +27,8 @@ cleanup() {
 mkdir -p "$T/nssock" "$T/othersock"
 export CUINTERPOSE_SOCKET_DIR=$T/nssock
 "$FAKERUN" --start || fail "fake driver"
+# Inside (as t-namespaces-from-host.sh): a /proc of the namespace's own, no
+# inherited descriptor, a private tmpfs for the sockets.
 cat >"$T/init.sh" <<IN
 exec </dev/null >"$T/job.log" 2>&1
 for f in /proc/self/fd/*; do n=\${f##*/}; [ "\$n" -gt 2 ] && eval "exec \$n>&-"; done
@@ -47,7 +49,7 @@ host_pid() { # NSPID: the host pid of the job's process known inside as NSPID
 		[ "$(awk '/^NSpid/ {print $NF}' $p/status 2>/dev/null)" = "$1" ] && echo ${p#/proc/} && return
 	done
 }
-setsid unshare --pid --mount --net --fork setsid bash "$T/init.sh" </dev/null >/dev/null 2>&1 &
+setsid unshare --pid --mount --net --fork --mount-proc setsid bash "$T/init.sh" </dev/null >/dev/null 2>&1 &
 NSINIT=$(children $!)
 [ -n "$NSINIT" ] || fail "no namespace init"
 wait_ready 2
