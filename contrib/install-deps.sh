@@ -49,6 +49,9 @@ PACKAGES=(
 	# CRIU's zdtm suite (test/zdtm): Debian's python3 with yaml, the
 	# ns/h flavors' iptables, netns_sub_veth's libnl-route
 	python3-yaml iptables libnl-route-3-dev
+	# the Debian packages (debian/, test/pkg): built with Debian's tools,
+	# checked by lintian, installed into a clean root made by debootstrap
+	debhelper dpkg-dev lintian debootstrap
 )
 # Packages whose names differ between releases: the first available of each
 # group is installed (Debian 12 names first).
@@ -227,6 +230,34 @@ prepare_zdtm() {
 	log "zdtm built in $src"
 }
 
+# A clean root for test/pkg: the distribution's minimal base (debootstrap
+# --variant=minbase, the release and mirror apt already uses) plus the
+# libraries the packages and the CRIU built above load, and nothing of
+# cuinterpose. Kept in $CLEAN_ROOT; test/pkg copies it for each run. The
+# libraries are installed here so that installing the packages needs no
+# network at test time.
+CLEAN_ROOT=$CACHE_DIR/clean-root
+CLEAN_ROOT_LIBS=libprotobuf-c1,libnl-3-200,libbsd0,libgnutls30,libnftables1,libnet1,libuuid1,mount
+prepare_clean_root() {
+	local suite mirror log=$CACHE_DIR/clean-root.log
+	suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+	if [ -f "$CLEAN_ROOT/.cuinterpose-root" ] && [ "$(cat "$CLEAN_ROOT/.cuinterpose-root")" = "$suite $CLEAN_ROOT_LIBS" ]; then
+		log "clean root for the package test: $CLEAN_ROOT ($suite)"
+		return
+	fi
+	mirror=$(system_mirror)
+	[ -n "$suite" ] && [ -n "$mirror" ] || die "no release name in /etc/os-release or no mirror in apt's sources: the package test's clean root cannot be made"
+	log "making a clean $suite root for the package test in $CLEAN_ROOT (debootstrap from ${mirror%/})"
+	rm -rf "$CLEAN_ROOT.tmp" "$CLEAN_ROOT"
+	mkdir -p "$CACHE_DIR"
+	timeout 900 debootstrap --variant=minbase --include="$CLEAN_ROOT_LIBS" "$suite" "$CLEAN_ROOT.tmp" "${mirror%/}" >"$log" 2>&1 ||
+		die "debootstrap of a clean $suite root failed (or took over 900 s); see $log"
+	rm -rf "$CLEAN_ROOT.tmp/var/cache/apt/archives/"*.deb
+	echo "$suite $CLEAN_ROOT_LIBS" >"$CLEAN_ROOT.tmp/.cuinterpose-root"
+	mv "$CLEAN_ROOT.tmp" "$CLEAN_ROOT"
+	log "clean root made: $CLEAN_ROOT ($(du -sm "$CLEAN_ROOT" | cut -f1) MiB)"
+}
+
 check_plugin_dir() {
 	# CRIU runs only the first plugin that handles a hook: its own
 	# cuda_plugin beside ours would shadow it.
@@ -238,4 +269,5 @@ check_plugin_dir() {
 install_packages
 install_criu
 prepare_zdtm
+prepare_clean_root
 check_plugin_dir
