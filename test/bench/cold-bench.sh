@@ -41,10 +41,10 @@ run_one() { # VERIFY MIB RESERVED: "dump sync restore stored_mib apparent_mib" i
 	criu_dump "$T/img" --timeout 300 || fail "$2 MiB: criu dump"
 	dump_s=$(secs "$cb_t0")
 	cb_t0=$(date +%s.%N)
-	sync
+	timeout 600 sync || fail "$2 MiB: sync after the dump did not return within 600 s"
 	sync_s=$(secs "$cb_t0")
 	wait_gone $pids || fail "$2 MiB: dumped processes still alive"
-	sync && echo 3 >/proc/sys/vm/drop_caches
+	timeout 600 sync && echo 3 >/proc/sys/vm/drop_caches || fail "$2 MiB: cannot drop the page cache"
 	cb_t0=$(date +%s.%N)
 	CUINTERPOSE_VERIFY_CARRIERS=$1 criu_restore "$T/img" || fail "$2 MiB: criu restore"
 	rest_s=$(secs "$cb_t0")
@@ -57,7 +57,7 @@ run_one() { # VERIFY MIB RESERVED: "dump sync restore stored_mib apparent_mib" i
 }
 
 plain_cold_read() { # MIB: best cold read GB/s of that many MiB
-	python3 "$srcdir/../gpu/plainio.py" "$T" $(($1 << 20)) 1 2 4 | tee -a /dev/stderr | awk '/^best/ {print $8}'
+	timeout 900 python3 "$srcdir/../gpu/plainio.py" "$T" $(($1 << 20)) 1 2 4 | tee -a /dev/stderr | awk '/^best/ {print $8}'
 }
 
 echo "cold-bench: $(uname -n), $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git -C "$srcdir" rev-parse --short HEAD 2>/dev/null), images in $(df -P "$T" | awk 'NR == 2 {print $1}')"

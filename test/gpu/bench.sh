@@ -79,7 +79,7 @@ carrier_rate() {
 # plain_io DIR BYTES: "WRITE_GBS READ_GBS" best of BENCH_IO_THREADS, into DIR
 plain_io() {
 	local out
-	out=$(python3 "$S/plainio.py" "$1" "$2" $BENCH_IO_THREADS 2>&1)
+	out=$(timeout 900 python3 "$S/plainio.py" "$1" "$2" $BENCH_IO_THREADS 2>&1) || echo "plainio.py failed or ran over 900 s: $out" >&2
 	echo "$out" | sed 's/^/  /' >&2
 	echo "$out" | awk '/^best write/ {print $3, $8}'
 }
@@ -95,8 +95,10 @@ measured() {
 $(carrier_rate "$d/dump.log" SAVE) $(carrier_rate "$d/restore.log" LOAD) ${SYNC_S:-0}" >"$T/$name/bench$([ "${CACHE:-warm}" = cold ] && echo -cold)"
 }
 
+# sync, bounded: storage that stops accepting writes is named, not waited on
+bounded_sync() { timeout 600 sync || { echo "sync did not return within 600 s (storage hung?)" >&2; return 1; }; }
 # drop_caches: what a node has after a reboot (root)
-drop_caches() { sync && echo 3 >/proc/sys/vm/drop_caches; }
+drop_caches() { bounded_sync && echo 3 >/proc/sys/vm/drop_caches; }
 
 # dump_restore NAME KIND DIR PLUGINDIR "PIDS" [DUMP ARGS]: one dump and one
 # restore with every process's RSS sampled; the images are dropped and the
@@ -111,8 +113,8 @@ dump_restore() {
 	SYNC_S=0
 	if [ "${CACHE:-warm}" = cold ]; then
 		# durable: the dump is over when its bytes are on the disk
-		t0=$(date +%s.%N)
-		sync
+		local t0=$(date +%s.%N)
+		bounded_sync || fail "sync after the dump did not return within 600 s"
 		SYNC_S=$(echo "$(date +%s.%N) $t0" | awk '{printf "%.3f", $1 - $2}')
 		echo "sync after the dump: ${SYNC_S}s"
 	fi
@@ -135,7 +137,7 @@ dump_restore() {
 # sc_bench_llm NAME KIND(ours|base) GIB: one dump+restore of the LLM job
 # per BENCH_CACHE word, the job answering the same after each
 sc_bench_llm() {
-	local name=$1 kind=$2 gib=$3 mib pre pl before tokens why d t0
+	local name=$1 kind=$2 gib=$3 mib pre pl before tokens why d
 	fail() { echo "$*" >"$T/why"; echo "FAIL: $*"; exit 1; }
 	mib=$((gib * 1024))
 	d=$(bench_dir "$name")
