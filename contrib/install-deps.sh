@@ -46,6 +46,9 @@ PACKAGES=(
 	# --network none need nothing else, the rest is podman's usual company
 	podman runc crun conmon catatonit uidmap fuse-overlayfs slirp4netns
 	netavark containernetworking-plugins
+	# containerd 1.6 with its runc shim and ctr (test/container/t-containerd.sh
+	# starts a private daemon; the packaged service is not used)
+	containerd
 	# CRIU's zdtm suite (test/zdtm): Debian's python3 with yaml, the
 	# ns/h flavors' iptables, netns_sub_veth's libnl-route
 	python3-yaml iptables libnl-route-3-dev
