@@ -102,10 +102,10 @@ EOF
 		alive "$(cat "$d/containerd.pid")" || fail "containerd ($h) exited: $(tail -3 "$d/containerd.log")"
 		i=$((i + 1))
 		[ $i -gt 300 ] && fail "containerd ($h) did not answer on $d/containerd.sock within 15 s"
-		sleep 0.05
+		nap 0.05
 	done
 }
-trap cleanup EXIT
+trap 'exit_note $?; cleanup' EXIT
 
 # --- the runtime, criu's configuration, the daemon ----------------------------
 mkdir -p "$T/logs"
@@ -347,7 +347,7 @@ nsenter -t "$init" --mount -- /bin/env LD_PRELOAD=/usr/lib/cuinterpose/libcuinte
 OPID=$!
 i=0
 while [ ! -s "$T/w/outside.ready" ] && alive $OPID && [ $i -lt 200 ]; do
-	sleep 0.05
+	nap 0.05
 	i=$((i + 1))
 done
 grep -q "^import: CUDA_SUCCESS pid $OPID$" "$T/w/outside.ready" ||

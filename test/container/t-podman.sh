@@ -249,7 +249,7 @@ nsenter -t "$init" --mount -- /bin/env LD_PRELOAD=/usr/lib/cuinterpose/libcuinte
 OPID=$!
 i=0
 while [ ! -s "$T/w/outside.ready" ] && alive $OPID && [ $i -lt 200 ]; do
-	sleep 0.05
+	nap 0.05
 	i=$((i + 1))
 done
 grep -q "^import: CUDA_SUCCESS pid $OPID$" "$T/w/outside.ready" ||

@@ -34,7 +34,7 @@ answered() {
 		ls "$T"/w/*.failed >/dev/null 2>&1 && fail "rank failed: $(cat "$T"/w/*.failed)"
 		i=$((i + 1))
 		[ $i -gt 1200 ] && fail "rank $1 did not answer command $s"
-		sleep 0.05
+		nap 0.05
 	done
 	read -r ans <"$T/w/r$1.$s"
 	case "$ans" in
@@ -53,6 +53,6 @@ wait_file() {
 	while [ ! -e "$1" ]; do
 		i=$((i + 1))
 		[ $i -gt 1200 ] && fail "$1 did not appear"
-		sleep 0.05
+		nap 0.05
 	done
 }

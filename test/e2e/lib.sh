@@ -11,6 +11,7 @@ set -u
 skip() { echo "SKIP: $*"; exit 77; }
 exec 9>&1 # the test's log, for messages from functions whose output a caller redirects
 fail() {
+	FAILED=1
 	echo "FAIL: $*"
 	[ -n "${T:-}" ] && dump_logs
 	exit 1
@@ -43,6 +44,15 @@ WORKLOAD=$B/test/e2e/e2e_group
 
 T=$(mktemp -d /tmp/cuip-e2e.XXXXXX)
 mkdir -p "$T/plugins" "$T/sock" "$T/w"
+# nap SECONDS: sleep without starting a process (a read that times out on a
+# FIFO nobody writes, opened read-write so that the open does not block).
+# The polling loops below run many times a second in every test: measured
+# with perf on the 2-core VM, the test shells' forks (sleep, ls, wc, find,
+# cat, awk, seq in subshells) took about a third of the CPU of `make check`.
+mkfifo "$T/nap"
+nap() { read -r -t "$1" _ <>"$T/nap" || :; }
+# failed_ranks: whether a rank of the job wrote a .failed file
+failed_ranks() { compgen -G "$T/w/*.failed" >/dev/null; }
 ln -s "$PLUGIN" "$T/plugins/cuinterpose_plugin.so"
 export FAKECUDA_SOCKET=$T/devd.sock
 export CUINTERPOSE_SOCKET_DIR=$T/sock
@@ -68,7 +78,13 @@ cleanup() {
 	"$FAKERUN" --stop >/dev/null 2>&1
 	if [ "${KEEP:-0}" = 1 ]; then echo "kept $T"; else rm -rf "$T"; fi
 }
-trap cleanup EXIT
+# An exit that fail() did not announce (a shell error, an exit from a
+# helper) names itself in the log before the cleanup.
+exit_note() {
+	[ "$1" = 0 ] || [ "$1" = 77 ] || [ -n "${FAILED:-}" ] ||
+		echo "FAIL: the test exited with status $1 after its last step above, without a message"
+}
+trap 'exit_note $?; cleanup' EXIT
 
 dump_logs() {
 	for f in "$T"/*.log "$T"/w/*.failed "$T"/w/*.log; do
@@ -89,18 +105,30 @@ start_job() {
 }
 
 wait_ready() {
+	local f ready
+
 	i=0
-	# non-empty files only: a rank creates its file, then writes its pid
-	while [ "$(find "$T/w" -name 'r*.ready' -size +0c 2>/dev/null | wc -l)" -lt "$1" ]; do
-		ls "$T"/w/*.failed >/dev/null 2>&1 && fail "job failed to start: $(cat "$T"/w/*.failed)"
+	while :; do
+		# non-empty files only: a rank creates its file, then writes its pid
+		ready=0
+		for f in "$T"/w/r*.ready; do [ -s "$f" ] && ready=$((ready + 1)); done
+		[ $ready -ge "$1" ] && break
+		failed_ranks && fail "job failed to start: $(cat "$T"/w/*.failed)"
 		i=$((i + 1))
 		[ $i -gt 300 ] && fail "job did not get ready"
-		sleep 0.05
+		nap 0.05
 	done
-	JOBPID=$(awk '{print $2}' "$T/w/r0.ready")
+	JOBPID=$(pid_of 0)
 }
 
-job_pids() { cat "$T"/w/r*.ready 2>/dev/null | awk '{print $2}'; }
+job_pids() {
+	local f w p
+
+	for f in "$T"/w/r*.ready; do
+		[ -f "$f" ] && read -r w p _ <"$f" && echo "$p"
+	done
+	return 0
+}
 
 # flip_byte FILE OFFSET: corrupt FILE by writing the complement of its byte
 # at OFFSET (a fixed value would change nothing where the byte already is it).
@@ -114,18 +142,21 @@ flip_byte() {
 # cmd_sent NPROCS VERB [ARGS]: send a command to every rank and wait for all
 # answers, whatever they say (answers prints them).
 cmd_sent() {
-	local n i # the caller's loop variables are not ours to change
+	local n i f got # the caller's loop variables are not ours to change
 
 	n=$1
 	shift
 	SEQ=$((SEQ + 1))
 	echo "$SEQ $*" >"$T/w/cmd.tmp" && mv "$T/w/cmd.tmp" "$T/w/cmd"
 	i=0
-	while [ "$(ls "$T"/w/r*."$SEQ" 2>/dev/null | wc -l)" -lt "$n" ]; do
-		ls "$T"/w/*.failed >/dev/null 2>&1 && fail "'$*': $(cat "$T"/w/*.failed)"
+	while :; do
+		got=0
+		for f in "$T"/w/r*."$SEQ"; do [ -e "$f" ] && got=$((got + 1)); done
+		[ $got -ge "$n" ] && break
+		failed_ranks && fail "'$*': $(cat "$T"/w/*.failed)"
 		i=$((i + 1))
 		[ $i -gt 400 ] && fail "no answer to '$*' from every rank"
-		sleep 0.05
+		nap 0.05
 	done
 }
 
@@ -136,7 +167,7 @@ cmd() {
 	n=$1
 	cmd_sent "$@"
 	shift
-	for r in $(seq 0 $((n - 1))); do
+	for ((r = 0; r < n; r++)); do
 		read -r ans <"$T/w/r$r.$SEQ"
 		case "$ans" in
 		ok*) ;;
@@ -147,9 +178,11 @@ cmd() {
 
 # answers of the last command, one line per rank
 answers() {
-	local r
+	local r line
 
-	for r in $(seq 0 $(($1 - 1))); do cat "$T/w/r$r.$SEQ"; done
+	for ((r = 0; r < $1; r++)); do
+		while IFS= read -r line || [ -n "$line" ]; do echo "$line"; done <"$T/w/r$r.$SEQ"
+	done
 }
 
 criu_dump() { # DIR [extra criu args]
@@ -169,7 +202,7 @@ wait_pids_free() {
 		busy=0
 		for p in $(job_pids); do [ -e /proc/$p ] && busy=1; done
 		[ $busy = 0 ] && return 0
-		sleep 0.05
+		nap 0.05
 	done
 	return 0
 }
@@ -276,7 +309,7 @@ census_keep() {
 	cur=$(census "$@")
 	while :; do
 		prev=$cur
-		sleep 0.3
+		nap 0.3
 		cur=$(census "$@")
 		[ "$cur" = "$prev" ] && break
 		[ "$(now_ms)" -lt $end ] || fail "FDs, mappings or device memory did not settle in $limit s: last two readings
@@ -302,7 +335,7 @@ census_back() {
 		cur=$(census "$@")
 		[ "$cur" = "$CENSUS_REF" ] && return 0
 		[ "$(now_ms)" -lt $end ] || break
-		sleep 0.1
+		nap 0.1
 	done
 	fail "$what: FDs, mappings or device memory leaked: before
 $CENSUS_REF
@@ -359,7 +392,7 @@ wait_line() {
 	while ! grep -qE "$2" "$1" 2>/dev/null; do
 		i=$((i + 1))
 		[ $i -gt 1200 ] && fail "no line /$2/ in $1"
-		sleep 0.05
+		nap 0.05
 	done
 }
 
@@ -369,7 +402,10 @@ arm() {
 	echo "$2" >"$FAKECUDA_FAIL_DIR/.tmp" && mv "$FAKECUDA_FAIL_DIR/.tmp" "$FAKECUDA_FAIL_DIR/$1"
 }
 disarm() { rm -f "$FAKECUDA_FAIL_DIR"/*; }
-pid_of() { awk '{print $2}' "$T/w/r$1.ready"; } # pid_of RANK
+pid_of() { # pid_of RANK
+	local w p
+	read -r w p _ <"$T/w/r$1.ready" && echo "$p"
+}
 
 # writes_reach_everyone: every one of the $N ranks in turn writes a new
 # generation ($GEN counts on) and every rank sees it.
@@ -391,7 +427,7 @@ guardian_done() {
 
 	for _ in $(seq 600); do
 		grep -qs "rollback complete\|ROLLBACK FAILED" "$glog" && break
-		sleep 0.05
+		nap 0.05
 	done
 	grep -qs "rollback complete" "$glog" || fail "no completed rollback in $glog: $(cat "$glog" 2>&1)"
 	grep -h "rollback complete" "$glog" | sed 's/.*rollback complete/rollback complete/'
@@ -407,14 +443,14 @@ wait_gone() {
 		while alive "$p" && [ "$(awk '{print $3}' /proc/$p/stat 2>/dev/null)" != Z ]; do
 			i=$((i + 1))
 			[ $i -gt 200 ] && return 1
-			sleep 0.05
+			nap 0.05
 		done
 	done
 	i=0
 	for p in "$@"; do
 		while [ -d /proc/$p ] && [ $i -lt 200 ]; do
 			i=$((i + 1))
-			sleep 0.05
+			nap 0.05
 		done
 	done
 	return 0

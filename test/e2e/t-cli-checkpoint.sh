@@ -181,7 +181,7 @@ LD_PRELOAD="$SAN_PRELOAD$INTERPOSER" "$THIEF" hold "$T/ticket" </dev/null >"$T/h
 HOLDER=$!
 for _ in $(seq 400); do
 	grep -q "^import: " "$T/holder.out" || ! alive $HOLDER && break
-	sleep 0.05
+	nap 0.05
 done
 grep -q "^import: CUDA_SUCCESS pid $HOLDER$" "$T/holder.out" || fail "the outside importer: $(cat "$T"/holder.*)"
 front checkpoint "$JOBPID" "$T/d0"
@@ -252,7 +252,7 @@ wait_pids_free
 REAPER=$!
 for _ in $(seq 2400); do
 	[ -s "$T/out2" ] || ! alive $REAPER && break
-	sleep 0.05
+	nap 0.05
 done
 if ! [ -s "$T/out2" ]; then
 	wait $REAPER

@@ -81,7 +81,7 @@ until grep -q "cuinterpose: SAVE in progress" "$T/k/dump.log" 2>/dev/null; do
 	i=$((i + 1))
 	[ $i -gt 400 ] && fail "SAVE never started"
 	alive $cpid || fail "criu dump ended before SAVE: $(tail -5 "$T/k/dump.log")"
-	sleep 0.01
+	nap 0.01
 done
 kill -9 "$victim"
 wait $cpid && fail "criu dump succeeded without rank 2"

@@ -108,7 +108,7 @@ dumper=$!
 for _ in $(seq 1200); do
 	grep -q "QUIESCE attempt 1 of 101 timed out" "$T/retry/dump.log" 2>/dev/null && break
 	kill -0 $dumper 2>/dev/null || break
-	sleep 0.05
+	nap 0.05
 done
 grep -q "QUIESCE attempt 1 of 101 timed out" "$T/retry/dump.log" ||
 	fail "no QUIESCE retry in dump.log within 60 s: $(grep QUIESCE "$T/retry/dump.log" 2>/dev/null | head -n 2)"

@@ -27,14 +27,14 @@ CUINTERPOSE_GUARDIAN_STOP_MS=1000 CUINTERPOSE_FAULT=stop@native-checkpoint \
 dumper=$!
 for _ in $(seq 600); do
 	grep -qs "stop at native-checkpoint" "$T/f/dump.log" && break
-	sleep 0.05
+	nap 0.05
 done
 grep -qs "stop at native-checkpoint" "$T/f/dump.log" || fail "criu did not reach the native checkpoint"
 echo FROZEN >"$CG/freezer.state"
 glog=$T/f/cuinterpose-guardian.log
 for _ in $(seq 600); do
 	grep -qs "rollback complete\|ROLLBACK FAILED" "$glog" && break
-	sleep 0.05
+	nap 0.05
 done
 wait $dumper
 grep -qs "rollback complete" "$glog" || fail "no completed rollback: $(cat "$glog" 2>&1)"

@@ -37,7 +37,7 @@ killed_restore() {
 	fi
 	for _ in $(seq 600); do
 		grep -qs "restored tree killed" "$glog" && break
-		sleep 0.05
+		nap 0.05
 	done
 	grep -qs "restored tree killed" "$glog" || fail "$1: the guardian did not kill the tree: $(cat "$glog" 2>&1)"
 	grep -q "fault injection (CUINTERPOSE_FAULT): ${1%@*} at ${1#*@}" "$T/d/restore-$K.log" ||

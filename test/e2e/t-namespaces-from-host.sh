@@ -32,7 +32,7 @@ IN
 host_init() { # the host pid of the namespace's init: unshare's child
 	i=0
 	while [ -z "$(cat /proc/$1/task/$1/children 2>/dev/null)" ] && [ $i -lt 100 ]; do
-		sleep 0.05
+		nap 0.05
 		i=$((i + 1))
 	done
 	echo $(cat /proc/$1/task/$1/children)

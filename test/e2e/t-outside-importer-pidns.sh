@@ -38,7 +38,7 @@ IN
 children() { # PID: its children, waiting for the first
 	i=0
 	while [ -z "$(cat /proc/$1/task/$1/children 2>/dev/null)" ] && [ $i -lt 200 ]; do
-		sleep 0.05
+		nap 0.05
 		i=$((i + 1))
 	done
 	echo $(cat /proc/$1/task/$1/children 2>/dev/null)
@@ -71,7 +71,7 @@ hold() { # OUT NSENTER-ARGS...: start an outside importer; HOLDER: its host pid
 	HOLDER=$!
 	i=0
 	while ! grep -qs "^import: " "$out" && [ $i -lt 400 ]; do
-		sleep 0.05
+		nap 0.05
 		i=$((i + 1))
 	done
 	grep -q "^import: CUDA_SUCCESS pid " "$out" || fail "the outside importer ($*): $(cat "$out" "$out.log")"

@@ -30,7 +30,7 @@ CUINTERPOSE_SOCKET_DIR=$T/othersock LD_PRELOAD="$SAN_PRELOAD$INTERPOSER" "$THIEF
 HOLDER=$!
 i=0
 while ! grep -q "^import: " "$T/holder.out" && alive $HOLDER && [ $i -lt 400 ]; do
-	sleep 0.05
+	nap 0.05
 	i=$((i + 1))
 done
 grep -q "^import: CUDA_SUCCESS pid $HOLDER$" "$T/holder.out" ||
