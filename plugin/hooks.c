@@ -56,7 +56,6 @@
 #include "native.h"
 #include "nvml.h"
 #include "options.h"
-#include "prefetch.h"
 #include "proc.h"
 #include "sockdiag.h"
 #include "startgate.h"
@@ -167,34 +166,6 @@ static unsigned lock_timeout_ms(void)
 	if (present && v && atoi(v) > 0)
 		return (unsigned)atoi(v) * 1000;
 	return 10000; /* CRIU's default --timeout */
-}
-
-/* The carriers read into the page cache while criu restores the processes
- * (prefetch.h); a hint, so a failure to start it only costs time. */
-static void start_prefetch(int dir)
-{
-	struct cuip_prefetch p;
-	uint64_t budget;
-	char err[256];
-	int pid;
-
-	if (!S.o.prefetch_mb)
-		return;
-	if (cuip_prefetch_list(dir, &p, err, sizeof(err))) {
-		pr_warn("not reading the carriers ahead: %s", err);
-		return;
-	}
-	budget = cuip_prefetch_budget(S.o.prefetch_mb);
-	if (p.bytes && budget) {
-		pid = cuip_prefetch_start(dir, &p, budget, err, sizeof(err));
-		if (pid < 0)
-			pr_warn("not reading the carriers ahead: %s", err);
-		else
-			pr_info("PREFETCH: pid %d reads %" PRIu64 " of %" PRIu64
-				" carrier bytes in %zu files ahead of LOAD",
-				pid, budget < p.bytes ? budget : p.bytes, p.bytes, p.n);
-	}
-	cuip_prefetch_free(&p);
 }
 
 /* ---- cuda_plugin must not be loaded beside us --------------------------- */
@@ -1225,8 +1196,6 @@ static int cuip_init(int stage)
 		}
 		if (!S.disabled && dir >= 0 && check_gpus(dir))
 			return -1;
-		if (!S.disabled && dir >= 0)
-			start_prefetch(dir);
 	}
 	if (stage == CR_PLUGIN_STAGE__DUMP)
 		seize_by_interrupt();

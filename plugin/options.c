@@ -165,7 +165,7 @@ static int env_str(const char *name, const char *def, char *out, size_t len, cha
 
 int cuip_opts_load(struct cuip_opts *o, char *err, size_t errlen)
 {
-	char copies[32], prefetch[32];
+	char copies[32];
 	unsigned chunk;
 	int ret, n;
 
@@ -186,24 +186,8 @@ int cuip_opts_load(struct cuip_opts *o, char *err, size_t errlen)
 	    (ret = env_bool("CUINTERPOSE_LEAVE_RUNNING", -1, &o->leave_running, err, errlen)) ||
 	    (ret = env_str("CUINTERPOSE_SOCKET_DIR", "", o->socket_dir, sizeof(o->socket_dir), err, errlen)) ||
 	    (ret = env_str("CUINTERPOSE_LIBCUDA", "libcuda.so.1", o->libcuda, sizeof(o->libcuda), err, errlen)) ||
-	    (ret = env_str("CUINTERPOSE_LOAD_COPIES", "async", copies, sizeof(copies), err, errlen)) ||
-	    (ret = env_str("CUINTERPOSE_PREFETCH_MB", "auto", prefetch, sizeof(prefetch), err, errlen)))
+	    (ret = env_str("CUINTERPOSE_LOAD_COPIES", "async", copies, sizeof(copies), err, errlen)))
 		return ret;
-	if (!strcmp(prefetch, "auto")) {
-		o->prefetch_mb = -1;
-	} else {
-		char *end;
-		unsigned long long mb;
-
-		errno = 0;
-		mb = strtoull(prefetch, &end, 10);
-		if (errno || end == prefetch || *end || prefetch[0] == '-' || mb > (1ull << 30)) {
-			errfmt(err, errlen, "CUINTERPOSE_PREFETCH_MB=\"%s\": want auto or MiB from 0 to %llu", prefetch,
-			       1ull << 30);
-			return -EINVAL;
-		}
-		o->prefetch_mb = (long long)mb;
-	}
 	if (strcmp(copies, "async") && strcmp(copies, "sync")) {
 		errfmt(err, errlen, "CUINTERPOSE_LOAD_COPIES=\"%s\": want async or sync", copies);
 		return -EINVAL;

@@ -31,7 +31,6 @@ struct cuip_opts {
 	uint32_t chunk_size;	     /* CUINTERPOSE_CHUNK_SIZE: bytes per carrier checksum */
 	unsigned carrier_files;	     /* CUINTERPOSE_CARRIER_FILES: files per carrier; 0 = by size */
 	int verify_carriers;	     /* CUINTERPOSE_VERIFY_CARRIERS: read every carrier before LOAD */
-	long long prefetch_mb;	     /* CUINTERPOSE_PREFETCH_MB: carriers read ahead at restore; -1 = auto */
 	int verbose;		     /* CUINTERPOSE_VERBOSE: per-participant lines at info level */
 	int leave_running;	     /* CUINTERPOSE_LEAVE_RUNNING: -1 = ask CRIU */
 	int load_sync;		     /* CUINTERPOSE_LOAD_COPIES=sync: LOAD's copies synchronous */

@@ -79,9 +79,4 @@ int cuip_proc_stale_link_remaps(pid_t pid, char *buf, size_t len);
 /* SIGKILL every process in `pids`. */
 void cuip_proc_kill_all(const pid_t *pids, size_t n);
 
-/* In a process the plugin forked from criu (the guardian, the prefetcher):
- * close every descriptor criu had open except `keep` (a container runtime
- * waits for EOF on criu's sockets and pipes); 0-2 become /dev/null. */
-void cuip_proc_close_inherited(const int *keep, size_t n);
-
 #endif /* CUIP_PLUGIN_PROC_H */
