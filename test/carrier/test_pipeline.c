@@ -249,11 +249,12 @@ START_TEST(zero_runs_left_as_holes_read_back_as_zeros)
 }
 END_TEST
 
-/* A file that cannot be cut (a memfd sealed against shrinking) is written
- * in full, zero runs included: its old 0xff bytes do not show through. A
- * file that cannot grow (sealed against growing) after the cut cannot end
- * where its zero tail does: the save fails naming the file and the size. */
-START_TEST(zero_runs_written_where_the_file_cannot_be_cut)
+/* A file that held more before and cannot shrink (a memfd sealed against
+ * shrinking) is punched, never truncated: its zero runs are holes, its old
+ * 0xff bytes do not show through, its size stays. A file that cannot grow
+ * (sealed against growing) cannot end where its zero tail does: the save
+ * fails naming the file and the size. */
+START_TEST(zero_runs_punched_where_the_file_cannot_shrink)
 {
 	struct carrier_config c = cfg_make(1 * MIB, 64 * KIB, 1);
 	static const uint64_t size[] = {256 * KIB};
@@ -271,7 +272,7 @@ START_TEST(zero_runs_written_where_the_file_cannot_be_cut)
 	dev_init(&src, size, 1, 0);
 	memset(src.mem[0], 0, size[0]);
 	ck_assert_msg(carrier_save(&stub_ops, &c, fd, 0, src.items, 1, &st, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_uint_eq(st.hole_bytes, 0);
+	ck_assert_uint_eq(st.hole_bytes, size[0]);
 	ck_assert_int_eq(pread(fd, back, size[0], 0), (ssize_t)size[0]);
 	ck_assert_int_eq(memcmp(back, src.mem[0], size[0]), 0);
 	close(fd);
@@ -282,7 +283,7 @@ START_TEST(zero_runs_written_where_the_file_cannot_be_cut)
 	c.file_names = names;
 	c.n_file_names = 1;
 	ck_assert_int_eq(carrier_save(&stub_ops, &c, fd, 0, src.items, 1, &st, err, sizeof(err)), -EPERM);
-	ck_assert_msg(strstr(err, "carrier save: cannot extend sealed.img to 262144 bytes: "), "%s", err);
+	ck_assert_msg(strstr(err, "carrier save: cannot size sealed.img to 262144 bytes: "), "%s", err);
 	assert_no_leak();
 	dev_free(&src);
 	free(ff);
@@ -1345,7 +1346,7 @@ static Suite *suite(int needs_root)
 	tcase_add_test(t, roundtrip_mixed_sizes_every_byte_and_crc);
 	tcase_add_test(t, small_items_in_runs_one_wait_per_run_every_byte_and_crc);
 	tcase_add_test(t, zero_runs_left_as_holes_read_back_as_zeros);
-	tcase_add_test(t, zero_runs_written_where_the_file_cannot_be_cut);
+	tcase_add_test(t, zero_runs_punched_where_the_file_cannot_shrink);
 	tcase_add_test(t, roundtrip_chunk_not_dividing_buffer);
 	tcase_add_test(t, roundtrip_staging_smaller_than_chunk);
 	tcase_add_test(t, several_files_roundtrip_and_refusals);
