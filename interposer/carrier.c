@@ -29,9 +29,10 @@
  * its own two buffers when it starts (in parallel with the others, which
  * already move bytes) and unpins them when its last pass ends.
  *
- * A save owns each regular file from its first item on: it cuts the file
- * there and writes no piece of a 64 KiB unit (aligned in the file) that is
- * all zero, then extends the file to its end. Those bytes read back as
+ * A save owns each regular file from its first item on: it makes those
+ * bytes zero (punched out of an old file, never a truncation to size 0:
+ * see cut_from), writes no piece of a 64 KiB unit (aligned in the file)
+ * that is all zero, then sets the file's size to its end. Those bytes read back as
  * zeros and whole units hold no disk block, so memory a framework reserved
  * but never wrote costs neither the write nor the restore's read. The CRCs
  * still cover every byte.
