@@ -31,6 +31,7 @@
 # container's creator: the checkpoint is refused naming it, and the container
 # keeps running with its bytes intact.
 . "$srcdir/../e2e/lib.sh"
+. "$srcdir/lib-ctr.sh"
 
 [ "${SANITIZE:-}" = yes ] &&
 	skip "sanitizer build: the glibc-only image and runc's criu cannot carry the sanitizer runtime (the plain build runs this test)"
@@ -333,29 +334,10 @@ cmd $N verify 4
 # --- refused: a sharing peer outside the container -----------------------------
 note "an importer outside the container"
 init=$(ctr_task_pid job-b)
-r1=
-for c in $(cat /proc/"$init"/task/*/children); do
-	[ "$(awk '{print $2}' "$T/w/r1.ready")" = "$(awk '/^NSpid/ {print $NF}' /proc/"$c"/status)" ] && r1=$c
-done
-[ -n "$r1" ] || fail "no host pid for rank 1"
-tfd=$(ls -l /proc/"$r1"/fd | awk '/memfd:cuinterpose-ticket/ {print $9; exit}')
-[ -n "$tfd" ] || fail "rank 1 (host pid $r1) holds no ticket"
-cat /proc/"$r1"/fd/"$tfd" >"$T/w/ticket"
-nsenter -t "$init" --mount -- /bin/env LD_PRELOAD=/usr/lib/cuinterpose/libcuinterpose.so \
-	FAKECUDA_SOCKET=/run/fakecuda/devd.sock CUINTERPOSE_SOCKET_DIR=/run/cuinterpose \
-	/bin/ctr_outside /w/ticket /w/outside.ready >"$T/outside.log" 2>&1 &
-OPID=$!
-i=0
-while [ ! -s "$T/w/outside.ready" ] && alive $OPID && [ $i -lt 200 ]; do
-	nap 0.05
-	i=$((i + 1))
-done
-grep -q "^import: CUDA_SUCCESS pid $OPID$" "$T/w/outside.ready" ||
-	fail "the outside importer: $(cat "$T/w/outside.ready" "$T/outside.log" 2>/dev/null)"
+outside_importer "$init"
 checkpoint job-b ck3 && fail "ctr checkpoint with a sharing peer outside the container succeeded"
 cat "$T/ckpt.log" "$T"/logs/dump.log >"$T/dump3.log" 2>/dev/null
-grep -Eq "cuinterpose: .*pid $init allocation [0-9a-f]+:[0-9]+ is imported by pid $OPID \(identity [0-9a-f]{16}\), a live process outside the dumped tree" "$T/dump3.log" ||
-	fail "the refusal does not name the outside importer $OPID and the creator $init: $(grep -E 'cuinterpose|Error|error' "$T/dump3.log" | tail -5)"
+refusal_names_importer "$T/dump3.log" "$init"
 [ "$(ctr_task_state job-b)" = RUNNING ] || fail "after the refused checkpoint the container is $(ctr_task_state job-b)"
 cr images ls -q | grep -qx ck3 && fail "a refused checkpoint left an image"
 cmd $N verify 4

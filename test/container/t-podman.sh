@@ -26,6 +26,7 @@
 # imports memory from the container's creator: the checkpoint is refused
 # naming it, and the container keeps running with its bytes intact.
 . "$srcdir/../e2e/lib.sh"
+. "$srcdir/lib-ctr.sh"
 
 # Sanitizer builds: the image is glibc alone (the point of the test), and the
 # criu that runc starts (criu swrk, environment set by podman) cannot be given
@@ -230,35 +231,10 @@ cmd $N verify 4
 # --- refused: a sharing peer outside the container ---------------------------
 note "an importer outside the container"
 init=$(ctr_pid job-b)
-r1=
-for c in $(cat /proc/"$init"/task/*/children); do
-	[ "$(awk '{print $2}' "$T/w/r1.ready")" = "$(awk '/^NSpid/ {print $NF}' /proc/"$c"/status)" ] && r1=$c
-done
-[ -n "$r1" ] || fail "no host pid for rank 1"
-tfd=$(ls -l /proc/"$r1"/fd | awk '/memfd:cuinterpose-ticket/ {print $9; exit}')
-[ -n "$tfd" ] || fail "rank 1 (host pid $r1) holds no ticket"
-cat /proc/"$r1"/fd/"$tfd" >"$T/w/ticket"
-grep -qa "/run/cuinterpose/1-" "$T/w/ticket" || fail "the ticket does not name the creator's socket"
-# The ticket names the creator's socket in the container's mount namespace:
-# the importer enters that namespace only (nsenter --mount), and stays in
-# the host's pid and net namespaces, a child of this script. The creator
-# recorded it when it fetched, so the plugin finds it wherever its socket is.
-nsenter -t "$init" --mount -- /bin/env LD_PRELOAD=/usr/lib/cuinterpose/libcuinterpose.so \
-	FAKECUDA_SOCKET=/run/fakecuda/devd.sock CUINTERPOSE_SOCKET_DIR=/run/cuinterpose \
-	/bin/ctr_outside /w/ticket /w/outside.ready >"$T/outside.log" 2>&1 &
-OPID=$!
-i=0
-while [ ! -s "$T/w/outside.ready" ] && alive $OPID && [ $i -lt 200 ]; do
-	nap 0.05
-	i=$((i + 1))
-done
-grep -q "^import: CUDA_SUCCESS pid $OPID$" "$T/w/outside.ready" ||
-	fail "the outside importer: $(cat "$T/w/outside.ready" "$T/outside.log" 2>/dev/null)"
-[ "$(readlink /proc/$OPID/ns/pid)" = "$(readlink /proc/self/ns/pid)" ] || fail "the importer is in the container's pid namespace"
+outside_importer "$init"
 checkpoint job-b "$T/ck3.tar.gz" --leave-running && fail "podman checkpoint with a sharing peer outside the container succeeded"
 cat "$T/ckpt.log" "$(ctr_userdata job-b)/dump.log" >"$T/dump3.log" 2>/dev/null
-grep -Eq "cuinterpose: .*pid $init allocation [0-9a-f]+:[0-9]+ is imported by pid $OPID \(identity [0-9a-f]{16}\), a live process outside the dumped tree" "$T/dump3.log" ||
-	fail "the refusal does not name the outside importer $OPID and the creator $init: $(grep -E 'cuinterpose|Error' "$T/dump3.log" | tail -5)"
+refusal_names_importer "$T/dump3.log" "$init"
 [ "$(ctr_state job-b)" = running ] || fail "after the refused checkpoint the container is $(ctr_state job-b)"
 [ -e "$T/ck3.tar.gz" ] && fail "a refused checkpoint left an archive"
 cmd $N verify 4
