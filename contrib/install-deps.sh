@@ -35,6 +35,8 @@ PACKAGES=(
 	build-essential autoconf automake libtool pkg-config
 	libprotobuf-c-dev protobuf-c-compiler libnl-3-dev libnl-genl-3-dev
 	check libsubunit-dev clang-format iproute2 util-linux procps
+	# the SHA-256 unit test's reference (libcrypto; not linked by the product)
+	libssl-dev
 	# CRIU build dependencies
 	libbsd-dev libcap-dev libgnutls28-dev libnet1-dev libnftables-dev
 	libprotobuf-dev protobuf-compiler uuid-dev python3-protobuf libaio-dev
