@@ -72,6 +72,7 @@
 
 #include "carrier.h"
 #include "errfmt.h"
+#include "sha256.h"
 #include "wire.h"
 
 #define MIB  (1024ull * 1024)
@@ -158,8 +159,9 @@ struct worker {
 	pthread_t tid;
 	void *stack; /* mmap'd with a guard page; NULL for thread 0 */
 	bool started;
-	double copy_s, io_s, crc_s, pin_s;
-	uint64_t holes; /* save: zero bytes left as holes */
+	double copy_s, io_s, crc_s, pin_s, hash_s;
+	uint64_t holes;	    /* save: zero bytes left as holes */
+	uint64_t inherited; /* save: bytes of chunks the parent has, not written */
 };
 
 struct xfer {
@@ -191,8 +193,8 @@ struct xfer {
 	unsigned running; /* threads other than the caller still working */
 	int rc;		  /* first error */
 	char msg[ERRMSG];
-	double copy_s, io_s, crc_s, pin_s; /* summed after the threads are joined */
-	uint64_t holes;			   /* summed after the threads are joined */
+	double copy_s, io_s, crc_s, pin_s, hash_s; /* summed after the threads are joined */
+	uint64_t holes, inherited;		   /* summed after the threads are joined */
 	/* save: each file's carrier ends at fend; sparse once it was cut at
 	 * its first item's offset (a regular file), so a zero run need not be
 	 * written (set before the threads start). */
@@ -584,10 +586,20 @@ static int write_run(int fd, bool sparse, const uint8_t *p, uint64_t len, uint64
 	return len > start ? pwrite_all(fd, p + start, len - start, off + start) : 0;
 }
 
+/* Whether chunk k of item it equals its parent's (both hashes known). */
+static bool same_as_parent(const struct carrier_item *it, uint64_t k)
+{
+	return it->parent_sha && k < it->n_parent_sha &&
+	       !memcmp(it->sha + k * CARRIER_HASH_LEN, it->parent_sha + k * CARRIER_HASH_LEN, CARRIER_HASH_LEN);
+}
+
 /* The slot's copies are done: checksum each item's chunks and write the
  * slice out, CRC_BLOCK bytes at a time right after they were checksummed,
  * so that the write reads them from the cache rather than DRAM a second
- * time. The CRC of a chunk continues across blocks (same values). */
+ * time. The CRC of a chunk continues across blocks (same values). An item
+ * with hashes gets each chunk's SHA-256 in the same pass; one with a parent
+ * writes a chunk only once its hash is known, and not at all when it
+ * equals the parent's (inherited: the file keeps a hole there). */
 static int save_finish(struct worker *w, struct slot *sl)
 {
 	struct xfer *x = w->x;
@@ -595,7 +607,7 @@ static int save_finish(struct worker *w, struct slot *sl)
 	unsigned file = x->items[sl->s.item].file;
 	int fd = x->fds[file];
 	uint64_t off, len, boff, written = 0;
-	double crc_s = 0, io_s = 0, t;
+	double crc_s = 0, io_s = 0, hash_s = 0, t;
 	int rc = 0;
 
 	if (slot_wait(w, sl))
@@ -609,15 +621,24 @@ static int save_finish(struct worker *w, struct slot *sl)
 		p = buf + boff;
 		for (uint64_t o = 0, k = off / it->chunk_size; !rc && o < len; o += it->chunk_size, k++) {
 			uint64_t l = len - o < it->chunk_size ? len - o : it->chunk_size;
+			bool hold = it->parent_sha && x->sparse[file]; /* write once the hash is known */
+			struct cuip_sha256 h;
 			uint32_t c = 0;
 
+			if (it->sha)
+				cuip_sha256_init(&h);
 			for (uint64_t b = 0; !rc && b < l; b += CRC_BLOCK) {
 				uint64_t m = l - b < CRC_BLOCK ? l - b : CRC_BLOCK, end = boff + o + b + m;
 
 				t = now();
 				c = cuip_crc32c(c, p + o + b, m);
 				crc_s += now() - t;
-				if (end - written < CRC_BLOCK && end < sl->s.len)
+				if (it->sha) {
+					t = now();
+					cuip_sha256_update(&h, p + o + b, m);
+					hash_s += now() - t;
+				}
+				if (hold || (end - written < CRC_BLOCK && end < sl->s.len))
 					continue;
 				t = now();
 				rc = write_run(fd, x->sparse[file], buf + written, end - written, sl->s.foff + written,
@@ -626,11 +647,39 @@ static int save_finish(struct worker *w, struct slot *sl)
 				written = end;
 			}
 			it->crc[k] = c;
+			if (it->sha)
+				cuip_sha256_final(&h, it->sha + k * CARRIER_HASH_LEN);
+			if (rc || !hold)
+				continue;
+			/* Held: what precedes the chunk goes out, then the chunk
+			 * unless the parent has it. */
+			t = now();
+			if (same_as_parent(it, k)) {
+				if (boff + o > written)
+					rc = write_run(fd, x->sparse[file], buf + written, boff + o - written,
+						       sl->s.foff + written, &w->holes);
+				it->inherited[k] = 1;
+				w->inherited += l;
+			} else {
+				rc = write_run(fd, x->sparse[file], buf + written, boff + o + l - written,
+					       sl->s.foff + written, &w->holes);
+			}
+			io_s += now() - t;
+			written = boff + o + l;
 		}
+	}
+	/* A run of small items may end in bytes nobody held back. */
+	if (!rc && written < sl->s.len) {
+		t = now();
+		rc = write_run(fd, x->sparse[file], buf + written, sl->s.len - written, sl->s.foff + written,
+			       &w->holes);
+		io_s += now() - t;
+		written = sl->s.len;
 	}
 	assert(rc || written == sl->s.len); /* pieces tile the slice */
 	w->crc_s += crc_s;
 	w->io_s += io_s;
+	w->hash_s += hash_s;
 	if (rc) {
 		char nb[160], fb[32];
 		fail(x, rc, "carrier save: %s: writing %" PRIu64 " bytes at file offset %" PRIu64 " of %s failed: %s",
@@ -1083,8 +1132,11 @@ static int run_pass(struct xfer *x, enum pass pass)
 		x->crc_s += w->crc_s;
 		x->pin_s += w->pin_s;
 		x->holes += w->holes;
+		x->inherited += w->inherited;
+		x->hash_s += w->hash_s;
 		w->copy_s = w->io_s = w->crc_s = w->pin_s = 0;
-		w->holes = 0;
+		w->holes = w->inherited = 0;
+		w->hash_s = 0;
 	}
 	if (!x->rc && x->done != x->total)
 		fail(x, -EIO, "carrier %s: moved %" PRIu64 " bytes, expected %" PRIu64, pass_name(pass), x->done,
@@ -1319,6 +1371,8 @@ static void fill_stats(const struct xfer *x, struct carrier_stats *st, double t0
 	st->crc_seconds = x->crc_s;
 	st->pin_seconds = x->pin_s;
 	st->hole_bytes = x->holes;
+	st->inherited_bytes = x->inherited;
+	st->hash_seconds = x->hash_s;
 }
 
 static bool ops_ok(const struct carrier_ops *o)
@@ -1355,6 +1409,10 @@ static int check_items(const char *what, const struct carrier_item *items, size_
 		}
 		if (k && !it->crc) {
 			errfmt(err, errlen, "carrier %s: %s: no CRC array for %" PRIu64 " chunks", what, nm, k);
+			return -EINVAL;
+		}
+		if (!load && it->parent_sha && (!it->sha || !it->inherited)) {
+			errfmt(err, errlen, "carrier %s: %s: parent hashes without hash or inherited arrays", what, nm);
 			return -EINVAL;
 		}
 		if (load ? it->ncrc != k : it->ncrc < k) {
@@ -1709,6 +1767,14 @@ int carrier_stripe_split(const struct carrier_item *items, size_t n, size_t nfil
 						   .crc = it->crc ? it->crc + off / it->chunk_size : NULL,
 						   .ncrc = carrier_nchunks(len, it->chunk_size),
 						   .name_offset = it->name_offset + off};
+			if (it->sha)
+				e->sha = it->sha + off / it->chunk_size * CARRIER_HASH_LEN;
+			if (it->inherited)
+				e->inherited = it->inherited + off / it->chunk_size;
+			if (it->parent_sha && off / it->chunk_size < it->n_parent_sha) {
+				e->parent_sha = it->parent_sha + off / it->chunk_size * CARRIER_HASH_LEN;
+				e->n_parent_sha = it->n_parent_sha - off / it->chunk_size;
+			}
 			if (parent)
 				parent[j] = i;
 			j++;
@@ -1981,6 +2047,12 @@ int carrier_config_init(struct carrier_config *cfg, char *err, size_t errlen)
 	cfg->chunk_size = (uint32_t)(chunk * MIB);
 	cfg->threads = (unsigned)threads;
 	cfg->verify_first = v && !strcmp(v, "first");
+	v = getenv("CUINTERPOSE_CARRIER_HASH");
+	if (v && *v && strcmp(v, "sha256") && strcmp(v, "off")) {
+		errfmt(err, errlen, "CUINTERPOSE_CARRIER_HASH=%s: expected \"sha256\" or \"off\"", v);
+		return -EINVAL;
+	}
+	cfg->hash = !v || strcmp(v, "off");
 	return 0;
 }
 

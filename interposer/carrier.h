@@ -109,7 +109,21 @@ struct carrier_item {
 	/* Messages: byte offset of this item inside the object `name` names
 	 * (a stripe of an allocation); chunk numbers count from there. */
 	uint64_t name_offset;
+	/* Save only, all optional. sha: caller's array of ncrc x
+	 * CARRIER_HASH_LEN bytes, filled with each chunk's SHA-256 (NULL: not
+	 * hashed). parent_sha: the parent checkpoint's hashes of the same
+	 * chunks (n_parent_sha of them; needs sha and inherited): a chunk
+	 * whose hash equals its parent's is not written, and its byte in
+	 * inherited is set to 1 (caller's zeroed array of ncrc bytes: bytes,
+	 * not bits, so that threads saving neighbouring chunks never share
+	 * one). */
+	uint8_t *sha;
+	const uint8_t *parent_sha;
+	size_t n_parent_sha;
+	uint8_t *inherited;
 };
+
+#define CARRIER_HASH_LEN 32 /* SHA-256 */
 
 /* Chunks (CRC values) for `size` bytes: ceil(size / chunk_size). */
 static inline uint64_t carrier_nchunks(uint64_t size, uint32_t chunk_size)
@@ -130,6 +144,9 @@ struct carrier_config {
 				   and the online CPUs [CUINTERPOSE_CARRIER_THREADS, 0] */
 	int verify_first;	/* load: read and check the whole carrier before copying anything to
 				   the device (reads twice) [CUINTERPOSE_CARRIER_VERIFY=first, off] */
+	int hash;		/* save: the caller hashes each chunk (carrier_item.sha), which makes
+				   the checkpoint a parent for incremental ones
+				   [CUINTERPOSE_CARRIER_HASH=sha256|off, sha256] */
 	/* Progress, called on the calling thread with no lock held, at most
 	 * once per progress_every bytes and once at the end (0: never). With
 	 * verify_first the total counts both passes. */
@@ -164,6 +181,8 @@ struct carrier_stats {
 	double pin_seconds;	  /* summed over threads: pinning their own staging, overlapped with
 				     the other threads' transfers */
 	uint64_t hole_bytes;	  /* save: zero runs left as holes in the files (not written) */
+	uint64_t inherited_bytes; /* save: chunks equal to the parent's, not written */
+	double hash_seconds;	  /* save: summed over threads: computing SHA-256 */
 };
 
 /*

@@ -170,15 +170,62 @@ static void log_stats(const char *what, size_t n, const struct carrier_stats *st
 {
 	pr_info("%s %zu carrier entries, %llu bytes: %.3f s (%.0f MB/s) after %.3f s of mapping; %u threads, "
 		"%u buffers of %llu KiB (%llu KiB pinned%s); summed over the threads: pin %.2f s, copy wait %.2f s, "
-		"file I/O %.2f s, crc %.2f s; %llu zero bytes left as holes",
+		"file I/O %.2f s, crc %.2f s, sha256 %.2f s; %llu zero bytes left as holes, %llu bytes left to the "
+		"parent checkpoint",
 		what, n, (unsigned long long)st->bytes, st->seconds,
 		st->seconds > 0 ? (double)st->bytes / st->seconds / 1e6 : 0.0, prep_s, st->threads, st->buffers,
 		(unsigned long long)(st->buffer_bytes >> 10), (unsigned long long)(st->staging_bytes >> 10),
 		sync ? ", synchronous copies" : "", st->pin_seconds, st->copy_wait_seconds, st->io_seconds,
-		st->crc_seconds, (unsigned long long)st->hole_bytes);
+		st->crc_seconds, st->hash_seconds, (unsigned long long)st->hole_bytes,
+		(unsigned long long)st->inherited_bytes);
 }
 
 /* ---- SAVE ------------------------------------------------------------------ */
+
+/* The parent checkpoint's entry for the same bytes as item `it` (same
+ * allocation, slab offset, size and chunk size, with hashes), or NULL:
+ * then every chunk is written. */
+static const Cuip__CarrierEntry *parent_entry(const Cuip__Save *s, const struct cuip_alloc *a, uint64_t aoff,
+					      const struct carrier_item *it)
+{
+	for (size_t i = 0; i < s->n_parents; i++) {
+		const Cuip__CarrierEntry *p = s->parents[i];
+
+		if (p->alloc && p->alloc->creator == a->creator && p->alloc->serial == a->serial &&
+		    (p->has_alloc_offset ? p->alloc_offset : 0) == aoff && p->size == it->size &&
+		    p->chunk_size == it->chunk_size && p->sha256.len == it->ncrc * CARRIER_HASH_LEN)
+			return p;
+	}
+	return NULL;
+}
+
+/* The entry's hash and inherited fields from a saved item (arena memory);
+ * inherited only when some chunk is the parent's. False: out of memory. */
+static bool entry_hashes(Cuip__CarrierEntry *e, const struct carrier_item *it)
+{
+	uint8_t *bits;
+	bool any = false;
+
+	if (it->sha) {
+		e->has_sha256 = 1;
+		e->sha256.data = it->sha;
+		e->sha256.len = it->ncrc * CARRIER_HASH_LEN;
+	}
+	for (size_t k = 0; it->inherited && k < it->ncrc; k++)
+		any |= it->inherited[k] != 0;
+	if (!any)
+		return true;
+	bits = cuip_zalloc((it->ncrc + 7) / 8);
+	if (!bits)
+		return false;
+	for (size_t k = 0; k < it->ncrc; k++)
+		if (it->inherited[k])
+			bits[k / 8] |= (uint8_t)(1u << (k % 8));
+	e->has_inherited = 1;
+	e->inherited.data = bits;
+	e->inherited.len = (it->ncrc + 7) / 8;
+	return true;
+}
 
 static int carry_save(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__SaveReply **out, char *err, size_t errlen)
 {
@@ -270,6 +317,20 @@ static int carry_save(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__Sa
 			it->crc = cuip_zalloc(sizeof(uint32_t) * (it->ncrc ? it->ncrc : 1));
 			if (!it->crc || !it->name)
 				goto nomem;
+			if (cfg.hash || s->n_parents) {
+				const Cuip__CarrierEntry *pe = parent_entry(s, a, off, it);
+
+				it->sha = cuip_zalloc(CARRIER_HASH_LEN * (it->ncrc ? it->ncrc : 1));
+				if (!it->sha)
+					goto nomem;
+				if (pe) {
+					it->parent_sha = pe->sha256.data;
+					it->n_parent_sha = it->ncrc;
+					it->inherited = cuip_zalloc(it->ncrc ? it->ncrc : 1);
+					if (!it->inherited)
+						goto nomem;
+				}
+			}
 			total += it->size;
 		}
 	}
@@ -322,7 +383,7 @@ static int carry_save(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__Sa
 		e->chunk_size = items[i].chunk_size;
 		e->crc32c = items[i].crc;
 		e->n_crc32c = items[i].ncrc;
-		if (carrier_extents_to_entry(&items[i], e, cuip_zalloc))
+		if (carrier_extents_to_entry(&items[i], e, cuip_zalloc) || !entry_hashes(e, &items[i]))
 			goto nomem;
 		if (as[i]->slab) {
 			e->has_alloc_offset = 1;
@@ -331,6 +392,8 @@ static int carry_save(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__Sa
 		sr->entries[sr->n_entries++] = e;
 	}
 	sr->bytes = total;
+	sr->has_inherited_bytes = 1;
+	sr->inherited_bytes = stats.inherited_bytes;
 	*out = sr;
 	goto out;
 nomem:

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "carrier.h"
+#include "sha256.h"
 #include "stub.h"
 #include "util.h"
 
@@ -289,6 +290,100 @@ START_TEST(zero_runs_punched_where_the_file_cannot_shrink)
 	free(ff);
 	free(back);
 	close(fd);
+}
+END_TEST
+
+/*
+ * Incremental save: each chunk's SHA-256 is computed as it passes; with
+ * the parent's hashes, a chunk that equals its parent's is not written
+ * (the file keeps a hole there, inherited set) and one that changed is.
+ * A load whose extents take the inherited chunks from the parent's file
+ * and the changed one from the child's gets every byte back.
+ */
+START_TEST(parent_chunks_are_not_written_and_a_load_through_both_files_is_whole)
+{
+	struct carrier_config c = cfg_make(1 * MIB, 64 * KIB, 2);
+	static const uint64_t size[] = {MIB + 100, 300 * KIB};
+	uint8_t *sha[2], *psha[2], *inh[2], h[CARRIER_HASH_LEN];
+	uint64_t poff[2], coff[2];
+	struct carrier_stats st;
+	struct dev src, dst;
+	char err[512] = "";
+	int pfd = scratch_fd(), cfd = scratch_fd(), fds[2];
+	struct stat sb;
+
+	dev_init(&src, size, 2, 0);
+	for (int i = 0; i < 2; i++) {
+		size_t n = carrier_nchunks(size[i], 64 * KIB);
+
+		sha[i] = calloc(n, CARRIER_HASH_LEN);
+		psha[i] = calloc(n, CARRIER_HASH_LEN);
+		inh[i] = calloc(n, 1);
+		src.items[i].sha = psha[i];
+	}
+	ck_assert_msg(carrier_save(&stub_ops, &c, pfd, 0, src.items, 2, &st, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(st.inherited_bytes, 0);
+	for (int i = 0; i < 2; i++) {
+		poff[i] = src.items[i].offset;
+		for (size_t k = 0; k < carrier_nchunks(size[i], 64 * KIB); k++) {
+			uint64_t l = size[i] - k * 64 * KIB < 64 * KIB ? size[i] - k * 64 * KIB : 64 * KIB;
+
+			cuip_sha256(src.mem[i] + k * 64 * KIB, l, h);
+			ck_assert_mem_eq(psha[i] + k * CARRIER_HASH_LEN, h, CARRIER_HASH_LEN);
+		}
+	}
+	/* Chunk 3 of item 0 changes; the rest is the parent's. */
+	src.mem[0][3 * 64 * KIB + 5] ^= 0x5a;
+	for (int i = 0; i < 2; i++) {
+		src.items[i].sha = sha[i];
+		src.items[i].parent_sha = psha[i];
+		src.items[i].n_parent_sha = carrier_nchunks(size[i], 64 * KIB);
+		src.items[i].inherited = inh[i];
+	}
+	ck_assert_msg(carrier_save(&stub_ops, &c, cfd, 0, src.items, 2, &st, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(st.inherited_bytes, size[0] + size[1] - 64 * KIB);
+	for (size_t k = 0; k < carrier_nchunks(size[0], 64 * KIB); k++)
+		ck_assert_uint_eq(inh[0][k], k != 3);
+	for (size_t k = 0; k < carrier_nchunks(size[1], 64 * KIB); k++)
+		ck_assert_uint_eq(inh[1][k], 1);
+	ck_assert_mem_ne(sha[0] + 3 * CARRIER_HASH_LEN, psha[0] + 3 * CARRIER_HASH_LEN, CARRIER_HASH_LEN);
+	ck_assert_int_eq(fstat(cfd, &sb), 0);
+	ck_assert_uint_eq((uint64_t)sb.st_size, size[0] + size[1]);
+	ck_assert_msg((uint64_t)sb.st_blocks * 512 <= 128 * KIB, "%lld blocks stored for one 64 KiB chunk",
+		      (long long)sb.st_blocks);
+	for (int i = 0; i < 2; i++)
+		coff[i] = src.items[i].offset;
+
+	/* Load item 0 through both files: chunks 0-2 and 4.. from the
+	 * parent's (file 0), chunk 3 from the child's (file 1). */
+	dev_like(&dst, &src, 0);
+	dst.n = 1;
+	dst.items[0].ext = malloc(3 * sizeof(struct carrier_extent));
+	dst.items[0].ext[0] = (struct carrier_extent){0, poff[0], 3 * 64 * KIB};
+	dst.items[0].ext[1] = (struct carrier_extent){1, coff[0] + 3 * 64 * KIB, 64 * KIB};
+	dst.items[0].ext[2] = (struct carrier_extent){0, poff[0] + 4 * 64 * KIB, size[0] - 4 * 64 * KIB};
+	dst.items[0].next = 3;
+	fds[0] = pfd;
+	fds[1] = cfd;
+	ck_assert_msg(carrier_load_striped(&stub_ops, &c, fds, 2, dst.items, 1, NULL, err, sizeof(err)) == 0, "%s",
+		      err);
+	ck_assert_int_eq(memcmp(dst.mem[0], src.mem[0], size[0]), 0);
+	dst.n = 2;
+	dev_free(&dst);
+
+	/* Parent hashes without the arrays to fill are refused. */
+	src.items[1].inherited = NULL;
+	ck_assert_int_eq(carrier_save(&stub_ops, &c, cfd, 0, src.items, 2, &st, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "alloc 1: parent hashes without hash or inherited arrays"), "%s", err);
+	assert_no_leak();
+	for (int i = 0; i < 2; i++) {
+		free(sha[i]);
+		free(psha[i]);
+		free(inh[i]);
+	}
+	dev_free(&src);
+	close(pfd);
+	close(cfd);
 }
 END_TEST
 
@@ -1293,6 +1388,17 @@ START_TEST(config_from_environment)
 	setenv("CUINTERPOSE_CARRIER_THREADS", "1", 1);
 	setenv("CUINTERPOSE_CARRIER_VERIFY", "sometimes", 1);
 	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), -EINVAL);
+	unsetenv("CUINTERPOSE_CARRIER_VERIFY");
+	unsetenv("CUINTERPOSE_CARRIER_HASH");
+	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), 0);
+	ck_assert_int_eq(c.hash, 1);
+	setenv("CUINTERPOSE_CARRIER_HASH", "off", 1);
+	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), 0);
+	ck_assert_int_eq(c.hash, 0);
+	setenv("CUINTERPOSE_CARRIER_HASH", "md5", 1);
+	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "CUINTERPOSE_CARRIER_HASH=md5: expected \"sha256\" or \"off\""), "%s", err);
+	unsetenv("CUINTERPOSE_CARRIER_HASH");
 }
 END_TEST
 
@@ -1347,6 +1453,7 @@ static Suite *suite(int needs_root)
 	tcase_add_test(t, small_items_in_runs_one_wait_per_run_every_byte_and_crc);
 	tcase_add_test(t, zero_runs_left_as_holes_read_back_as_zeros);
 	tcase_add_test(t, zero_runs_punched_where_the_file_cannot_shrink);
+	tcase_add_test(t, parent_chunks_are_not_written_and_a_load_through_both_files_is_whole);
 	tcase_add_test(t, roundtrip_chunk_not_dividing_buffer);
 	tcase_add_test(t, roundtrip_staging_smaller_than_chunk);
 	tcase_add_test(t, several_files_roundtrip_and_refusals);

@@ -133,6 +133,7 @@ int main(void)
 
 	if (n == 1)
 		printf("this CPU has no SHA extensions: the portable implementation only\n");
+	tcase_set_timeout(tc, 30);
 	tcase_add_loop_test(tc, fips_examples, 0, n);
 	tcase_add_loop_test(tc, every_short_length, 0, n);
 	tcase_add_loop_test(tc, large_random_in_pieces, 0, n);
