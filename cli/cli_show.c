@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,10 @@ struct show {
 	uint64_t chunks_checked;
 	uint64_t bytes_checked;
 	size_t shown; /* topology images printed (JSON commas) */
+	/* The topology shown is flattened onto its parent chain (its files may
+	 * be the ancestors', by absolute path); or its parent chain could not
+	 * be read, and its inherited chunks are not checked. */
+	bool flat, no_parent;
 };
 
 static void problem(struct show *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -111,8 +116,12 @@ static long verify_entry(struct show *s, const Cuip__Topology *t, const Cuip__Ca
 		if (off >= e->size)
 			break;
 		len = (size_t)(e->size - off < e->chunk_size ? e->size - off : e->chunk_size);
+		if (s->no_parent && e->has_inherited && ch / 8 < e->inherited.len &&
+		    (e->inherited.data[ch / 8] >> (ch % 8)) & 1)
+			continue;
 		/* Striped entries: the chunk's extent names its file. */
-		if (cuip_entry_locate(t, e, off, &f, &foff, &run) || !f || strchr(f, '/') || run < len) {
+		if (cuip_entry_locate(t, e, off, &f, &foff, &run) || !f ||
+		    (strchr(f, '/') && !(s->flat && f[0] == '/')) || run < len) {
 			problem(s, "allocation %016" PRIx64 ":%" PRIu64 ": chunk %zu lies in no extent of the index",
 				e->alloc->creator, e->alloc->serial, ch);
 			nbad = -1;
@@ -177,9 +186,12 @@ static void show_carriers(struct show *s, const Cuip__Topology *t)
 	for (size_t i = 0; i < t->n_carriers; i++) {
 		const Cuip__CarrierEntry *e = t->carriers[i];
 		uint64_t chunks = e->chunk_size ? (e->size + e->chunk_size - 1) / e->chunk_size : 0;
-		uint64_t bad[SHOW_MAX_BAD];
+		uint64_t bad[SHOW_MAX_BAD], inh = 0;
 		long nbad = 0;
 		const char *verdict = "not verified";
+
+		for (size_t k = 0; e->has_inherited && k < e->inherited.len; k++)
+			inh += (uint64_t)__builtin_popcount(e->inherited.data[k]);
 
 		if (!e->alloc) {
 			problem(s, "carrier entry %zu names no allocation", i);
@@ -202,6 +214,7 @@ static void show_carriers(struct show *s, const Cuip__Topology *t)
 			printf("]");
 			if (e->has_alloc_offset)
 				printf(",\"piece_offset\":%" PRIu64, e->alloc_offset);
+			printf(",\"hashed\":%s,\"inherited_chunks\":%" PRIu64, e->has_sha256 ? "true" : "false", inh);
 			if (e->n_extents) {
 				printf(",\"extents\":[");
 				for (size_t k = 0; k < e->n_extents; k++)
@@ -218,10 +231,40 @@ static void show_carriers(struct show *s, const Cuip__Topology *t)
 			printf("  %s  offset %" PRIu64 "  size %" PRIu64 "  chunks %" PRIu64
 			       " x %u  checksums %zu  %s\n",
 			       e->file, e->offset, e->size, chunks, e->chunk_size, e->n_crc32c, verdict);
+			if (inh)
+				printf("    %" PRIu64 " of %" PRIu64 " chunks inherited from the parent checkpoint\n",
+				       inh, chunks);
 			if (e->n_extents > 1 || (e->n_extents == 1 && e->extents[0]->file))
 				printf("    striped: %zu extents over %zu files\n", e->n_extents, t->n_carrier_files);
 		}
 	}
+}
+
+/* The parent chain of an incremental checkpoint, read whole; a problem
+ * (and false) when it cannot be: its inherited chunks are then unreadable. */
+static bool read_parent(struct show *s, const Cuip__Inventory *inv, struct cuip_ckpt *par)
+{
+	char err[1024];
+	int fd = open(inv->parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC), ret;
+
+	if (fd < 0) {
+		problem(s,
+			"the parent checkpoint %s of this incremental checkpoint is %s: its inherited chunks cannot be "
+			"read",
+			inv->parent, errno == ENOENT ? "missing" : strerror(errno));
+		return false;
+	}
+	ret = cuip_images_read(fd, par, err, sizeof(err));
+	close(fd);
+	if (ret == 0 && (inv->parent_checkpoint_id.len != 16 ||
+			 memcmp(par->inv->checkpoint_id.data, inv->parent_checkpoint_id.data, 16))) {
+		cuip_images_free(par);
+		snprintf(err, sizeof(err), "it is not the checkpoint this one was made against (changed parent)");
+		ret = -ESTALE;
+	}
+	if (ret)
+		problem(s, "the parent checkpoint %s cannot be read: %s", inv->parent, err);
+	return ret == 0;
 }
 
 /* One topology image: its records and carrier index. */
@@ -335,7 +378,7 @@ int cli_show(int argc, char **argv)
 	Cuip__Inventory *inv = NULL;
 	const char *dir = NULL;
 	char err[512] = "", idhex[40];
-	struct cuip_ckpt ck;
+	struct cuip_ckpt ck, par = {0};
 	int ret, status;
 
 	for (int i = 1; i < argc; i++) {
@@ -424,7 +467,12 @@ int cli_show(int argc, char **argv)
 			       ",\"created\":\"%s\",\"version\":",
 			       idhex, inv->created_unix_ns, err);
 			cli_jstr(inv->version ? inv->version : "");
-			printf(",\"carried_bytes\":%" PRIu64 ",\"participants\":[", inv->carried_bytes);
+			printf(",\"carried_bytes\":%" PRIu64 ",\"parent\":", inv->carried_bytes);
+			if (inv->parent)
+				cli_jstr(inv->parent);
+			else
+				printf("null");
+			printf(",\"participants\":[");
 			for (size_t i = 0; i < inv->n_participants; i++)
 				printf("%s{\"pid\":%d,\"identity\":\"%016" PRIx64 "\"}", i ? "," : "",
 				       inv->participants[i]->pid, inv->participants[i]->id);
@@ -434,21 +482,35 @@ int cli_show(int argc, char **argv)
 			       inv->version ? inv->version : "?");
 			printf("           %zu participants, %" PRIu64 " carried bytes\n", inv->n_participants,
 			       inv->carried_bytes);
+			if (inv->parent)
+				printf("           incremental: parent checkpoint %s\n", inv->parent);
 			for (size_t i = 0; i < inv->n_participants; i++)
 				printf("  pid %d  identity %016" PRIx64 "\n", inv->participants[i]->pid,
 				       inv->participants[i]->id);
 		}
+		bool have_par = inv->parent && read_parent(&s, inv, &par);
+
 		for (size_t i = 0; i < inv->n_participants; i++) {
 			char name[64];
-			Cuip__Topology *t;
+			Cuip__Topology *t, *flat = NULL;
 
 			snprintf(name, sizeof(name), CUIP_TOPOLOGY_FMT, inv->participants[i]->pid);
 			t = read_topology(&s, name);
 			if (!t)
 				continue;
-			show_topology(&s, name, t);
+			/* An incremental checkpoint's inherited chunks are read
+			 * (and verified) where the parent chain holds them. */
+			if (have_par && cuip_images_flatten(t, inv->parent, &par, &flat, err, sizeof(err)))
+				problem(&s, "%s", err);
+			s.flat = flat != NULL;
+			s.no_parent = inv->parent && !flat;
+			show_topology(&s, name, flat ? flat : t);
+			if (flat)
+				protobuf_c_message_free_unpacked(&flat->base, NULL);
 			protobuf_c_message_free_unpacked(&t->base, NULL);
 		}
+		if (have_par)
+			cuip_images_free(&par);
 		if (s.json)
 			printf("]");
 		/* The plugin's own cross-checks (identities, checkpoint ids,

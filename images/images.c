@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -90,7 +91,7 @@ static void *topo_write(void *arg)
 }
 
 int cuip_images_write(int dirfd, const uint8_t ckpt_id[16], const struct cuip_img_proc *p, size_t n,
-		      uint64_t carried_bytes, char *err, size_t errlen)
+		      uint64_t carried_bytes, const struct cuip_img_parent *parent, char *err, size_t errlen)
 {
 	Cuip__Inventory inv = CUIP__INVENTORY__INIT;
 	struct topo_job *jobs = calloc(n ? n : 1, sizeof(*jobs));
@@ -134,6 +135,12 @@ int cuip_images_write(int dirfd, const uint8_t ckpt_id[16], const struct cuip_im
 	inv.version = (char *)PACKAGE_VERSION;
 	inv.has_carried_bytes = 1;
 	inv.carried_bytes = carried_bytes;
+	if (parent) {
+		inv.parent = (char *)parent->dir;
+		inv.has_parent_checkpoint_id = 1;
+		inv.parent_checkpoint_id.data = (uint8_t *)parent->id;
+		inv.parent_checkpoint_id.len = 16;
+	}
 	ret = cuip_image_write(dirfd, CUIP_INVENTORY_IMG, CUIP_KIND_INVENTORY, &inv.base);
 	if (ret)
 		errfmt(err, errlen, "cannot write %s: %s", CUIP_INVENTORY_IMG, strerror(-ret));
@@ -308,7 +315,7 @@ static int check_carriers(int dirfd, const char *tname, const Cuip__Topology *t,
 	return 0;
 }
 
-int cuip_images_read(int dirfd, struct cuip_ckpt *c, char *err, size_t errlen)
+static int read_one(int dirfd, struct cuip_ckpt *c, char *err, size_t errlen)
 {
 	ProtobufCMessage *m;
 	int ret;
@@ -377,6 +384,325 @@ int cuip_images_read(int dirfd, struct cuip_ckpt *c, char *err, size_t errlen)
 fail:
 	cuip_images_free(c);
 	return ret;
+}
+
+/* ---- incremental checkpoints: the parent chain ---------------------------- */
+
+static bool inherits(const Cuip__CarrierEntry *e, uint64_t k)
+{
+	return e->has_inherited && k / 8 < e->inherited.len && (e->inherited.data[k / 8] >> (k % 8)) & 1;
+}
+
+static bool entry_inherits(const Cuip__CarrierEntry *e)
+{
+	for (size_t i = 0; e->has_inherited && i < e->inherited.len; i++)
+		if (e->inherited.data[i])
+			return true;
+	return false;
+}
+
+/* The parent's entry for the same bytes as e (allocation and slab offset). */
+static const Cuip__CarrierEntry *parent_entry(const struct cuip_ckpt *par, const Cuip__CarrierEntry *e,
+					      const Cuip__Topology **pt)
+{
+	for (size_t i = 0; i < par->n; i++)
+		for (size_t k = 0; k < par->topo[i]->n_carriers; k++) {
+			const Cuip__CarrierEntry *p = par->topo[i]->carriers[k];
+
+			if (p->alloc->creator == e->alloc->creator && p->alloc->serial == e->alloc->serial &&
+			    (p->has_alloc_offset ? p->alloc_offset : 0) ==
+				    (e->has_alloc_offset ? e->alloc_offset : 0)) {
+				*pt = par->topo[i];
+				return p;
+			}
+		}
+	return NULL;
+}
+
+/* The files one flattened topology reads: its own first, then the
+ * ancestors' (absolute paths), each once. */
+struct files {
+	char *name[CUIP_CARRIER_FILES_MAX];
+	size_t n;
+};
+
+/* Index of file `name` (relative names are the parent's, in dir), added
+ * when new; -E2BIG past CUIP_CARRIER_FILES_MAX. */
+static int file_index(struct files *fl, const char *dir, const char *name)
+{
+	char path[PATH_MAX];
+
+	if (dir && name[0] != '/')
+		snprintf(path, sizeof(path), "%s/%s", dir, name);
+	else
+		snprintf(path, sizeof(path), "%s", name);
+	for (size_t i = 0; i < fl->n; i++)
+		if (!strcmp(fl->name[i], path))
+			return (int)i;
+	if (fl->n == CUIP_CARRIER_FILES_MAX)
+		return -E2BIG;
+	fl->name[fl->n] = strdup(path);
+	return fl->name[fl->n] ? (int)fl->n++ : -ENOMEM;
+}
+
+/* Append chunk bytes at (file, off) to the extents, merging with the last. */
+static int add_extent(Cuip__CarrierExtent ***v, size_t *n, uint32_t file, uint64_t off, uint64_t len)
+{
+	Cuip__CarrierExtent *x, **nv;
+
+	if (*n && (*v)[*n - 1]->file == file && (*v)[*n - 1]->offset + (*v)[*n - 1]->size == off) {
+		(*v)[*n - 1]->size += len;
+		return 0;
+	}
+	nv = realloc(*v, (*n + 1) * sizeof(*nv));
+	x = malloc(sizeof(*x));
+	if (nv)
+		*v = nv;
+	if (!nv || !x) {
+		free(x);
+		return -ENOMEM;
+	}
+	cuip__carrier_extent__init(x);
+	x->file = file;
+	x->offset = off;
+	x->size = len;
+	nv[(*n)++] = x;
+	return 0;
+}
+
+static void free_extents(Cuip__CarrierExtent **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		protobuf_c_message_free_unpacked(&v[i]->base, NULL);
+	free(v);
+}
+
+/*
+ * Entry e of topology t, whose inherited chunks are those of pe (in the
+ * parent's flattened topology pt, directory dir): its extents rewritten to
+ * name, chunk by chunk, the file that holds the bytes (fl).
+ */
+static int flatten_entry(const char *tname, const Cuip__Topology *t, Cuip__CarrierEntry *e, const char *dir,
+			 const Cuip__Topology *pt, const Cuip__CarrierEntry *pe, struct files *fl, char *err,
+			 size_t errlen)
+{
+	Cuip__CarrierExtent **v = NULL;
+	size_t n = 0;
+	int ret = 0;
+
+	for (uint64_t k = 0, pos = 0; !ret && pos < e->size; k++, pos += e->chunk_size) {
+		bool par = inherits(e, k);
+		const char *f;
+		uint64_t foff, run, len = e->size - pos < e->chunk_size ? e->size - pos : e->chunk_size;
+		int ix;
+
+		if (par &&
+		    (memcmp(e->sha256.data + k * 32, pe->sha256.data + k * 32, 32) || e->crc32c[k] != pe->crc32c[k])) {
+			errfmt(err, errlen,
+			       "%s: allocation %llx:%llu chunk %llu is inherited, but the parent checkpoint %s holds "
+			       "other bytes there (changed parent)",
+			       tname, (unsigned long long)e->alloc->creator, (unsigned long long)e->alloc->serial,
+			       (unsigned long long)k, dir);
+			ret = -ESTALE;
+			break;
+		}
+		ret = par ? cuip_entry_locate(pt, pe, pos, &f, &foff, &run)
+			  : cuip_entry_locate(t, e, pos, &f, &foff, &run);
+		if (ret || !f || run < len) {
+			errfmt(err, errlen, "%s: allocation %llx:%llu chunk %llu lies in no file of the %s", tname,
+			       (unsigned long long)e->alloc->creator, (unsigned long long)e->alloc->serial,
+			       (unsigned long long)k, par ? "parent checkpoint" : "index");
+			ret = -EBADMSG;
+			break;
+		}
+		ix = file_index(fl, par ? dir : NULL, f);
+		if (ix < 0) {
+			errfmt(err, errlen,
+			       "%s: the checkpoint and its parents spread pid %d's carrier over more than %d files",
+			       tname, (int)t->state->self->pid, CUIP_CARRIER_FILES_MAX);
+			ret = ix;
+			break;
+		}
+		ret = add_extent(&v, &n, (uint32_t)ix, foff, len);
+	}
+	if (ret) {
+		free_extents(v, n);
+		return ret;
+	}
+	free_extents(e->extents, e->n_extents);
+	e->extents = v;
+	e->n_extents = n;
+	return 0;
+}
+
+/* Topology t (of a checkpoint whose parent, in dir, is par): every
+ * inherited chunk's extent names the ancestor file that holds it. */
+static int flatten_topology(const char *tname, Cuip__Topology *t, const char *dir, const struct cuip_ckpt *par,
+			    char *err, size_t errlen)
+{
+	struct files fl = {.n = 0};
+	char own[64];
+	bool any = false;
+	int ret = 0;
+
+	for (size_t i = 0; i < t->n_carriers; i++)
+		any |= entry_inherits(t->carriers[i]);
+	if (!any)
+		return 0;
+	for (size_t k = 0; k < t->n_carrier_files && !ret; k++)
+		ret = file_index(&fl, NULL, t->carrier_files[k]) < 0 ? -ENOMEM : 0;
+	cuip_carrier_name(t->state->self->pid, own, sizeof(own));
+	if (!ret && !t->n_carrier_files)
+		ret = file_index(&fl, NULL, own) < 0 ? -ENOMEM : 0;
+	for (size_t i = 0; i < t->n_carriers && !ret; i++) {
+		Cuip__CarrierEntry *e = t->carriers[i];
+		const Cuip__Topology *pt = NULL;
+		const Cuip__CarrierEntry *pe = entry_inherits(e) ? parent_entry(par, e, &pt) : NULL;
+		uint64_t chunks = (e->size + e->chunk_size - 1) / e->chunk_size;
+
+		if (entry_inherits(e) && (e->inherited.len != (chunks + 7) / 8 || e->sha256.len != chunks * 32)) {
+			errfmt(err, errlen,
+			       "%s: carrier entry %zu inherits chunks but has %zu hash and %zu bitmap bytes for %llu "
+			       "chunks",
+			       tname, i, e->sha256.len, e->inherited.len, (unsigned long long)chunks);
+			ret = -EBADMSG;
+		} else if (entry_inherits(e) && (!pe || pe->size != e->size || pe->chunk_size != e->chunk_size ||
+						 pe->sha256.len != e->sha256.len)) {
+			errfmt(err, errlen,
+			       "%s: allocation %llx:%llu inherits chunks from the parent checkpoint %s, which holds no "
+			       "such chunks (no such allocation, another size or chunk size, or no hashes): changed "
+			       "parent",
+			       tname, (unsigned long long)e->alloc->creator, (unsigned long long)e->alloc->serial, dir);
+			ret = -ESTALE;
+		} else {
+			ret = flatten_entry(tname, t, e, dir, pt, pe, &fl, err, errlen);
+		}
+	}
+	if (!ret) {
+		for (size_t k = 0; k < t->n_carrier_files; k++)
+			free(t->carrier_files[k]);
+		free(t->carrier_files);
+		t->carrier_files = malloc(fl.n * sizeof(char *));
+		if (!t->carrier_files) {
+			t->n_carrier_files = 0;
+			ret = -ENOMEM;
+		} else {
+			memcpy(t->carrier_files, fl.name, fl.n * sizeof(char *));
+			t->n_carrier_files = fl.n;
+			fl.n = 0;
+		}
+	}
+	for (size_t k = 0; k < fl.n; k++)
+		free(fl.name[k]);
+	if (ret == -ENOMEM)
+		errfmt(err, errlen, "%s: out of memory following the parent checkpoint", tname);
+	return ret;
+}
+
+static int read_chain(int dirfd, struct cuip_ckpt *c, unsigned depth, char *err, size_t errlen);
+
+int cuip_images_flatten(const Cuip__Topology *t, const char *parent_dir, const struct cuip_ckpt *parent,
+			Cuip__Topology **out, char *err, size_t errlen)
+{
+	size_t len = cuip__topology__get_packed_size(t);
+	uint8_t *buf = malloc(len ? len : 1);
+	Cuip__Topology *c;
+	char name[64];
+	int ret;
+
+	*out = NULL;
+	if (!buf) {
+		errfmt(err, errlen, "out of memory copying a topology");
+		return -ENOMEM;
+	}
+	cuip__topology__pack(t, buf);
+	c = cuip__topology__unpack(NULL, len, buf);
+	free(buf);
+	if (!c) {
+		errfmt(err, errlen, "out of memory copying a topology");
+		return -ENOMEM;
+	}
+	snprintf(name, sizeof(name), CUIP_TOPOLOGY_FMT, t->state->self->pid);
+	ret = flatten_topology(name, c, parent_dir, parent, err, errlen);
+	if (ret) {
+		cuip__topology__free_unpacked(c, NULL);
+		return ret;
+	}
+	*out = c;
+	return 0;
+}
+
+/* The parent of checkpoint c, read (and itself flattened), then c's
+ * topologies flattened onto it. */
+static int follow_parent(struct cuip_ckpt *c, unsigned depth, char *err, size_t errlen)
+{
+	const char *dir = c->inv->parent;
+	struct cuip_ckpt par;
+	char why[768];
+	int pfd, ret;
+
+	if (dir[0] != '/' || c->inv->parent_checkpoint_id.len != 16) {
+		errfmt(err, errlen, "%s: parent checkpoint \"%s\" is not an absolute directory with a checkpoint id",
+		       CUIP_INVENTORY_IMG, dir);
+		return -EBADMSG;
+	}
+	if (depth >= CUIP_CHAIN_MAX) {
+		errfmt(err, errlen, "%s: more than %d checkpoints in the parent chain (a loop?)", dir, CUIP_CHAIN_MAX);
+		return -ELOOP;
+	}
+	pfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (pfd < 0) {
+		errfmt(err, errlen, "the parent checkpoint %s of this incremental checkpoint is %s", dir,
+		       errno == ENOENT ? "missing" : strerror(errno));
+		return -ESTALE;
+	}
+	ret = read_chain(pfd, &par, depth + 1, why, sizeof(why));
+	close(pfd);
+	if (ret == -ESTALE || ret == -ELOOP) {
+		/* A link further down: its message names it. */
+		errfmt(err, errlen, "%s", why);
+		return ret;
+	}
+	if (ret) {
+		errfmt(err, errlen, "the parent checkpoint %s cannot be read: %s", dir,
+		       ret == -ENOENT ? "it holds no cuinterpose inventory" : why);
+		return -ESTALE;
+	}
+	if (!same_ckpt(&par.inv->checkpoint_id, &c->inv->parent_checkpoint_id)) {
+		errfmt(err, errlen,
+		       "the parent checkpoint %s is not the one this checkpoint was made against (another dump was "
+		       "written there since: changed parent)",
+		       dir);
+		cuip_images_free(&par);
+		return -ESTALE;
+	}
+	ret = 0;
+	for (size_t i = 0; i < c->n && !ret; i++) {
+		char name[64];
+
+		snprintf(name, sizeof(name), CUIP_TOPOLOGY_FMT, c->topo[i]->state->self->pid);
+		ret = flatten_topology(name, c->topo[i], dir, &par, err, errlen);
+	}
+	cuip_images_free(&par);
+	return ret;
+}
+
+static int read_chain(int dirfd, struct cuip_ckpt *c, unsigned depth, char *err, size_t errlen)
+{
+	int ret = read_one(dirfd, c, err, errlen);
+
+	if (ret || !c->inv->parent)
+		return ret;
+	c->depth = depth;
+	ret = follow_parent(c, depth, err, errlen);
+	if (ret)
+		cuip_images_free(c);
+	return ret;
+}
+
+int cuip_images_read(int dirfd, struct cuip_ckpt *c, char *err, size_t errlen)
+{
+	return read_chain(dirfd, c, 0, err, errlen);
 }
 
 /*

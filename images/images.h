@@ -34,8 +34,14 @@ struct cuip_img_proc {
 	size_t n_carrier_files;
 };
 
+/* An incremental checkpoint's parent: its directory (absolute) and id. */
+struct cuip_img_parent {
+	const char *dir;
+	uint8_t id[16];
+};
+
 int cuip_images_write(int dirfd, const uint8_t ckpt_id[16], const struct cuip_img_proc *p, size_t n,
-		      uint64_t carried_bytes, char *err, size_t errlen);
+		      uint64_t carried_bytes, const struct cuip_img_parent *parent, char *err, size_t errlen);
 
 /* A checkpoint as read back; topo[i] belongs to inv->participants[i]. */
 struct cuip_ckpt {
@@ -43,11 +49,36 @@ struct cuip_ckpt {
 	Cuip__Topology **topo;
 	size_t n;
 	uint64_t carried_bytes;
+	unsigned depth; /* checkpoints below this one in the parent chain that was read */
 };
 
-/* 0, -ENOENT when there is no inventory (not a cuinterpose checkpoint),
- * or another negative errno with `err` naming the file and the problem. */
+/* Most checkpoints in one parent chain. */
+#define CUIP_CHAIN_MAX 32
+
+/*
+ * 0, -ENOENT when there is no inventory (not a cuinterpose checkpoint),
+ * or another negative errno with `err` naming the file and the problem.
+ *
+ * An incremental checkpoint (Inventory.parent) is read with its parent
+ * chain and flattened: each entry's extents name, chunk by chunk, the file
+ * that holds the bytes (its own or an ancestor's, by absolute path, listed
+ * in the topology's carrier_files), so every reader (restore's LOAD,
+ * verification, show) follows the chain without knowing of it. A parent
+ * that is missing, unreadable, has another checkpoint id than the one
+ * recorded, or holds other hashes for an inherited chunk is refused with
+ * -ESTALE (-ELOOP: more than CUIP_CHAIN_MAX checkpoints in the chain), the
+ * message naming the directory at fault, before anything is restored.
+ */
 int cuip_images_read(int dirfd, struct cuip_ckpt *c, char *err, size_t errlen);
+
+/*
+ * A copy of topology t (of an incremental checkpoint whose parent, read,
+ * is `parent` in parent_dir) flattened as cuip_images_read does, for a
+ * rollback that must load what a dump saved. *out is the caller's
+ * (cuip__topology__free_unpacked).
+ */
+int cuip_images_flatten(const Cuip__Topology *t, const char *parent_dir, const struct cuip_ckpt *parent,
+			Cuip__Topology **out, char *err, size_t errlen);
 
 /* Read every carrier byte and compare chunk checksums, chunks in parallel
  * (up to 16 threads, joined before it returns); the failure reported is

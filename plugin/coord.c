@@ -802,6 +802,60 @@ static int check_extents(struct cuip_part *p, const Cuip__SaveReply *sr, const i
 	return 0;
 }
 
+/* Participant p's topology as saved, fields pointing into the group. */
+static void saved_topology(const struct cuip_group *g, const struct cuip_part *p, Cuip__Topology *t)
+{
+	cuip__topology__init(t);
+	t->checkpoint_id.data = (uint8_t *)g->ckpt_id;
+	t->checkpoint_id.len = 16;
+	t->state = (Cuip__ProcessState *)p->st;
+	t->carriers = p->carriers;
+	t->n_carriers = p->n_carriers;
+	t->carrier_files = (char **)p->carrier_files;
+	t->n_carrier_files = p->n_carrier_files;
+}
+
+/* The parent checkpoint's entries of the allocations in ids (hashed
+ * ones; shallow copies of the fields SAVE compares, in *v, which the caller
+ * frees). Returns the count, or -ENOMEM. */
+static long parent_entries(const struct cuip_group *g, Cuip__AllocId *const *ids, size_t n, Cuip__CarrierEntry **v)
+{
+	Cuip__CarrierEntry *out = NULL;
+	size_t k = 0, cap = 0;
+
+	*v = NULL;
+	for (size_t t = 0; g->parent && t < g->parent->n; t++)
+		for (size_t i = 0; i < g->parent->topo[t]->n_carriers; i++) {
+			const Cuip__CarrierEntry *e = g->parent->topo[t]->carriers[i];
+			bool want = false;
+
+			for (size_t j = 0; j < n && !want && e->has_sha256; j++)
+				want = ids[j]->creator == e->alloc->creator && ids[j]->serial == e->alloc->serial;
+			if (!want)
+				continue;
+			if (k == cap) {
+				Cuip__CarrierEntry *nv = realloc(out, (cap = cap ? 2 * cap : 16) * sizeof(*nv));
+				if (!nv) {
+					free(out);
+					return -ENOMEM;
+				}
+				out = nv;
+			}
+			cuip__carrier_entry__init(&out[k]);
+			out[k].alloc = e->alloc;
+			out[k].file = e->file;
+			out[k].size = e->size;
+			out[k].chunk_size = e->chunk_size;
+			out[k].has_alloc_offset = e->has_alloc_offset;
+			out[k].alloc_offset = e->alloc_offset;
+			out[k].has_sha256 = 1;
+			out[k].sha256 = e->sha256;
+			k++;
+		}
+	*v = out;
+	return (long)k;
+}
+
 static int step_save(struct cuip_group *g, struct cuip_part *p, const void *arg)
 {
 	Cuip__Request req = CUIP__REQUEST__INIT;
@@ -809,6 +863,7 @@ static int step_save(struct cuip_group *g, struct cuip_part *p, const void *arg)
 	const Cuip__ProcessState *st = p->st;
 	Cuip__AllocId **ids;
 	Cuip__Response *resp = NULL;
+	Cuip__CarrierEntry *pents = NULL, **pptrs = NULL;
 	char *file = p->carrier_names[0];
 	int fds[CUIP_CARRIER_FILES_MAX];
 	size_t n = 0, nent = 0, nfds = 0, k;
@@ -847,6 +902,23 @@ static int step_save(struct cuip_group *g, struct cuip_part *p, const void *arg)
 		save.files = p->carrier_files;
 		save.n_files = nfds;
 	}
+	long np = parent_entries(g, ids, n, &pents);
+	if (np < 0) {
+		part_fail(p, "out of memory listing the parent checkpoint's entries");
+		free(ids);
+		ret = -ENOMEM;
+		goto out;
+	}
+	pptrs = calloc(np ? (size_t)np : 1, sizeof(*pptrs));
+	if (!pptrs) {
+		free(ids);
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (long i = 0; i < np; i++)
+		pptrs[i] = &pents[i];
+	save.parents = pptrs;
+	save.n_parents = (size_t)np;
 	req.body_case = CUIP__REQUEST__BODY_SAVE;
 	req.save = &save;
 	ret = callv(g, p, &req, fds, nfds, g->o->data_timeout_ms, &resp);
@@ -888,7 +960,22 @@ static int step_save(struct cuip_group *g, struct cuip_part *p, const void *arg)
 	p->bytes = resp->save->bytes;
 	p->records = n;
 	resp = NULL;
+	if (g->parent) {
+		Cuip__Topology t;
+		char why[512];
+
+		saved_topology(g, p, &t);
+		ret = cuip_images_flatten(&t, g->parent_img->dir, g->parent, &p->flat, why, sizeof(why));
+		if (ret) {
+			part_fail(p, "following the parent checkpoint: %s", why);
+			goto out;
+		}
+		pr_debug("pid %d: %" PRIu64 " of %" PRIu64 " carried bytes left to the parent checkpoint", p->pid,
+			 p->save->save->inherited_bytes, p->bytes);
+	}
 out:
+	free(pents);
+	free(pptrs);
 	cuip_client_free(resp);
 	for (size_t f = 0; f < nfds; f++) {
 		if (close(fds[f]) && !ret) {
@@ -1026,14 +1113,10 @@ static int preflight(struct cuip_group *g)
 
 void cuip_group_topology(const struct cuip_group *g, size_t i, Cuip__Topology *t)
 {
-	cuip__topology__init(t);
-	t->checkpoint_id.data = (uint8_t *)g->ckpt_id;
-	t->checkpoint_id.len = 16;
-	t->state = (Cuip__ProcessState *)g->p[i].st;
-	t->carriers = g->p[i].carriers;
-	t->n_carriers = g->p[i].n_carriers;
-	t->carrier_files = (char **)g->p[i].carrier_files;
-	t->n_carrier_files = g->p[i].n_carrier_files;
+	if (g->p[i].flat)
+		*t = *g->p[i].flat;
+	else
+		saved_topology(g, &g->p[i], t);
 }
 
 static int write_images(struct cuip_group *g)
@@ -1053,7 +1136,8 @@ static int write_images(struct cuip_group *g)
 		ip[i].n_carrier_files = g->p[i].n_carrier_files;
 		g->carried_bytes += g->p[i].expected_bytes;
 	}
-	ret = cuip_images_write(g->imgdir, g->ckpt_id, ip, g->n, g->carried_bytes, g->err, sizeof(g->err));
+	ret = cuip_images_write(g->imgdir, g->ckpt_id, ip, g->n, g->carried_bytes, g->parent_img, g->err,
+				sizeof(g->err));
 	free(ip);
 	if (!ret)
 		g->images_written = true;
@@ -1615,6 +1699,8 @@ void cuip_group_free(struct cuip_group *g)
 			close(g->p[i].fd);
 		cuip_client_free(g->p[i].inspect);
 		cuip_client_free(g->p[i].save);
+		if (g->p[i].flat)
+			cuip__topology__free_unpacked(g->p[i].flat, NULL);
 	}
 	free(g->p);
 	g->p = NULL;

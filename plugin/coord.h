@@ -35,6 +35,9 @@ struct cuip_part {
 	Cuip__Response *save;	      /* owns the carrier entries below */
 	Cuip__CarrierEntry **carriers;
 	size_t n_carriers;
+	/* Incremental dump: the topology as a LOAD reads it (inherited chunks
+	 * in the parent's files; cuip_images_flatten), owned; NULL: full. */
+	Cuip__Topology *flat;
 	/* striped carrier: its files in order (Topology.carrier_files); none
 	 * with one file. Dump: names in carrier_names; restore: the topology's. */
 	char *carrier_files[CUIP_CARRIER_FILES_MAX];
@@ -73,6 +76,11 @@ struct cuip_group {
 	 */
 	int (*on_phase)(struct cuip_group *g, const char *phase, bool after, int status);
 	const char *client; /* HANDSHAKE client name; NULL: "plugin" */
+	/* Incremental dump (CUINTERPOSE_PARENT): the parent checkpoint as read
+	 * (its entries' hashes go with each SAVE) and what the images record
+	 * of it; NULL: a full dump. */
+	const struct cuip_ckpt *parent;
+	const struct cuip_img_parent *parent_img;
 };
 
 /* Connect (if needed) and handshake with every participant; check that the

@@ -49,6 +49,7 @@
 #include "coord.h"
 #include "devfiles.h"
 #include "fault.h"
+#include "errfmt.h"
 #include "gpus.h"
 #include "guardian.h"
 #include "images.h"
@@ -82,7 +83,10 @@ static struct {
 	size_t n_nat;
 	pid_t *ordinary; /* dump: map the interposer, have not begun CUDA */
 	size_t n_ordinary;
-	int listed; /* restore: CRIU's inventory names this plugin (-1: unknown) */
+	int listed;			   /* restore: CRIU's inventory names this plugin (-1: unknown) */
+	struct cuip_ckpt parent;	   /* dump: CUINTERPOSE_PARENT as read */
+	struct cuip_img_parent parent_img; /* its directory (parent_dir) and id */
+	char parent_dir[PATH_MAX];
 } S;
 
 /* ---- CRIU internals, all optional ---------------------------------------- */
@@ -226,6 +230,7 @@ static void reset_state(void)
 	cuip_native_close();
 	cuip_startgate_release();
 	cuip_group_free(&S.g);
+	cuip_images_free(&S.parent);
 	free(S.tree);
 	free(S.nat);
 	free(S.ordinary);
@@ -441,10 +446,52 @@ static int write_native_only_inventory(void)
 
 	if (getrandom(id, sizeof(id), 0) != sizeof(id))
 		memset(id, 0x5a, sizeof(id));
-	ret = cuip_images_write(S.g.imgdir, id, NULL, 0, 0, err, sizeof(err));
+	ret = cuip_images_write(S.g.imgdir, id, NULL, 0, 0, NULL, err, sizeof(err));
 	if (ret)
 		pr_err("%s", err);
 	return ret;
+}
+
+/*
+ * Dump with CUINTERPOSE_PARENT: read the parent checkpoint (and its own
+ * chain) before anything is touched; it must be another directory than
+ * this dump's, a cuinterpose checkpoint, and whole. The SAVEs then leave
+ * the chunks it has to it.
+ */
+static int open_parent(char *err, size_t errlen)
+{
+	struct stat a, b;
+	int fd, ret;
+
+	if (!S.o.parent[0])
+		return 0;
+	fd = realpath(S.o.parent, S.parent_dir) ? open(S.parent_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	if (fd < 0) {
+		ret = -errno;
+		errfmt(err, errlen, "CUINTERPOSE_PARENT=%s: %s", S.o.parent, strerror(-ret));
+		return ret;
+	}
+	if (!fstat(fd, &a) && !fstat(S.g.imgdir, &b) && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+		close(fd);
+		errfmt(err, errlen,
+		       "CUINTERPOSE_PARENT=%s is this dump's own image directory: an incremental dump goes into "
+		       "another directory than its parent",
+		       S.o.parent);
+		return -EINVAL;
+	}
+	ret = cuip_images_read(fd, &S.parent, err, errlen);
+	close(fd);
+	if (ret == -ENOENT)
+		errfmt(err, errlen, "CUINTERPOSE_PARENT=%s holds no cuinterpose checkpoint", S.o.parent);
+	if (ret)
+		return ret;
+	S.parent_img.dir = S.parent_dir;
+	memcpy(S.parent_img.id, S.parent.inv->checkpoint_id.data, 16);
+	S.g.parent = &S.parent;
+	S.g.parent_img = &S.parent_img;
+	pr_info("incremental dump: parent checkpoint %s (%zu participants, %u below it in its chain)", S.parent_dir,
+		S.parent.n, S.parent.depth);
+	return 0;
 }
 
 /*
@@ -776,6 +823,10 @@ static int pause_group(pid_t root)
 		for (size_t k = 0; k < S.n_nat; k++)
 			S.nat[k].locked = S.nat[k].checkpointed = false;
 		return -EBUSY;
+	}
+	if (S.g.n && (ret = open_parent(err, sizeof(err)))) {
+		pr_err("dump refused: %s", err);
+		return ret;
 	}
 	if (S.g.n && (ret = find_sockets(err, sizeof(err)))) {
 		pr_err("%s", err);
@@ -1109,7 +1160,8 @@ static void seize_by_interrupt(void)
 }
 
 /*
- * Restore, before criu creates any process: every GPU the images' processes
+ * Restore, before criu creates any process: an incremental checkpoint's
+ * parent chain is whole (else refused), and every GPU the images' processes
  * saw is here or paired (CUINTERPOSE_GPU_REMAP, or =auto), else refused
  * naming the GPUs and the value to set (gpus.h). The pairs `auto` makes go
  * to the native restore like given ones.
@@ -1123,6 +1175,12 @@ static int check_gpus(int dir)
 	int n_here, ret;
 
 	ret = cuip_images_read(dir, &ck, err, sizeof(err));
+	if (ret == -ESTALE || ret == -ELOOP) {
+		/* An incremental checkpoint's parent chain is broken: no
+		 * process is worth creating. */
+		pr_err("restore refused before any process was created: %s", err);
+		return ret;
+	}
 	if (ret)
 		return 0; /* RESUME_DEVICES_LATE reports bad images, with the tree to kill */
 	n_img = cuip_gpus_of_images(&ck, img, CUIP_MAX_GPUS);

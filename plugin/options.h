@@ -36,6 +36,7 @@ struct cuip_opts {
 	int load_sync;		     /* CUINTERPOSE_LOAD_COPIES=sync: LOAD's copies synchronous */
 	char socket_dir[PATH_MAX];   /* CUINTERPOSE_SOCKET_DIR, as seen inside the participants */
 	char libcuda[PATH_MAX];	     /* CUINTERPOSE_LIBCUDA: driver library for native checkpoint */
+	char parent[PATH_MAX];	     /* CUINTERPOSE_PARENT: dump incrementally against this checkpoint */
 	struct cuip_gpu_pair remap[CUIP_MAX_REMAP]; /* CUINTERPOSE_GPU_REMAP */
 	unsigned n_remap;
 	int remap_auto; /* CUINTERPOSE_GPU_REMAP=auto: pair by ordinal where unambiguous */

@@ -22,6 +22,7 @@
 #include "preflight.h"
 #include "outside.h"
 #include "importers.h"
+#include "sha256.h"
 
 /* ---- options -------------------------------------------------------------- */
 
@@ -452,6 +453,7 @@ static Cuip__CarrierEntry ce;
 static Cuip__CarrierEntry *cep = &ce;
 static Cuip__AllocId ceid;
 static uint32_t crcs[2];
+static uint8_t shas[2 * CUIP_SHA256_LEN];
 
 static void img_setup(void)
 {
@@ -500,10 +502,15 @@ static void write_ckpt(void)
 	crcs[1] = cuip_crc32c(0, buf + (1 << 20), 100);
 	ce.crc32c = crcs;
 	ce.n_crc32c = 2;
+	cuip_sha256(buf, 1 << 20, shas);
+	cuip_sha256(buf + (1 << 20), 100, shas + CUIP_SHA256_LEN);
+	ce.has_sha256 = 1;
+	ce.sha256.data = shas;
+	ce.sha256.len = sizeof(shas);
 	free(buf);
 	ip[0] = (struct cuip_img_proc){.st = &cr.st, .carriers = &cep, .n_carriers = 1};
 	ip[1] = (struct cuip_img_proc){.st = &im.st};
-	ck_assert_int_eq(cuip_images_write(dirfd_, ckid, ip, 2, size, err, sizeof(err)), 0);
+	ck_assert_int_eq(cuip_images_write(dirfd_, ckid, ip, 2, size, NULL, err, sizeof(err)), 0);
 }
 
 static void poke(const char *name, off_t off, uint8_t x)
@@ -611,7 +618,7 @@ static void write_striped_ckpt(int bad)
 		ip[0].n_carrier_files = CUIP_CARRIER_FILES_MAX + 1;
 	}
 	ip[1] = (struct cuip_img_proc){.st = &im.st};
-	ck_assert_int_eq(cuip_images_write(dirfd_, ckid, ip, 2, size, err, sizeof(err)), 0);
+	ck_assert_int_eq(cuip_images_write(dirfd_, ckid, ip, 2, size, NULL, err, sizeof(err)), 0);
 	ce.extents = NULL;
 	ce.n_extents = 0;
 }
@@ -728,10 +735,219 @@ START_TEST(images_refuse_topologies_from_another_checkpoint)
 	int fd = openat(dirfd_, "save-inv", O_CREAT | O_WRONLY, 0600);
 	close(fd);
 	ck_assert_int_eq(renameat(dirfd_, "cuinterpose-inventory.img", dirfd_, "save-inv"), 0);
-	ck_assert_int_eq(cuip_images_write(dirfd_, other, ip, 1, 0, err, sizeof(err)), 0);
+	ck_assert_int_eq(cuip_images_write(dirfd_, other, ip, 1, 0, NULL, err, sizeof(err)), 0);
 	ck_assert_int_eq(renameat(dirfd_, "save-inv", dirfd_, "cuinterpose-inventory.img"), 0);
 	ck_assert_int_eq(cuip_images_read(dirfd_, &c, err, sizeof(err)), -EBADMSG);
 	ck_assert_ptr_nonnull(strstr(err, "cuinterpose-102.img belongs to another checkpoint"));
+}
+END_TEST
+
+/* ---- incremental checkpoints: the parent chain ------------------------------ */
+
+static char cdir[64];
+static int cdirfd = -1;
+static const uint8_t child_id[16] = {0xc4, 0x11, 0xd0};
+
+/*
+ * An incremental checkpoint in cdir of write_ckpt()'s (in `parent`, id
+ * pid): chunk 0 is the parent's (a hole here), chunk 1 was written anew.
+ * bad: 1 a bitmap of the wrong length, 2 chunk 0's hash not the parent's,
+ * 3 another chunk size than the parent's.
+ */
+static void write_child(const char *parent, const uint8_t *pid, int bad)
+{
+	static uint32_t ccrc[3];
+	static uint8_t csha[3 * CUIP_SHA256_LEN], bits[2] = {0x01, 0};
+	uint64_t size = (1 << 20) + 100;
+	uint32_t chunk = bad == 3 ? 1 << 19 : 1 << 20;
+	uint8_t *buf = malloc(size);
+	struct cuip_img_parent par = {.dir = parent};
+	struct cuip_img_proc ip[2];
+	Cuip__CarrierEntry cc, *ccp = &cc;
+	size_t n = (size + chunk - 1) / chunk;
+	char err[256];
+	int fd;
+
+	if (cdirfd < 0) {
+		strcpy(cdir, "/tmp/cuip-child-XXXXXX");
+		ck_assert_ptr_nonnull(mkdtemp(cdir));
+		cdirfd = open(cdir, O_RDONLY | O_DIRECTORY);
+		ck_assert_int_ge(cdirfd, 0);
+	}
+	memcpy(par.id, pid, 16);
+	for (uint64_t i = 0; i < size; i++)
+		buf[i] = i < (1 << 20) ? (uint8_t)(i * 7) : (uint8_t)(i * 11);
+	for (size_t k = 0; k < n; k++) {
+		uint64_t len = size - k * chunk < chunk ? size - k * chunk : chunk;
+		ccrc[k] = cuip_crc32c(0, buf + k * chunk, len);
+		cuip_sha256(buf + k * chunk, len, csha + k * CUIP_SHA256_LEN);
+	}
+	if (bad == 2)
+		csha[3] ^= 1;
+	fd = openat(cdirfd, "cuinterpose-carrier-101.img", O_CREAT | O_WRONLY | O_TRUNC, 0600);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, buf + chunk, size - chunk, chunk), (ssize_t)(size - chunk));
+	close(fd);
+	free(buf);
+	cuip__carrier_entry__init(&cc);
+	cc.alloc = &ceid;
+	cc.file = (char *)"cuinterpose-carrier-101.img";
+	cc.size = size;
+	cc.chunk_size = chunk;
+	cc.crc32c = ccrc;
+	cc.n_crc32c = n;
+	cc.has_sha256 = 1;
+	cc.sha256.data = csha;
+	cc.sha256.len = n * CUIP_SHA256_LEN;
+	cc.has_inherited = 1;
+	cc.inherited.data = bits;
+	cc.inherited.len = bad == 1 ? 2 : (n + 7) / 8;
+	ip[0] = (struct cuip_img_proc){.st = &cr.st, .carriers = &ccp, .n_carriers = 1};
+	ip[1] = (struct cuip_img_proc){.st = &im.st};
+	ck_assert_int_eq(cuip_images_write(cdirfd, child_id, ip, 2, size, &par, err, sizeof(err)), 0);
+}
+
+static void chain_teardown(void)
+{
+	char cmd[128];
+
+	if (cdirfd >= 0) {
+		close(cdirfd);
+		cdirfd = -1;
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", cdir);
+		ck_assert_int_eq(system(cmd), 0);
+	}
+	img_teardown();
+}
+
+/* A grandchild in a new directory whose every chunk is the child's. */
+static int write_grandchild(char *gdir)
+{
+	static const uint8_t gid[16] = {0x99};
+	static uint8_t all[1] = {0x03};
+	struct cuip_img_parent par = {.dir = cdir};
+	struct cuip_img_proc ip[2] = {{.st = &cr.st}, {.st = &im.st}};
+	Cuip__CarrierEntry gc, *gcp = &gc;
+	struct cuip_ckpt c;
+	char err[512];
+	int gfd, f;
+
+	ck_assert_ptr_nonnull(mkdtemp(gdir));
+	gfd = open(gdir, O_RDONLY | O_DIRECTORY);
+	ck_assert_int_ge(gfd, 0);
+	memcpy(par.id, child_id, 16);
+	f = openat(gfd, "cuinterpose-carrier-101.img", O_CREAT | O_WRONLY, 0600);
+	ck_assert_int_eq(ftruncate(f, (1 << 20) + 100), 0);
+	close(f);
+	ck_assert_int_eq(cuip_images_read(cdirfd, &c, err, sizeof(err)), 0);
+	gc = *c.topo[0]->carriers[0];
+	gc.n_extents = 0;
+	gc.extents = NULL;
+	gc.inherited.data = all;
+	gc.inherited.len = 1;
+	ip[0].carriers = &gcp;
+	ip[0].n_carriers = 1;
+	ck_assert_int_eq(cuip_images_write(gfd, gid, ip, 2, (1 << 20) + 100, &par, err, sizeof(err)), 0);
+	cuip_images_free(&c);
+	return gfd;
+}
+
+START_TEST(a_chain_is_read_flattened_onto_its_parent_and_verified_through_it)
+{
+	struct cuip_ckpt c;
+	const Cuip__CarrierEntry *e;
+	char err[512], pfile[128], gdir[64] = "/tmp/cuip-grand-XXXXXX", cmd[128];
+	int gfd;
+
+	write_ckpt();
+	write_child(dir, ckid, 0);
+	ck_assert_msg(cuip_images_read(cdirfd, &c, err, sizeof(err)) == 0, "%s", err);
+	e = c.topo[0]->carriers[0];
+	/* Chunk 0 from the parent's file (absolute), chunk 1 from its own. */
+	snprintf(pfile, sizeof(pfile), "%s/cuinterpose-carrier-101.img", dir);
+	ck_assert_uint_eq(c.topo[0]->n_carrier_files, 2);
+	ck_assert_str_eq(c.topo[0]->carrier_files[0], "cuinterpose-carrier-101.img");
+	ck_assert_str_eq(c.topo[0]->carrier_files[1], pfile);
+	ck_assert_uint_eq(e->n_extents, 2);
+	ck_assert_uint_eq(e->extents[0]->file, 1);
+	ck_assert_uint_eq(e->extents[0]->offset, 0);
+	ck_assert_uint_eq(e->extents[0]->size, 1 << 20);
+	ck_assert_uint_eq(e->extents[1]->file, 0);
+	ck_assert_uint_eq(e->extents[1]->offset, 1 << 20);
+	ck_assert_uint_eq(e->extents[1]->size, 100);
+	ck_assert_msg(cuip_images_verify_carriers(cdirfd, &c, err, sizeof(err)) == 0, "%s", err);
+	cuip_images_free(&c);
+	/* Two deep: chunk 0 from the grandparent, chunk 1 from the child. */
+	gfd = write_grandchild(gdir);
+	ck_assert_msg(cuip_images_read(gfd, &c, err, sizeof(err)) == 0, "%s", err);
+	e = c.topo[0]->carriers[0];
+	ck_assert_uint_eq(c.topo[0]->n_carrier_files, 3);
+	ck_assert_str_eq(c.topo[0]->carrier_files[1], pfile);
+	ck_assert_uint_eq(e->n_extents, 2);
+	ck_assert_uint_eq(e->extents[0]->file, 1);
+	ck_assert_uint_eq(e->extents[1]->file, 2);
+	ck_assert_msg(cuip_images_verify_carriers(gfd, &c, err, sizeof(err)) == 0, "%s", err);
+	snprintf(pfile, sizeof(pfile), "%s/cuinterpose-carrier-101.img", cdir);
+	ck_assert_str_eq(c.topo[0]->carrier_files[2], pfile);
+	cuip_images_free(&c);
+	/* The grandparent's chunk 0 damaged: verification names its file. */
+	poke("cuinterpose-carrier-101.img", 5, 0x10);
+	ck_assert_int_eq(cuip_images_read(gfd, &c, err, sizeof(err)), 0);
+	ck_assert_int_eq(cuip_images_verify_carriers(gfd, &c, err, sizeof(err)), -EBADMSG);
+	ck_assert_msg(strstr(err, dir) && strstr(err, "chunk 0"), "%s", err);
+	cuip_images_free(&c);
+	close(gfd);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", gdir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+START_TEST(a_broken_chain_is_refused_naming_the_directory_at_fault)
+{
+	static const uint8_t other[16] = {0xee};
+	struct cuip_ckpt c;
+	char err[512], moved[80];
+
+	write_ckpt();
+	/* Missing. */
+	write_child(dir, ckid, 0);
+	snprintf(moved, sizeof(moved), "%s.moved", dir);
+	ck_assert_int_eq(rename(dir, moved), 0);
+	ck_assert_int_eq(cuip_images_read(cdirfd, &c, err, sizeof(err)), -ESTALE);
+	ck_assert_msg(strstr(err, "of this incremental checkpoint is missing") && strstr(err, dir), "%s", err);
+	ck_assert_int_eq(rename(moved, dir), 0);
+	/* Another checkpoint there now. */
+	write_child(dir, other, 0);
+	ck_assert_int_eq(cuip_images_read(cdirfd, &c, err, sizeof(err)), -ESTALE);
+	ck_assert_msg(strstr(err, "is not the one this checkpoint was made against") && strstr(err, "changed parent"),
+		      "%s", err);
+	/* The parent holds other bytes for an inherited chunk. */
+	write_child(dir, ckid, 2);
+	ck_assert_int_eq(cuip_images_read(cdirfd, &c, err, sizeof(err)), -ESTALE);
+	ck_assert_msg(strstr(err, "chunk 0 is inherited, but the parent checkpoint") && strstr(err, "changed parent"),
+		      "%s", err);
+	/* Another chunk size. */
+	write_child(dir, ckid, 3);
+	ck_assert_int_eq(cuip_images_read(cdirfd, &c, err, sizeof(err)), -ESTALE);
+	ck_assert_msg(
+		strstr(err, "holds no such chunks (no such allocation, another size or chunk size, or no hashes)"),
+		"%s", err);
+	/* A bitmap that does not fit the chunks. */
+	write_child(dir, ckid, 1);
+	ck_assert_int_eq(cuip_images_read(cdirfd, &c, err, sizeof(err)), -EBADMSG);
+	ck_assert_msg(strstr(err, "inherits chunks but has 64 hash and 2 bitmap bytes for 2 chunks"), "%s", err);
+	/* Not an absolute directory. */
+	write_child("relative/dir", ckid, 0);
+	ck_assert_int_eq(cuip_images_read(cdirfd, &c, err, sizeof(err)), -EBADMSG);
+	ck_assert_msg(strstr(err, "\"relative/dir\" is not an absolute directory"), "%s", err);
+	/* A directory that holds no checkpoint. */
+	write_child("/", ckid, 0);
+	ck_assert_int_eq(cuip_images_read(cdirfd, &c, err, sizeof(err)), -ESTALE);
+	ck_assert_msg(strstr(err, "/ cannot be read: it holds no cuinterpose inventory"), "%s", err);
+	/* Its own parent: the loop ends at CUIP_CHAIN_MAX. */
+	write_child(cdir, child_id, 0);
+	ck_assert_int_eq(cuip_images_read(cdirfd, &c, err, sizeof(err)), -ELOOP);
+	ck_assert_msg(strstr(err, "more than 32 checkpoints in the parent chain"), "%s", err);
 }
 END_TEST
 
@@ -776,6 +992,12 @@ Suite *rules_suite(void)
 	tcase_add_test(t, striped_images_refuse_a_bad_index_and_a_missing_stripe);
 	tcase_add_test(t, images_refuse_corrupt_truncated_and_wrong_version_topologies);
 	tcase_add_test(t, images_refuse_topologies_from_another_checkpoint);
+	suite_add_tcase(s, t);
+	t = tcase_create("chain");
+	tcase_set_timeout(t, 20);
+	tcase_add_checked_fixture(t, img_setup, chain_teardown);
+	tcase_add_test(t, a_chain_is_read_flattened_onto_its_parent_and_verified_through_it);
+	tcase_add_test(t, a_broken_chain_is_refused_naming_the_directory_at_fault);
 	suite_add_tcase(s, t);
 	return s;
 }

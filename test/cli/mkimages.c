@@ -89,7 +89,7 @@ static int write_slab(int dirfd, const char *mode)
 	p.st = &st;
 	p.carriers = cep;
 	p.n_carriers = strcmp(mode, "slab-missing") ? 2 : 1;
-	if (cuip_images_write(dirfd, ckpt, &p, 1, len[0] + len[1], err, sizeof(err))) {
+	if (cuip_images_write(dirfd, ckpt, &p, 1, len[0] + len[1], NULL, err, sizeof(err))) {
 		fprintf(stderr, "mkimages: %s\n", err);
 		return 1;
 	}
@@ -170,7 +170,7 @@ int main(int argc, char **argv)
 		p[k].carriers = k ? NULL : cep;
 		p[k].n_carriers = k ? 0 : 2;
 	}
-	if (cuip_images_write(dirfd, ckpt, p, 2, sizes[0] + sizes[1], err, sizeof(err))) {
+	if (cuip_images_write(dirfd, ckpt, p, 2, sizes[0] + sizes[1], NULL, err, sizeof(err))) {
 		fprintf(stderr, "mkimages: %s\n", err);
 		return 1;
 	}
