@@ -970,8 +970,6 @@ static int step_save(struct cuip_group *g, struct cuip_part *p, const void *arg)
 			part_fail(p, "following the parent checkpoint: %s", why);
 			goto out;
 		}
-		pr_debug("pid %d: %" PRIu64 " of %" PRIu64 " carried bytes left to the parent checkpoint", p->pid,
-			 p->save->save->inherited_bytes, p->bytes);
 	}
 out:
 	free(pents);
@@ -1135,6 +1133,16 @@ static int write_images(struct cuip_group *g)
 		ip[i].carrier_files = g->p[i].carrier_files;
 		ip[i].n_carrier_files = g->p[i].n_carrier_files;
 		g->carried_bytes += g->p[i].expected_bytes;
+	}
+	if (g->parent) {
+		uint64_t left = 0;
+
+		for (size_t i = 0; i < g->n; i++)
+			if (g->p[i].save && g->p[i].save->save)
+				left += g->p[i].save->save->inherited_bytes;
+		pr_info("SAVE: %" PRIu64 " of %" PRIu64 " carried bytes left to the parent checkpoint %s, %" PRIu64
+			" written",
+			left, g->carried_bytes, g->parent_img->dir, g->carried_bytes - left);
 	}
 	ret = cuip_images_write(g->imgdir, g->ckpt_id, ip, g->n, g->carried_bytes, g->parent_img, g->err,
 				sizeof(g->err));

@@ -41,6 +41,8 @@ note "dump 2: against d1"
 l0=$(wc -l <"$T/job.log")
 CUINTERPOSE_PARENT=$T/d1 criu_dump "$T/d2" --leave-running || fail "criu dump 2: $(tail -5 "$T/d2/dump.log")"
 grep -q "incremental dump: parent checkpoint $T/d1" "$T/d2/dump.log" || fail "dump 2 did not read its parent"
+grep -q "SAVE: [0-9]* of [0-9]* carried bytes left to the parent checkpoint $T/d1, 1048576 written" "$T/d2/dump.log" ||
+	fail "dump 2's SAVE summary: $(grep 'left to the parent' "$T/d2/dump.log")"
 app=0 sto=0
 for f in "$T"/d2/cuinterpose-carrier-*.img; do
 	app=$((app + $(stat -c %s "$f"))) sto=$((sto + $(stored "$f")))

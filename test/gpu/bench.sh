@@ -13,6 +13,16 @@
 #                                (default 4) through ours, against the same
 #                                bytes held privately by rank 0 through
 #                                upstream cuda_plugin (--private-only)
+#   run.sh --only bench-incr     incremental checkpoints (CUINTERPOSE_PARENT) of
+#                                the LLM job at BENCH_INCR_GIB (default 8): a full
+#                                dump, two generations, a dump against it, two
+#                                more, a final dump against that one, then a
+#                                cold restore through the chain; every dump
+#                                counted until durable (sync). Bytes each
+#                                stores against the first, and the second's
+#                                durable time against upstream's cold dump of
+#                                the same job when bench-llm ran at that size
+#                                in the same call (targets: <= 5%, <= 0.2x)
 #   run.sh --only bench-carrier  carrier-bench -x: the carrier into one file
 #                                and striped over BENCH_CARRIER_FILES (16)
 #                                files against the best plain parallel write
@@ -262,6 +272,91 @@ run_bench_sizes() {
 }
 
 run_bench_llm() { run_bench_sizes bench-llm bench_llm 0.4 $BENCH_LLM_GIB; }
+
+# carriers_stored DIR: bytes the carrier files store (holes and inherited
+# chunks are not stored)
+carriers_stored() { du -B1 -c "$1"/cuinterpose-carrier-*.img 2>/dev/null | tail -n 1 | cut -f1; }
+carriers_apparent() { du -B1 -c --apparent-size "$1"/cuinterpose-carrier-*.img 2>/dev/null | tail -n 1 | cut -f1; }
+
+# incr_dump DIR [criu args]: a dump counted until durable; DUMP_S, SYNC_S
+incr_dump() {
+	local d=$1 t0
+	shift
+	CRIU_TIMEOUT=550 criu_do dump "$d" "$T/plugins" --link-remap "$@" ||
+		fail "criu dump into $d failed: $(grep -E 'Error|cuinterpose:.*(refus|fail)' "$d/dump.log" | tail -n 2 | tr '\n' ' ')"
+	DUMP_S=$SECS
+	t0=$(date +%s.%N)
+	bounded_sync || fail "sync after the dump did not return within 600 s"
+	SYNC_S=$(echo "$(date +%s.%N) $t0" | awk '{printf "%.3f", $1 - $2}')
+	echo "$d: dump ${DUMP_S}s + sync ${SYNC_S}s; carriers store $(carriers_stored "$d") of $(carriers_apparent "$d") bytes"
+	grep -h "cuinterpose: \(SAVE\|incremental\)" "$d/dump.log" | sed 's/^.*cuinterpose: /  /'
+}
+
+# sc_bench_incr NAME GIB: the LLM job through a chain of three dumps, each
+# against the one before, and a cold restore from the last
+sc_bench_incr() {
+	local name=$1 gib=$3 mib d before tokens g out
+	fail() { echo "$*" >"$T/why"; echo "FAIL: $*"; exit 1; }
+	mib=$((gib * 1024))
+	d=$(bench_dir "$name")
+	why=$(room $((mib * 2 + 2048)) 4096)
+	[ -n "$why" ] && { echo "$why" >"$T/why"; exit 4; }
+	rm -rf "$d" && mkdir -p "$d"
+	READY_TIMEOUT=600 start_fw "$name" llm 1 1 CUINTERPOSE_LOG=2 -- --cache-mib "$mib" ||
+		fail "start: $(tail -n 2 "$T/$name/job.log" | tr '\n' ' ')"
+	cmd 300 verify || fail "verify before: $CMDERR"
+	before=$(answers)
+	cmd 300 gen || fail "gen before: $CMDERR"
+	tokens=$(answers)
+	out=$T/$name/incr
+	: >"$out"
+	say "--- $name: full dump (leave running)"
+	incr_dump "$d/1" --leave-running
+	echo "full $DUMP_S $SYNC_S $(carriers_stored "$d/1") $(carriers_apparent "$d/1")" >>"$out"
+	for g in 1 2; do cmd 300 gen || fail "gen $g: $CMDERR"; done
+	say "--- $name: dump against the full one (leave running)"
+	CUINTERPOSE_PARENT=$d/1 incr_dump "$d/2" --leave-running
+	echo "second $DUMP_S $SYNC_S $(carriers_stored "$d/2") $(carriers_apparent "$d/2")" >>"$out"
+	for g in 1 2; do cmd 300 gen || fail "gen $g: $CMDERR"; done
+	say "--- $name: final dump against the second"
+	CUINTERPOSE_PARENT=$d/2 incr_dump "$d/3"
+	echo "final $DUMP_S $SYNC_S $(carriers_stored "$d/3") $(carriers_apparent "$d/3")" >>"$out"
+	wait_gone $(tree_pids) || fail "dumped processes still alive"
+	drop_caches || fail "cannot drop the page cache (not root?)"
+	CRIU_TIMEOUT=550 criu_do restore "$d/3" "$T/plugins" ||
+		fail "restore through the chain failed: $(grep -E 'Error|cuinterpose:.*(refus|fail)' "$d/3/restore.log" | tail -n 2 | tr '\n' ' ')"
+	echo "restore $SECS 0 $(du -B1 -c "$d"/*/cuinterpose-carrier-*.img | tail -n 1 | cut -f1) 0" >>"$out"
+	grep -h "cuinterpose: LOAD" "$d/3/restore.log" | sed 's/^.*cuinterpose: /  /'
+	cmd 300 verify || fail "after the restore through the chain: $CMDERR"
+	[ "$(answers)" = "$before" ] || fail "answers changed: $(answers | tr '\n' ' ') vs $(echo $before)"
+	cmd 300 gen || fail "gen after the restore: $CMDERR"
+	[ "$(answers)" = "$tokens" ] || fail "generation differs after the restore through the chain"
+	cmd 30 exit
+	kill -9 $(tree_pids) 2>/dev/null
+	kill_job
+	for g in 1 2 3; do drop_images "$d/$g"; done
+	echo ok >"$T/why"
+}
+
+run_bench_incr() {
+	local g name o base
+	part_start bench-incr
+	for g in ${BENCH_INCR_GIB:-8}; do
+		name=bench-incr-${g}G
+		bench_one sc_bench_incr bench-incr-${g}G ours "$g"
+		o=$T/$name-ours/incr
+		[ -s "$o" ] || continue
+		result "$name-chain" DONE "$(awk '{printf "%s%s %.2fs + sync %.2fs, carriers store %.0f MiB of %.0f MiB", NR > 1 ? "; " : "", $1, $2, $3, $4 / 1048576, $5 / 1048576}' "$o")"
+		result "$name-written" "$(awk '$1 == "full" {f = $4} $1 == "second" {s = $4} END {print (f > 0 && s <= 0.05 * f) ? "MET" : "MISSED"}' "$o")" \
+			"$(awk '$1 == "full" {f = $4} $1 == "second" {s = $4} END {printf "second dump of the unchanged inference job stores %.1f MiB = %.4f of the first %.0f MiB (target <= 0.05)", s / 1048576, f > 0 ? s / f : 0, f / 1048576}' "$o")"
+		base=$T/bench-llm-${g}G-base/bench-cold
+		if [ -f "$base" ]; then
+			result "$name-durable" "$(awk 'NR == FNR {u = $1 + $8; next} $1 == "second" {print ($2 + $3 <= 0.2 * u) ? "MET" : "MISSED"}' "$base" "$o")" \
+				"$(awk 'NR == FNR {u = $1 + $8; next} $1 == "second" {printf "second dump until durable %.2fs / upstream cold dump until durable %.2fs = %.3f (target <= 0.2)", $2 + $3, u, ($2 + $3) / u}' "$base" "$o")"
+		fi
+	done
+	part_end bench-incr
+}
 run_bench_share() { run_bench_sizes bench-share bench_share 0.25 $BENCH_SHARE_GIB; }
 
 run_bench_carrier() {

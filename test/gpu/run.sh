@@ -3,7 +3,7 @@
 #
 #   bundle/scripts/run.sh [--sizes GiB,GiB,...] [--reps N] [--out DIR] [--budget SECONDS]
 #                         [--only facts,val,ipc,gpu2,base,pool,bench,micro,scale,killed,fw,
-#                                 bench-llm,bench-share,bench-carrier] [--micro-iters N]
+#                                 bench-llm,bench-incr,bench-share,bench-carrier] [--micro-iters N]
 #                         [--micro-rounds N] [--micro-cpus LIST] [--native-baseline]
 #
 # Runs from a bundle made by test/gpu/bundle.sh (bin/criu, lib/, plugins/,
@@ -40,7 +40,7 @@
 #  fw      the real-framework jobs (fw.sh): PyTorch IPC and expandable
 #          segments, cudaMallocAsync, a transformers LLM, CuPy IPC and small
 #          arrays, against CRIU's upstream cuda_plugin
-#  bench-llm, bench-share, bench-carrier
+#  bench-llm, bench-incr, bench-share, bench-carrier
 #          issue 17's benchmarks (bench.sh; not in the default set, each one
 #          call of at most 600 s): the LLM job at BENCH_LLM_GIB (2 8 32) and
 #          a 4-process sharing job (BENCH_SHARE_GIB, 4) against upstream
@@ -864,6 +864,7 @@ want scale && run_scale
 want fw && run_fw
 want killed && run_killed
 want bench-llm && run_bench_llm
+want bench-incr && run_bench_incr
 want bench-share && run_bench_share
 want bench-carrier && run_bench_carrier
 
