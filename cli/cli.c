@@ -36,6 +36,9 @@ static void usage(FILE *f)
 		   "        criu dump of PID's tree into DIR with the flags it needs, progress and summary\n"
 		   "  restore [--libdir DIR] [--criu PATH] [--timeout SECONDS] [--reap] DIR [-- CRIU-ARGS...]\n"
 		   "        criu restore from DIR, detached; prints the restored pid (--reap: stay its reaper)\n"
+		   "  precopy [--timeout SECONDS] PID DIR\n"
+		   "        copy the carried device memory of PID's running tree into DIR, a parent for\n"
+		   "        CUINTERPOSE_PARENT=DIR criu dump (which then writes only what changed)\n"
 		   "  help, --help   this text\n"
 		   "  --version      the version\n"
 		   "\n"
@@ -125,6 +128,8 @@ int main(int argc, char **argv)
 		return cli_checkpoint(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "restore"))
 		return cli_restore(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "precopy"))
+		return cli_precopy(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		usage(stdout);
 		return 0;

@@ -25,6 +25,7 @@ int cli_check(int argc, char **argv);
 /* cli_criu.c: criu's exit status (124: killed past --timeout), 1, 2. */
 int cli_checkpoint(int argc, char **argv);
 int cli_restore(int argc, char **argv);
+int cli_precopy(int argc, char **argv);
 
 /* cli_lib.c: the interposer library `run` would preload; 0 or -ENOENT. */
 int cli_find_lib(char *buf, size_t len);

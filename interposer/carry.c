@@ -336,10 +336,11 @@ static int carry_save(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__Sa
 	}
 	/* Every carried allocation created here must be in the request:
 	 * PREPARE_UNICAST releases them all (load_ix marks the requested
-	 * ones meanwhile; LOAD resets it before use). */
-	for (size_t i = 0; i < ni; i++)
+	 * ones meanwhile; LOAD resets it before use). A pre-copy takes what
+	 * it lists: the job goes on, and its dump saves what exists then. */
+	for (size_t i = 0; i < ni && !s->live; i++)
 		as[i]->load_ix = -3;
-	for (struct cuip_alloc *a = vmm.head; a && !ret; a = a->next)
+	for (struct cuip_alloc *a = vmm.head; a && !ret && !s->live; a = a->next)
 		if (a->creator == self.id && cuip_carried(a) && a->drv && a->load_ix != -3) {
 			errfmt(err, errlen,
 			       "allocation " ID_FMT
@@ -347,7 +348,7 @@ static int carry_save(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__Sa
 			       ID(a));
 			ret = -ESTALE;
 		}
-	for (size_t i = 0; i < ni; i++)
+	for (size_t i = 0; i < ni && !s->live; i++)
 		as[i]->load_ix = -1;
 	if (ret)
 		goto out;
@@ -359,7 +360,7 @@ static int carry_save(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__Sa
 		errfmt(err, errlen, "saving device memory: %s", why);
 		goto out;
 	}
-	log_stats("saved", ni, &stats, t1 - t0, false);
+	log_stats(s->live ? "pre-copied (the job running)" : "saved", ni, &stats, t1 - t0, false);
 	sr = cuip_zalloc(sizeof(*sr));
 	if (!sr)
 		goto nomem;

@@ -151,7 +151,10 @@ static Cuip__Response *op_carry(const Cuip__Request *req, const int *fds, size_t
 
 	if (!c)
 		return not_implemented(req);
-	if (!load && ph != CUIP__PHASE__PHASE_QUIESCED)
+	if (!load && req->save->live && ph != CUIP__PHASE__PHASE_ACTIVE)
+		return reply(-EBUSY, "pid %d: pre-copy in phase %s (only a running job is pre-copied)", self.pid,
+			     phase_name(ph));
+	if (!load && !req->save->live && ph != CUIP__PHASE__PHASE_QUIESCED)
 		return reply(-EBUSY, "pid %d: SAVE in phase %s (QUIESCE first)", self.pid, phase_name(ph));
 	if (load && !nfds)
 		return reply(-EBADF, "pid %d: LOAD came without a carrier file", self.pid);

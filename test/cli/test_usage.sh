@@ -77,6 +77,21 @@ expect 1 "^cuinterpose checkpoint: no such process: 999999$" checkpoint 999999 "
 expect 1 "^cuinterpose checkpoint: $T/cuinterpose_plugin.so: No such file or directory; .*--libdir" \
 	checkpoint --libdir "$T" --criu /bin/true $$ "$T/d"
 expect 1 "^cuinterpose checkpoint: --criu is not an executable" checkpoint --criu "$T/nocriu" $$ "$T/d"
+expect 2 "^cuinterpose precopy: no PID given" precopy
+expect 2 "^cuinterpose precopy: no DIR given" precopy 1
+expect 2 "^cuinterpose precopy: 'x1' is not a PID" precopy x1 "$T/p"
+expect 2 "^cuinterpose precopy: unexpected argument 'c'" precopy 1 "$T/p" c
+expect 2 "^cuinterpose precopy: unknown option '--bogus'" precopy --bogus 1 "$T/p"
+expect 2 "^cuinterpose precopy: --timeout needs a number of seconds \(1 \.\. 86400\), got 'x'" precopy --timeout x 1 "$T/p"
+expect 2 "^cuinterpose precopy: --timeout needs a number of seconds \(1 \.\. 86400\), got nothing" precopy 1 "$T/p" --timeout
+(
+	CUINTERPOSE_CHUNK_SIZE=12
+	export CUINTERPOSE_CHUNK_SIZE
+	expect 2 "^cuinterpose precopy: CUINTERPOSE_CHUNK_SIZE=12: want 4096 \.\. 1073741824" precopy 1 "$T/p"
+) || exit 1
+expect 0 "^usage: cuinterpose precopy \[--timeout SECONDS\] PID DIR" precopy --help
+expect 1 "^cuinterpose precopy: no such process: 999999$" precopy 999999 "$T/p"
+[ -e "$T/p" ] && fail "precopy of no process made its directory"
 expect 2 "^cuinterpose restore: no DIR given" restore
 expect 2 "^cuinterpose restore: no DIR given" restore --reap -- --tcp-established
 expect 2 "^cuinterpose restore: unexpected argument 'b' \(criu's own arguments go after --\)" restore a b
