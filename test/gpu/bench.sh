@@ -16,13 +16,16 @@
 #   run.sh --only bench-incr     incremental checkpoints (CUINTERPOSE_PARENT) of
 #                                the LLM job at BENCH_INCR_GIB (default 8): a full
 #                                dump, two generations, a dump against it, two
-#                                more, a final dump against that one, then a
+#                                more, a live `cuinterpose precopy`, one more,
+#                                the final dump against the pre-copy, then a
 #                                cold restore through the chain; every dump
 #                                counted until durable (sync). Bytes each
-#                                stores against the first, and the second's
+#                                stores against the first, the second's
 #                                durable time against upstream's cold dump of
-#                                the same job when bench-llm ran at that size
-#                                in the same call (targets: <= 5%, <= 0.2x)
+#                                the same job and the final dump's (the job
+#                                frozen) against our plain cold dump, when
+#                                bench-llm ran at that size in the same call
+#                                (targets: <= 5%, <= 0.2x)
 #   run.sh --only bench-carrier  carrier-bench -x: the carrier into one file
 #                                and striped over BENCH_CARRIER_FILES (16)
 #                                files against the best plain parallel write
@@ -295,7 +298,7 @@ incr_dump() {
 # sc_bench_incr NAME GIB: the LLM job through a chain of three dumps, each
 # against the one before, and a cold restore from the last
 sc_bench_incr() {
-	local name=$1 gib=$3 mib d before tokens g out
+	local name=$1 gib=$3 mib d before tokens g out t0
 	fail() { echo "$*" >"$T/why"; echo "FAIL: $*"; exit 1; }
 	mib=$((gib * 1024))
 	d=$(bench_dir "$name")
@@ -318,8 +321,12 @@ sc_bench_incr() {
 	CUINTERPOSE_PARENT=$d/1 incr_dump "$d/2" --leave-running
 	echo "second $DUMP_S $SYNC_S $(carriers_stored "$d/2") $(carriers_apparent "$d/2")" >>"$out"
 	for g in 1 2; do cmd 300 gen || fail "gen $g: $CMDERR"; done
-	say "--- $name: final dump against the second"
-	CUINTERPOSE_PARENT=$d/2 incr_dump "$d/3"
+	say "--- $name: live pre-copy, then the final dump against it"
+	t0=$(date +%s.%N)
+	"$BUNDLE/bin/cuinterpose" precopy "$JOBPID" "$d/pre" || fail "cuinterpose precopy failed"
+	echo "precopy $(echo "$(date +%s.%N) $t0" | awk '{printf "%.3f", $1 - $2}') 0 $(carriers_stored "$d/pre") $(carriers_apparent "$d/pre")" >>"$out"
+	cmd 300 gen || fail "gen after the pre-copy: $CMDERR"
+	CUINTERPOSE_PARENT=$d/pre incr_dump "$d/3"
 	echo "final $DUMP_S $SYNC_S $(carriers_stored "$d/3") $(carriers_apparent "$d/3")" >>"$out"
 	wait_gone $(tree_pids) || fail "dumped processes still alive"
 	drop_caches || fail "cannot drop the page cache (not root?)"
@@ -334,12 +341,12 @@ sc_bench_incr() {
 	cmd 30 exit
 	kill -9 $(tree_pids) 2>/dev/null
 	kill_job
-	for g in 1 2 3; do drop_images "$d/$g"; done
+	for g in 1 2 3 pre; do drop_images "$d/$g"; done
 	echo ok >"$T/why"
 }
 
 run_bench_incr() {
-	local g name o base
+	local g name o base plain
 	part_start bench-incr
 	for g in ${BENCH_INCR_GIB:-8}; do
 		name=bench-incr-${g}G
@@ -349,6 +356,10 @@ run_bench_incr() {
 		result "$name-chain" DONE "$(awk '{printf "%s%s %.2fs + sync %.2fs, carriers store %.0f MiB of %.0f MiB", NR > 1 ? "; " : "", $1, $2, $3, $4 / 1048576, $5 / 1048576}' "$o")"
 		result "$name-written" "$(awk '$1 == "full" {f = $4} $1 == "second" {s = $4} END {print (f > 0 && s <= 0.05 * f) ? "MET" : "MISSED"}' "$o")" \
 			"$(awk '$1 == "full" {f = $4} $1 == "second" {s = $4} END {printf "second dump of the unchanged inference job stores %.1f MiB = %.4f of the first %.0f MiB (target <= 0.05)", s / 1048576, f > 0 ? s / f : 0, f / 1048576}' "$o")"
+		plain=$T/bench-llm-${g}G-ours/bench-cold
+		if [ -f "$plain" ]; then
+			result "$name-frozen" DONE "$(awk 'NR == FNR {p = $1; next} $1 == "precopy" {c = $2} $1 == "final" {printf "final dump against a live pre-copy (%.2fs, the job running): %.2fs with the job frozen, + sync %.2fs; a plain dump of the same job %.2fs = %.2fx", c, $2, $3, p, $2 / p}' "$plain" "$o")"
+		fi
 		base=$T/bench-llm-${g}G-base/bench-cold
 		if [ -f "$base" ]; then
 			result "$name-durable" "$(awk 'NR == FNR {u = $1 + $8; next} $1 == "second" {print ($2 + $3 <= 0.2 * u) ? "MET" : "MISSED"}' "$base" "$o")" \
