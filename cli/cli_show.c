@@ -45,7 +45,7 @@ struct show {
 	uint64_t bytes_checked;
 	size_t shown; /* topology images printed (JSON commas) */
 	/* The topology shown is flattened onto its parent chain (its files may
-	 * be the ancestors', by absolute path); or its parent chain could not
+	 * be the ancestors', by a path from this directory); or its parent chain could not
 	 * be read, and its inherited chunks are not checked. */
 	bool flat, no_parent;
 };
@@ -120,8 +120,7 @@ static long verify_entry(struct show *s, const Cuip__Topology *t, const Cuip__Ca
 		    (e->inherited.data[ch / 8] >> (ch % 8)) & 1)
 			continue;
 		/* Striped entries: the chunk's extent names its file. */
-		if (cuip_entry_locate(t, e, off, &f, &foff, &run) || !f ||
-		    (strchr(f, '/') && !(s->flat && f[0] == '/')) || run < len) {
+		if (cuip_entry_locate(t, e, off, &f, &foff, &run) || !f || (strchr(f, '/') && !s->flat) || run < len) {
 			problem(s, "allocation %016" PRIx64 ":%" PRIu64 ": chunk %zu lies in no extent of the index",
 				e->alloc->creator, e->alloc->serial, ch);
 			nbad = -1;
@@ -242,16 +241,16 @@ static void show_carriers(struct show *s, const Cuip__Topology *t)
 
 /* The parent chain of an incremental checkpoint, read whole; a problem
  * (and false) when it cannot be: its inherited chunks are then unreadable. */
-static bool read_parent(struct show *s, const Cuip__Inventory *inv, struct cuip_ckpt *par)
+static bool read_parent(struct show *s, const Cuip__Inventory *inv, struct cuip_ckpt *par, const char **via)
 {
 	char err[1024];
-	int fd = open(inv->parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC), ret;
+	int fd = cuip_images_open_parent(s->dirfd, inv, via), ret;
 
 	if (fd < 0) {
 		problem(s,
 			"the parent checkpoint %s of this incremental checkpoint is %s: its inherited chunks cannot be "
 			"read",
-			inv->parent, errno == ENOENT ? "missing" : strerror(errno));
+			inv->parent, fd == -ENOENT ? "missing" : strerror(-fd));
 		return false;
 	}
 	ret = cuip_images_read(fd, par, err, sizeof(err));
@@ -263,7 +262,7 @@ static bool read_parent(struct show *s, const Cuip__Inventory *inv, struct cuip_
 		ret = -ESTALE;
 	}
 	if (ret)
-		problem(s, "the parent checkpoint %s cannot be read: %s", inv->parent, err);
+		problem(s, "the parent checkpoint %s cannot be read: %s", *via, err);
 	return ret == 0;
 }
 
@@ -488,7 +487,8 @@ int cli_show(int argc, char **argv)
 				printf("  pid %d  identity %016" PRIx64 "\n", inv->participants[i]->pid,
 				       inv->participants[i]->id);
 		}
-		bool have_par = inv->parent && read_parent(&s, inv, &par);
+		const char *via = inv->parent;
+		bool have_par = inv->parent && read_parent(&s, inv, &par, &via);
 
 		for (size_t i = 0; i < inv->n_participants; i++) {
 			char name[64];
@@ -500,7 +500,7 @@ int cli_show(int argc, char **argv)
 				continue;
 			/* An incremental checkpoint's inherited chunks are read
 			 * (and verified) where the parent chain holds them. */
-			if (have_par && cuip_images_flatten(t, inv->parent, &par, &flat, err, sizeof(err)))
+			if (have_par && cuip_images_flatten(t, via, &par, &flat, err, sizeof(err)))
 				problem(&s, "%s", err);
 			s.flat = flat != NULL;
 			s.no_parent = inv->parent && !flat;

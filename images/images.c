@@ -137,6 +137,7 @@ int cuip_images_write(int dirfd, const uint8_t ckpt_id[16], const struct cuip_im
 	inv.carried_bytes = carried_bytes;
 	if (parent) {
 		inv.parent = (char *)parent->dir;
+		inv.parent_relative = (char *)parent->rel;
 		inv.has_parent_checkpoint_id = 1;
 		inv.parent_checkpoint_id.data = (uint8_t *)parent->id;
 		inv.parent_checkpoint_id.len = 16;
@@ -634,9 +635,71 @@ int cuip_images_flatten(const Cuip__Topology *t, const char *parent_dir, const s
 
 /* The parent of checkpoint c, read (and itself flattened), then c's
  * topologies flattened onto it. */
-static int follow_parent(struct cuip_ckpt *c, unsigned depth, char *err, size_t errlen)
+/* Append s to out at *o; false when it does not fit. */
+static bool append(char *out, size_t len, size_t *o, const char *s, size_t n)
 {
-	const char *dir = c->inv->parent;
+	if (*o + n + 1 > len)
+		return false;
+	memcpy(out + *o, s, n);
+	*o += n;
+	out[*o] = 0;
+	return true;
+}
+
+bool cuip_path_relative(const char *from, const char *to, char *out, size_t len)
+{
+	size_t common = 0, o = 0;
+	const char *p, *rest;
+
+	if (!len)
+		return false;
+	out[0] = 0;
+	/* The longest shared prefix that ends at a component boundary. */
+	for (size_t i = 0;; i++) {
+		if ((from[i] == 0 || from[i] == '/') && (to[i] == 0 || to[i] == '/'))
+			common = i;
+		if (!from[i] || !to[i] || from[i] != to[i])
+			break;
+	}
+	/* ".." for each component of `from` past it, then the rest of `to`. */
+	for (p = from + common; *p;) {
+		while (*p == '/')
+			p++;
+		if (!*p)
+			break;
+		if (!append(out, len, &o, o ? "/.." : "..", o ? 3 : 2))
+			return false;
+		while (*p && *p != '/')
+			p++;
+	}
+	for (rest = to + common; *rest == '/'; rest++)
+		;
+	if (*rest && ((o && !append(out, len, &o, "/", 1)) || !append(out, len, &o, rest, strlen(rest))))
+		return false;
+	return o ? true : append(out, len, &o, ".", 1);
+}
+
+int cuip_images_open_parent(int dirfd, const Cuip__Inventory *inv, const char **via)
+{
+	int fd;
+
+	if (inv->parent_relative && inv->parent_relative[0] && inv->parent_relative[0] != '/') {
+		fd = openat(dirfd, inv->parent_relative, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd >= 0) {
+			*via = inv->parent_relative;
+			return fd;
+		}
+	}
+	fd = open(inv->parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	*via = inv->parent;
+	return fd >= 0 ? fd : -errno;
+}
+
+/* The parent of checkpoint c (in dirfd), read (and itself flattened), then
+ * c's topologies flattened onto it. */
+static int follow_parent(struct cuip_ckpt *c, int dirfd, unsigned depth, char *err, size_t errlen)
+{
+	const char *dir = c->inv->parent, *via;
 	struct cuip_ckpt par;
 	char why[768];
 	int pfd, ret;
@@ -650,10 +713,12 @@ static int follow_parent(struct cuip_ckpt *c, unsigned depth, char *err, size_t 
 		errfmt(err, errlen, "%s: more than %d checkpoints in the parent chain (a loop?)", dir, CUIP_CHAIN_MAX);
 		return -ELOOP;
 	}
-	pfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	pfd = cuip_images_open_parent(dirfd, c->inv, &via);
 	if (pfd < 0) {
-		errfmt(err, errlen, "the parent checkpoint %s of this incremental checkpoint is %s", dir,
-		       errno == ENOENT ? "missing" : strerror(errno));
+		errfmt(err, errlen, "the parent checkpoint %s of this incremental checkpoint is %s%s%s%s", dir,
+		       pfd == -ENOENT ? "missing" : strerror(-pfd), c->inv->parent_relative ? " (nor is it at " : "",
+		       c->inv->parent_relative ? c->inv->parent_relative : "",
+		       c->inv->parent_relative ? " from here)" : "");
 		return -ESTALE;
 	}
 	ret = read_chain(pfd, &par, depth + 1, why, sizeof(why));
@@ -681,7 +746,7 @@ static int follow_parent(struct cuip_ckpt *c, unsigned depth, char *err, size_t 
 		char name[64];
 
 		snprintf(name, sizeof(name), CUIP_TOPOLOGY_FMT, c->topo[i]->state->self->pid);
-		ret = flatten_topology(name, c->topo[i], dir, &par, err, errlen);
+		ret = flatten_topology(name, c->topo[i], via, &par, err, errlen);
 	}
 	cuip_images_free(&par);
 	return ret;
@@ -694,7 +759,7 @@ static int read_chain(int dirfd, struct cuip_ckpt *c, unsigned depth, char *err,
 	if (ret || !c->inv->parent)
 		return ret;
 	c->depth = depth;
-	ret = follow_parent(c, depth, err, errlen);
+	ret = follow_parent(c, dirfd, depth, err, errlen);
 	if (ret)
 		cuip_images_free(c);
 	return ret;

@@ -19,6 +19,7 @@
 #ifndef CUIP_IMAGES_H
 #define CUIP_IMAGES_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -34,11 +35,27 @@ struct cuip_img_proc {
 	size_t n_carrier_files;
 };
 
-/* An incremental checkpoint's parent: its directory (absolute) and id. */
+/* An incremental checkpoint's parent: its directory (absolute), the same
+ * relative to the checkpoint's own directory (NULL: none), and its id. */
 struct cuip_img_parent {
 	const char *dir;
+	const char *rel;
 	uint8_t id[16];
 };
+
+/* `to` (absolute) as seen from directory `from` (absolute): "../b" for
+ * from /x/a, to /x/b. Both without trailing slashes or dot components (as
+ * realpath() gives them). False when it does not fit in len. */
+bool cuip_path_relative(const char *from, const char *to, char *out, size_t len);
+
+/*
+ * Open the parent directory of the checkpoint in dirfd whose inventory is
+ * inv: its relative path first (a chain moved as a whole), then its
+ * absolute one. Returns the descriptor and sets *via to the path the
+ * parent's files are named by from dirfd (relative or absolute), or -errno
+ * of the absolute path's open.
+ */
+int cuip_images_open_parent(int dirfd, const Cuip__Inventory *inv, const char **via);
 
 int cuip_images_write(int dirfd, const uint8_t ckpt_id[16], const struct cuip_img_proc *p, size_t n,
 		      uint64_t carried_bytes, const struct cuip_img_parent *parent, char *err, size_t errlen);

@@ -87,6 +87,7 @@ static struct {
 	struct cuip_ckpt parent;	   /* dump: CUINTERPOSE_PARENT as read */
 	struct cuip_img_parent parent_img; /* its directory (parent_dir) and id */
 	char parent_dir[PATH_MAX];
+	char parent_rel[PATH_MAX];
 } S;
 
 /* ---- CRIU internals, all optional ---------------------------------------- */
@@ -487,6 +488,19 @@ static int open_parent(char *err, size_t errlen)
 		return ret;
 	S.parent_img.dir = S.parent_dir;
 	memcpy(S.parent_img.id, S.parent.inv->checkpoint_id.data, 16);
+	/* Relative to this dump's directory too: a chain moved as a whole. */
+	{
+		char link[64], self[PATH_MAX];
+		ssize_t n;
+
+		snprintf(link, sizeof(link), "/proc/self/fd/%d", S.g.imgdir);
+		n = readlink(link, self, sizeof(self) - 1);
+		if (n > 0) {
+			self[n] = 0;
+			if (cuip_path_relative(self, S.parent_dir, S.parent_rel, sizeof(S.parent_rel)))
+				S.parent_img.rel = S.parent_rel;
+		}
+	}
 	S.g.parent = &S.parent;
 	S.g.parent_img = &S.parent_img;
 	pr_info("incremental dump: parent checkpoint %s (%zu participants, %u below it in its chain)", S.parent_dir,

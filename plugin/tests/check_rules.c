@@ -765,7 +765,7 @@ static void write_child(const char *parent, const uint8_t *pid, int bad)
 	struct cuip_img_proc ip[2];
 	Cuip__CarrierEntry cc, *ccp = &cc;
 	size_t n = (size + chunk - 1) / chunk;
-	char err[256];
+	char err[256], rel[128];
 	int fd;
 
 	if (cdirfd < 0) {
@@ -775,6 +775,8 @@ static void write_child(const char *parent, const uint8_t *pid, int bad)
 		ck_assert_int_ge(cdirfd, 0);
 	}
 	memcpy(par.id, pid, 16);
+	if (parent[0] == '/' && cuip_path_relative(cdir, parent, rel, sizeof(rel)))
+		par.rel = rel;
 	for (uint64_t i = 0; i < size; i++)
 		buf[i] = i < (1 << 20) ? (uint8_t)(i * 7) : (uint8_t)(i * 11);
 	for (size_t k = 0; k < n; k++) {
@@ -863,8 +865,9 @@ START_TEST(a_chain_is_read_flattened_onto_its_parent_and_verified_through_it)
 	write_child(dir, ckid, 0);
 	ck_assert_msg(cuip_images_read(cdirfd, &c, err, sizeof(err)) == 0, "%s", err);
 	e = c.topo[0]->carriers[0];
-	/* Chunk 0 from the parent's file (absolute), chunk 1 from its own. */
-	snprintf(pfile, sizeof(pfile), "%s/cuinterpose-carrier-101.img", dir);
+	/* Chunk 0 from the parent's file (by its path from here), chunk 1
+	 * from its own. */
+	snprintf(pfile, sizeof(pfile), "../%s/cuinterpose-carrier-101.img", strrchr(dir, '/') + 1);
 	ck_assert_uint_eq(c.topo[0]->n_carrier_files, 2);
 	ck_assert_str_eq(c.topo[0]->carrier_files[0], "cuinterpose-carrier-101.img");
 	ck_assert_str_eq(c.topo[0]->carrier_files[1], pfile);
@@ -882,6 +885,7 @@ START_TEST(a_chain_is_read_flattened_onto_its_parent_and_verified_through_it)
 	ck_assert_msg(cuip_images_read(gfd, &c, err, sizeof(err)) == 0, "%s", err);
 	e = c.topo[0]->carriers[0];
 	ck_assert_uint_eq(c.topo[0]->n_carrier_files, 3);
+	snprintf(pfile, sizeof(pfile), "%s/../%s/cuinterpose-carrier-101.img", cdir, strrchr(dir, '/') + 1);
 	ck_assert_str_eq(c.topo[0]->carrier_files[1], pfile);
 	ck_assert_uint_eq(e->n_extents, 2);
 	ck_assert_uint_eq(e->extents[0]->file, 1);
@@ -894,7 +898,7 @@ START_TEST(a_chain_is_read_flattened_onto_its_parent_and_verified_through_it)
 	poke("cuinterpose-carrier-101.img", 5, 0x10);
 	ck_assert_int_eq(cuip_images_read(gfd, &c, err, sizeof(err)), 0);
 	ck_assert_int_eq(cuip_images_verify_carriers(gfd, &c, err, sizeof(err)), -EBADMSG);
-	ck_assert_msg(strstr(err, dir) && strstr(err, "chunk 0"), "%s", err);
+	ck_assert_msg(strstr(err, strrchr(dir, '/')) && strstr(err, "chunk 0"), "%s", err);
 	cuip_images_free(&c);
 	close(gfd);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", gdir);
@@ -951,6 +955,56 @@ START_TEST(a_broken_chain_is_refused_naming_the_directory_at_fault)
 }
 END_TEST
 
+START_TEST(relative_paths_between_directories)
+{
+	static const struct {
+		const char *from, *to, *want;
+	} v[] = {
+		{"/x/a", "/x/b", "../b"}, {"/x/a", "/x/a/b", "b"},	     {"/x", "/y", "../y"},
+		{"/", "/a", "a"},	  {"/x/ab", "/x/a", "../a"},	     {"/a/b/c", "/a", "../.."},
+		{"/a", "/a", "."},	  {"/a/b", "/c/d/e", "../../c/d/e"},
+	};
+	char out[64];
+
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+		ck_assert_msg(cuip_path_relative(v[i].from, v[i].to, out, sizeof(out)), "%s -> %s", v[i].from, v[i].to);
+		ck_assert_msg(!strcmp(out, v[i].want), "%s -> %s: \"%s\", want \"%s\"", v[i].from, v[i].to, out,
+			      v[i].want);
+	}
+	ck_assert(!cuip_path_relative("/a/b/c", "/x", out, 6));
+}
+END_TEST
+
+/* A chain moved as a whole (its directories keep their places relative to
+ * each other) is followed through its relative path; the absolute one is
+ * gone. */
+START_TEST(a_chain_moved_as_a_whole_is_followed)
+{
+	char mv[64] = "/tmp/cuip-mv-XXXXXX", pdir[160], cpath[160], err[512], want[160];
+	struct cuip_ckpt c;
+	int fd;
+
+	write_ckpt();
+	write_child(dir, ckid, 0);
+	ck_assert_ptr_nonnull(mkdtemp(mv));
+	snprintf(pdir, sizeof(pdir), "%s/%s", mv, strrchr(dir, '/') + 1);
+	snprintf(cpath, sizeof(cpath), "%s/%s", mv, strrchr(cdir, '/') + 1);
+	ck_assert_int_eq(rename(dir, pdir), 0);
+	ck_assert_int_eq(rename(cdir, cpath), 0);
+	fd = open(cpath, O_RDONLY | O_DIRECTORY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_msg(cuip_images_read(fd, &c, err, sizeof(err)) == 0, "%s", err);
+	snprintf(want, sizeof(want), "../%s/cuinterpose-carrier-101.img", strrchr(dir, '/') + 1);
+	ck_assert_str_eq(c.topo[0]->carrier_files[1], want);
+	ck_assert_msg(cuip_images_verify_carriers(fd, &c, err, sizeof(err)) == 0, "%s", err);
+	cuip_images_free(&c);
+	close(fd);
+	ck_assert_int_eq(rename(pdir, dir), 0);
+	ck_assert_int_eq(rename(cpath, cdir), 0);
+	ck_assert_int_eq(rmdir(mv), 0);
+}
+END_TEST
+
 Suite *rules_suite(void);
 
 Suite *rules_suite(void)
@@ -998,6 +1052,8 @@ Suite *rules_suite(void)
 	tcase_add_checked_fixture(t, img_setup, chain_teardown);
 	tcase_add_test(t, a_chain_is_read_flattened_onto_its_parent_and_verified_through_it);
 	tcase_add_test(t, a_broken_chain_is_refused_naming_the_directory_at_fault);
+	tcase_add_test(t, relative_paths_between_directories);
+	tcase_add_test(t, a_chain_moved_as_a_whole_is_followed);
 	suite_add_tcase(s, t);
 	return s;
 }

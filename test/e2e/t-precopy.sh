@@ -2,8 +2,9 @@
 # running job into DIR; the job goes on (its answers and bytes unchanged,
 # it writes after the copy), `cuinterpose show` verifies the copy, and a
 # final dump against it (CUINTERPOSE_PARENT) writes only the one 1 MiB
-# chunk the job changed since. The restore reads the rest from the
-# pre-copy: every byte, address and the last write are back. Refused: a
+# chunk the job changed since. Both directories are moved elsewhere
+# together; the restore reads the rest from the pre-copy by its path
+# relative to the dump: every byte, address and the last write are back. Refused: a
 # second pre-copy into a directory that holds one (it may be a parent), a
 # tree without the interposer, and a pre-copy of a process that is not
 # running (phase QUIESCED during a held dump), which changes nothing.
@@ -44,8 +45,10 @@ CUINTERPOSE_PARENT=$T/pre criu_dump "$T/d" || fail "criu dump: $(tail -5 "$T/d/d
 wait_gone $pids || fail "dumped processes still alive"
 grep -q "SAVE: [0-9]* of [0-9]* carried bytes left to the parent checkpoint $T/pre, 1048576 written" "$T/d/dump.log" ||
 	fail "the final dump wrote more than the changed chunk: $(grep 'left to the parent' "$T/d/dump.log")"
-note "restore through the pre-copy"
-criu_restore "$T/d" || fail "criu restore"
+note "restore through the pre-copy, both moved elsewhere"
+mkdir "$T/moved" && mv "$T/pre" "$T/d" "$T/moved/" || fail "cannot move the images"
+"$CLI" show "$T/moved/d" >"$T/showm.txt" 2>&1 || fail "show of the moved chain: $(cat "$T/showm.txt")"
+criu_restore "$T/moved/d" || fail "criu restore: $(grep -h Error "$T/moved/d/restore.log" | tail -3)"
 cmd 2 verify 1
 [ "$(answers 2)" = "$before" ] || fail "answers differ after the restore: $(answers 2) vs $before"
 
