@@ -410,7 +410,8 @@ static const Cuip__CarrierEntry *parent_entry(const struct cuip_ckpt *par, const
 		for (size_t k = 0; k < par->topo[i]->n_carriers; k++) {
 			const Cuip__CarrierEntry *p = par->topo[i]->carriers[k];
 
-			if (p->alloc->creator == e->alloc->creator && p->alloc->serial == e->alloc->serial &&
+			if (p->alloc && p->alloc->creator == e->alloc->creator &&
+			    p->alloc->serial == e->alloc->serial &&
 			    (p->has_alloc_offset ? p->alloc_offset : 0) ==
 				    (e->has_alloc_offset ? e->alloc_offset : 0)) {
 				*pt = par->topo[i];
@@ -558,9 +559,18 @@ static int flatten_topology(const char *tname, Cuip__Topology *t, const char *di
 	for (size_t i = 0; i < t->n_carriers && !ret; i++) {
 		Cuip__CarrierEntry *e = t->carriers[i];
 		const Cuip__Topology *pt = NULL;
-		const Cuip__CarrierEntry *pe = entry_inherits(e) ? parent_entry(par, e, &pt) : NULL;
-		uint64_t chunks = (e->size + e->chunk_size - 1) / e->chunk_size;
+		const Cuip__CarrierEntry *pe;
+		uint64_t chunks;
 
+		/* cuinterpose show flattens topologies no reader checked. */
+		if (!e->alloc || !e->chunk_size || e->n_crc32c != (e->size + e->chunk_size - 1) / e->chunk_size) {
+			errfmt(err, errlen, "%s: carrier entry %zu has no allocation, chunk size or checksum per chunk",
+			       tname, i);
+			ret = -EBADMSG;
+			break;
+		}
+		chunks = (e->size + e->chunk_size - 1) / e->chunk_size;
+		pe = entry_inherits(e) ? parent_entry(par, e, &pt) : NULL;
 		if (entry_inherits(e) && (e->inherited.len != (chunks + 7) / 8 || e->sha256.len != chunks * 32)) {
 			errfmt(err, errlen,
 			       "%s: carrier entry %zu inherits chunks but has %zu hash and %zu bitmap bytes for %llu "
@@ -748,6 +758,7 @@ static int follow_parent(struct cuip_ckpt *c, int dirfd, unsigned depth, char *e
 		snprintf(name, sizeof(name), CUIP_TOPOLOGY_FMT, c->topo[i]->state->self->pid);
 		ret = flatten_topology(name, c->topo[i], via, &par, err, errlen);
 	}
+	c->depth = par.depth + 1;
 	cuip_images_free(&par);
 	return ret;
 }
@@ -758,7 +769,6 @@ static int read_chain(int dirfd, struct cuip_ckpt *c, unsigned depth, char *err,
 
 	if (ret || !c->inv->parent)
 		return ret;
-	c->depth = depth;
 	ret = follow_parent(c, dirfd, depth, err, errlen);
 	if (ret)
 		cuip_images_free(c);

@@ -66,7 +66,7 @@ struct cuip_ckpt {
 	Cuip__Topology **topo;
 	size_t n;
 	uint64_t carried_bytes;
-	unsigned depth; /* checkpoints below this one in the parent chain that was read */
+	unsigned depth; /* checkpoints below this one in its parent chain (0: a full one) */
 };
 
 /* Most checkpoints in one parent chain. */

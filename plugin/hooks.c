@@ -475,15 +475,47 @@ static int open_parent(char *err, size_t errlen)
 	if (!fstat(fd, &a) && !fstat(S.g.imgdir, &b) && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
 		close(fd);
 		errfmt(err, errlen,
-		       "CUINTERPOSE_PARENT=%s is this dump's own image directory: an incremental dump goes into "
-		       "another directory than its parent",
+		       "CUINTERPOSE_PARENT=%s: this dump's image directory is the parent checkpoint itself of its "
+		       "chain; an incremental dump goes into a directory of its own",
 		       S.o.parent);
 		return -EINVAL;
 	}
 	ret = cuip_images_read(fd, &S.parent, err, errlen);
-	close(fd);
 	if (ret == -ENOENT)
 		errfmt(err, errlen, "CUINTERPOSE_PARENT=%s holds no cuinterpose checkpoint", S.o.parent);
+	/* No directory of the chain may be this dump's: its carrier files
+	 * would be rewritten while the chain reads them. */
+	for (unsigned k = 0; !ret && fd >= 0 && k <= CUIP_CHAIN_MAX; k++) {
+		ProtobufCMessage *m = NULL;
+		const char *via;
+		char why[256];
+		int next = -1;
+
+		if (!fstat(fd, &a) && !fstat(S.g.imgdir, &b) && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+			errfmt(err, errlen,
+			       "CUINTERPOSE_PARENT=%s: this dump's image directory is a checkpoint of its chain; an "
+			       "incremental dump goes into a directory of its own",
+			       S.o.parent);
+			ret = -EINVAL;
+		} else if (!cuip_image_read(fd, CUIP_INVENTORY_IMG, CUIP_KIND_INVENTORY, &cuip__inventory__descriptor,
+					    NULL, &m, why, sizeof(why))) {
+			const Cuip__Inventory *inv = (const Cuip__Inventory *)m;
+
+			next = inv->parent ? cuip_images_open_parent(fd, inv, &via) : -1;
+			protobuf_c_message_free_unpacked(m, NULL);
+		}
+		close(fd);
+		fd = next;
+	}
+	if (fd >= 0)
+		close(fd);
+	if (!ret && S.parent.depth + 1 >= CUIP_CHAIN_MAX) {
+		errfmt(err, errlen,
+		       "CUINTERPOSE_PARENT=%s already has %u checkpoints below it: a chain holds at most %d, make a "
+		       "full dump",
+		       S.o.parent, S.parent.depth, CUIP_CHAIN_MAX);
+		ret = -E2BIG;
+	}
 	if (ret)
 		return ret;
 	S.parent_img.dir = S.parent_dir;

@@ -864,6 +864,7 @@ START_TEST(a_chain_is_read_flattened_onto_its_parent_and_verified_through_it)
 	write_ckpt();
 	write_child(dir, ckid, 0);
 	ck_assert_msg(cuip_images_read(cdirfd, &c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(c.depth, 1);
 	e = c.topo[0]->carriers[0];
 	/* Chunk 0 from the parent's file (by its path from here), chunk 1
 	 * from its own. */
@@ -883,6 +884,7 @@ START_TEST(a_chain_is_read_flattened_onto_its_parent_and_verified_through_it)
 	/* Two deep: chunk 0 from the grandparent, chunk 1 from the child. */
 	gfd = write_grandchild(gdir);
 	ck_assert_msg(cuip_images_read(gfd, &c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(c.depth, 2);
 	e = c.topo[0]->carriers[0];
 	ck_assert_uint_eq(c.topo[0]->n_carrier_files, 3);
 	snprintf(pfile, sizeof(pfile), "%s/../%s/cuinterpose-carrier-101.img", cdir, strrchr(dir, '/') + 1);

@@ -82,7 +82,11 @@ grep -q "$T/d1 of this incremental checkpoint is missing" "$T/show3.txt" || fail
 mv "$T/d1.moved" "$T/d1"
 cmd 2 verify 2
 CUINTERPOSE_PARENT=$T/d5 criu_dump "$T/d5" --leave-running && fail "dump against its own directory succeeded"
-grep -q "is this dump's own image directory" "$T/d5/dump.log" || fail "dump 5: $(tail -3 "$T/d5/dump.log")"
+grep -q "this dump's image directory is the parent checkpoint itself of its chain" "$T/d5/dump.log" ||
+	fail "dump 5: $(tail -3 "$T/d5/dump.log")"
+CUINTERPOSE_PARENT=$T/d3 criu_dump "$T/d1" --leave-running && fail "dump over an ancestor of its parent succeeded"
+grep -q "this dump's image directory is a checkpoint of its chain" "$T/d1/dump.log" ||
+	fail "dump over d1: $(tail -3 "$T/d1/dump.log")"
 cmd 2 verify 2
 
 note "a changed parent is refused at restore"
