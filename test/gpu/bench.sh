@@ -350,7 +350,7 @@ run_bench_incr() {
 	part_start bench-incr
 	for g in ${BENCH_INCR_GIB:-8}; do
 		name=bench-incr-${g}G
-		bench_one sc_bench_incr bench-incr-${g}G ours "$g"
+		bench_one bench_incr bench-incr-${g}G ours "$g"
 		o=$T/$name-ours/incr
 		[ -s "$o" ] || continue
 		result "$name-chain" DONE "$(awk '{printf "%s%s %.2fs + sync %.2fs, carriers store %.0f MiB of %.0f MiB", NR > 1 ? "; " : "", $1, $2, $3, $4 / 1048576, $5 / 1048576}' "$o")"
