@@ -353,9 +353,9 @@ run_bench_incr() {
 		bench_one bench_incr bench-incr-${g}G ours "$g"
 		o=$T/$name-ours/incr
 		[ -s "$o" ] || continue
-		result "$name-chain" DONE "$(awk '{printf "%s%s %.2fs + sync %.2fs, carriers store %.0f MiB of %.0f MiB", NR > 1 ? "; " : "", $1, $2, $3, $4 / 1048576, $5 / 1048576}' "$o")"
+		result "$name-chain" DONE "$(awk '{printf "%s%s %.2fs + sync %.2fs, carriers store %.0f MiB of %.0f MiB", (NR > 1 ? "; " : ""), $1, $2, $3, $4 / 1048576, $5 / 1048576}' "$o")"
 		result "$name-written" "$(awk '$1 == "full" {f = $4} $1 == "second" {s = $4} END {print (f > 0 && s <= 0.05 * f) ? "MET" : "MISSED"}' "$o")" \
-			"$(awk '$1 == "full" {f = $4} $1 == "second" {s = $4} END {printf "second dump of the unchanged inference job stores %.1f MiB = %.4f of the first %.0f MiB (target <= 0.05)", s / 1048576, f > 0 ? s / f : 0, f / 1048576}' "$o")"
+			"$(awk '$1 == "full" {f = $4} $1 == "second" {s = $4} END {printf "second dump of the unchanged inference job stores %.1f MiB = %.4f of the first %.0f MiB (target <= 0.05)", s / 1048576, (f > 0 ? s / f : 0), f / 1048576}' "$o")"
 		plain=$T/bench-llm-${g}G-ours/bench-cold
 		if [ -f "$plain" ]; then
 			result "$name-frozen" DONE "$(awk 'NR == FNR {p = $1; next} $1 == "precopy" {c = $2} $1 == "final" {printf "final dump against a live pre-copy (%.2fs, the job running): %.2fs with the job frozen, + sync %.2fs; a plain dump of the same job %.2fs = %.2fx", c, $2, $3, p, $2 / p}' "$plain" "$o")"
