@@ -269,6 +269,20 @@ int cli_precopy(int argc, char **argv)
 		fprintf(stderr, "cuinterpose precopy: %s\n", err);
 		goto out;
 	}
+	/* Read back as a dump will read its parent: a copy it would refuse
+	 * (a slab whose pieces changed between INSPECT and the copy) is no
+	 * parent, and is removed. */
+	{
+		struct cuip_ckpt ck;
+
+		if (cuip_images_read(dirfd, &ck, err, sizeof(err))) {
+			fprintf(stderr, "cuinterpose precopy: the copy does not read back (%s); removed, try again\n",
+				err);
+			unlinkat(dirfd, CUIP_INVENTORY_IMG, 0);
+			goto out;
+		}
+		cuip_images_free(&ck);
+	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	printf("pre-copied %" PRIu64 " bytes of %zu processes (%zu participants) into %s in %.3f s; dump with "
 	       "CUINTERPOSE_PARENT=%s\n",

@@ -434,10 +434,11 @@ static int file_index(struct files *fl, const char *dir, const char *name)
 {
 	char path[PATH_MAX];
 
-	if (dir && name[0] != '/')
-		snprintf(path, sizeof(path), "%s/%s", dir, name);
-	else
-		snprintf(path, sizeof(path), "%s", name);
+	int n = dir && name[0] != '/' ? snprintf(path, sizeof(path), "%s/%s", dir, name)
+				      : snprintf(path, sizeof(path), "%s", name);
+
+	if (n < 0 || (size_t)n >= sizeof(path))
+		return -ENAMETOOLONG;
 	for (size_t i = 0; i < fl->n; i++)
 		if (!strcmp(fl->name[i], path))
 			return (int)i;
@@ -518,6 +519,11 @@ static int flatten_entry(const char *tname, const Cuip__Topology *t, Cuip__Carri
 			break;
 		}
 		ix = file_index(fl, par ? dir : NULL, f);
+		if (ix == -ENAMETOOLONG || ix == -ENOMEM) {
+			errfmt(err, errlen, "%s: the path of %s in the parent chain is too long", tname, f);
+			ret = ix;
+			break;
+		}
 		if (ix < 0) {
 			errfmt(err, errlen,
 			       "%s: the checkpoint and its parents spread pid %d's carrier over more than %d files",
