@@ -368,6 +368,7 @@ START_TEST(parent_chunks_are_not_written_and_a_load_through_both_files_is_whole)
 	ck_assert_msg(carrier_load_striped(&stub_ops, &c, fds, 2, dst.items, 1, NULL, err, sizeof(err)) == 0, "%s",
 		      err);
 	ck_assert_int_eq(memcmp(dst.mem[0], src.mem[0], size[0]), 0);
+	free(dst.items[0].ext);
 	dst.n = 2;
 	dev_free(&dst);
 
