@@ -502,28 +502,6 @@ static void *op_main(void *arg)
 	return NULL;
 }
 
-/* Start a thread with every signal blocked: the application's handlers
- * must never run on our threads. */
-static int thread_start(void *(*fn)(void *), const char *name)
-{
-	sigset_t all, old;
-	pthread_attr_t at;
-	pthread_t t;
-	int ret;
-
-	sigfillset(&all);
-	pthread_attr_init(&at);
-	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&at, 256 << 10);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	ret = pthread_create(&t, &at, fn, NULL);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (!ret)
-		pthread_setname_np(t, name); /* before anyone can look */
-	pthread_attr_destroy(&at);
-	return -ret;
-}
-
 int cuip_ctl_start(void)
 {
 	int ret = sock_open();
@@ -535,9 +513,9 @@ int cuip_ctl_start(void)
 		ret = -errno;
 		goto fail;
 	}
-	ret = thread_start(op_main, "cuip-op");
+	ret = cuip_thread_start(op_main, NULL, "cuip-op");
 	if (!ret)
-		ret = thread_start(ctl_main, "cuip-ctl");
+		ret = cuip_thread_start(ctl_main, NULL, "cuip-ctl");
 	if (ret)
 		goto fail; /* an op thread without a ctl thread just idles */
 	return 0;

@@ -19,7 +19,6 @@
  */
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -95,26 +94,6 @@ static void *drain_main(void *arg)
 	return NULL;
 }
 
-static int drain_start(void)
-{
-	sigset_t all, old;
-	pthread_attr_t at;
-	pthread_t t;
-	int ret;
-
-	sigfillset(&all);
-	pthread_attr_init(&at);
-	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&at, 256 << 10);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	ret = pthread_create(&t, &at, drain_main, NULL);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (!ret)
-		pthread_setname_np(t, "cuip-drain");
-	pthread_attr_destroy(&at);
-	return -ret;
-}
-
 int cuip_drain(unsigned timeout_ms, char *msg, size_t len)
 {
 	struct timespec dl;
@@ -122,17 +101,11 @@ int cuip_drain(unsigned timeout_ms, char *msg, size_t len)
 	int ret = 0;
 
 	pthread_once(&drain_once, drain_cv_init);
-	clock_gettime(CLOCK_MONOTONIC, &dl);
-	dl.tv_sec += timeout_ms / 1000;
-	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (dl.tv_nsec >= 1000000000L) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000L;
-	}
+	cuip_deadline_ms(&dl, timeout_ms);
 	pthread_mutex_lock(&drain_mu);
 	want = ++requested;
 	if (!running) {
-		ret = drain_start();
+		ret = cuip_thread_start(drain_main, NULL, "cuip-drain");
 		if (ret) {
 			served = want;
 			pthread_mutex_unlock(&drain_mu);

@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client.h"
@@ -51,6 +53,37 @@
 struct cuip_self self;
 static atomic_int started;
 static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
+
+int cuip_thread_start(void *(*fn)(void *), void *arg, const char *name)
+{
+	sigset_t all, old;
+	pthread_attr_t at;
+	pthread_t t;
+	int ret;
+
+	sigfillset(&all);
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&at, 256 << 10);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	ret = pthread_create(&t, &at, fn, arg);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!ret)
+		pthread_setname_np(t, name); /* before anyone can look */
+	pthread_attr_destroy(&at);
+	return -ret;
+}
+
+void cuip_deadline_ms(struct timespec *dl, unsigned ms)
+{
+	clock_gettime(CLOCK_MONOTONIC, dl);
+	dl->tv_sec += ms / 1000;
+	dl->tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (dl->tv_nsec >= 1000000000L) {
+		dl->tv_sec++;
+		dl->tv_nsec -= 1000000000L;
+	}
+}
 
 void cuip_random(void *buf, size_t len)
 {

@@ -50,6 +50,13 @@ int cuip_dev_by_uuid(const uint8_t *uuid);
 /* Re-read the device list (after a restore, devices may have been remapped). */
 void cuip_devices_rescan(void);
 void cuip_random(void *buf, size_t len);
+/* Start a detached thread named `name` with every signal blocked (the
+ * application's handlers never run on our threads); 0 or a negative errno. */
+int cuip_thread_start(void *(*fn)(void *), void *arg, const char *name);
+/* *dl = now + ms on CLOCK_MONOTONIC (what the interposer's condition
+ * variables wait on). */
+struct timespec;
+void cuip_deadline_ms(struct timespec *dl, unsigned ms);
 
 /*
  * Hooks, registered statically (each entry is placed in a linker section
