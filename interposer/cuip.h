@@ -13,8 +13,10 @@
  *             driver.c    the one table of real driver entry points (driver.h)
  *             gate.c      the API gate and the lifecycle phase (here)
  *             reply.c     the op thread's reply arena (reply.h)
- *             runtime.c   identity, devices, start, fork hooks (runtime.h)
- *   services  xcache.c, ctx.c, drain.c (and from images/: client.c, importers.c)
+ *             runtime.c   identity, devices, start, fork hooks, thread and
+ *                         deadline helpers (runtime.h)
+ *   services  xcache.c, ctx.c, drain.c, release.c (the job's hooks before a
+ *             checkpoint; from images/: client.c, importers.c)
  *   records   record.c    allocation records, mappings, access, logical
  *                         handles, cuip_state_lock, kind extensions (record.h)
  *   resources vmm.c (unicast VMM), multicast.c, ipc.c (cuMemAlloc, cuIpc*),

@@ -41,8 +41,18 @@
  * small shared allocation, through rank R's mappings.
  * --raw: an extra child without the interposer exports an allocation whose
  * raw driver FD rank 1 imports (the interposer counts a raw import).
+ * E2E_RELEASE=free (with E2E_RESERVED_MB): each rank registers a checkpoint
+ * hook (cuinterpose_on_checkpoint, looked up at run time) that frees the
+ * reservation, as a caching allocator gives back its free blocks; verify
+ * allocates it again when it is gone (and checks that it reads zero).
+ * Registration is checked too: NULL is refused with -EINVAL, and the 17th
+ * hook with -ENOSPC. E2E_RELEASE=slow:MS: the hook sleeps MS ms and frees
+ * nothing.
  */
 #include <cuda.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -66,7 +76,8 @@ static uint64_t private_size = 3 * MIB + 4096; /* cuMemAlloc: any size (E2E_PRIV
  * cache keeps reserved memory (the fake's fresh memory reads zero); verify
  * checks that it still reads zero. */
 static uint64_t reserved_size;
-static CUdeviceptr resv_va;
+static CUdeviceptr resv_va; /* 0 once a release hook freed it; under resv_mu */
+static pthread_mutex_t resv_mu = PTHREAD_MUTEX_INITIALIZER;
 static const uint64_t vmm_size = 2 * MIB;
 
 static int nprocs;
@@ -304,6 +315,52 @@ static int raw_helper(int sock)
 		pause();
 }
 
+/* The checkpoint hooks of E2E_RELEASE, on the interposer's release thread. */
+static void release_reserved(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&resv_mu);
+	if (resv_va && cuCtxSetCurrent(ctx) == CUDA_SUCCESS && cuMemFree(resv_va) == CUDA_SUCCESS)
+		resv_va = 0;
+	pthread_mutex_unlock(&resv_mu);
+}
+
+static void release_slowly(void *arg)
+{
+	usleep((useconds_t)(uintptr_t)arg * 1000);
+}
+
+static void release_nothing(void *arg)
+{
+	(void)arg;
+}
+
+static int register_release(const char *how)
+{
+	int (*reg)(void (*)(void *), void *) =
+		(int (*)(void (*)(void *), void *))dlsym(RTLD_DEFAULT, "cuinterpose_on_checkpoint");
+	int ret;
+
+	if (!reg)
+		return wl_fail("E2E_RELEASE: cuinterpose_on_checkpoint is not there (no interposer?)");
+	if ((ret = reg(NULL, NULL)) != -EINVAL)
+		return wl_fail("cuinterpose_on_checkpoint(NULL) gave %d, not -EINVAL", ret);
+	if (!strncmp(how, "slow:", 5))
+		ret = reg(release_slowly, (void *)(uintptr_t)strtoul(how + 5, NULL, 10));
+	else if (!strcmp(how, "free"))
+		ret = reg(release_reserved, NULL);
+	else
+		return wl_fail("E2E_RELEASE=%s is neither free nor slow:MS", how);
+	if (ret)
+		return wl_fail("cuinterpose_on_checkpoint gave %d", ret);
+	for (int i = 1; i < 16; i++)
+		if ((ret = reg(release_nothing, NULL)))
+			return wl_fail("hook %d: cuinterpose_on_checkpoint gave %d", i + 1, ret);
+	if ((ret = reg(release_nothing, NULL)) != -ENOSPC)
+		return wl_fail("hook 17: cuinterpose_on_checkpoint gave %d, not -ENOSPC", ret);
+	return 0;
+}
+
 static int do_verify(unsigned gen, char *out, size_t len)
 {
 	CUmemGenericAllocationHandle h;
@@ -326,8 +383,18 @@ static int do_verify(unsigned gen, char *out, size_t len)
 	if (wl_check_pattern(priv_va, private_size, 100 + (unsigned)wl_rank, 0, 0, "private cuMemAlloc") ||
 	    wl_check_pattern(vmm_va, vmm_size, 200 + (unsigned)wl_rank, 0, 0, "never-shared VMM"))
 		return -1;
-	if (check_zero(resv_va, reserved_size))
+	pthread_mutex_lock(&resv_mu);
+	if (reserved_size && !resv_va && cuMemAlloc(&resv_va, reserved_size) != CUDA_SUCCESS)
+		resv_va = 0;
+	if (reserved_size && !resv_va) {
+		pthread_mutex_unlock(&resv_mu);
+		return wl_fail("cannot allocate the released reservation again");
+	}
+	if (check_zero(resv_va, reserved_size)) {
+		pthread_mutex_unlock(&resv_mu);
 		return -1;
+	}
+	pthread_mutex_unlock(&resv_mu);
 	WL_CK(cuMemGetAddressRange(&base, &sz, priv_va));
 	if (base != priv_va || sz < private_size)
 		return wl_fail("cuMemGetAddressRange(private) gives %#llx+%zu", (unsigned long long)base, sz);
@@ -465,7 +532,8 @@ int main(int argc, char **argv)
 		execl("/proc/self/exe", argv[0], "--raw-helper", fdarg, (char *)NULL);
 		_exit(127);
 	}
-	if (setup_cuda() || setup_shared() || (nsmall && setup_small()))
+	if (setup_cuda() || setup_shared() || (nsmall && setup_small()) ||
+	    (getenv("E2E_RELEASE") && register_release(getenv("E2E_RELEASE"))))
 		return wl_failed(wl_prog);
 	if (raw && wl_rank == 1) {
 		uint64_t tag;

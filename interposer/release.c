@@ -1,0 +1,262 @@
+/*
+ * release.c - what the job gives back before a checkpoint.
+ *
+ * A framework's caching allocator keeps freed device memory reserved, and a
+ * checkpoint carries every reserved byte. The job may register hooks
+ * (cuinterpose_on_checkpoint, cuinterpose.h) that give such memory back,
+ * and CUINTERPOSE_RELEASE names built-in ones for Python jobs: `torch`
+ * (torch.cuda.empty_cache()), `cupy` (the default memory pools'
+ * free_all_blocks()) and `python:STATEMENT` (run in the job's __main__).
+ * QUIESCE (ops.c) runs them while the job still runs, before it closes
+ * the gate, on the `cuinterpose-rel` thread (every signal blocked; Python
+ * hooks take the GIL as any thread would), and waits at most its timeout:
+ * past it the checkpoint carries what is allocated when the gate closes,
+ * and the hooks finish on their own (their CUDA calls wait at the closed
+ * gate). Like drain.c, one thread at a time, started on demand: a QUIESCE
+ * that finds the previous round still running waits for that round only.
+ * The thread runs the job's code, so its name is outside the plugin's
+ * "cuip-" prefix: a restore lets the interposer's own threads run before
+ * the job resumes, never this one (a hook that went on running, or a
+ * thread ending meanwhile, would break that window).
+ *
+ * Owns the hook table, the release thread and their state; rel_mu
+ * protects all of it. Calls no other module of the interposer but the
+ * runtime (its thread and deadline helpers) and the log; what the hooks
+ * call reaches the interposer as the application's calls do.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuinterpose.h"
+#include "cuip.h"
+#include "driver.h"
+#include "log.h"
+#include "release.h"
+#include "runtime.h"
+
+struct hook {
+	void (*fn)(void *);
+	void *arg;
+};
+
+static pthread_mutex_t rel_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t rel_cv; /* CLOCK_MONOTONIC */
+static pthread_once_t rel_once = PTHREAD_ONCE_INIT;
+static struct hook hooks[CUINTERPOSE_MAX_HOOKS];
+static unsigned nhooks;
+static unsigned long requested, served;
+static bool running;
+static char result[160]; /* the last round's failure, "" when none */
+
+/* ---- the built-in Python hooks ------------------------------------------ */
+
+/* Each runs in a fresh namespace, so the job's __main__ is left alone;
+ * a framework the job has not imported (or whose CUDA it has not started)
+ * is not touched. */
+static const struct {
+	const char *name, *code;
+} builtin[] = {
+	{"torch", "exec(\"import sys\\nt = sys.modules.get('torch')\\n"
+		  "if t is not None and t.cuda.is_initialized():\\n    t.cuda.empty_cache()\\n\", {})"},
+	{"cupy", "exec(\"import sys\\ncp = sys.modules.get('cupy')\\nif cp is not None:\\n"
+		 "    cp.get_default_memory_pool().free_all_blocks()\\n"
+		 "    cp.get_default_pinned_memory_pool().free_all_blocks()\\n\", {})"},
+};
+
+static const char *python_code; /* CUINTERPOSE_RELEASE's, NULL: none */
+unsigned cuip_release_timeout_ms = 5000;
+
+/* The Python C API of the interpreter this process runs, if any: the
+ * python3 executable (or an embedding program's libpython) exports it. */
+struct python {
+	int (*is_initialized)(void);
+	int (*gil_ensure)(void);
+	void (*gil_release)(int);
+	int (*run)(const char *);
+};
+
+static bool python_find(struct python *py)
+{
+	py->is_initialized = (int (*)(void))cuip_real_dlsym(RTLD_DEFAULT, "Py_IsInitialized");
+	py->gil_ensure = (int (*)(void))cuip_real_dlsym(RTLD_DEFAULT, "PyGILState_Ensure");
+	py->gil_release = (void (*)(int))cuip_real_dlsym(RTLD_DEFAULT, "PyGILState_Release");
+	py->run = (int (*)(const char *))cuip_real_dlsym(RTLD_DEFAULT, "PyRun_SimpleString");
+	return py->is_initialized && py->gil_ensure && py->gil_release && py->run;
+}
+
+static void python_hook(char *why, size_t len)
+{
+	struct python py;
+	int g, r;
+
+	if (!python_find(&py) || !py.is_initialized()) {
+		snprintf(why, len, "CUINTERPOSE_RELEASE=%s needs a Python process; this one runs no interpreter",
+			 getenv("CUINTERPOSE_RELEASE"));
+		return;
+	}
+	g = py.gil_ensure();
+	r = py.run(python_code); /* an exception's traceback goes to stderr */
+	py.gil_release(g);
+	if (r)
+		snprintf(why, len, "CUINTERPOSE_RELEASE=%s raised an exception (its traceback is on stderr)",
+			 getenv("CUINTERPOSE_RELEASE"));
+}
+
+__attribute__((constructor)) static void release_env(void)
+{
+	const char *v = getenv("CUINTERPOSE_RELEASE_TIMEOUT_MS");
+	char *end;
+
+	if (v && *v) {
+		unsigned long ms = strtoul(v, &end, 10);
+
+		if (*end || ms < 1 || ms > 3600000)
+			fprintf(stderr,
+				"cuinterpose: pid %d: CUINTERPOSE_RELEASE_TIMEOUT_MS=%s is not a number of "
+				"milliseconds from 1 to 3600000; it stays %u\n",
+				(int)getpid(), v, cuip_release_timeout_ms);
+		else
+			cuip_release_timeout_ms = (unsigned)ms;
+	}
+	v = getenv("CUINTERPOSE_RELEASE");
+	if (!v || !*v || !strcmp(v, "none"))
+		return;
+	if (!strncmp(v, "python:", 7) && v[7]) {
+		python_code = v + 7;
+		return;
+	}
+	for (size_t i = 0; i < sizeof(builtin) / sizeof(builtin[0]); i++)
+		if (!strcmp(v, builtin[i].name))
+			python_code = builtin[i].code;
+	if (!python_code)
+		fprintf(stderr,
+			"cuinterpose: pid %d: CUINTERPOSE_RELEASE=%s is none of 'torch', 'cupy', 'python:STATEMENT' or "
+			"'none'; nothing is released before a checkpoint\n",
+			(int)getpid(), v);
+}
+
+/* ---- the release thread --------------------------------------------------- */
+
+static void rel_cv_init(void)
+{
+	pthread_condattr_t a;
+
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(&rel_cv, &a);
+	pthread_condattr_destroy(&a);
+}
+
+static void *release_main(void *arg)
+{
+	struct hook h[CUINTERPOSE_MAX_HOOKS];
+	char why[sizeof(result)];
+
+	(void)arg;
+	pthread_mutex_lock(&rel_mu);
+	while (served < requested) {
+		unsigned long round = requested;
+		unsigned n = nhooks;
+
+		memcpy(h, hooks, sizeof(h));
+		pthread_mutex_unlock(&rel_mu);
+		why[0] = 0;
+		if (python_code)
+			python_hook(why, sizeof(why));
+		for (unsigned i = 0; i < n; i++)
+			h[i].fn(h[i].arg);
+		pthread_mutex_lock(&rel_mu);
+		served = round;
+		memcpy(result, why, sizeof(why));
+		pthread_cond_broadcast(&rel_cv);
+	}
+	running = false;
+	pthread_cond_broadcast(&rel_cv);
+	pthread_mutex_unlock(&rel_mu);
+	return NULL;
+}
+
+bool cuip_release_wanted(void)
+{
+	bool w;
+
+	pthread_mutex_lock(&rel_mu);
+	w = nhooks > 0 || python_code;
+	pthread_mutex_unlock(&rel_mu);
+	return w;
+}
+
+int cuip_release_run(unsigned timeout_ms, char *msg, size_t len)
+{
+	struct timespec dl;
+	unsigned long want;
+	int ret = 0;
+
+	pthread_once(&rel_once, rel_cv_init);
+	cuip_deadline_ms(&dl, timeout_ms);
+	msg[0] = 0;
+	pthread_mutex_lock(&rel_mu);
+	if (!nhooks && !python_code) {
+		pthread_mutex_unlock(&rel_mu);
+		return 0;
+	}
+	/* A round still running (an earlier QUIESCE timed out on it): wait
+	 * for that one rather than queueing another behind it. */
+	want = running ? requested : ++requested;
+	if (!running) {
+		ret = cuip_thread_start(release_main, NULL, "cuinterpose-rel");
+		if (ret) {
+			served = want;
+			pthread_mutex_unlock(&rel_mu);
+			snprintf(msg, len, "cannot start the release thread: %s", strerror(-ret));
+			return ret;
+		}
+		running = true;
+	}
+	while (served < want) {
+		if (pthread_cond_timedwait(&rel_cv, &rel_mu, &dl) == ETIMEDOUT && served < want) {
+			ret = -ETIMEDOUT;
+			snprintf(msg, len, "the release hooks did not return within %u ms", timeout_ms);
+			break;
+		}
+	}
+	if (!ret && result[0]) {
+		ret = -EIO;
+		snprintf(msg, len, "%s", result);
+	}
+	pthread_mutex_unlock(&rel_mu);
+	return ret;
+}
+
+CUIP_API int cuinterpose_on_checkpoint(void (*fn)(void *arg), void *arg)
+{
+	int ret = 0;
+
+	if (!fn)
+		return -EINVAL;
+	pthread_mutex_lock(&rel_mu);
+	if (nhooks == CUINTERPOSE_MAX_HOOKS)
+		ret = -ENOSPC;
+	else
+		hooks[nhooks++] = (struct hook){fn, arg};
+	pthread_mutex_unlock(&rel_mu);
+	return ret;
+}
+
+static void fork_child(void)
+{
+	/* A forked child has no release thread and none of its parent's
+	 * hooks (they name the parent's allocator state). */
+	nhooks = 0;
+	requested = served = 0;
+	running = false;
+	result[0] = 0;
+	pthread_mutex_init(&rel_mu, NULL);
+}
+CUIP_FORK_HOOK(release, NULL, NULL, fork_child);
