@@ -33,7 +33,10 @@
 #                                directory's file system
 #
 # BENCH_KINDS="ours base" (default) picks the sides; ratio rows need both in
-# one run. BENCH_CACHE="warm cold" (default; bench-llm) runs one cycle per
+# one run. "rel" (bench-llm) is ours with CUINTERPOSE_RELEASE=torch (the
+# caching allocator emptied before each dump): its rows put the carried
+# bytes against torch.cuda.memory_allocated() (target <= 1.2x) and its cold
+# restore against upstream's (target <= 0.35x). BENCH_CACHE="warm cold" (default; bench-llm) runs one cycle per
 # word on the same job: warm as before (criu's own time, the images still in
 # the page cache), cold as a node after a reboot has them (the dump counts
 # until `sync` returns, the restore starts from a dropped page cache), each
@@ -154,10 +157,11 @@ sc_bench_llm() {
 	fail() { echo "$*" >"$T/why"; echo "FAIL: $*"; exit 1; }
 	mib=$((gib * 1024))
 	d=$(bench_dir "$name")
-	[ "$kind" = ours ] && pre=1 pl=$T/plugins || pre=0 pl=$T/base-plugins
+	[ "$kind" = base ] && pre=0 pl=$T/base-plugins || pre=1 pl=$T/plugins
 	why=$(room $((mib + 1024)) $([ "$kind" = base ] && echo $((mib * 2 + 4096)) || echo 4096))
 	[ -n "$why" ] && { echo "$why" >"$T/why"; exit 4; }
-	READY_TIMEOUT=600 start_fw "$name" llm 1 "$pre" -- --cache-mib "$mib" ||
+	READY_TIMEOUT=600 start_fw "$name" llm 1 "$pre" $([ "$kind" = rel ] && echo CUINTERPOSE_RELEASE=torch) \
+		-- --cache-mib "$mib" ||
 		fail "start: $(tail -n 2 "$T/$name/job.log" | tr '\n' ' ')"
 	cmd 300 verify || fail "verify before: $CMDERR"
 	before=$(answers)
@@ -165,7 +169,12 @@ sc_bench_llm() {
 	tokens=$(answers)
 	for CACHE in ${BENCH_CACHE:-warm cold}; do
 		say "--- $name: $CACHE cycle"
+		cmd 300 mem || fail "mem before the $CACHE dump: $CMDERR"
+		answers >"$T/$name/mem-$CACHE"
 		dump_restore "$name" "$kind" "$d" "$pl" "$(tree_pids)" --link-remap
+		# "SAVE: 1 participants, N records, BYTES bytes, ..." (ours only)
+		grep -ho "SAVE: [0-9]* participants, [0-9]* records, [0-9]* bytes" "$d/dump.log" |
+			awk '{print $6}' >"$T/$name/carried-$CACHE"
 		cmd 300 verify || fail "after the $CACHE restore: $CMDERR"
 		[ "$(answers)" = "$before" ] || fail "answers changed: $(answers | tr '\n' ' ') vs $(echo $before)"
 		cmd 300 gen || fail "gen after the $CACHE restore: $CMDERR"
@@ -243,6 +252,25 @@ bench_rows() {
 	fi
 }
 
+# rel_rows PREFIX: the release hooks' rows of one size (bench-llm "rel"):
+# carried bytes against torch's allocated bytes, ours with and without the
+# release, and the cold cycle against upstream's
+rel_rows() {
+	local p=$1 m r=$T/$1-rel b=$T/$1-base o=$T/$1-ours
+	for m in warm cold; do
+		[ -s "$r/carried-$m" ] && [ -s "$r/mem-$m" ] || continue
+		result "$p-rel-carried-$m" "$(awk 'NR == FNR {c = $1; next} {print (c <= 1.2 * $3) ? "MET" : "MISSED"}' "$r/carried-$m" "$r/mem-$m")" \
+			"$(awk -v without="$(cat "$o/carried-$m" 2>/dev/null)" 'NR == FNR {c = $1; next} {printf "CUINTERPOSE_RELEASE=torch: %.2f GB carried for %.2f GB torch.cuda.memory_allocated() (%.2f GB reserved before the release) = %.2fx (target <= 1.2); without the release %s GB", c / 1e9, $3 / 1e9, $5 / 1e9, c / $3, without == "" ? "?" : sprintf("%.2f", without / 1e9)}' "$r/carried-$m" "$r/mem-$m")"
+	done
+	if [ -f "$r/bench-cold" ] && [ -f "$b/bench-cold" ]; then
+		result "$p-rel-ratio-cold" "$(awk 'NR == FNR {a = $1 + $8 + $2; ra = $2; next} {print (ra / $2 <= 0.35) ? "MET" : "MISSED"}' "$r/bench-cold" "$b/bench-cold")" \
+			"$(awk 'NR == FNR {d = $1 + $8; ra = $2; next} {printf "cold restore with the release %.2fs / upstream %.2fs = %.2f (target <= 0.35); dump until durable %.2fs / %.2fs = %.2f", ra, $2, ra / $2, d, $1 + $8, d / ($1 + $8)}' "$r/bench-cold" "$b/bench-cold")"
+	fi
+	if [ -f "$r/bench" ] && [ -f "$b/bench" ]; then
+		result "$p-rel-ratio" DONE "$(awk 'NR == FNR {a = $1 + $2; next} {printf "warm: with the release %.2fs / upstream %.2fs = %.2f", a, $1 + $2, a / ($1 + $2)}' "$r/bench" "$b/bench")"
+	fi
+}
+
 # bench_one SCENARIO PREFIX KIND GIB: run it, turn a skip or failure into a row
 bench_one() {
 	local sc=$1 name=$2-$3 kind=$3 gib=$4
@@ -261,7 +289,7 @@ run_bench_sizes() {
 	shift 3
 	part_start "$part"
 	for g in "$@"; do
-		for k in ours base; do
+		for k in ours base rel; do
 			bench_kind $k || continue
 			if [ $k = base ] && [ ! -f "$BASE_PLUGIN" ]; then
 				result "$part-${g}G-base" SKIP "no baseline/cuda_plugin.so in the bundle"
@@ -270,6 +298,7 @@ run_bench_sizes() {
 			bench_one "$sc" "$part-${g}G" $k "$g"
 		done
 		bench_rows "$part-${g}G" "$part-${g}G-ours" "$part-${g}G-base" "$target"
+		bench_kind rel && rel_rows "$part-${g}G"
 	done
 	part_end "$part"
 }

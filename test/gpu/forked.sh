@@ -2,7 +2,7 @@
 # forked.sh - processes forked from CUDA processes, through checkpoints, on
 # the GPU machine, with a bundle (test/gpu/bundle.sh):
 #
-#   bundle/scripts/forked.sh [--out DIR] [--only dl-persist,dl-fresh,compile,base]
+#   bundle/scripts/forked.sh [--out DIR] [--only dl-persist,dl-fresh,compile,dl-release,base]
 #
 # Each job is frameworks/trainjob.py (a deterministic PyTorch training job),
 # started as the README says (`cuinterpose run --`), and run twice: straight
@@ -15,6 +15,9 @@
 #   dl-fresh    the same loader without persistent workers: the cycles fall
 #               in two epochs, each with workers of its own
 #   compile     torch.compile (Inductor) without workers
+#   dl-release  dl-fresh's loader with CUINTERPOSE_RELEASE=torch: the caching
+#               allocator emptied before each dump (each row gives the MiB
+#               carried against torch's allocated and reserved at the pause)
 #   base        dl-persist through CRIU's upstream cuda_plugin, no interposer
 # Results: one line per job (PASS/FAIL/what upstream did) in DIR/summary.txt,
 # the criu logs under DIR/JOB/. Every criu call is bounded (bin/bounded).
@@ -23,7 +26,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 S=$(cd "$(dirname "$0")" && pwd)
 BUNDLE=$(cd "$S/.." && pwd)
 OUT=
-ONLY=dl-persist,dl-fresh,compile,base
+ONLY=dl-persist,dl-fresh,compile,dl-release,base
 while [ $# -gt 0 ]; do
 	case $1 in
 	--out) OUT=$2; shift ;;
@@ -63,7 +66,7 @@ job() {
 	shift 2
 	[ "$pre" = 1 ] && launcher=("$BUNDLE/bin/cuinterpose" run --lib "$INTERPOSER" --)
 	mkdir -p "$T/$name"
-	setsid env LD_LIBRARY_PATH="$T/pylib" PYTHONUNBUFFERED=1 "${launcher[@]}" python3 \
+	setsid env LD_LIBRARY_PATH="$T/pylib" PYTHONUNBUFFERED=1 ${JOBENV:-} "${launcher[@]}" python3 \
 		"$S/frameworks/trainjob.py" "$T/$name" "$@" </dev/null >"$OUT/$name.job.log" 2>&1 &
 	JOBPID=$!
 	LAUNCHED=$! # this shell's child: reaped after a dump ends it
@@ -116,6 +119,9 @@ cycle() {
 		return 1
 	fi
 	DUMPS="$DUMPS ${SECS}"
+	# carried bytes (the SAVE line) against torch's allocated bytes at the pause
+	CARRIED="$CARRIED $(grep -ho "SAVE: [0-9]* participants, [0-9]* records, [0-9]* bytes" "$d/dump.log" |
+		awk '{printf "%.0f", $6 / 1048576}')/$(awk '{printf "%.0f/%.0f", $2 / 1048576, $4 / 1048576}' "$T/$name/mem.$k" 2>/dev/null)"
 	[ "$k" = 1 ] && wait "$LAUNCHED" 2>/dev/null # the dumped root was this shell's child
 	# every pid of the tree free again (the subreaper reaps the children)
 	for pid in $JOBPID $(cut -d' ' -f4- "$T/$name/paused.$k"); do
@@ -145,7 +151,7 @@ scenario() {
 	shift 3
 	FAILED=FAIL
 	[ "$name" = base ] && FAILED=UPSTREAM-FAILS
-	DUMPS= RESTORES= WHY= RESTORED=
+	DUMPS= RESTORES= WHY= RESTORED= CARRIED=
 	say "== $name: reference run"
 	job "$ref" "$pre" "$@"
 	wait_file "$T/$ref/done" 600 || { result "$name" $FAILED "reference run: $(tail -n 3 "$OUT/$ref.job.log" | tr '\n' ' ')"; return; }
@@ -179,13 +185,16 @@ scenario() {
 		result "$name" $FAILED "losses differ from the uninterrupted run: $(diff "$T/$ref/losses" "$T/$name/losses" | head -n 4 | tr '\n' ' ')"
 		return
 	fi
-	result "$name" PASS "$(wc -l <"$T/$name/losses") losses bit-identical to the uninterrupted run; dump s:$DUMPS; restore s:$RESTORES; children at the pauses: $(cut -d' ' -f4- "$T/$name/paused.1" | wc -w), $(cut -d' ' -f4- "$T/$name/paused.2" | wc -w)${hb:+; forked helper: $hb before, $HA after}$( [ -f "$T/$name/nvml.log" ] && echo "; nvml helper: $(tail -n 1 "$T/$name/nvml.log")")"
+	result "$name" PASS "$(wc -l <"$T/$name/losses") losses bit-identical to the uninterrupted run; dump s:$DUMPS; restore s:$RESTORES; MiB carried/allocated/reserved:$CARRIED; children at the pauses: $(cut -d' ' -f4- "$T/$name/paused.1" | wc -w), $(cut -d' ' -f4- "$T/$name/paused.2" | wc -w)${hb:+; forked helper: $hb before, $HA after}$( [ -f "$T/$name/nvml.log" ] && echo "; nvml helper: $(tail -n 1 "$T/$name/nvml.log")")"
 }
 
 # The helper's answer after a restore: asked in the second cycle's pause.
 want dl-persist && scenario dl-persist 1 "$T/plugins" --workers 2 --persistent --fork-helper --nvml-helper
 want dl-fresh && scenario dl-fresh 1 "$T/plugins" --workers 2
 want compile && scenario compile 1 "$T/plugins" --workers 0 --compile
+# the caching allocator emptied before each dump (CUINTERPOSE_RELEASE=torch):
+# the losses must not change, and fewer bytes are carried
+want dl-release && JOBENV=CUINTERPOSE_RELEASE=torch scenario dl-release 1 "$T/plugins" --workers 2
 want base && scenario base 0 "$T/base-plugins" --workers 2 --persistent --fork-helper --nvml-helper
 echo "== summary"
 cat "$OUT/summary.txt"

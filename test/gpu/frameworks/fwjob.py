@@ -22,7 +22,8 @@ KIND is one of
 The protocol is gpu_job's (test/gpu/gpu_job.c), so run.sh's cmd/answers work:
 every rank writes DIR/r<rank>.ready ("pid <pid> ..."), polls DIR/cmd
 ("<seq> <verb> [args]") and answers in DIR/r<rank>.<seq> ("ok ..." or
-"fail <why>"). Verbs: verify, add RANK K, graph, fresh, gen, churn, exit.
+"fail <why>"). Verbs: verify, add RANK K, graph, fresh, gen, churn, mem (torch's
+allocated and reserved bytes), exit.
 Checksums are exact integer sums computed on the GPU, so "verify" answers
 can be compared across ranks and across a checkpoint.
 """
@@ -142,6 +143,12 @@ class Rank:
             return self.gen()
         if verb == "churn":
             return self.churn()
+        if verb == "mem":
+            if not getattr(self, "torch", None):
+                return "ok allocated 0 reserved 0"
+            self.torch.cuda.synchronize()
+            return "ok allocated %d reserved %d" % (self.torch.cuda.memory_allocated(),
+                                                    self.torch.cuda.memory_reserved())
         return "fail unknown verb %s" % verb
 
     def verify(self):

@@ -11,7 +11,8 @@ synthetic dataset through DataLoader(num_workers=N, pin_memory=True), the
 workers forked from the CUDA process (Linux's default start method). Each
 step appends the loss (float.hex) to DIR/losses. Every --pause-every steps,
 in the middle of an epoch (the workers alive, batches prefetched), it writes
-DIR/paused.K and waits for DIR/go.K: the checkpoint happens there. Without
+DIR/mem.K (torch's allocated and reserved bytes) and DIR/paused.K and
+waits for DIR/go.K: the checkpoint happens there. Without
 --pause-every it runs straight through: the reference losses.
 
 --fork-helper: after the first CUDA call, fork a child that only sleeps
@@ -146,6 +147,9 @@ def main():
                 pause += 1
                 torch.cuda.synchronize()
                 kids = os.popen("ps -o pid= --ppid %d" % os.getpid()).read().split()
+                with open(os.path.join(d, "mem.%d" % pause), "w") as f:
+                    f.write("allocated %d reserved %d\n" % (torch.cuda.memory_allocated(),
+                                                          torch.cuda.memory_reserved()))
                 with open(os.path.join(d, "paused.%d.tmp" % pause), "w") as f:
                     f.write("step %d children %s\n" % (step, " ".join(kids)))
                 os.rename(os.path.join(d, "paused.%d.tmp" % pause), os.path.join(d, "paused.%d" % pause))
