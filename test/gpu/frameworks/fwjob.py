@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """fwjob.py - real-framework jobs for the GPU suite (test/gpu/fw.sh).
 
-    fwjob.py KIND DIR NPROCS [--mib N] [--cache-mib N] [--arrays N]
+    fwjob.py KIND DIR NPROCS [--mib N] [--cache-mib N] [--temp-mib N] [--arrays N]
 
 KIND is one of
   torch-ipc     rank 0 shares a CUDA tensor with ranks 1..N-1 through
@@ -12,7 +12,9 @@ KIND is one of
   torch-async   one process on PyTorch's cudaMallocAsync backend (a private
                 stream-ordered pool), allocating and freeing around the checkpoint
   llm           one process with a GPT-2-shaped transformers model (seeded random
-                weights, fp16) plus --cache-mib of cache-like memory; greedy
+                weights, fp16) plus --cache-mib of cache-like memory and,
+                with --temp-mib, a freed computation of that size (its memory
+                stays reserved by torch's caching allocator); greedy
                 generation must be token-identical after a restore
   cupy-ipc      CuPy: rank 0 shares a cudaMalloc buffer through
                 cudaIpcGetMemHandle, ranks 1..N-1 open it
@@ -312,6 +314,7 @@ def main():
     ap.add_argument("nprocs", type=int)
     ap.add_argument("--mib", type=int, default=64)
     ap.add_argument("--cache-mib", type=int, default=2048)
+    ap.add_argument("--temp-mib", type=int, default=0)
     ap.add_argument("--arrays", type=int, default=2000)
     args = ap.parse_args()
     kind, d, n = args.kind, args.dir, args.nprocs
@@ -399,6 +402,12 @@ def run_single(kind, d, args):
         r.cache = torch.randint(-2**31, 2**31 - 1, (args.cache_mib * (1 << 18),), dtype=torch.int32, device="cuda",
                                 generator=g)
         r.cache_sum = isum(r.cache)
+        if args.temp_mib:
+            # a computation's temporaries, freed: the caching allocator keeps
+            # their memory reserved (what a checkpoint carries unless released)
+            t = torch.ones((args.temp_mib * (1 << 18),), dtype=torch.float32, device="cuda")
+            r.temp_sum = float((t * 2).sum().item())
+            del t
         r.prompt = torch.randint(0, 50257, (1, 16), device="cuda", generator=g)
         torch.cuda.synchronize()
         free, total = torch.cuda.mem_get_info()
