@@ -2,7 +2,7 @@
 # forked.sh - processes forked from CUDA processes, through checkpoints, on
 # the GPU machine, with a bundle (test/gpu/bundle.sh):
 #
-#   bundle/scripts/forked.sh [--out DIR] [--only dl-persist,dl-fresh,compile,dl-release,base]
+#   bundle/scripts/forked.sh [--out DIR] [--only dl-persist,dl-fresh,compile,dl-precopy,dl-release,base]
 #
 # Each job is frameworks/trainjob.py (a deterministic PyTorch training job),
 # started as the README says (`cuinterpose run --`), and run twice: straight
@@ -15,6 +15,8 @@
 #   dl-fresh    the same loader without persistent workers: the cycles fall
 #               in two epochs, each with workers of its own
 #   compile     torch.compile (Inductor) without workers
+#   dl-precopy  dl-persist with `cuinterpose precopy` at each pause and the
+#               dump against it (CUINTERPOSE_PARENT)
 #   dl-release  dl-fresh's loader with CUINTERPOSE_RELEASE=torch: the caching
 #               allocator emptied before each dump (each row gives the MiB
 #               carried against torch's allocated and reserved at the pause)
@@ -26,7 +28,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 S=$(cd "$(dirname "$0")" && pwd)
 BUNDLE=$(cd "$S/.." && pwd)
 OUT=
-ONLY=dl-persist,dl-fresh,compile,dl-release,base
+ONLY=dl-persist,dl-fresh,compile,dl-precopy,dl-release,base
 while [ $# -gt 0 ]; do
 	case $1 in
 	--out) OUT=$2; shift ;;
@@ -109,8 +111,19 @@ cycle() {
 	wait_file "$T/$name/paused.$k" 300 || { WHY="no pause $k: $(tail -n 3 "$OUT/$name.job.log" | tr '\n' ' ')"; return 1; }
 	kids=$(cat "$T/$name/paused.$k")
 	mkdir -p "$d" "$OUT/$name"
-	criu_do dump "$d" "$pl"
+	local parent=
+	if [ -n "${PRECOPY:-}" ]; then
+		# a live pre-copy of the paused job, then the dump against it
+		parent=$T/$name/pre.$k
+		local t0=$(date +%s.%N)
+		"$BUNDLE/bin/cuinterpose" precopy --timeout 300 "$JOBPID" "$parent" >"$OUT/$name/precopy.$k" 2>&1 ||
+			{ WHY="precopy $k failed: $(tail -n 3 "$OUT/$name/precopy.$k" | tr '\n' ' ')"; return 1; }
+		PRE="$PRE $(echo "$(date +%s.%N) $t0" | awk '{printf "%.2f", $1 - $2}')"
+		sed "s/^/  precopy $k: /" "$OUT/$name/precopy.$k"
+	fi
+	CUINTERPOSE_PARENT=$parent criu_do dump "$d" "$pl"
 	local rc=$?
+	[ -n "$parent" ] && grep -h "left to the parent" "$d/dump.log" | sed "s/^.*cuinterpose: /  dump $k: /"
 	cp "$d/dump.log" "$OUT/$name/dump.$k.log" 2>/dev/null
 	grep -E "forked after cuInit|NVML only|Error" "$d/dump.log" | head -n 8 | sed "s/^/  dump $k: /"
 	if [ $rc != 0 ]; then
@@ -133,6 +146,7 @@ cycle() {
 	rc=$?
 	cp "$d/restore.log" "$OUT/$name/restore.$k.log" 2>/dev/null
 	drop_images "$d"
+	[ -n "$parent" ] && drop_images "$parent"
 	[ $rc = 0 ] || tail -n 25 "$OUT/$name/restore.$k.log" | sed "s/^/  restore.log: /" | cut -c1-300
 	[ $rc = 0 ] || { WHY="restore $k failed (rc $rc): $(grep -m2 Error "$d/restore.log" | tr '\n' ' ')"; return 1; }
 	RESTORES="$RESTORES ${SECS}"
@@ -151,7 +165,7 @@ scenario() {
 	shift 3
 	FAILED=FAIL
 	[ "$name" = base ] && FAILED=UPSTREAM-FAILS
-	DUMPS= RESTORES= WHY= RESTORED= CARRIED=
+	DUMPS= RESTORES= WHY= RESTORED= CARRIED= PRE=
 	say "== $name: reference run"
 	job "$ref" "$pre" "$@"
 	wait_file "$T/$ref/done" 600 || { result "$name" $FAILED "reference run: $(tail -n 3 "$OUT/$ref.job.log" | tr '\n' ' ')"; return; }
@@ -185,7 +199,7 @@ scenario() {
 		result "$name" $FAILED "losses differ from the uninterrupted run: $(diff "$T/$ref/losses" "$T/$name/losses" | head -n 4 | tr '\n' ' ')"
 		return
 	fi
-	result "$name" PASS "$(wc -l <"$T/$name/losses") losses bit-identical to the uninterrupted run; dump s:$DUMPS; restore s:$RESTORES; MiB carried/allocated/reserved:$CARRIED; children at the pauses: $(cut -d' ' -f4- "$T/$name/paused.1" | wc -w), $(cut -d' ' -f4- "$T/$name/paused.2" | wc -w)${hb:+; forked helper: $hb before, $HA after}$( [ -f "$T/$name/nvml.log" ] && echo "; nvml helper: $(tail -n 1 "$T/$name/nvml.log")")"
+	result "$name" PASS "$(wc -l <"$T/$name/losses") losses bit-identical to the uninterrupted run; ${PRE:+precopy s:$PRE; }dump s:$DUMPS; restore s:$RESTORES; MiB carried/allocated/reserved:$CARRIED; children at the pauses: $(cut -d' ' -f4- "$T/$name/paused.1" | wc -w), $(cut -d' ' -f4- "$T/$name/paused.2" | wc -w)${hb:+; forked helper: $hb before, $HA after}$( [ -f "$T/$name/nvml.log" ] && echo "; nvml helper: $(tail -n 1 "$T/$name/nvml.log")")"
 }
 
 # The helper's answer after a restore: asked in the second cycle's pause.
@@ -194,6 +208,8 @@ want dl-fresh && scenario dl-fresh 1 "$T/plugins" --workers 2
 want compile && scenario compile 1 "$T/plugins" --workers 0 --compile
 # the caching allocator emptied before each dump (CUINTERPOSE_RELEASE=torch):
 # the losses must not change, and fewer bytes are carried
+# each dump against a live pre-copy made at the pause (workers and helpers alive)
+want dl-precopy && PRECOPY=1 scenario dl-precopy 1 "$T/plugins" --workers 2 --persistent --fork-helper --nvml-helper
 want dl-release && JOBENV=CUINTERPOSE_RELEASE=torch scenario dl-release 1 "$T/plugins" --workers 2
 want base && scenario base 0 "$T/base-plugins" --workers 2 --persistent --fork-helper --nvml-helper
 echo "== summary"

@@ -14,6 +14,10 @@
 #  fw-cupy-ipc        CuPy cudaIpc* among 3 processes
 #  fw-cupy-small      FW_ARRAYS small CuPy arrays: device memory under the
 #                     interposer against the same job without it, then two cycles
+#  fw-torch-ipc-precopy, fw-llm-precopy
+#                     the torch IPC and LLM jobs, each dump against a live
+#                     `cuinterpose precopy` made just before (a generation
+#                     between them), with every check of their cycles
 #  fw-base-*          the same torch IPC and LLM jobs through CRIU's upstream
 #                     cuda_plugin (no interposer), the baseline
 #
@@ -33,7 +37,7 @@ FW_PY=${FW_PY:-python3}
 FW_CACHE_MIB=${FW_CACHE_MIB:-2048}
 FW_ARRAYS=${FW_ARRAYS:-2000}
 FW_BASE=${FW_BASE:-torch-ipc llm} # the jobs run through upstream cuda_plugin under "base"
-FW_ONLY=${FW_ONLY:-torch-ipc,torch-exp,torch-async,llm,cupy-ipc,cupy-small,base}
+FW_ONLY=${FW_ONLY:-torch-ipc,torch-exp,torch-async,llm,cupy-ipc,cupy-small,torch-ipc-precopy,llm-precopy,base}
 fw_want() { case ",$FW_ONLY," in *,"$1",*) return 0 ;; esac; return 1; }
 
 # start_fw NAME KIND NPROCS PRELOAD(0|1) [ENV=VAL...] [-- FWJOB-ARGS]
@@ -91,15 +95,29 @@ sc_fw() {
 	: >"$T/$name/times"
 	for ((c = 1; c <= cycles; c++)); do
 		pids=$(tree_pids)
-		criu_do dump "$T/$name/d$c" "$T/plugins" --link-remap ||
+		local parent= pre=
+		if [ -n "${FW_PRECOPY:-}" ]; then
+			# a live pre-copy while the job runs, then the dump against it
+			parent=$T/$name/p$c
+			local t0=$(date +%s.%N)
+			"$BUNDLE/bin/cuinterpose" precopy --timeout 300 "$JOBPID" "$parent" >"$T/$name/precopy.$c" 2>&1 ||
+				fail "cuinterpose precopy (cycle $c): $(tail -n 3 "$T/$name/precopy.$c" | tr '\n' ' ')"
+			pre=$(echo "$(date +%s.%N) $t0" | awk '{printf "%.3f", $1 - $2}')
+			sed 's/^/  /' "$T/$name/precopy.$c"
+			cmd 300 gen || fail "gen between the pre-copy and the dump (cycle $c): $CMDERR"
+			[ "$(answers)" = "$tokens" ] || fail "generation differs after the pre-copy (cycle $c)"
+		fi
+		CUINTERPOSE_PARENT=$parent criu_do dump "$T/$name/d$c" "$T/plugins" --link-remap ||
 			fail "criu dump (cycle $c) failed: $(grep -E 'Error|cuinterpose:.*(refus|fail|not)' "$T/$name/d$c/dump.log" | tail -n 3 | tr '\n' ' ')"
 		local ds=$SECS
+		[ -n "$parent" ] && grep -h "left to the parent" "$T/$name/d$c/dump.log" | sed "s/^.*cuinterpose: /  pre-copy ${pre}s, then /"
 		wait_gone $pids || fail "dumped processes still alive (cycle $c)"
 		criu_do restore "$T/$name/d$c" "$T/plugins" ||
 			fail "criu restore (cycle $c) failed: $(grep -E 'Error|cuinterpose:.*(refus|fail)' "$T/$name/d$c/restore.log" | tail -n 3 | tr '\n' ' ')"
-		echo "$ds $SECS $(du -sm "$T/$name/d$c" | cut -f1)" >>"$T/$name/times"
+		echo "$ds $SECS $(du -sm "$T/$name/d$c" | cut -f1) ${pre:-}" >>"$T/$name/times"
 		grep -h "cuinterpose: " "$T/$name/d$c"/*.log | grep -E "done|SAVE:|LOAD:|dump of tree" | sed 's/^.*cuinterpose: /  /'
 		drop_images "$T/$name/d$c"
+		[ -n "$parent" ] && drop_images "$parent"
 		cmd 300 verify || fail "after restore (cycle $c): $CMDERR"
 		[ "$(answers)" = "$before" ] || fail "answers changed (cycle $c): $(answers | tr '\n' ' ') vs $(echo $before)"
 		cmd 300 gen || fail "gen after restore (cycle $c): $CMDERR"
@@ -119,7 +137,7 @@ sc_fw() {
 	done
 	cmd 30 exit
 	kill -9 $(tree_pids) 2>/dev/null
-	echo "ok: $kind, $n processes, $cycles cycle(s); dump/restore s: $(awk '{printf "%s/%s ", $1, $2}' "$T/$name/times")" >"$T/why"
+	echo "ok: $kind, $n processes, $cycles cycle(s)${FW_PRECOPY:+, each dump against a live pre-copy}; $([ -n "${FW_PRECOPY:-}" ] && echo "pre-copy/dump/restore" || echo "dump/restore") s: $(awk '{printf "%s%s/%s ", ($4 != "" ? $4 "/" : ""), $1, $2}' "$T/$name/times")" >"$T/why"
 	kill_job
 }
 
@@ -172,6 +190,8 @@ run_fw() {
 	fw_one llm fw-llm llm 1 2 -- --cache-mib "$FW_CACHE_MIB"
 	fw_one llm-native fw-llm-native llm 1 2 CUINTERPOSE_PRIVATE=native -- --cache-mib "$FW_CACHE_MIB"
 	fw_one cupy-ipc fw-cupy-ipc cupy-ipc 3 2
+	FW_PRECOPY=1 fw_one torch-ipc-precopy fw-torch-ipc-precopy torch-ipc 3 2
+	FW_PRECOPY=1 fw_one llm-precopy fw-llm-precopy llm 1 2 -- --cache-mib "$FW_CACHE_MIB"
 	fw_want cupy-small && run_fw_small
 	if fw_want base && [ -f "$BASE_PLUGIN" ]; then
 		for s in $FW_BASE; do

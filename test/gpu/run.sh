@@ -40,6 +40,10 @@
 #  fw      the real-framework jobs (fw.sh): PyTorch IPC and expandable
 #          segments, cudaMallocAsync, a transformers LLM, CuPy IPC and small
 #          arrays, against CRIU's upstream cuda_plugin
+#  forked  forked.sh (not in the default set): the training jobs with
+#          DataLoader workers, a forked helper, an NVML-only helper,
+#          torch.compile, a pre-copy before each dump and the release hooks,
+#          losses bit for bit, against upstream cuda_plugin; its rows here
 #  bench-llm, bench-incr, bench-share, bench-carrier
 #          issue 17's benchmarks (bench.sh; not in the default set, each one
 #          call of at most 600 s): the LLM job at BENCH_LLM_GIB (2 8 32) and
@@ -862,6 +866,15 @@ want micro && run_micro
 want bench && run_bench
 want scale && run_scale
 want fw && run_fw
+if want forked; then
+	# its own subreaper and directory; its rows become this run's
+	bash "$S/forked.sh" --out "$T/forked" 2>&1 | sed 's/^/  forked: /'
+	[ -s "$T/forked/summary.txt" ] || result forked FAIL "forked.sh wrote no summary (see the forked: lines)"
+	[ -s "$T/forked/summary.txt" ] && while IFS=$'\t' read -r n st why; do
+		case $st in PASS | UPSTREAM-FAILS) ;; *) st=FAIL ;; esac
+		result "forked-$n" "$st" "$why"
+	done <"$T/forked/summary.txt"
+fi
 want killed && run_killed
 want bench-llm && run_bench_llm
 want bench-incr && run_bench_incr
