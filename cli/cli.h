@@ -37,7 +37,6 @@ int cli_connect_proc(pid_t pid, const char *path);
  * case), each reply within timeout_ms (0: no limit): 0 and the state in
  * *resp (free with cuip_client_free), or -errno and err. */
 int cli_ask_state(int s, const char *client, unsigned timeout_ms, Cuip__Response **resp, char *err, size_t errlen);
-const char *cli_phase_name(int p);
 void cli_print_state(const Cuip__ProcessState *st);
 void cli_print_state_json(const Cuip__ProcessState *st);
 void cli_jstr(const char *s);

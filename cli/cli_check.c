@@ -680,7 +680,7 @@ static void check_one(struct check *c, const char *spid, int asked)
 		report(c, CK_WARN, name,
 		       "%s: phase %s (a checkpoint is in progress, or one stopped half-way: its CUDA calls wait "
 		       "at the gate)",
-		       comm, cli_phase_name(phase));
+		       comm, cuip_phase_name(phase));
 	else
 		report(c, CK_OK, name, "%s: socket %s answers, phase ACTIVE", comm, path);
 }

@@ -140,12 +140,6 @@ int cli_connect_proc(pid_t pid, const char *path)
 	return s;
 }
 
-const char *cli_phase_name(int p)
-{
-	static const char *const n[] = {"?", "ACTIVE", "QUIESCED", "PREPARED", "RESTORING", "FAILED"};
-	return p >= 1 && p <= 5 ? n[p] : "?";
-}
-
 static const char *owner_name(int o)
 {
 	static const char *const n[] = {"?", "native", "shared", "unsupported"};
@@ -270,7 +264,7 @@ void cli_print_state(const Cuip__ProcessState *st)
 	char b[64];
 
 	printf("process %d  identity %016" PRIx64 "  phase %s  version %s\n", st->self->pid, st->self->id,
-	       cli_phase_name(st->phase), st->version ? st->version : "?");
+	       cuip_phase_name(st->phase), st->version ? st->version : "?");
 	printf("socket %s\n", st->socket ? st->socket : "-");
 	if (st->failure)
 		printf("failure: %s\n", st->failure);
@@ -359,7 +353,7 @@ void cli_print_state_json(const Cuip__ProcessState *st)
 	char b[64];
 
 	printf("{\"pid\":%d,\"identity\":\"%016" PRIx64 "\",\"phase\":\"%s\",\"version\":", st->self->pid, st->self->id,
-	       cli_phase_name(st->phase));
+	       cuip_phase_name(st->phase));
 	cli_jstr(st->version);
 	printf(",\"socket\":");
 	cli_jstr(st->socket);

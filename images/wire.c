@@ -158,6 +158,15 @@ uint32_t cuip_crc32c(uint32_t crc, const void *buf, size_t len)
 
 /* ---- frames ------------------------------------------------------------ */
 
+const char *cuip_phase_name(int phase)
+{
+	const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value(&cuip__phase__descriptor, phase);
+
+	if (!v || strncmp(v->name, "PHASE_", 6))
+		return "unknown";
+	return v->name + 6;
+}
+
 const char *cuip_kind_name(unsigned kind)
 {
 	switch (kind) {

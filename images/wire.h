@@ -49,6 +49,10 @@ uint32_t cuip_crc32c(uint32_t crc, const void *buf, size_t len);
 
 /* Human-readable name of a frame kind, for messages. */
 const char *cuip_kind_name(unsigned kind);
+/* The name of an interposer phase (Cuip__Phase) without its PHASE_ prefix,
+ * from the protocol's own descriptor: "ACTIVE", "QUIESCED", ...; "unknown"
+ * for a value the protocol does not define. */
+const char *cuip_phase_name(int phase);
 
 /*
  * Encode a frame + message into a freshly malloc'd buffer.

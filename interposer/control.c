@@ -189,12 +189,6 @@ static int sock_open(void)
 
 /* ---- replies ------------------------------------------------------------- */
 
-static const char *phase_label(Cuip__Phase p)
-{
-	static const char *const n[] = {"?", "ACTIVE", "QUIESCED", "PREPARED", "RESTORING", "FAILED"};
-	return (unsigned)p < 6 ? n[p] : "?";
-}
-
 static int reply_status(int fd, int status, const char *msg)
 {
 	Cuip__Response r = CUIP__RESPONSE__INIT;
@@ -225,7 +219,7 @@ static int do_handshake(struct conn *c, const Cuip__Handshake *hs)
 	if (hs->client && !strcmp(hs->client, "guardian") && h.phase != CUIP__PHASE__PHASE_ACTIVE)
 		pr_err("pid %d: criu went away in the middle of a checkpoint (phase %s); its guardian is rolling this "
 		       "process back",
-		       (int)self.pid, phase_label(h.phase));
+		       (int)self.pid, cuip_phase_name(h.phase));
 	h.version = (char *)CUIP_VERSION;
 	r.body_case = CUIP__RESPONSE__BODY_HANDSHAKE;
 	r.handshake = &h;
@@ -332,7 +326,7 @@ static bool serve_one(int idx)
 			snprintf(
 				msg, sizeof(msg),
 				"pid %d: another checkpoint of this process is in progress (phase %s); QUIESCE refused",
-				(int)self.pid, phase_label(cuip_phase()));
+				(int)self.pid, cuip_phase_name(cuip_phase()));
 			ret = reply_status(c->fd, -EALREADY, msg);
 			goto done;
 		}
@@ -449,7 +443,7 @@ static void *ctl_main(void *arg)
 				pr_err("pid %d: the checkpoint's control connection was lost in phase %s (criu killed "
 				       "or "
 				       "crashed?); the gate stays closed until criu's guardian rolls this process back",
-				       (int)self.pid, phase_label(cuip_phase()));
+				       (int)self.pid, cuip_phase_name(cuip_phase()));
 			close(conns[i].fd);
 			conns[i] = (struct conn){.fd = -1};
 			if (i == nconns - 1)

@@ -63,12 +63,6 @@ static Cuip__Response *reply(int status, const char *fmt, ...)
 	return r;
 }
 
-static const char *phase_name(Cuip__Phase p)
-{
-	static const char *const n[] = {"?", "ACTIVE", "QUIESCED", "PREPARED", "RESTORING", "FAILED"};
-	return (unsigned)p < 6 ? n[p] : "?";
-}
-
 /* ---- QUIESCE --------------------------------------------------------------- */
 
 static uint64_t carried_bytes(void)
@@ -118,7 +112,7 @@ static Cuip__Response *op_quiesce(const Cuip__Quiesce *q)
 	if (ph == CUIP__PHASE__PHASE_QUIESCED)
 		return reply(0, NULL);
 	if (ph != CUIP__PHASE__PHASE_ACTIVE)
-		return reply(-EBUSY, "pid %d: QUIESCE in phase %s", self.pid, phase_name(ph));
+		return reply(-EBUSY, "pid %d: QUIESCE in phase %s", self.pid, cuip_phase_name(ph));
 	if (cuip_release_wanted())
 		release_first(&t0, q->timeout_ms / 2);
 	elapsed = cuip_ms_since(&t0);
@@ -192,13 +186,14 @@ static Cuip__Response *op_carry(const Cuip__Request *req, const int *fds, size_t
 		return not_implemented(req);
 	if (!load && req->save->live && ph != CUIP__PHASE__PHASE_ACTIVE)
 		return reply(-EBUSY, "pid %d: pre-copy in phase %s (only a running job is pre-copied)", self.pid,
-			     phase_name(ph));
+			     cuip_phase_name(ph));
 	if (!load && !req->save->live && ph != CUIP__PHASE__PHASE_QUIESCED)
-		return reply(-EBUSY, "pid %d: SAVE in phase %s (QUIESCE first)", self.pid, phase_name(ph));
+		return reply(-EBUSY, "pid %d: SAVE in phase %s (QUIESCE first)", self.pid, cuip_phase_name(ph));
 	if (load && !nfds)
 		return reply(-EBADF, "pid %d: LOAD came without a carrier file", self.pid);
 	if (load && (ph == CUIP__PHASE__PHASE_ACTIVE || ph == CUIP__PHASE__PHASE_QUIESCED))
-		return reply(-EBUSY, "pid %d: LOAD in phase %s (shared memory is attached)", self.pid, phase_name(ph));
+		return reply(-EBUSY, "pid %d: LOAD in phase %s (shared memory is attached)", self.pid,
+			     cuip_phase_name(ph));
 	ret = load ? c->load(req->load, fds, nfds, &lr, why, sizeof(why))
 		   : c->save(req->save, fds, nfds, &sr, why, sizeof(why));
 	r = slice_reply(ret, why);
@@ -225,7 +220,7 @@ static Cuip__Response *op_prepare(const struct cuip_slice *s)
 	if (s->prepared_phase && ph == s->prepared_phase)
 		return reply(0, NULL);
 	if (ph != CUIP__PHASE__PHASE_QUIESCED)
-		return reply(-EBUSY, "pid %d: %s in phase %s", self.pid, s->prepare_name, phase_name(ph));
+		return reply(-EBUSY, "pid %d: %s in phase %s", self.pid, s->prepare_name, cuip_phase_name(ph));
 	ret = s->prepare(why, sizeof(why));
 	if (ret)
 		return slice_reply(ret, why);
@@ -292,7 +287,7 @@ static Cuip__Response *op_rebuild(const Cuip__Rebuild *rb)
 	/* QUIESCED with multicast detached: a rollback after PREPARE_MULTICAST. */
 	if (ph == CUIP__PHASE__PHASE_ACTIVE || (ph == CUIP__PHASE__PHASE_QUIESCED && !any_detached()))
 		return reply(-EBUSY, "pid %d: REBUILD in phase %s (shared memory is attached)", self.pid,
-			     phase_name(ph));
+			     cuip_phase_name(ph));
 	cuip_set_phase(CUIP__PHASE__PHASE_RESTORING);
 	cuip_for_each_slice(s)
 	{

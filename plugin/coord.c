@@ -1157,13 +1157,6 @@ static int write_images(struct cuip_group *g)
 	return ret;
 }
 
-static const char *phase_label(int ph)
-{
-	static const char *names[] = {"unknown", "ACTIVE", "QUIESCED", "PREPARED", "RESTORING", "FAILED"};
-
-	return ph > 0 && (size_t)ph < sizeof(names) / sizeof(names[0]) ? names[ph] : names[0];
-}
-
 /*
  * A participant that is not ACTIVE is in another checkpoint (in progress,
  * or dead and waiting for its guardian's rollback): refuse before anything
@@ -1180,7 +1173,7 @@ static int refuse_busy(struct cuip_group *g)
 		snprintf(g->err, sizeof(g->err),
 			 "pid %d is in phase %s: another checkpoint or restore of it is in progress (or is being "
 			 "rolled back); this dump leaves it alone, try again when it has finished",
-			 p->pid, phase_label(p->phase));
+			 p->pid, cuip_phase_name(p->phase));
 		return -EBUSY;
 	}
 	return 0;

@@ -55,24 +55,6 @@ static const struct cuip_pf_proc *find_proc(const struct pf *pf, uint64_t id)
 	return NULL;
 }
 
-static const char *phase_name(Cuip__Phase ph)
-{
-	switch (ph) {
-	case CUIP__PHASE__PHASE_ACTIVE:
-		return "ACTIVE";
-	case CUIP__PHASE__PHASE_QUIESCED:
-		return "QUIESCED";
-	case CUIP__PHASE__PHASE_PREPARED:
-		return "PREPARED";
-	case CUIP__PHASE__PHASE_RESTORING:
-		return "RESTORING";
-	case CUIP__PHASE__PHASE_FAILED:
-		return "FAILED";
-	default:
-		return "unknown";
-	}
-}
-
 #define AID(a) (unsigned long long)((a) ? (a)->creator : 0), (unsigned long long)((a) ? (a)->serial : 0)
 
 static void check_process(struct pf *pf, const struct cuip_pf_proc *pp)
@@ -84,7 +66,7 @@ static void check_process(struct pf *pf, const struct cuip_pf_proc *pp)
 		refuse(pf,
 		       "pid %d is in interposer phase %s%s%s, not %s; wait for the previous operation to "
 		       "finish (a FAILED process must be restarted)",
-		       pp->pid, phase_name(st->phase), st->failure ? ": " : "", st->failure ? st->failure : "",
+		       pp->pid, cuip_phase_name(st->phase), st->failure ? ": " : "", st->failure ? st->failure : "",
 		       pp->quiesced ? "QUIESCED" : "ACTIVE");
 	if (st->counters && st->counters->has_raw_imports && st->counters->raw_imports)
 		refuse(pf,

@@ -70,6 +70,19 @@ START_TEST(crc32c_matches_the_castagnoli_check_value)
 }
 END_TEST
 
+START_TEST(phase_names_come_from_the_protocol)
+{
+	ck_assert_str_eq(cuip_phase_name(CUIP__PHASE__PHASE_ACTIVE), "ACTIVE");
+	ck_assert_str_eq(cuip_phase_name(CUIP__PHASE__PHASE_QUIESCED), "QUIESCED");
+	ck_assert_str_eq(cuip_phase_name(CUIP__PHASE__PHASE_PREPARED), "PREPARED");
+	ck_assert_str_eq(cuip_phase_name(CUIP__PHASE__PHASE_RESTORING), "RESTORING");
+	ck_assert_str_eq(cuip_phase_name(CUIP__PHASE__PHASE_FAILED), "FAILED");
+	ck_assert_str_eq(cuip_phase_name(0), "unknown");
+	ck_assert_str_eq(cuip_phase_name(99), "unknown");
+	ck_assert_str_eq(cuip_phase_name(-1), "unknown");
+}
+END_TEST
+
 START_TEST(frame_header_layout_is_stable)
 {
 	Cuip__Request req = CUIP__REQUEST__INIT;
@@ -466,6 +479,7 @@ static Suite *wire_suite(void)
 	tcase_set_timeout(tc, 10);
 
 	tcase_add_test(tc, crc32c_matches_the_castagnoli_check_value);
+	tcase_add_test(tc, phase_names_come_from_the_protocol);
 	tcase_add_test(tc, frame_header_layout_is_stable);
 	tcase_add_test(tc, decode_round_trips_a_process_state);
 	tcase_add_test(tc, decode_refuses_bad_input_with_reasons);
