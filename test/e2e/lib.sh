@@ -455,3 +455,23 @@ wait_gone() {
 	done
 	return 0
 }
+
+# stored FILE: the bytes FILE takes on disk (holes and inherited chunks take none)
+stored() { echo $(($(stat -c %b "$1") * $(stat -c %B "$1"))); }
+# need_holes: skip unless the file system of $T keeps holes (a sparse file stores nothing)
+need_holes() {
+	local probe=$T/holes.probe s
+	truncate -s 1M "$probe" && s=$(stored "$probe")
+	rm -f "$probe"
+	[ "${s:-x}" = 0 ] || skip "the file system of $T keeps no holes (a 1 MiB sparse file stores ${s:-?} bytes)"
+}
+
+# machine SEED [DEVICES]: the devd of this test now runs another machine
+# (other GPU UUIDs from the seed; 2 devices unless told)
+machine() {
+	"$FAKERUN" --stop
+	export FAKECUDA_UUID_SEED=$1 FAKECUDA_DEVICES=${2:-2}
+	"$FAKERUN" --start || fail "devd for machine $1"
+}
+# uuids: the GPU UUIDs of the machine the devd runs now, on one line
+uuids() { FAKECUDA_SOCKET=$FAKECUDA_SOCKET "$FAKERUN" "$B/test/fakecuda/fakecuda-ckpt" --uuids | tr '\n' ' '; }

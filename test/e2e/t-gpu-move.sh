@@ -14,13 +14,6 @@
 N=2
 export FAKECUDA_DEVICES=2 FAKECUDA_UUID_SEED=11
 
-# machine SEED [DEVICES]: the devd of this test now runs another machine
-machine() {
-	"$FAKERUN" --stop
-	export FAKECUDA_UUID_SEED=$1 FAKECUDA_DEVICES=${2:-2}
-	"$FAKERUN" --start || fail "devd for machine $1"
-}
-uuids() { FAKECUDA_SOCKET=$FAKECUDA_SOCKET "$FAKERUN" "$B/test/fakecuda/fakecuda-ckpt" --uuids | tr '\n' ' '; }
 # refused DIR: the restore failed before any process of the job existed
 refused() {
 	local p

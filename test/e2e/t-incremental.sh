@@ -16,12 +16,7 @@
 #    and the job's pids stay free).
 . "$srcdir/lib.sh"
 
-# stored FILE: bytes in blocks
-stored() { echo $(($(stat -c %b "$1") * $(stat -c %B "$1"))); }
-probe=$T/holes.probe
-truncate -s 1M "$probe" && [ "$(stored "$probe")" = 0 ] ||
-	skip "the file system of $T keeps no holes (a 1 MiB sparse file stores $(stored "$probe") bytes)"
-rm -f "$probe"
+need_holes
 CLI=$B/cli/cuinterpose
 
 CUINTERPOSE_LOG=2 start_job 2

@@ -16,12 +16,6 @@ N=2
 export FAKECUDA_DEVICES=2 FAKECUDA_UUID_SEED=41
 CLI=$B/cli/cuinterpose
 
-machine() {
-	"$FAKERUN" --stop
-	export FAKECUDA_UUID_SEED=$1 FAKECUDA_DEVICES=2
-	"$FAKERUN" --start || fail "devd for machine $1"
-}
-uuids() { FAKECUDA_SOCKET=$FAKECUDA_SOCKET "$FAKERUN" "$B/test/fakecuda/fakecuda-ckpt" --uuids | tr '\n' ' '; }
 stop_page_server() { [ -s "$T/ps.pid" ] && kill "$(cat "$T/ps.pid")" 2>/dev/null; rm -f "$T/ps.pid"; }
 
 start_job $N

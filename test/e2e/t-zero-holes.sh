@@ -9,18 +9,14 @@
 . "$srcdir/lib.sh"
 
 RESV=48
-probe=$T/holes.probe
-truncate -s 1M "$probe" && [ "$(du -k "$probe" | cut -f1)" = 0 ] ||
-	skip "the file system of $T keeps no holes (a 1 MiB sparse file holds $(du -k "$probe" | cut -f1) KiB)"
-rm -f "$probe"
+need_holes
 
 export E2E_RESERVED_MB=$RESV
 CUINTERPOSE_LOG=2 start_job 2 --private
 cmd 2 verify 0
 before=$(answers 2)
 
-# stored FILE: bytes in blocks; apparent FILE: its size
-stored() { echo $(($(stat -c %b "$1") * $(stat -c %B "$1"))); }
+# apparent FILE: its size (stored FILE, lib.sh: the bytes it takes)
 apparent() { stat -c %s "$1"; }
 check_holes() { # DIR CYCLE
 	local n=0 f a s
