@@ -244,26 +244,11 @@ static void show_carriers(struct show *s, const Cuip__Topology *t)
 static bool read_parent(struct show *s, const Cuip__Inventory *inv, struct cuip_ckpt *par, const char **via)
 {
 	char err[1024];
-	int fd = cuip_images_open_parent(s->dirfd, inv, via), ret;
 
-	if (fd < 0) {
-		problem(s,
-			"the parent checkpoint %s of this incremental checkpoint is %s: its inherited chunks cannot be "
-			"read",
-			inv->parent, fd == -ENOENT ? "missing" : strerror(-fd));
-		return false;
-	}
-	ret = cuip_images_read(fd, par, err, sizeof(err));
-	close(fd);
-	if (ret == 0 && (inv->parent_checkpoint_id.len != 16 ||
-			 memcmp(par->inv->checkpoint_id.data, inv->parent_checkpoint_id.data, 16))) {
-		cuip_images_free(par);
-		snprintf(err, sizeof(err), "it is not the checkpoint this one was made against (changed parent)");
-		ret = -ESTALE;
-	}
-	if (ret)
-		problem(s, "the parent checkpoint %s cannot be read: %s", *via, err);
-	return ret == 0;
+	if (cuip_images_read_parent(s->dirfd, inv, par, via, err, sizeof(err)) == 0)
+		return true;
+	problem(s, "%s: its inherited chunks cannot be read", err);
+	return false;
 }
 
 /* One topology image: its records and carrier index. */

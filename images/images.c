@@ -711,53 +711,103 @@ int cuip_images_open_parent(int dirfd, const Cuip__Inventory *inv, const char **
 	return fd >= 0 ? fd : -errno;
 }
 
+/*
+ * The parent of the checkpoint whose inventory is inv (in dirfd), read with
+ * its own chain at depth: where the relative path leads first (a chain
+ * moved as a whole), then at the absolute path when the relative one is
+ * missing or holds something else. Where neither holds it, the message
+ * (naming the recorded absolute path) is the first that found a directory
+ * there, else: missing.
+ */
+static int read_parent_at(int dirfd, const Cuip__Inventory *inv, unsigned depth, struct cuip_ckpt *par,
+			  const char **via, char *err, size_t errlen)
+{
+	const char *rel = inv->parent_relative && inv->parent_relative[0] && inv->parent_relative[0] != '/'
+				  ? inv->parent_relative
+				  : NULL;
+	const char *path[2] = {rel, inv->parent};
+	char why[768];
+	int ret = 0;
+
+	if (inv->parent[0] != '/' || inv->parent_checkpoint_id.len != 16) {
+		errfmt(err, errlen, "%s: parent checkpoint \"%s\" is not an absolute directory with a checkpoint id",
+		       CUIP_INVENTORY_IMG, inv->parent);
+		return -EBADMSG;
+	}
+	if (depth >= CUIP_CHAIN_MAX) {
+		errfmt(err, errlen, "%s: more than %d checkpoints in the parent chain (a loop?)", inv->parent,
+		       CUIP_CHAIN_MAX);
+		return -ELOOP;
+	}
+	for (int k = 0; k < 2; k++) {
+		ProtobufCMessage *m = NULL;
+		int pfd, r;
+		bool same;
+
+		if (!path[k])
+			continue;
+		pfd = k ? open(path[k], O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+			: openat(dirfd, path[k], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (pfd < 0)
+			continue;
+		/* Its inventory first: only the checkpoint recorded is followed
+		 * down its chain (once: a chain is read in linear time). */
+		r = cuip_image_read(pfd, CUIP_INVENTORY_IMG, CUIP_KIND_INVENTORY, &cuip__inventory__descriptor, NULL,
+				    &m, why, sizeof(why));
+		same = !r && same_ckpt(&((Cuip__Inventory *)m)->checkpoint_id, &inv->parent_checkpoint_id);
+		if (m)
+			protobuf_c_message_free_unpacked(m, NULL);
+		if (same) {
+			r = read_chain(pfd, par, depth + 1, why, sizeof(why));
+			close(pfd);
+			if (!r) {
+				*via = path[k];
+				return 0;
+			}
+			if (r == -ESTALE || r == -ELOOP) { /* a link further down: its message names it */
+				errfmt(err, errlen, "%s", why);
+				return r;
+			}
+			errfmt(err, errlen, "the parent checkpoint %s cannot be read: %s", inv->parent, why);
+			return -ESTALE;
+		}
+		close(pfd);
+		if (ret)
+			continue; /* the first directory found speaks */
+		if (r)
+			errfmt(err, errlen, "the parent checkpoint %s cannot be read: %s", inv->parent,
+			       r == -ENOENT ? "it holds no cuinterpose inventory" : why);
+		else
+			errfmt(err, errlen,
+			       "the parent checkpoint %s is not the one this checkpoint was made against (another dump "
+			       "was written there since: changed parent)",
+			       inv->parent);
+		ret = -ESTALE;
+	}
+	if (!ret) {
+		errfmt(err, errlen, "the parent checkpoint %s of this incremental checkpoint is missing%s%s%s",
+		       inv->parent, rel ? " (nor is it at " : "", rel ? rel : "", rel ? " from here)" : "");
+		ret = -ESTALE;
+	}
+	return ret;
+}
+
+int cuip_images_read_parent(int dirfd, const Cuip__Inventory *inv, struct cuip_ckpt *par, const char **via, char *err,
+			    size_t errlen)
+{
+	return read_parent_at(dirfd, inv, 0, par, via, err, errlen);
+}
+
 /* The parent of checkpoint c (in dirfd), read (and itself flattened), then
  * c's topologies flattened onto it. */
 static int follow_parent(struct cuip_ckpt *c, int dirfd, unsigned depth, char *err, size_t errlen)
 {
-	const char *dir = c->inv->parent, *via;
 	struct cuip_ckpt par;
-	char why[768];
-	int pfd, ret;
+	const char *via;
+	int ret = read_parent_at(dirfd, c->inv, depth, &par, &via, err, errlen);
 
-	if (dir[0] != '/' || c->inv->parent_checkpoint_id.len != 16) {
-		errfmt(err, errlen, "%s: parent checkpoint \"%s\" is not an absolute directory with a checkpoint id",
-		       CUIP_INVENTORY_IMG, dir);
-		return -EBADMSG;
-	}
-	if (depth >= CUIP_CHAIN_MAX) {
-		errfmt(err, errlen, "%s: more than %d checkpoints in the parent chain (a loop?)", dir, CUIP_CHAIN_MAX);
-		return -ELOOP;
-	}
-	pfd = cuip_images_open_parent(dirfd, c->inv, &via);
-	if (pfd < 0) {
-		errfmt(err, errlen, "the parent checkpoint %s of this incremental checkpoint is %s%s%s%s", dir,
-		       pfd == -ENOENT ? "missing" : strerror(-pfd), c->inv->parent_relative ? " (nor is it at " : "",
-		       c->inv->parent_relative ? c->inv->parent_relative : "",
-		       c->inv->parent_relative ? " from here)" : "");
-		return -ESTALE;
-	}
-	ret = read_chain(pfd, &par, depth + 1, why, sizeof(why));
-	close(pfd);
-	if (ret == -ESTALE || ret == -ELOOP) {
-		/* A link further down: its message names it. */
-		errfmt(err, errlen, "%s", why);
+	if (ret)
 		return ret;
-	}
-	if (ret) {
-		errfmt(err, errlen, "the parent checkpoint %s cannot be read: %s", dir,
-		       ret == -ENOENT ? "it holds no cuinterpose inventory" : why);
-		return -ESTALE;
-	}
-	if (!same_ckpt(&par.inv->checkpoint_id, &c->inv->parent_checkpoint_id)) {
-		errfmt(err, errlen,
-		       "the parent checkpoint %s is not the one this checkpoint was made against (another dump was "
-		       "written there since: changed parent)",
-		       dir);
-		cuip_images_free(&par);
-		return -ESTALE;
-	}
-	ret = 0;
 	for (size_t i = 0; i < c->n && !ret; i++) {
 		char name[64];
 

@@ -57,9 +57,6 @@ bool cuip_path_relative(const char *from, const char *to, char *out, size_t len)
  */
 int cuip_images_open_parent(int dirfd, const Cuip__Inventory *inv, const char **via);
 
-int cuip_images_write(int dirfd, const uint8_t ckpt_id[16], const struct cuip_img_proc *p, size_t n,
-		      uint64_t carried_bytes, const struct cuip_img_parent *parent, char *err, size_t errlen);
-
 /* A checkpoint as read back; topo[i] belongs to inv->participants[i]. */
 struct cuip_ckpt {
 	Cuip__Inventory *inv;
@@ -87,6 +84,20 @@ struct cuip_ckpt {
  * message naming the directory at fault, before anything is restored.
  */
 int cuip_images_read(int dirfd, struct cuip_ckpt *c, char *err, size_t errlen);
+
+/*
+ * The parent checkpoint of inventory inv (of the checkpoint in dirfd), read
+ * with its chain into *par (free with cuip_images_free): where the relative
+ * path leads, else at the absolute path (also when the relative one holds
+ * another checkpoint). *via: the path it was read at. 0, or -ESTALE
+ * (missing, unreadable, another checkpoint: changed parent), -ELOOP or
+ * -EBADMSG with err naming the directory at fault.
+ */
+int cuip_images_read_parent(int dirfd, const Cuip__Inventory *inv, struct cuip_ckpt *par, const char **via, char *err,
+			    size_t errlen);
+
+int cuip_images_write(int dirfd, const uint8_t ckpt_id[16], const struct cuip_img_proc *p, size_t n,
+		      uint64_t carried_bytes, const struct cuip_img_parent *parent, char *err, size_t errlen);
 
 /*
  * A copy of topology t (of an incremental checkpoint whose parent, read,

@@ -1007,6 +1007,49 @@ START_TEST(a_chain_moved_as_a_whole_is_followed)
 }
 END_TEST
 
+/* A child moved alone: where its relative path now leads is no checkpoint,
+ * then another checkpoint (a copy of the child itself); the parent is read
+ * at its absolute path, which still holds it. */
+START_TEST(a_relative_path_to_something_else_falls_back_to_the_absolute_one)
+{
+	char mv[64] = "/tmp/cuip-mv-XXXXXX", there[160], cpath[160], cmd[512], err[512], want[160];
+	struct cuip_ckpt c;
+	int fd;
+
+	write_ckpt();
+	write_child(dir, ckid, 0);
+	ck_assert_ptr_nonnull(mkdtemp(mv));
+	snprintf(there, sizeof(there), "%s/%s", mv, strrchr(dir, '/') + 1);
+	snprintf(cpath, sizeof(cpath), "%s/%s", mv, strrchr(cdir, '/') + 1);
+	ck_assert_int_eq(rename(cdir, cpath), 0);
+	ck_assert_int_eq(mkdir(there, 0700), 0); /* no checkpoint where "../<parent>" leads */
+	snprintf(want, sizeof(want), "%s/cuinterpose-carrier-101.img", dir);
+	for (int round = 0; round < 2; round++) {
+		fd = open(cpath, O_RDONLY | O_DIRECTORY);
+		ck_assert_int_ge(fd, 0);
+		ck_assert_msg(cuip_images_read(fd, &c, err, sizeof(err)) == 0, "round %d: %s", round, err);
+		ck_assert_str_eq(c.topo[0]->carrier_files[1], want);
+		ck_assert_msg(cuip_images_verify_carriers(fd, &c, err, sizeof(err)) == 0, "%s", err);
+		cuip_images_free(&c);
+		close(fd);
+		/* round 1: another checkpoint there (the child's own files) */
+		snprintf(cmd, sizeof(cmd), "cp %s/* %s/", cpath, there);
+		ck_assert_int_eq(system(cmd), 0);
+	}
+	/* Both gone: the message names the absolute path and the relative one. */
+	ck_assert_int_eq(rename(dir, "/tmp/cuip-parent-gone"), 0);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", there);
+	ck_assert_int_eq(system(cmd), 0);
+	fd = open(cpath, O_RDONLY | O_DIRECTORY);
+	ck_assert_int_eq(cuip_images_read(fd, &c, err, sizeof(err)), -ESTALE);
+	ck_assert_msg(strstr(err, "is missing (nor is it at ../") && strstr(err, dir), "%s", err);
+	close(fd);
+	ck_assert_int_eq(rename("/tmp/cuip-parent-gone", dir), 0);
+	ck_assert_int_eq(rename(cpath, cdir), 0);
+	ck_assert_int_eq(rmdir(mv), 0);
+}
+END_TEST
+
 Suite *rules_suite(void);
 
 Suite *rules_suite(void)
@@ -1056,6 +1099,7 @@ Suite *rules_suite(void)
 	tcase_add_test(t, a_broken_chain_is_refused_naming_the_directory_at_fault);
 	tcase_add_test(t, relative_paths_between_directories);
 	tcase_add_test(t, a_chain_moved_as_a_whole_is_followed);
+	tcase_add_test(t, a_relative_path_to_something_else_falls_back_to_the_absolute_one);
 	suite_add_tcase(s, t);
 	return s;
 }
