@@ -1,7 +1,7 @@
 /*
  * drain.h - synchronizing every context on a helper thread (drain.c), so
- * that QUIESCE waits a bounded time for device work. drain_mu protects the
- * helper's request and result.
+ * that QUIESCE waits a bounded time for device work (a cuip_worker, whose
+ * lock protects the helper's request and result).
  */
 #ifndef CUIP_DRAIN_H
 #define CUIP_DRAIN_H

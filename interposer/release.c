@@ -12,15 +12,15 @@
  * hooks take the GIL as any thread would), and waits at most its timeout:
  * past it the checkpoint carries what is allocated when the gate closes,
  * and the hooks finish on their own (their CUDA calls wait at the closed
- * gate). Like drain.c, one thread at a time, started on demand: a QUIESCE
- * that finds the previous round still running waits for that round only.
+ * gate). Like drain.c, one thread at a time, started on demand (a
+ * cuip_worker, runtime.h): a QUIESCE that finds the previous round still
+ * running waits for that round only.
  * The thread runs the job's code, so its name is outside the plugin's
  * "cuip-" prefix: a restore lets the interposer's own threads run before
  * the job resumes, never this one (a hook that went on running, or a
  * thread ending meanwhile, would break that window).
  *
- * Owns the hook table, the release thread and their state; rel_mu
- * protects all of it. Calls no other module of the interposer but the
+ * Owns the hook table (rel_mu) and the release worker (its own lock). Calls no other module of the interposer but the
  * runtime (its thread and deadline helpers) and the log; what the hooks
  * call reaches the interposer as the application's calls do.
  */
@@ -30,7 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cuinterpose.h"
@@ -45,14 +44,9 @@ struct hook {
 	void *arg;
 };
 
-static pthread_mutex_t rel_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t rel_cv; /* CLOCK_MONOTONIC */
-static pthread_once_t rel_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t rel_mu = PTHREAD_MUTEX_INITIALIZER; /* the hook table */
 static struct hook hooks[CUINTERPOSE_MAX_HOOKS];
 static unsigned nhooks;
-static unsigned long requested, served;
-static bool running;
-static char result[160]; /* the last round's failure, "" when none */
 
 /* ---- the built-in Python hooks ------------------------------------------ */
 
@@ -143,44 +137,24 @@ __attribute__((constructor)) static void release_env(void)
 
 /* ---- the release thread --------------------------------------------------- */
 
-static void rel_cv_init(void)
-{
-	pthread_condattr_t a;
-
-	pthread_condattr_init(&a);
-	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-	pthread_cond_init(&rel_cv, &a);
-	pthread_condattr_destroy(&a);
-}
-
-static void *release_main(void *arg)
+/* One round: the built-in Python hook, then the registered ones in order. */
+static int release_round(char *msg, size_t len)
 {
 	struct hook h[CUINTERPOSE_MAX_HOOKS];
-	char why[sizeof(result)];
+	unsigned n;
 
-	(void)arg;
 	pthread_mutex_lock(&rel_mu);
-	while (served < requested) {
-		unsigned long round = requested;
-		unsigned n = nhooks;
-
-		memcpy(h, hooks, sizeof(h));
-		pthread_mutex_unlock(&rel_mu);
-		why[0] = 0;
-		if (python_code)
-			python_hook(why, sizeof(why));
-		for (unsigned i = 0; i < n; i++)
-			h[i].fn(h[i].arg);
-		pthread_mutex_lock(&rel_mu);
-		served = round;
-		memcpy(result, why, sizeof(why));
-		pthread_cond_broadcast(&rel_cv);
-	}
-	running = false;
-	pthread_cond_broadcast(&rel_cv);
+	n = nhooks;
+	memcpy(h, hooks, sizeof(h));
 	pthread_mutex_unlock(&rel_mu);
-	return NULL;
+	if (python_code)
+		python_hook(msg, len);
+	for (unsigned i = 0; i < n; i++)
+		h[i].fn(h[i].arg);
+	return msg[0] ? -EIO : 0;
 }
+
+static struct cuip_worker releaser = CUIP_WORKER_INIT("cuinterpose-rel", release_round);
 
 bool cuip_release_wanted(void)
 {
@@ -194,43 +168,16 @@ bool cuip_release_wanted(void)
 
 int cuip_release_run(unsigned timeout_ms, char *msg, size_t len)
 {
-	struct timespec dl;
-	unsigned long want;
-	int ret = 0;
+	int ret;
 
-	pthread_once(&rel_once, rel_cv_init);
-	cuip_deadline_ms(&dl, timeout_ms);
 	msg[0] = 0;
-	pthread_mutex_lock(&rel_mu);
-	if (!nhooks && !python_code) {
-		pthread_mutex_unlock(&rel_mu);
+	if (!cuip_release_wanted())
 		return 0;
-	}
 	/* A round still running (an earlier QUIESCE timed out on it): wait
 	 * for that one rather than queueing another behind it. */
-	want = running ? requested : ++requested;
-	if (!running) {
-		ret = cuip_thread_start(release_main, NULL, "cuinterpose-rel");
-		if (ret) {
-			served = want;
-			pthread_mutex_unlock(&rel_mu);
-			snprintf(msg, len, "cannot start the release thread: %s", strerror(-ret));
-			return ret;
-		}
-		running = true;
-	}
-	while (served < want) {
-		if (pthread_cond_timedwait(&rel_cv, &rel_mu, &dl) == ETIMEDOUT && served < want) {
-			ret = -ETIMEDOUT;
-			snprintf(msg, len, "the release hooks did not return within %u ms", timeout_ms);
-			break;
-		}
-	}
-	if (!ret && result[0]) {
-		ret = -EIO;
-		snprintf(msg, len, "%s", result);
-	}
-	pthread_mutex_unlock(&rel_mu);
+	ret = cuip_worker_run(&releaser, true, timeout_ms, msg, len);
+	if (ret == -ETIMEDOUT)
+		snprintf(msg, len, "the release hooks did not return within %u ms", timeout_ms);
 	return ret;
 }
 
@@ -254,9 +201,7 @@ static void fork_child(void)
 	/* A forked child has no release thread and none of its parent's
 	 * hooks (they name the parent's allocator state). */
 	nhooks = 0;
-	requested = served = 0;
-	running = false;
-	result[0] = 0;
 	pthread_mutex_init(&rel_mu, NULL);
+	cuip_worker_fork_child(&releaser);
 }
 CUIP_FORK_HOOK(release, NULL, NULL, fork_child);

@@ -85,6 +85,81 @@ void cuip_deadline_ms(struct timespec *dl, unsigned ms)
 	}
 }
 
+static void *worker_main(void *arg)
+{
+	struct cuip_worker *w = arg;
+	char msg[sizeof(w->msg)];
+
+	pthread_mutex_lock(&w->mu);
+	while (w->served < w->requested) {
+		unsigned long round = w->requested;
+		int r;
+
+		pthread_mutex_unlock(&w->mu);
+		msg[0] = 0;
+		r = w->work(msg, sizeof(msg));
+		pthread_mutex_lock(&w->mu);
+		w->served = round;
+		w->result = r;
+		memcpy(w->msg, msg, sizeof(msg));
+		pthread_cond_broadcast(&w->cv);
+	}
+	w->running = false;
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
+int cuip_worker_run(struct cuip_worker *w, bool join, unsigned timeout_ms, char *msg, size_t len)
+{
+	struct timespec dl;
+	unsigned long want;
+	int ret = 0;
+
+	cuip_deadline_ms(&dl, timeout_ms);
+	msg[0] = 0;
+	pthread_mutex_lock(&w->mu);
+	if (!w->cv_ready) {
+		pthread_condattr_t a;
+
+		pthread_condattr_init(&a);
+		pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+		pthread_cond_init(&w->cv, &a);
+		pthread_condattr_destroy(&a);
+		w->cv_ready = true;
+	}
+	want = join && w->running ? w->requested : ++w->requested;
+	if (!w->running) {
+		ret = cuip_thread_start(worker_main, w, w->name);
+		if (ret) {
+			w->served = want;
+			pthread_mutex_unlock(&w->mu);
+			snprintf(msg, len, "cannot start the %s thread: %s", w->name, strerror(-ret));
+			return ret;
+		}
+		w->running = true;
+	}
+	while (w->served < want)
+		if (pthread_cond_timedwait(&w->cv, &w->mu, &dl) == ETIMEDOUT && w->served < want) {
+			ret = -ETIMEDOUT;
+			break;
+		}
+	if (!ret && w->result) {
+		ret = w->result;
+		snprintf(msg, len, "%s", w->msg);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return ret;
+}
+
+void cuip_worker_fork_child(struct cuip_worker *w)
+{
+	w->requested = w->served = 0;
+	w->running = w->cv_ready = false;
+	w->result = 0;
+	pthread_mutex_init(&w->mu, NULL);
+}
+
 void cuip_random(void *buf, size_t len)
 {
 	uint8_t *p = buf;

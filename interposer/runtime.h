@@ -9,6 +9,7 @@
 #ifndef CUIP_RUNTIME_H
 #define CUIP_RUNTIME_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -57,6 +58,36 @@ int cuip_thread_start(void *(*fn)(void *), void *arg, const char *name);
  * variables wait on). */
 struct timespec;
 void cuip_deadline_ms(struct timespec *dl, unsigned ms);
+
+/*
+ * A worker: work done on a thread of its own so that its caller can wait
+ * for it with a deadline (QUIESCE's drain, the job's release hooks). One
+ * thread at a time (`name`, started on demand with cuip_thread_start) runs
+ * rounds of work(), without the worker's lock, until none is asked for,
+ * then ends. A caller asks for a round and waits at most its timeout; past
+ * it the round finishes on its own. mu protects the rest; cv is on
+ * CLOCK_MONOTONIC. Define one with CUIP_WORKER_INIT; a fork child resets
+ * it with cuip_worker_fork_child (its thread is the parent's).
+ */
+struct cuip_worker {
+	const char *name;
+	int (*work)(char *msg, size_t len); /* one round: 0 or a negative errno with msg */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool cv_ready, running;
+	unsigned long requested, served;
+	int result;
+	char msg[256];
+};
+#define CUIP_WORKER_INIT(thread_name, fn)                                        \
+	{                                                                        \
+		.name = thread_name, .work = fn, .mu = PTHREAD_MUTEX_INITIALIZER \
+	}
+/* Ask for a round (join: when one is running, wait for that one instead)
+ * and wait at most timeout_ms: the round's result and its msg, -ETIMEDOUT
+ * (msg empty: the caller says what was late), or the thread's start error. */
+int cuip_worker_run(struct cuip_worker *w, bool join, unsigned timeout_ms, char *msg, size_t len);
+void cuip_worker_fork_child(struct cuip_worker *w);
 
 /*
  * Hooks, registered statically (each entry is placed in a linker section
