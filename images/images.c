@@ -695,39 +695,58 @@ bool cuip_path_relative(const char *from, const char *to, char *out, size_t len)
 	return o ? true : append(out, len, &o, ".", 1);
 }
 
+/* Whether the directory fd holds the checkpoint whose id is `id`. */
+static bool holds_ckpt(int fd, const ProtobufCBinaryData *id)
+{
+	ProtobufCMessage *m = NULL;
+	char why[256];
+	bool same;
+
+	if (cuip_image_read(fd, CUIP_INVENTORY_IMG, CUIP_KIND_INVENTORY, &cuip__inventory__descriptor, NULL, &m, why,
+			    sizeof(why)))
+		return false;
+	same = same_ckpt(&((Cuip__Inventory *)m)->checkpoint_id, id);
+	protobuf_c_message_free_unpacked(m, NULL);
+	return same;
+}
+
 int cuip_images_open_parent(int dirfd, const Cuip__Inventory *inv, const char **via)
 {
-	int fd;
+	const char *rel = inv->parent_relative && inv->parent_relative[0] && inv->parent_relative[0] != '/'
+				  ? inv->parent_relative
+				  : NULL;
+	int rfd = rel ? openat(dirfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1, fd;
 
-	if (inv->parent_relative && inv->parent_relative[0] && inv->parent_relative[0] != '/') {
-		fd = openat(dirfd, inv->parent_relative, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (fd >= 0) {
-			*via = inv->parent_relative;
-			return fd;
-		}
+	/* The relative path first (a chain moved as a whole), when it leads
+	 * to the checkpoint recorded; else the absolute path, whatever it
+	 * holds (the reader judges it); else the relative one's directory. */
+	if (rfd >= 0 && holds_ckpt(rfd, &inv->parent_checkpoint_id)) {
+		*via = rel;
+		return rfd;
 	}
 	fd = open(inv->parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 && rfd >= 0) {
+		*via = rel;
+		return rfd;
+	}
+	if (rfd >= 0)
+		close(rfd);
 	*via = inv->parent;
 	return fd >= 0 ? fd : -errno;
 }
 
 /*
  * The parent of the checkpoint whose inventory is inv (in dirfd), read with
- * its own chain at depth: where the relative path leads first (a chain
- * moved as a whole), then at the absolute path when the relative one is
- * missing or holds something else. Where neither holds it, the message
- * (naming the recorded absolute path) is the first that found a directory
- * there, else: missing.
+ * its own chain at depth, from the directory cuip_images_open_parent
+ * chooses (one per level: a chain is read in linear time). Messages name
+ * the directory at fault as it was reached.
  */
 static int read_parent_at(int dirfd, const Cuip__Inventory *inv, unsigned depth, struct cuip_ckpt *par,
 			  const char **via, char *err, size_t errlen)
 {
-	const char *rel = inv->parent_relative && inv->parent_relative[0] && inv->parent_relative[0] != '/'
-				  ? inv->parent_relative
-				  : NULL;
-	const char *path[2] = {rel, inv->parent};
+	const char *rel = inv->parent_relative;
 	char why[768];
-	int ret = 0;
+	int pfd, ret;
 
 	if (inv->parent[0] != '/' || inv->parent_checkpoint_id.len != 16) {
 		errfmt(err, errlen, "%s: parent checkpoint \"%s\" is not an absolute directory with a checkpoint id",
@@ -739,57 +758,33 @@ static int read_parent_at(int dirfd, const Cuip__Inventory *inv, unsigned depth,
 		       CUIP_CHAIN_MAX);
 		return -ELOOP;
 	}
-	for (int k = 0; k < 2; k++) {
-		ProtobufCMessage *m = NULL;
-		int pfd, r;
-		bool same;
-
-		if (!path[k])
-			continue;
-		pfd = k ? open(path[k], O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-			: openat(dirfd, path[k], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (pfd < 0)
-			continue;
-		/* Its inventory first: only the checkpoint recorded is followed
-		 * down its chain (once: a chain is read in linear time). */
-		r = cuip_image_read(pfd, CUIP_INVENTORY_IMG, CUIP_KIND_INVENTORY, &cuip__inventory__descriptor, NULL,
-				    &m, why, sizeof(why));
-		same = !r && same_ckpt(&((Cuip__Inventory *)m)->checkpoint_id, &inv->parent_checkpoint_id);
-		if (m)
-			protobuf_c_message_free_unpacked(m, NULL);
-		if (same) {
-			r = read_chain(pfd, par, depth + 1, why, sizeof(why));
-			close(pfd);
-			if (!r) {
-				*via = path[k];
-				return 0;
-			}
-			if (r == -ESTALE || r == -ELOOP) { /* a link further down: its message names it */
-				errfmt(err, errlen, "%s", why);
-				return r;
-			}
-			errfmt(err, errlen, "the parent checkpoint %s cannot be read: %s", inv->parent, why);
-			return -ESTALE;
-		}
-		close(pfd);
-		if (ret)
-			continue; /* the first directory found speaks */
-		if (r)
-			errfmt(err, errlen, "the parent checkpoint %s cannot be read: %s", inv->parent,
-			       r == -ENOENT ? "it holds no cuinterpose inventory" : why);
-		else
-			errfmt(err, errlen,
-			       "the parent checkpoint %s is not the one this checkpoint was made against (another dump "
-			       "was written there since: changed parent)",
-			       inv->parent);
-		ret = -ESTALE;
+	pfd = cuip_images_open_parent(dirfd, inv, via);
+	if (pfd < 0) {
+		errfmt(err, errlen, "the parent checkpoint %s of this incremental checkpoint is %s%s%s%s", inv->parent,
+		       pfd == -ENOENT ? "missing" : strerror(-pfd), rel ? " (nor is it at " : "", rel ? rel : "",
+		       rel ? " from here)" : "");
+		return -ESTALE;
 	}
-	if (!ret) {
-		errfmt(err, errlen, "the parent checkpoint %s of this incremental checkpoint is missing%s%s%s",
-		       inv->parent, rel ? " (nor is it at " : "", rel ? rel : "", rel ? " from here)" : "");
-		ret = -ESTALE;
+	ret = read_chain(pfd, par, depth + 1, why, sizeof(why));
+	close(pfd);
+	if (ret == -ESTALE || ret == -ELOOP) { /* a link further down: its message names it */
+		errfmt(err, errlen, "%s", why);
+		return ret;
 	}
-	return ret;
+	if (ret) {
+		errfmt(err, errlen, "the parent checkpoint %s cannot be read: %s", *via,
+		       ret == -ENOENT ? "it holds no cuinterpose inventory" : why);
+		return -ESTALE;
+	}
+	if (!same_ckpt(&par->inv->checkpoint_id, &inv->parent_checkpoint_id)) {
+		errfmt(err, errlen,
+		       "the parent checkpoint %s is not the one this checkpoint was made against (another dump was "
+		       "written there since: changed parent)",
+		       *via);
+		cuip_images_free(par);
+		return -ESTALE;
+	}
+	return 0;
 }
 
 int cuip_images_read_parent(int dirfd, const Cuip__Inventory *inv, struct cuip_ckpt *par, const char **via, char *err,

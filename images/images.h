@@ -50,10 +50,12 @@ bool cuip_path_relative(const char *from, const char *to, char *out, size_t len)
 
 /*
  * Open the parent directory of the checkpoint in dirfd whose inventory is
- * inv: its relative path first (a chain moved as a whole), then its
- * absolute one. Returns the descriptor and sets *via to the path the
+ * inv: its relative path when it leads to the checkpoint recorded (a chain
+ * moved as a whole), else its absolute one (whatever it holds), else the
+ * relative one's. Returns the descriptor and sets *via to the path the
  * parent's files are named by from dirfd (relative or absolute), or -errno
- * of the absolute path's open.
+ * of the absolute path's open. Every reader of a chain (and the dump's
+ * check that its directory is none of the chain's) goes through it.
  */
 int cuip_images_open_parent(int dirfd, const Cuip__Inventory *inv, const char **via);
 
@@ -87,9 +89,8 @@ int cuip_images_read(int dirfd, struct cuip_ckpt *c, char *err, size_t errlen);
 
 /*
  * The parent checkpoint of inventory inv (of the checkpoint in dirfd), read
- * with its chain into *par (free with cuip_images_free): where the relative
- * path leads, else at the absolute path (also when the relative one holds
- * another checkpoint). *via: the path it was read at. 0, or -ESTALE
+ * with its chain into *par (free with cuip_images_free), in the directory
+ * cuip_images_open_parent chooses. *via: the path it was read at. 0, or -ESTALE
  * (missing, unreadable, another checkpoint: changed parent), -ELOOP or
  * -EBADMSG with err naming the directory at fault.
  */
