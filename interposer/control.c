@@ -507,9 +507,9 @@ int cuip_ctl_start(void)
 		ret = -errno;
 		goto fail;
 	}
-	ret = cuip_thread_start(op_main, NULL, "cuip-op");
+	ret = cuip_thread_start(op_main, NULL, "cuip-op", 0);
 	if (!ret)
-		ret = cuip_thread_start(ctl_main, NULL, "cuip-ctl");
+		ret = cuip_thread_start(ctl_main, NULL, "cuip-ctl", 0);
 	if (ret)
 		goto fail; /* an op thread without a ctl thread just idles */
 	return 0;

@@ -51,11 +51,11 @@ static int sync_all(char *msg, size_t len)
 	return -EIO;
 }
 
-static struct cuip_worker drainer = CUIP_WORKER_INIT("cuip-drain", sync_all);
+static struct cuip_worker drainer = CUIP_WORKER_INIT("cuip-drain", sync_all, 0);
 
 int cuip_drain(unsigned timeout_ms, char *msg, size_t len)
 {
-	int ret = cuip_worker_run(&drainer, false, timeout_ms, msg, len);
+	int ret = cuip_worker_run(&drainer, timeout_ms, msg, len);
 
 	if (ret == -ETIMEDOUT)
 		snprintf(msg, len, "device work still running after %u ms", timeout_ms);

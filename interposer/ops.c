@@ -121,7 +121,7 @@ static Cuip__Response *op_quiesce(const Cuip__Quiesce *q)
 	cuip_state_take();
 	if (ret == -ETIMEDOUT)
 		return reply(ret, "pid %d: CUDA calls still in flight after %u ms; gate reopened", self.pid,
-			     q->timeout_ms);
+			     cuip_ms_since(&t0));
 	if (ret)
 		return reply(ret, "pid %d: cannot close the API gate: %s; gate reopened", self.pid, strerror(-ret));
 	/* A resource the preflight's INSPECT found checkpointable and that

@@ -14,7 +14,7 @@
  * and the hooks finish on their own (their CUDA calls wait at the closed
  * gate). Like drain.c, one thread at a time, started on demand (a
  * cuip_worker, runtime.h): a QUIESCE that finds the previous round still
- * running waits for that round only.
+ * running neither waits for it nor runs the hooks again.
  * The thread runs the job's code, so its name is outside the plugin's
  * "cuip-" prefix: a restore lets the interposer's own threads run before
  * the job resumes, never this one (a hook that went on running, or a
@@ -64,6 +64,7 @@ static const struct {
 };
 
 static const char *python_code; /* CUINTERPOSE_RELEASE's, NULL: none */
+static char release_value[128]; /* its value at load, for messages */
 unsigned cuip_release_timeout_ms = 5000;
 
 /* The Python C API of the interpreter this process runs, if any: the
@@ -91,7 +92,7 @@ static void python_hook(char *why, size_t len)
 
 	if (!python_find(&py) || !py.is_initialized()) {
 		snprintf(why, len, "CUINTERPOSE_RELEASE=%s needs a Python process; this one runs no interpreter",
-			 getenv("CUINTERPOSE_RELEASE"));
+			 release_value);
 		return;
 	}
 	g = py.gil_ensure();
@@ -99,7 +100,7 @@ static void python_hook(char *why, size_t len)
 	py.gil_release(g);
 	if (r)
 		snprintf(why, len, "CUINTERPOSE_RELEASE=%s raised an exception (its traceback is on stderr)",
-			 getenv("CUINTERPOSE_RELEASE"));
+			 release_value);
 }
 
 __attribute__((constructor)) static void release_env(void)
@@ -121,8 +122,9 @@ __attribute__((constructor)) static void release_env(void)
 	v = getenv("CUINTERPOSE_RELEASE");
 	if (!v || !*v || !strcmp(v, "none"))
 		return;
+	snprintf(release_value, sizeof(release_value), "%s", v);
 	if (!strncmp(v, "python:", 7) && v[7]) {
-		python_code = v + 7;
+		python_code = strdup(v + 7); /* the job may change its environment */
 		return;
 	}
 	for (size_t i = 0; i < sizeof(builtin) / sizeof(builtin[0]); i++)
@@ -154,7 +156,9 @@ static int release_round(char *msg, size_t len)
 	return msg[0] ? -EIO : 0;
 }
 
-static struct cuip_worker releaser = CUIP_WORKER_INIT("cuinterpose-rel", release_round);
+/* The job's code (a Python interpreter, a framework) gets the stack a
+ * thread of its own would get by default. */
+static struct cuip_worker releaser = CUIP_WORKER_INIT("cuinterpose-rel", release_round, 8 << 20);
 
 bool cuip_release_wanted(void)
 {
@@ -173,9 +177,13 @@ int cuip_release_run(unsigned timeout_ms, char *msg, size_t len)
 	msg[0] = 0;
 	if (!cuip_release_wanted())
 		return 0;
-	/* A round still running (an earlier QUIESCE timed out on it): wait
-	 * for that one rather than queueing another behind it. */
-	ret = cuip_worker_run(&releaser, true, timeout_ms, msg, len);
+	/* A round still running (an earlier QUIESCE went on without it):
+	 * neither waited for again nor queued behind it. */
+	if (cuip_worker_busy(&releaser)) {
+		snprintf(msg, len, "the release hooks of an earlier checkpoint have not returned yet; not run again");
+		return -EBUSY;
+	}
+	ret = cuip_worker_run(&releaser, timeout_ms, msg, len);
 	if (ret == -ETIMEDOUT)
 		snprintf(msg, len, "the release hooks did not return within %u ms", timeout_ms);
 	return ret;

@@ -54,23 +54,46 @@ struct cuip_self self;
 static atomic_int started;
 static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
 
-int cuip_thread_start(void *(*fn)(void *), void *arg, const char *name)
+struct thread_start {
+	void *(*fn)(void *);
+	void *arg;
+	char name[16];
+};
+
+/* The thread names itself: naming it from outside could rename another
+ * thread that took the descriptor of one that already ended. */
+static void *thread_main(void *p)
 {
+	struct thread_start st = *(struct thread_start *)p;
+
+	free(p);
+	pthread_setname_np(pthread_self(), st.name);
+	return st.fn(st.arg);
+}
+
+int cuip_thread_start(void *(*fn)(void *), void *arg, const char *name, size_t stack)
+{
+	struct thread_start *st = malloc(sizeof(*st));
 	sigset_t all, old;
 	pthread_attr_t at;
 	pthread_t t;
 	int ret;
 
+	if (!st)
+		return -ENOMEM;
+	st->fn = fn;
+	st->arg = arg;
+	snprintf(st->name, sizeof(st->name), "%s", name);
 	sigfillset(&all);
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&at, 256 << 10);
+	pthread_attr_setstacksize(&at, stack ? stack : 256 << 10);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	ret = pthread_create(&t, &at, fn, arg);
+	ret = pthread_create(&t, &at, thread_main, st);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (!ret)
-		pthread_setname_np(t, name); /* before anyone can look */
 	pthread_attr_destroy(&at);
+	if (ret)
+		free(st);
 	return -ret;
 }
 
@@ -110,7 +133,7 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-int cuip_worker_run(struct cuip_worker *w, bool join, unsigned timeout_ms, char *msg, size_t len)
+int cuip_worker_run(struct cuip_worker *w, unsigned timeout_ms, char *msg, size_t len)
 {
 	struct timespec dl;
 	unsigned long want;
@@ -128,9 +151,9 @@ int cuip_worker_run(struct cuip_worker *w, bool join, unsigned timeout_ms, char 
 		pthread_condattr_destroy(&a);
 		w->cv_ready = true;
 	}
-	want = join && w->running ? w->requested : ++w->requested;
+	want = ++w->requested;
 	if (!w->running) {
-		ret = cuip_thread_start(worker_main, w, w->name);
+		ret = cuip_thread_start(worker_main, w, w->name, w->stack);
 		if (ret) {
 			w->served = want;
 			pthread_mutex_unlock(&w->mu);
@@ -150,6 +173,16 @@ int cuip_worker_run(struct cuip_worker *w, bool join, unsigned timeout_ms, char 
 	}
 	pthread_mutex_unlock(&w->mu);
 	return ret;
+}
+
+bool cuip_worker_busy(struct cuip_worker *w)
+{
+	bool busy;
+
+	pthread_mutex_lock(&w->mu);
+	busy = w->served < w->requested;
+	pthread_mutex_unlock(&w->mu);
+	return busy;
 }
 
 void cuip_worker_fork_child(struct cuip_worker *w)

@@ -52,8 +52,9 @@ int cuip_dev_by_uuid(const uint8_t *uuid);
 void cuip_devices_rescan(void);
 void cuip_random(void *buf, size_t len);
 /* Start a detached thread named `name` with every signal blocked (the
- * application's handlers never run on our threads); 0 or a negative errno. */
-int cuip_thread_start(void *(*fn)(void *), void *arg, const char *name);
+ * application's handlers never run on our threads) and a stack of `stack`
+ * bytes (0: 256 KiB); 0 or a negative errno. */
+int cuip_thread_start(void *(*fn)(void *), void *arg, const char *name, size_t stack);
 /* *dl = now + ms on CLOCK_MONOTONIC (what the interposer's condition
  * variables wait on). */
 struct timespec;
@@ -72,6 +73,7 @@ void cuip_deadline_ms(struct timespec *dl, unsigned ms);
 struct cuip_worker {
 	const char *name;
 	int (*work)(char *msg, size_t len); /* one round: 0 or a negative errno with msg */
+	size_t stack;			    /* its thread's stack, 0: cuip_thread_start's default */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	bool cv_ready, running;
@@ -79,14 +81,16 @@ struct cuip_worker {
 	int result;
 	char msg[256];
 };
-#define CUIP_WORKER_INIT(thread_name, fn)                                        \
-	{                                                                        \
-		.name = thread_name, .work = fn, .mu = PTHREAD_MUTEX_INITIALIZER \
+#define CUIP_WORKER_INIT(thread_name, fn, stack_bytes)                                                 \
+	{                                                                                              \
+		.name = thread_name, .work = fn, .stack = stack_bytes, .mu = PTHREAD_MUTEX_INITIALIZER \
 	}
-/* Ask for a round (join: when one is running, wait for that one instead)
- * and wait at most timeout_ms: the round's result and its msg, -ETIMEDOUT
- * (msg empty: the caller says what was late), or the thread's start error. */
-int cuip_worker_run(struct cuip_worker *w, bool join, unsigned timeout_ms, char *msg, size_t len);
+/* Ask for a round (after the one running, if any) and wait at most
+ * timeout_ms: the round's result and its msg, -ETIMEDOUT (msg empty: the
+ * caller says what was late), or the thread's start error. */
+int cuip_worker_run(struct cuip_worker *w, unsigned timeout_ms, char *msg, size_t len);
+/* Whether a round is still running (one a caller stopped waiting for). */
+bool cuip_worker_busy(struct cuip_worker *w);
 void cuip_worker_fork_child(struct cuip_worker *w);
 
 /*

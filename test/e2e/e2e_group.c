@@ -60,6 +60,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "wl.h"
@@ -325,9 +326,16 @@ static void release_reserved(void *arg)
 	pthread_mutex_unlock(&resv_mu);
 }
 
+/* Until MS ms have passed: a checkpoint may cut a sleep short (EINTR). */
 static void release_slowly(void *arg)
 {
-	usleep((useconds_t)(uintptr_t)arg * 1000);
+	struct timespec t0, now;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		usleep(10000);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+	} while ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 < (long)(uintptr_t)arg);
 }
 
 static void release_nothing(void *arg)

@@ -8,7 +8,9 @@
 # and every other byte and address is back. Registration refuses NULL
 # (-EINVAL) and a 17th hook (-ENOSPC) (checked by the job at start).
 # A hook that overruns CUINTERPOSE_RELEASE_TIMEOUT_MS delays nothing: the
-# dump goes on, carrying the memory it did not free, and the job restores.
+# dump goes on, carrying the memory it did not free; a dump while it still
+# runs neither waits for it nor runs it again, and the job restores with it
+# running.
 # CUINTERPOSE_RELEASE=torch in a process without Python is reported, and the
 # dump goes on; bad values of the two variables are reported at start.
 . "$srcdir/lib.sh"
@@ -31,20 +33,26 @@ echo "$out" | grep -q "CUINTERPOSE_RELEASE_TIMEOUT_MS=5s is not a number of mill
 	fail "a bad CUINTERPOSE_RELEASE_TIMEOUT_MS is not reported: $out"
 note "2: a hook that overruns its time"
 export E2E_RESERVED_MB=$RESV
-E2E_RELEASE=slow:4000 CUINTERPOSE_RELEASE_TIMEOUT_MS=300 start_job 2 --private
+E2E_RELEASE=slow:20000 CUINTERPOSE_RELEASE_TIMEOUT_MS=300 start_job 2 --private
 cmd 2 verify 0
 before=$(answers 2)
-pids=$(job_pids)
-criu_dump "$T/slow" || fail "criu dump with a slow hook"
-wait_gone $pids || fail "dumped processes still alive"
+criu_dump "$T/slow" --leave-running || fail "criu dump with a slow hook"
 n=$(grep -c "the release hooks did not return within 300 ms; the checkpoint carries what is allocated" "$T/job.log")
 [ "$n" = 2 ] || fail "$n of 2 ranks report the overrun hook: $(grep -h 'release' "$T/job.log")"
 for s in $(carrier_sizes "$T/slow"); do
 	[ "$s" -ge $CAP ] || fail "a carrier file of $s bytes: the $RESV MiB the hook kept were not carried"
 done
-criu_restore "$T/slow" || fail "criu restore after a slow hook"
 cmd 2 verify 0
 [ "$(answers 2)" = "$before" ] || fail "answers differ after the slow hook: $(answers 2) vs $before"
+# The hooks still run (20 s): the next dump neither waits for them nor runs them again.
+pids=$(job_pids)
+criu_dump "$T/slow2" || fail "criu dump while the hooks still run"
+wait_gone $pids || fail "dumped processes still alive"
+n=$(grep -c "the release hooks of an earlier checkpoint have not returned yet; not run again" "$T/job.log")
+[ "$n" = 2 ] || fail "$n of 2 ranks report the hooks still running: $(grep -h 'release' "$T/job.log")"
+criu_restore "$T/slow2" || fail "criu restore with the hooks still running"
+cmd 2 verify 0
+[ "$(answers 2)" = "$before" ] || fail "answers differ after the restore: $(answers 2) vs $before"
 cmd 2 exit
 wait "$JOB"
 
