@@ -32,7 +32,8 @@ extern "C" {
  * allocated at that moment; a hook still running finishes later (its CUDA
  * calls wait while the process is checkpointed). What is allocated when
  * the gate closes is what the checkpoint carries, nothing is lost either
- * way; while they still run, a later checkpoint does not run them again. Returns 0, -EINVAL (fn is NULL) or -ENOSPC (CUINTERPOSE_MAX_HOOKS
+ * way; while they still run, a later checkpoint does not run them again.
+ * Returns 0, -EINVAL (fn is NULL) or -ENOSPC (CUINTERPOSE_MAX_HOOKS
  * already registered). A hook cannot be removed; a forked child starts
  * with none.
  */
