@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -57,18 +58,23 @@ static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
 struct thread_start {
 	void *(*fn)(void *);
 	void *arg;
-	char name[16];
+	sem_t named; /* posted once the creator named the thread */
 };
 
-/* The thread names itself: naming it from outside could rename another
- * thread that took the descriptor of one that already ended. */
+/* The thread runs only once named: named "before anyone can look" (the
+ * plugin finds our threads by name), and never after it ended (the name
+ * would go to whichever thread took its descriptor). */
 static void *thread_main(void *p)
 {
-	struct thread_start st = *(struct thread_start *)p;
+	struct thread_start *st = p;
+	void *(*fn)(void *) = st->fn;
+	void *arg = st->arg;
 
-	free(p);
-	pthread_setname_np(pthread_self(), st.name);
-	return st.fn(st.arg);
+	while (sem_wait(&st->named) && errno == EINTR)
+		;
+	sem_destroy(&st->named);
+	free(st);
+	return fn(arg);
 }
 
 int cuip_thread_start(void *(*fn)(void *), void *arg, const char *name, size_t stack)
@@ -83,7 +89,7 @@ int cuip_thread_start(void *(*fn)(void *), void *arg, const char *name, size_t s
 		return -ENOMEM;
 	st->fn = fn;
 	st->arg = arg;
-	snprintf(st->name, sizeof(st->name), "%s", name);
+	sem_init(&st->named, 0, 0);
 	sigfillset(&all);
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
@@ -92,9 +98,14 @@ int cuip_thread_start(void *(*fn)(void *), void *arg, const char *name, size_t s
 	ret = pthread_create(&t, &at, thread_main, st);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	pthread_attr_destroy(&at);
-	if (ret)
+	if (ret) {
+		sem_destroy(&st->named);
 		free(st);
-	return -ret;
+		return -ret;
+	}
+	pthread_setname_np(t, name);
+	sem_post(&st->named); /* st is the thread's from here on */
+	return 0;
 }
 
 void cuip_deadline_ms(struct timespec *dl, unsigned ms)
