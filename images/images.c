@@ -99,8 +99,10 @@ int cuip_images_write(int dirfd, const uint8_t ckpt_id[16], const struct cuip_im
 	struct timespec ts;
 	int ret = 0;
 
-	if (!jobs)
+	if (!jobs) {
+		errfmt(err, errlen, "out of memory writing the topology images of %zu processes", n);
 		return -ENOMEM;
+	}
 	for (size_t i = 0; i < n; i++) {
 		jobs[i] = (struct topo_job){.dirfd = dirfd, .ckpt_id = ckpt_id, .p = &p[i]};
 		snprintf(jobs[i].name, sizeof(jobs[i].name), CUIP_TOPOLOGY_FMT, (int)p[i].st->self->pid);
@@ -121,8 +123,10 @@ int cuip_images_write(int dirfd, const uint8_t ckpt_id[16], const struct cuip_im
 	if (ret)
 		return ret;
 	ids = calloc(n ? n : 1, sizeof(*ids));
-	if (!ids)
+	if (!ids) {
+		errfmt(err, errlen, "out of memory writing %s", CUIP_INVENTORY_IMG);
 		return -ENOMEM;
+	}
 	for (size_t i = 0; i < n; i++)
 		ids[i] = p[i].st->self;
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -335,6 +339,8 @@ static int read_one(int dirfd, struct cuip_ckpt *c, char *err, size_t errlen)
 	}
 	c->topo = calloc(c->inv->n_participants ? c->inv->n_participants : 1, sizeof(*c->topo));
 	if (!c->topo) {
+		errfmt(err, errlen, "%s: out of memory for %zu participants", CUIP_INVENTORY_IMG,
+		       c->inv->n_participants);
 		ret = -ENOMEM;
 		goto fail;
 	}
@@ -520,7 +526,10 @@ static int flatten_entry(const char *tname, const Cuip__Topology *t, Cuip__Carri
 		}
 		ix = file_index(fl, par ? dir : NULL, f);
 		if (ix == -ENAMETOOLONG || ix == -ENOMEM) {
-			errfmt(err, errlen, "%s: the path of %s in the parent chain is too long", tname, f);
+			errfmt(err, errlen,
+			       ix == -ENOMEM ? "%s: out of memory naming %s in the parent chain"
+					     : "%s: the path of %s in the parent chain is too long",
+			       tname, f);
 			ret = ix;
 			break;
 		}

@@ -452,6 +452,7 @@ int cuip_msg_recvv(int sock, unsigned kind, const ProtobufCMessageDescriptor *de
 		goto fail;
 	payload = malloc(f.len ? f.len : 1);
 	if (!payload) {
+		errfmt(err, errlen, "out of memory for a %u-byte %s", f.len, cuip_kind_name(kind));
 		ret = -ENOMEM;
 		goto fail;
 	}
@@ -548,6 +549,7 @@ int cuip_image_read(int dirfd, const char *name, unsigned kind, const ProtobufCM
 	}
 	buf = malloc((size_t)st.st_size + 1);
 	if (!buf) {
+		errfmt(err, errlen, "%s: out of memory for its %lld bytes", name, (long long)st.st_size);
 		ret = -ENOMEM;
 		goto out;
 	}

@@ -1,0 +1,74 @@
+/*
+ * failalloc.c - the counters behind failalloc.h: every allocation of the
+ * code compiled with it takes a number; the armed one returns NULL with
+ * errno ENOMEM.
+ */
+#define CUIP_FAILALLOC_IMPL 1
+#include "failalloc.h"
+
+/* The C library's own, even when the build put failalloc.h in front. */
+#undef malloc
+#undef calloc
+#undef realloc
+#undef strdup
+#undef strndup
+
+#include <errno.h>
+#include <stdatomic.h>
+
+static atomic_ulong counted, armed;
+static atomic_bool fired;
+
+void failalloc_arm(unsigned long n)
+{
+	atomic_store(&counted, 0);
+	atomic_store(&fired, false);
+	atomic_store(&armed, n);
+}
+
+bool failalloc_fired(void)
+{
+	return atomic_load(&fired);
+}
+
+unsigned long failalloc_count(void)
+{
+	return atomic_load(&counted);
+}
+
+/* Whether this allocation is the one to fail. */
+static bool fail_now(void)
+{
+	unsigned long k = atomic_fetch_add(&counted, 1) + 1, n = atomic_load(&armed);
+
+	if (!n || k != n)
+		return false;
+	atomic_store(&fired, true);
+	errno = ENOMEM;
+	return true;
+}
+
+void *failalloc_malloc(size_t n)
+{
+	return fail_now() ? NULL : malloc(n);
+}
+
+void *failalloc_calloc(size_t k, size_t n)
+{
+	return fail_now() ? NULL : calloc(k, n);
+}
+
+void *failalloc_realloc(void *p, size_t n)
+{
+	return fail_now() ? NULL : realloc(p, n);
+}
+
+char *failalloc_strdup(const char *s)
+{
+	return fail_now() ? NULL : strdup(s);
+}
+
+char *failalloc_strndup(const char *s, size_t n)
+{
+	return fail_now() ? NULL : strndup(s, n);
+}

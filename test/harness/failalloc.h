@@ -1,0 +1,39 @@
+/*
+ * failalloc.h - out-of-memory injection for the unit tests (the n-th
+ * allocation fails, as SQLite's tests do): compiled in front of the code
+ * under test with `-include`, it sends that code's malloc, calloc, realloc,
+ * strdup and strndup through counters (failalloc.c). Free stays the C
+ * library's. Nothing outside the tests is built with it.
+ */
+#ifndef CUIP_TEST_FAILALLOC_H
+#define CUIP_TEST_FAILALLOC_H
+
+#include "config.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+void *failalloc_malloc(size_t n);
+void *failalloc_calloc(size_t k, size_t n);
+void *failalloc_realloc(void *p, size_t n);
+char *failalloc_strdup(const char *s);
+char *failalloc_strndup(const char *s, size_t n);
+
+/* From now, the n-th allocation through the counters fails (n >= 1; 0:
+ * none fails), once. Counters are process-wide and atomic. */
+void failalloc_arm(unsigned long n);
+/* Whether the armed allocation was reached (and failed) since arm. */
+bool failalloc_fired(void);
+/* Allocations counted since the last arm. */
+unsigned long failalloc_count(void);
+
+#ifndef CUIP_FAILALLOC_IMPL
+#define malloc(n)     failalloc_malloc(n)
+#define calloc(k, n)  failalloc_calloc(k, n)
+#define realloc(p, n) failalloc_realloc(p, n)
+#define strdup(s)     failalloc_strdup(s)
+#define strndup(s, n) failalloc_strndup(s, n)
+#endif
+
+#endif /* CUIP_TEST_FAILALLOC_H */
