@@ -41,6 +41,7 @@
 #include "importers.h"
 #include "ops.h"
 #include "runtime.h"
+#include "thread.h"
 #include "xcache.h"
 
 #define MAX_CONNS  64

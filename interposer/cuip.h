@@ -13,8 +13,8 @@
  *             driver.c    the one table of real driver entry points (driver.h)
  *             gate.c      the API gate and the lifecycle phase (here)
  *             reply.c     the op thread's reply arena (reply.h)
- *             runtime.c   identity, devices, start, fork hooks, thread and
- *                         deadline helpers (runtime.h)
+ *             runtime.c   identity, devices, start, fork hooks (runtime.h)
+ *             thread.c    named threads, deadlines, the worker (thread.h)
  *   services  xcache.c, ctx.c, drain.c, release.c (the job's hooks before a
  *             checkpoint; from images/: client.c, importers.c)
  *   records   record.c    allocation records, mappings, access, logical

@@ -9,7 +9,7 @@
  * deadline; on timeout QUIESCE reopens the gate and reports, and the helper
  * finishes on its own once the work completes.
  *
- * One helper at a time (a cuip_worker, runtime.h): a QUIESCE that finds the
+ * One helper at a time (a cuip_worker, thread.h): a QUIESCE that finds the
  * previous helper still running (its QUIESCE timed out) asks it for one
  * more round instead of starting another.
  * The helper uses its own retained primary contexts, never the op thread's.
@@ -28,6 +28,7 @@
 #include "drain.h"
 #include "driver.h"
 #include "runtime.h"
+#include "thread.h"
 
 static CUresult sync_one(CUcontext c, void *arg)
 {

@@ -13,7 +13,7 @@
  * past it the checkpoint carries what is allocated when the gate closes,
  * and the hooks finish on their own (their CUDA calls wait at the closed
  * gate). Like drain.c, one thread at a time, started on demand (a
- * cuip_worker, runtime.h): a QUIESCE that finds the previous round still
+ * cuip_worker, thread.h): a QUIESCE that finds the previous round still
  * running neither waits for it nor runs the hooks again.
  * The thread runs the job's code, so its name is outside the plugin's
  * "cuip-" prefix: a restore lets the interposer's own threads run before
@@ -38,6 +38,7 @@
 #include "log.h"
 #include "release.h"
 #include "runtime.h"
+#include "thread.h"
 
 struct hook {
 	void (*fn)(void *);

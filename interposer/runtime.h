@@ -51,47 +51,6 @@ int cuip_dev_by_uuid(const uint8_t *uuid);
 /* Re-read the device list (after a restore, devices may have been remapped). */
 void cuip_devices_rescan(void);
 void cuip_random(void *buf, size_t len);
-/* Start a detached thread named `name` with every signal blocked (the
- * application's handlers never run on our threads) and a stack of `stack`
- * bytes (0: 256 KiB); 0 or a negative errno. */
-int cuip_thread_start(void *(*fn)(void *), void *arg, const char *name, size_t stack);
-/* *dl = now + ms on CLOCK_MONOTONIC (what the interposer's condition
- * variables wait on). */
-struct timespec;
-void cuip_deadline_ms(struct timespec *dl, unsigned ms);
-
-/*
- * A worker: work done on a thread of its own so that its caller can wait
- * for it with a deadline (QUIESCE's drain, the job's release hooks). One
- * thread at a time (`name`, started on demand with cuip_thread_start) runs
- * rounds of work(), without the worker's lock, until none is asked for,
- * then ends. A caller asks for a round and waits at most its timeout; past
- * it the round finishes on its own. mu protects the rest; cv is on
- * CLOCK_MONOTONIC. Define one with CUIP_WORKER_INIT; a fork child resets
- * it with cuip_worker_fork_child (its thread is the parent's).
- */
-struct cuip_worker {
-	const char *name;
-	int (*work)(char *msg, size_t len); /* one round: 0 or a negative errno with msg */
-	size_t stack;			    /* its thread's stack, 0: cuip_thread_start's default */
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	bool cv_ready, running;
-	unsigned long requested, served;
-	int result;
-	char msg[256];
-};
-#define CUIP_WORKER_INIT(thread_name, fn, stack_bytes)                                                 \
-	{                                                                                              \
-		.name = thread_name, .work = fn, .stack = stack_bytes, .mu = PTHREAD_MUTEX_INITIALIZER \
-	}
-/* Ask for a round (after the one running, if any) and wait at most
- * timeout_ms: the round's result and its msg, -ETIMEDOUT (msg empty: the
- * caller says what was late), or the thread's start error. */
-int cuip_worker_run(struct cuip_worker *w, unsigned timeout_ms, char *msg, size_t len);
-/* Whether a round is still running (one a caller stopped waiting for). */
-bool cuip_worker_busy(struct cuip_worker *w);
-void cuip_worker_fork_child(struct cuip_worker *w);
 
 /*
  * Hooks, registered statically (each entry is placed in a linker section
