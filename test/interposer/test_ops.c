@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -712,6 +713,63 @@ START_TEST(quiesce_times_out_on_device_work_that_cannot_drain_and_reopens_the_ga
 }
 END_TEST
 
+/* Release hooks (cuinterpose_on_checkpoint): QUIESCE runs every one the
+ * process registered; a forked child has none of its parent's (they name
+ * the parent's allocator state) and registers its own sixteen, while the
+ * parent keeps its sixteen. */
+static int hook_runs;
+static void count_hook(void *arg)
+{
+	(void)arg;
+	hook_runs++;
+}
+
+START_TEST(quiesce_runs_the_release_hooks_and_a_fork_child_has_none_of_them)
+{
+	int (*on_ckpt)(void (*)(void *), void *) =
+		(int (*)(void (*)(void *), void *))h_ours_sym("cuinterpose_on_checkpoint");
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Quiesce q = CUIP__QUIESCE__INIT;
+	pid_t child, w = 0;
+	int s, st = -1;
+
+	ck_assert_ptr_nonnull(on_ckpt);
+	h_init(0);
+	for (int i = 0; i < 16; i++)
+		ck_assert_int_eq(on_ckpt(count_hook, NULL), 0);
+	ck_assert_int_eq(on_ckpt(count_hook, NULL), -ENOSPC);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		int n = 0;
+
+		while (n < 16 && on_ckpt(count_hook, NULL) == 0)
+			n++;
+		_exit(n == 16 && on_ckpt(count_hook, NULL) == -ENOSPC ? 0 : 10 + n);
+	}
+	for (int i = 0; i < 1500 && w == 0; i++) {
+		w = waitpid(child, &st, WNOHANG);
+		if (!w)
+			usleep(10000);
+	}
+	if (w == 0)
+		kill(child, SIGKILL), waitpid(child, &st, 0);
+	ck_assert_msg(w == child, "the child did not exit within 15 s");
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		      "child: exit %d (10 + n: only n of 16 hooks registered, or a 17th was accepted)",
+		      WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	ck_assert_int_eq(on_ckpt(count_hook, NULL), -ENOSPC); /* the parent kept its own */
+	s = h_connect(0);
+	q.timeout_ms = 5000;
+	req.body_case = CUIP__REQUEST__BODY_QUIESCE;
+	req.quiesce = &q;
+	h_ok_call(s, &req, -1, "QUIESCE");
+	ck_assert_int_eq(hook_runs, 16);
+	h_flag(s, CUIP__REQUEST__BODY_RESUME, "RESUME");
+	close(s);
+}
+END_TEST
+
 Suite *ops_suite(void);
 Suite *ops_suite(void)
 {
@@ -725,6 +783,7 @@ Suite *ops_suite(void)
 	tcase_add_test(tc, a_second_checkpoint_is_refused_while_the_first_is_connected);
 	tcase_add_test(tc, quiesce_times_out_on_a_call_in_flight_and_reopens_the_gate);
 	tcase_add_test(tc, quiesce_times_out_on_device_work_that_cannot_drain_and_reopens_the_gate);
+	tcase_add_test(tc, quiesce_runs_the_release_hooks_and_a_fork_child_has_none_of_them);
 	suite_add_tcase(s, tc);
 	return s;
 }
