@@ -61,4 +61,6 @@ cc scale-bench -I"$b" -I"$top/plugin" -I"$top/images" -I"$b/images" "$top/test/b
 	"$b/plugin/.libs/libcuipplugin.a" "$b/images/.libs/libcuiproto.a" $PBC $(pkg-config --libs libnl-3.0) -lpthread
 $CC $CFLAGS -O2 -I"$top/interposer" -I"$top/images" -I"$b/images" -o "$out/carrier-bench" \
 	"$top/test/bench/carrier-bench.c" "$b/interposer/.libs/libcuipcarrier.a" "$b/images/.libs/libcuiproto.a" $PBC -ldl -lpthread
-echo "built: $(cd "$out" && echo gpu_job gpu_pool gpu_microbench cuda-checkpoint-shim facts-workload fakecuda-ckpt e2e_reaper scale-bench carrier-bench)"
+# compress-bench loads libzstd and liblz4 at run time (bundle.sh carries them).
+$CC $CFLAGS -O2 -o "$out/compress-bench" "$top/test/bench/compress-bench.c" -ldl -lpthread
+echo "built: $(cd "$out" && echo gpu_job gpu_pool gpu_microbench cuda-checkpoint-shim facts-workload fakecuda-ckpt e2e_reaper scale-bench carrier-bench compress-bench)"
