@@ -69,7 +69,7 @@ bash "$top/test/gpu/build.sh" "$build" "$out/workloads"
 copy_libs "$out"/workloads/*
 # What compress-bench dlopens (ldd cannot see it).
 for l in libzstd.so.1 liblz4.so.1; do
-	f=$(ldconfig -p | awk -v l="$l" '$1 == l && /x86-64/ { print $NF; exit }')
+	f=$(ldconfig -p | awk -v l="$l" '$1 == l && /x86-64/ && !f { f = $NF } END { print f }')
 	[ -n "$f" ] && cp -L "$f" "$out/lib/"
 done
 cp "$top"/test/gpu/*.sh "$top"/test/gpu/*.py "$top"/test/gpu/*.c "$top"/test/gpu/*.cu "$out/scripts/"
