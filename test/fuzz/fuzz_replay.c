@@ -203,7 +203,7 @@ int main(int argc, char **argv)
 	printf("fuzz_replay: %lu mutated inputs decoded or refused without a fault; %lu decoded ones encoded, "
 	       "decoded and encoded again to the same bytes\n",
 	       rounds, fuzz_round_trips);
-	if (fuzz_round_trips < n) { /* at least the seeds: else the oracle checked nothing */
+	if (fuzz_round_trips < n + rounds / 100) { /* the seeds and 1% of the mutants (4.7% today) */
 		fprintf(stderr, "fuzz_replay: only %lu inputs reached the round trip\n", fuzz_round_trips);
 		return 1;
 	}

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -717,7 +718,7 @@ END_TEST
  * process registered; a forked child has none of its parent's (they name
  * the parent's allocator state) and registers its own sixteen, while the
  * parent keeps its sixteen. */
-static int hook_runs;
+static atomic_int hook_runs; /* written on the release thread */
 static void count_hook(void *arg)
 {
 	(void)arg;

@@ -143,7 +143,7 @@ START_TEST(a_caller_past_its_timeout_returns_while_the_round_finishes)
 {
 	char msg[256];
 
-	sleep_ms = 400;
+	sleep_ms = 3000; /* far past the caller's 50 ms, even on a loaded machine */
 	ck_assert_int_eq(cuip_worker_run(&wk, 50, msg, sizeof(msg)), -ETIMEDOUT);
 	ck_assert_str_eq(msg, "");
 	ck_assert(cuip_worker_busy(&wk));
@@ -178,16 +178,18 @@ START_TEST(a_fork_child_resets_the_worker_and_runs_rounds_of_its_own)
 	pid_t child, w = 0;
 
 	/* The parent's thread is busy in a round when the child is forked. */
-	sleep_ms = 300;
+	sleep_ms = 2000;
 	ck_assert_int_eq(cuip_worker_run(&wk, 10, msg, sizeof(msg)), -ETIMEDOUT);
 	child = fork();
 	ck_assert_int_ge(child, 0);
 	if (child == 0) {
+		int before = rounds; /* the parent's round may have ended already */
+
 		cuip_worker_fork_child(&wk);
 		sleep_ms = 0;
 		if (cuip_worker_busy(&wk))
 			_exit(2);
-		_exit(cuip_worker_run(&wk, 10000, msg, sizeof(msg)) == 0 && rounds == 1 ? 0 : 3);
+		_exit(cuip_worker_run(&wk, 10000, msg, sizeof(msg)) == 0 && rounds == before + 1 ? 0 : 3);
 	}
 	for (int i = 0; i < 1500 && w == 0; i++) {
 		w = waitpid(child, &st, WNOHANG);
@@ -226,6 +228,7 @@ int main(void)
 	tcase_add_test(t, a_fork_child_resets_the_worker_and_runs_rounds_of_its_own);
 	suite_add_tcase(s, t);
 	sr = srunner_create(s);
+	srunner_set_fork_status(sr, CK_FORK); /* each test a fresh process: wk and its thread are per test */
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
