@@ -69,8 +69,8 @@ bash "$top/test/gpu/build.sh" "$build" "$out/workloads"
 copy_libs "$out"/workloads/*
 # What compress-bench dlopens (ldd cannot see it).
 for l in libzstd.so.1 liblz4.so.1; do
-	f=$(ldconfig -p | awk -v l="$l" '$1 == l && /x86-64/ && !f { f = $NF } END { print f }')
-	[ -n "$f" ] && cp -L "$f" "$out/lib/"
+	f=$({ /sbin/ldconfig -p || ldconfig -p || true; } 2>/dev/null | awk -v l="$l" '$1 == l && /x86-64/ && !f { f = $NF } END { print f }')
+	if [ -n "$f" ]; then cp -L "$f" "$out/lib/"; else echo "bundle.sh: WARNING: no $l here: compress-bench will not run" >&2; fi
 done
 cp "$top"/test/gpu/*.sh "$top"/test/gpu/*.py "$top"/test/gpu/*.c "$top"/test/gpu/*.cu "$out/scripts/"
 cp -r "$top/test/gpu/frameworks" "$out/scripts/"

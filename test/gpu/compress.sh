@@ -18,7 +18,7 @@ bundle=$(cd "$here/.." && pwd)
 DIR=${1:?usage: compress.sh DIR [THREADS]}
 THREADS=${2:-16}
 mkdir -p "$DIR" || exit 1
-export LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+rc=0
 
 timeout 300 python3 - "$DIR" <<'EOF' || { echo "compress.sh: writing the job's bytes failed or took over 300 s"; exit 1; }
 import sys, torch, transformers
@@ -42,21 +42,25 @@ layers = kv.to_legacy_cache() if hasattr(kv, "to_legacy_cache") else kv
 save("kv-fp16.bin", [t for layer in layers for t in layer])
 EOF
 for f in weights-fp16.bin weights-fp32.bin kv-fp16.bin; do
-	timeout 300 "$bundle/workloads/compress-bench" "$DIR/$f" "$THREADS" || echo "compress-bench $f failed (rc $?)"
+	# The bundle's libzstd and liblz4 for the bench only (python keeps the machine's libraries).
+	LD_LIBRARY_PATH=$bundle/lib timeout 300 "$bundle/workloads/compress-bench" "$DIR/$f" "$THREADS" ||
+		{ echo "compress-bench $f failed or took over 300 s (rc $?)"; rc=1; }
 done
 # The disk: the fp32 weights written until durable, then read cold.
 src=$DIR/weights-fp32.bin
 bytes=$(stat -c %s "$src")
 t0=$(date +%s.%N)
-timeout 120 dd if="$src" of="$DIR/copy.bin" bs=16M conv=fsync status=none || echo "dd write failed"
+timeout 120 dd if="$src" of="$DIR/copy.bin" bs=16M conv=fsync status=none || { echo "dd write failed"; rc=1; }
 t1=$(date +%s.%N)
 sync
-echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || echo "(cannot drop the page cache: the read below is warm)"
+how=cold
+{ echo 3 >/proc/sys/vm/drop_caches; } 2>/dev/null || how="warm (the page cache could not be dropped)"
 t2=$(date +%s.%N)
-timeout 120 dd if="$DIR/copy.bin" of=/dev/null bs=16M status=none || echo "dd read failed"
+timeout 120 dd if="$DIR/copy.bin" of=/dev/null bs=16M status=none || { echo "dd read failed"; rc=1; }
 t3=$(date +%s.%N)
-awk -v b="$bytes" -v w0="$t0" -v w1="$t1" -v r0="$t2" -v r1="$t3" \
-	'BEGIN { w = w1 - w0; r = r1 - r0; printf "disk: %d bytes written until durable at %.2f GB/s, read cold at %.2f GB/s (one stream)\n", b, b / w / 1e9, b / r / 1e9 }'
+[ "$rc" = 0 ] && awk -v b="$bytes" -v w0="$t0" -v w1="$t1" -v r0="$t2" -v r1="$t3" -v how="$how" \
+	'BEGIN { w = w1 - w0; r = r1 - r0; printf "disk: %d bytes written until durable at %.2f GB/s, read %s at %.2f GB/s (one stream)\n", b, b / w / 1e9, how, b / r / 1e9 }'
 df -h "$DIR" | tail -1 | awk '{ print "disk: " $2 " in all, " $4 " free" }'
 free -g | awk '/^Mem:/ { print "host memory: " $2 " GiB, " $7 " GiB available" }'
 rm -f "$DIR"/*.bin
+exit $rc
