@@ -39,7 +39,9 @@ with torch.no_grad():
     out = m(ids, use_cache=True)
 kv = out.past_key_values
 layers = kv.to_legacy_cache() if hasattr(kv, "to_legacy_cache") else kv
-save("kv-fp16.bin", [t for layer in layers for t in layer])
+save("kv-fp16.bin", [t for layer in layers
+                     for t in (layer if isinstance(layer, (tuple, list)) else (layer.keys, layer.values))
+                     if t is not None])
 EOF
 for f in weights-fp16.bin weights-fp32.bin kv-fp16.bin; do
 	# The bundle's libzstd and liblz4 for the bench only (python keeps the machine's libraries).
