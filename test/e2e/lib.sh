@@ -456,6 +456,15 @@ wait_gone() {
 	return 0
 }
 
+# job_exit N: tell the job's N ranks to exit and wait (wait_gone's bound)
+# until its processes are gone; the pids are read before they can go.
+job_exit() {
+	local pids
+	pids=$(job_pids)
+	cmd "$1" exit
+	wait_gone $pids
+}
+
 # stored FILE: the bytes FILE takes on disk (holes and inherited chunks take none)
 stored() { echo $(($(stat -c %b "$1") * $(stat -c %B "$1"))); }
 # need_holes: skip unless the file system of $T keeps holes (a sparse file stores nothing)

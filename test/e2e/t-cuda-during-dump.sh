@@ -55,8 +55,7 @@ criu_dump "$T/dA2" --leave-running || fail "a dump once both use CUDA"
 has_line "$T/dA2/dump.log" "4 participants, 4 CUDA processes, 0 with the interposer but no CUDA" \
 	"the late starters are not participants"
 cmd 4 verify 3
-cmd 4 exit
-wait_gone $(job_pids)
+job_exit 4 || fail "the job did not exit"
 
 note "cycle B: dump, restore, the restored waiter proceeds"
 SEQ=0

@@ -36,9 +36,7 @@ n=$(carrier_bytes "$T/broken")
 criu_restore "$T/broken" || fail "criu restore after a raising release statement"
 cmd 1 verify
 [ "$(answers 1)" = "$before" ] || fail "answers differ: $(answers 1) vs $before"
-pids=$(job_pids)
-cmd 1 exit
-wait_gone $pids || fail "the job did not exit"
+job_exit 1 || fail "the job did not exit"
 
 note "2: release() frees the cache"
 start_py "release()"

@@ -53,9 +53,7 @@ n=$(grep -c "the release hooks of an earlier checkpoint have not returned yet; n
 criu_restore "$T/slow2" || fail "criu restore with the hooks still running"
 cmd 2 verify 0
 [ "$(answers 2)" = "$before" ] || fail "answers differ after the restore: $(answers 2) vs $before"
-pids=$(job_pids)
-cmd 2 exit
-wait_gone $pids || fail "the job did not exit"
+job_exit 2 || fail "the job did not exit"
 
 note "3: CUINTERPOSE_RELEASE=torch without Python"
 unset E2E_RESERVED_MB
@@ -70,9 +68,7 @@ n=$(grep -c "CUINTERPOSE_RELEASE=torch needs a Python process; this one runs no 
 criu_restore "$T/nopy" || fail "criu restore after CUINTERPOSE_RELEASE=torch"
 cmd 2 verify 0
 [ "$(answers 2)" = "$before" ] || fail "answers differ: $(answers 2) vs $before"
-pids=$(job_pids)
-cmd 2 exit
-wait_gone $pids || fail "the job did not exit"
+job_exit 2 || fail "the job did not exit"
 
 # Last: under ASan a second cycle's restore is skipped (lib.sh criu_restore).
 note "4: hooks that free the reservation"
@@ -96,8 +92,6 @@ done
 freed=$(grep -o "release hooks: [0-9]* of [0-9]* carried bytes freed" "$T/job.log" | awk '$3 == '$CAP' {n++} END {print n + 0}')
 [ "$freed" = 4 ] ||
 	fail "$freed of 4 QUIESCE lines count $CAP bytes freed: $(grep -h 'release hooks' "$T/job.log")"
-pids=$(job_pids)
-cmd 2 exit
-wait_gone $pids || fail "the job did not exit"
+job_exit 2 || fail "the job did not exit"
 
 note done
