@@ -180,6 +180,10 @@ const char *cuip_kind_name(unsigned kind)
 		return "inventory image";
 	case CUIP_KIND_TOPOLOGY:
 		return "topology image";
+	case CUIP_KIND_AGENT:
+		return "native agent message";
+	case CUIP_KIND_GUARDIAN:
+		return "guardian message";
 	}
 	return "unknown";
 }

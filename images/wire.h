@@ -32,6 +32,8 @@ enum cuip_kind {
 	CUIP_KIND_TICKET = 3,
 	CUIP_KIND_INVENTORY = 4,
 	CUIP_KIND_TOPOLOGY = 5,
+	CUIP_KIND_AGENT = 6,	/* criu <-> its native agent (AgentMessage) */
+	CUIP_KIND_GUARDIAN = 7, /* criu <-> its guardian (GuardianMessage) */
 };
 
 struct cuip_frame {

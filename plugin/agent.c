@@ -24,34 +24,12 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "wire.h"
 
-#define AGENT_MAGIC 0x43554147u /* "GAUC" */
+_Static_assert(sizeof(pid_t) == sizeof(int32_t), "pids travel as int32");
 
-struct agent_hello {
-	uint32_t magic;
-	int32_t status; /* 0, -ENOENT, -ENOTSUP */
-	char err[480];
-};
-
-struct agent_req {
-	uint32_t magic;
-	uint32_t op;
-	uint32_t timeout_ms;
-	uint32_t n_remap;
-	struct cuip_gpu_pair remap[CUIP_MAX_REMAP];
-	uint32_t n;
-	int32_t pids[CUIP_AGENT_BATCH]; /* only n are sent */
-};
-
-struct agent_rep {
-	uint32_t magic;
-	uint32_t op;
-	uint32_t n;
-	struct cuip_agent_result r[CUIP_AGENT_BATCH]; /* only n are sent */
-};
-
-#define REQ_SIZE(n) (offsetof(struct agent_req, pids) + (size_t)(n) * sizeof(int32_t))
-#define REP_SIZE(n) (offsetof(struct agent_rep, r) + (size_t)(n) * sizeof(struct cuip_agent_result))
+/* How long the agent may take to load the driver and say hello. */
+#define HELLO_WAIT_MS 30000
 
 /* ---- the agent (child side) ------------------------------------------- */
 
@@ -99,7 +77,7 @@ static void do_init(void)
 	})
 
 struct work {
-	const struct agent_req *req;
+	const Cuip__AgentRequest *req;
 	struct cuip_agent_result *r;
 	pthread_t th;
 	bool started;
@@ -108,7 +86,7 @@ struct work {
 static void *work_main(void *a)
 {
 	struct work *w = a;
-	const struct agent_req *q = w->req;
+	const Cuip__AgentRequest *q = w->req;
 	struct cuip_agent_result *r = w->r;
 	int pid = r->pid;
 	CUprocessState s = CU_PROCESS_STATE_FAILED;
@@ -139,13 +117,13 @@ static void *work_main(void *a)
 		CUcheckpointRestoreArgs ra;
 		CUcheckpointGpuPair pairs[CUIP_MAX_REMAP];
 		memset(&ra, 0, sizeof(ra));
-		for (unsigned i = 0; i < q->n_remap; i++) {
-			memcpy(pairs[i].oldUuid.bytes, q->remap[i].old_uuid, 16);
-			memcpy(pairs[i].newUuid.bytes, q->remap[i].new_uuid, 16);
+		for (size_t i = 0; i < q->n_remap; i++) { /* 16 bytes each: checked by valid_request */
+			memcpy(pairs[i].oldUuid.bytes, q->remap[i]->old_uuid.data, 16);
+			memcpy(pairs[i].newUuid.bytes, q->remap[i]->new_uuid.data, 16);
 		}
 		if (q->n_remap) {
 			ra.gpuPairs = pairs;
-			ra.gpuPairsCount = q->n_remap;
+			ra.gpuPairsCount = (unsigned)q->n_remap;
 		}
 		cu = DRV(drv.rest(pid, &ra));
 		break;
@@ -172,46 +150,100 @@ static void *work_main(void *a)
 	return NULL;
 }
 
-static void serve(int fd, struct agent_req *q, struct agent_rep *rep)
+/* A request the agent can run: NULL, or what is wrong with it. */
+static const char *invalid_request(const Cuip__AgentMessage *m)
+{
+	const Cuip__AgentRequest *q = m->request;
+
+	if (m->body_case != CUIP__AGENT_MESSAGE__BODY_REQUEST)
+		return "a message that is not a request";
+	if (q->n_pids > CUIP_AGENT_BATCH || q->n_remap > CUIP_MAX_REMAP)
+		return "a request larger than the agent's batch";
+	for (size_t i = 0; i < q->n_remap; i++)
+		if (q->remap[i]->old_uuid.len != 16 || q->remap[i]->new_uuid.len != 16)
+			return "a GPU pair whose UUIDs are not 16 bytes";
+	return NULL;
+}
+
+/* The answer to q from res[0..n): one frame on fd. */
+static int reply(int fd, const Cuip__AgentRequest *q, struct cuip_agent_result *res)
+{
+	static Cuip__AgentResult rv[CUIP_AGENT_BATCH];
+	static Cuip__AgentResult *rp[CUIP_AGENT_BATCH];
+	Cuip__AgentReply rep = CUIP__AGENT_REPLY__INIT;
+	Cuip__AgentMessage m = CUIP__AGENT_MESSAGE__INIT;
+
+	for (size_t i = 0; i < q->n_pids; i++) {
+		cuip__agent_result__init(&rv[i]);
+		rv[i].pid = res[i].pid;
+		rv[i].cu = res[i].cu;
+		rv[i].has_tid = true;
+		rv[i].tid = res[i].tid;
+		rv[i].state_cu = res[i].state_cu;
+		rv[i].state = res[i].state;
+		rv[i].cu_name = res[i].cu_name[0] ? res[i].cu_name : NULL;
+		rp[i] = &rv[i];
+	}
+	rep.op = q->op;
+	rep.n_results = q->n_pids;
+	rep.results = rp;
+	m.body_case = CUIP__AGENT_MESSAGE__BODY_REPLY;
+	m.reply = &rep;
+	return cuip_msg_send(fd, CUIP_KIND_AGENT, &m.base, -1);
+}
+
+/* Requests until criu closes the channel; a request that does not decode
+ * or cannot be run ends the agent with status 3 (criu reports it). */
+static int serve(int fd)
 {
 	static struct work w[CUIP_AGENT_BATCH];
+	static struct cuip_agent_result res[CUIP_AGENT_BATCH];
 
 	for (;;) {
-		ssize_t len = recv(fd, q, sizeof(*q), 0);
+		Cuip__AgentMessage *m;
+		const Cuip__AgentRequest *q;
+		const char *bad;
+		char err[256];
+		int ret = cuip_msg_recv(fd, CUIP_KIND_AGENT, &cuip__agent_message__descriptor, NULL,
+					(ProtobufCMessage **)&m, NULL, err, sizeof(err));
 
-		if (len <= 0 && errno == EINTR)
-			continue;
-		if (len <= 0)
-			return; /* criu closed the channel (or died) */
-		if ((size_t)len < REQ_SIZE(0) || q->magic != AGENT_MAGIC || q->n > CUIP_AGENT_BATCH ||
-		    (size_t)len != REQ_SIZE(q->n) || q->n_remap > CUIP_MAX_REMAP)
-			return;
-		memset(rep, 0, REP_SIZE(q->n));
-		rep->magic = AGENT_MAGIC;
-		rep->op = q->op;
-		rep->n = q->n;
-		for (uint32_t i = 0; i < q->n; i++) {
-			rep->r[i].pid = q->pids[i];
-			w[i] = (struct work){.req = q, .r = &rep->r[i]};
+		if (ret == -ECONNRESET)
+			return 0; /* criu closed the channel (or died) */
+		if (ret) {
+			fprintf(stderr, "cuinterpose native agent: %s\n", err);
+			return 3;
+		}
+		if ((bad = invalid_request(m))) {
+			fprintf(stderr, "cuinterpose native agent: criu sent %s\n", bad);
+			cuip__agent_message__free_unpacked(m, NULL);
+			return 3;
+		}
+		q = m->request;
+		memset(res, 0, q->n_pids * sizeof(*res));
+		for (size_t i = 0; i < q->n_pids; i++) {
+			res[i].pid = q->pids[i];
+			w[i] = (struct work){.req = q, .r = &res[i]};
 			if (pthread_create(&w[i].th, NULL, work_main, &w[i]))
 				work_main(&w[i]);
 			else
 				w[i].started = true;
 		}
-		for (uint32_t i = 0; i < q->n; i++)
+		for (size_t i = 0; i < q->n_pids; i++)
 			if (w[i].started)
 				pthread_join(w[i].th, NULL);
-		if (send(fd, rep, REP_SIZE(q->n), MSG_NOSIGNAL) < 0)
-			return;
+		ret = reply(fd, q, res);
+		cuip__agent_message__free_unpacked(m, NULL);
+		if (ret)
+			return 0; /* criu is gone */
 	}
 }
 
-static int load(const char *lib, struct agent_hello *h)
+static int load(const char *lib, char *err, size_t errlen)
 {
 	void *dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
 
 	if (!dl) {
-		snprintf(h->err, sizeof(h->err), "cannot load the CUDA driver %.200s: %.200s", lib, dlerror());
+		snprintf(err, errlen, "cannot load the CUDA driver %.200s: %.200s", lib, dlerror());
 		return -ENOENT;
 	}
 	drv.init = (fn_init)dlsym(dl, "cuInit");
@@ -223,7 +255,7 @@ static int load(const char *lib, struct agent_hello *h)
 	drv.unlock = (fn_unlock)dlsym(dl, "cuCheckpointProcessUnlock");
 	drv.errname = (fn_errname)dlsym(dl, "cuGetErrorName");
 	if (!drv.tid || !drv.state || !drv.lock || !drv.ckpt || !drv.rest || !drv.unlock) {
-		snprintf(h->err, sizeof(h->err),
+		snprintf(err, errlen,
 			 "the CUDA driver %.300s has no cuCheckpointProcess* API (driver r555 or newer is needed)",
 			 lib);
 		return -ENOTSUP;
@@ -234,10 +266,10 @@ static int load(const char *lib, struct agent_hello *h)
 /* The child: a clean process around libcuda, then requests until EOF. */
 static void __attribute__((noreturn)) agent_main(int fd, pid_t parent, const char *lib)
 {
-	struct agent_hello h = {.magic = AGENT_MAGIC};
+	Cuip__AgentHello h = CUIP__AGENT_HELLO__INIT;
+	Cuip__AgentMessage m = CUIP__AGENT_MESSAGE__INIT;
 	struct sigaction dfl = {.sa_handler = SIG_DFL};
-	struct agent_req *q;
-	struct agent_rep *rep;
+	char err[480] = "";
 	sigset_t none;
 
 	/* Die with criu; nothing of criu's (handlers, mask, descriptors) stays. */
@@ -257,14 +289,13 @@ static void __attribute__((noreturn)) agent_main(int fd, pid_t parent, const cha
 	for (int i = 4; i < 65536; i++) /* close_range() needs glibc 2.34 */
 		close(i);
 
-	h.status = load(lib, &h);
-	if (send(fd, &h, sizeof(h), MSG_NOSIGNAL) < 0 || h.status)
+	h.status = load(lib, err, sizeof(err));
+	h.error = h.status ? err : NULL;
+	m.body_case = CUIP__AGENT_MESSAGE__BODY_HELLO;
+	m.hello = &h;
+	if (cuip_msg_send(fd, CUIP_KIND_AGENT, &m.base, -1) || h.status)
 		_exit(h.status ? 2 : 1);
-	q = malloc(sizeof(*q));
-	rep = malloc(sizeof(*rep));
-	if (q && rep)
-		serve(fd, q, rep);
-	_exit(0); /* no atexit handlers: the driver's threads may still be in it */
+	_exit(serve(fd)); /* no atexit handlers: the driver's threads may still be in it */
 }
 
 /* ---- criu side -------------------------------------------------------- */
@@ -329,15 +360,31 @@ static void block_chld(sigset_t *old)
 	sigprocmask(SIG_BLOCK, &s, old);
 }
 
+/* Wait up to ms for the agent's next message (ms < 0: no bound), then read
+ * it: 0 with *out set, -ETIMEDOUT, or the reader's error (err filled). */
+static int agent_recv(int ms, Cuip__AgentMessage **out, char *err, size_t errlen)
+{
+	struct pollfd pfd = {.fd = A.fd, .events = POLLIN};
+	int pr;
+
+	do
+		pr = poll(&pfd, 1, ms);
+	while (pr < 0 && errno == EINTR);
+	if (pr == 0)
+		return -ETIMEDOUT;
+	return cuip_msg_recv(A.fd, CUIP_KIND_AGENT, &cuip__agent_message__descriptor, NULL, (ProtobufCMessage **)out,
+			     NULL, err, errlen);
+}
+
 static int spawn(char *err, size_t errlen)
 {
-	struct agent_hello h;
+	Cuip__AgentMessage *m = NULL;
 	pid_t parent = getpid();
+	char why[256];
 	sigset_t old;
 	int sv[2], ret = 0;
-	ssize_t len;
 
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv)) {
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv)) {
 		ret = -errno;
 		snprintf(err, errlen, "cannot create the native agent's channel: %s", strerror(errno));
 		return ret;
@@ -357,21 +404,29 @@ static int spawn(char *err, size_t errlen)
 		goto out;
 	}
 	A.fd = sv[0];
-	do
-		len = recv(A.fd, &h, sizeof(h), 0);
-	while (len < 0 && errno == EINTR);
-	if (len != (ssize_t)sizeof(h) || h.magic != AGENT_MAGIC) {
+	ret = agent_recv(HELLO_WAIT_MS, &m, why, sizeof(why));
+	if (ret == -ETIMEDOUT) {
+		kill(A.pid, SIGKILL);
+		reap(2000);
+		snprintf(err, errlen, "the native agent did not start: no answer within %d ms of loading %s",
+			 HELLO_WAIT_MS, A.lib);
+		ret = -EPIPE;
+	} else if (ret == -ECONNRESET || ret == -ENODATA) {
 		reap(2000);
 		snprintf(err, errlen, "the native agent did not start: %s", A.exit_why);
 		ret = -EPIPE;
-		goto out;
-	}
-	if (h.status) {
-		h.err[sizeof(h.err) - 1] = 0;
-		snprintf(err, errlen, "%s", h.err);
-		ret = h.status;
+	} else if (ret || m->body_case != CUIP__AGENT_MESSAGE__BODY_HELLO) {
+		reap(0);
+		snprintf(err, errlen, "the native agent did not start: its first message: %s",
+			 ret ? why : "not a hello");
+		ret = -EPROTO;
+	} else if (m->hello->status) {
+		snprintf(err, errlen, "%s", m->hello->error ? m->hello->error : "the native agent failed to start");
+		ret = m->hello->status < 0 ? m->hello->status : -EIO;
 		reap(2000);
 	}
+	if (m)
+		cuip__agent_message__free_unpacked(m, NULL);
 out:
 	sigprocmask(SIG_SETMASK, &old, NULL);
 	return ret;
@@ -435,17 +490,44 @@ static const char *op_call_name(enum cuip_agent_op op)
 	}
 }
 
+/* The reply answers op on pids[0..n), in order: NULL, or what is wrong. */
+static const char *invalid_reply(const Cuip__AgentMessage *m, enum cuip_agent_op op, const pid_t *pids, size_t n)
+{
+	if (m->body_case != CUIP__AGENT_MESSAGE__BODY_REPLY)
+		return "a message that is not a reply";
+	if (m->reply->op != (uint32_t)op)
+		return "the reply to another operation";
+	if (m->reply->n_results != n)
+		return "a reply with another number of results";
+	for (size_t i = 0; i < n; i++)
+		if (m->reply->results[i]->pid != pids[i])
+			return "results for other pids";
+	return NULL;
+}
+
+static void copy_results(const Cuip__AgentReply *rep, struct cuip_agent_result *res)
+{
+	for (size_t i = 0; i < rep->n_results; i++) {
+		const Cuip__AgentResult *r = rep->results[i];
+
+		res[i] = (struct cuip_agent_result){
+			.pid = r->pid, .cu = r->cu, .tid = r->tid, .state_cu = r->state_cu, .state = r->state};
+		snprintf(res[i].cu_name, sizeof(res[i].cu_name), "%s", r->cu_name ? r->cu_name : "");
+	}
+}
+
 int cuip_agent_call(enum cuip_agent_op op, const pid_t *pids, size_t n, unsigned timeout_ms,
 		    const struct cuip_gpu_pair *remap, unsigned n_remap, struct cuip_agent_result *res, char *err,
 		    size_t errlen)
 {
 	int wait_ms = answer_wait_ms(op, timeout_ms);
-	bool late = false;
-	struct agent_req *q;
-	struct agent_rep *rep = NULL;
+	Cuip__GpuPair pv[CUIP_MAX_REMAP], *pp[CUIP_MAX_REMAP];
+	Cuip__AgentRequest q = CUIP__AGENT_REQUEST__INIT;
+	Cuip__AgentMessage m = CUIP__AGENT_MESSAGE__INIT, *in = NULL;
+	const char *bad = NULL;
+	char why[256];
 	pid_t agent;
 	sigset_t old;
-	ssize_t len;
 	int ret = 0;
 
 	if (n > CUIP_AGENT_BATCH || n_remap > CUIP_MAX_REMAP)
@@ -458,43 +540,33 @@ int cuip_agent_call(enum cuip_agent_op op, const pid_t *pids, size_t n, unsigned
 	}
 	if (A.pid <= 0 && (ret = spawn(err, errlen)))
 		return ret;
-	q = calloc(1, sizeof(*q));
-	rep = malloc(sizeof(*rep));
-	if (!q || !rep) {
-		free(q);
-		free(rep);
-		return -ENOMEM;
+	for (unsigned i = 0; i < n_remap; i++) {
+		cuip__gpu_pair__init(&pv[i]);
+		pv[i].old_uuid = (ProtobufCBinaryData){16, (uint8_t *)remap[i].old_uuid};
+		pv[i].new_uuid = (ProtobufCBinaryData){16, (uint8_t *)remap[i].new_uuid};
+		pp[i] = &pv[i];
 	}
-	q->magic = AGENT_MAGIC;
-	q->op = op;
-	q->timeout_ms = timeout_ms;
-	q->n_remap = n_remap;
-	if (n_remap)
-		memcpy(q->remap, remap, n_remap * sizeof(*remap));
-	q->n = (uint32_t)n;
-	for (size_t i = 0; i < n; i++)
-		q->pids[i] = pids[i];
+	q.op = op;
+	q.has_timeout_ms = true;
+	q.timeout_ms = timeout_ms;
+	q.n_remap = n_remap;
+	q.remap = pp;
+	q.n_pids = n;
+	q.pids = (int32_t *)pids;
+	m.body_case = CUIP__AGENT_MESSAGE__BODY_REQUEST;
+	m.request = &q;
 	agent = A.pid;
 	block_chld(&old);
-	if (send(A.fd, q, REQ_SIZE(n), MSG_NOSIGNAL) < 0) {
-		len = -1;
-	} else {
-		struct pollfd pfd = {.fd = A.fd, .events = POLLIN};
-		int pr;
-
-		do
-			pr = poll(&pfd, 1, wait_ms);
-		while (pr < 0 && errno == EINTR);
-		if (pr == 0) {
-			late = true;
-			len = -1;
-		} else {
-			do
-				len = recv(A.fd, rep, sizeof(*rep), 0);
-			while (len < 0 && errno == EINTR);
-		}
+	ret = cuip_msg_send(A.fd, CUIP_KIND_AGENT, &m.base, -1);
+	if (ret == -ENOMEM) {
+		snprintf(err, errlen, "out of memory for a request to the native agent");
+		goto out;
 	}
-	if (late) {
+	if (!ret)
+		ret = agent_recv(wait_ms, &in, why, sizeof(why));
+	if (!ret && (bad = invalid_reply(in, op, pids, n)))
+		ret = -EPROTO;
+	if (ret == -ETIMEDOUT) {
 		/* The agent is stuck in the driver: kill it (a fresh one
 		 * starts on the next call) and name the processes. */
 		kill(agent, SIGKILL);
@@ -503,18 +575,28 @@ int cuip_agent_call(enum cuip_agent_op op, const pid_t *pids, size_t n, unsigned
 			 "%s timed out after %d ms for pid %d%s (is the process stopped? "
 			 "CUINTERPOSE_DRIVER_TIMEOUT_MS sets this limit)",
 			 op_call_name(op), wait_ms, (int)pids[0], n > 1 ? " and others" : "");
-		ret = -ETIMEDOUT;
-	} else if (len != (ssize_t)REP_SIZE(n) || rep->magic != AGENT_MAGIC || rep->op != (uint32_t)op || rep->n != n) {
-		reap(len == 0 ? 2000 : 0);
+	} else if (ret == -EPROTO || ret == -EPROTONOSUPPORT || ret == -EBADMSG || ret == -EMSGSIZE) {
+		/* Alive but not speaking our protocol: nothing it says can be
+		 * trusted, so it is stopped, and the caller reads the states
+		 * again through a fresh one, as after a death. */
+		kill(agent, SIGKILL);
+		reap(2000);
+		snprintf(err, errlen,
+			 "the native agent (pid %d) was stopped: its answer to %zu driver call(s) cannot be read: %s",
+			 agent, n, bad ? bad : why);
+		ret = -EPIPE;
+	} else if (ret) {
+		reap(2000);
 		snprintf(err, errlen, "the native agent (pid %d) died with %zu driver calls in flight: %s", agent, n,
 			 A.exit_why);
 		ret = -EPIPE;
 	} else {
-		memcpy(res, rep->r, n * sizeof(*res));
+		copy_results(in->reply, res);
 	}
+out:
 	sigprocmask(SIG_SETMASK, &old, NULL);
-	free(q);
-	free(rep);
+	if (in)
+		cuip__agent_message__free_unpacked(in, NULL);
 	return ret;
 }
 

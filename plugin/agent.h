@@ -9,17 +9,19 @@
  * cuda_plugin runs the cuda-checkpoint binary for the same reason.
  *
  * Lifetime: started by native.c on first use (fork of criu, no exec; the
- * child keeps only its end of a SOCK_SEQPACKET socketpair), stopped and
+ * child keeps only its end of a SOCK_STREAM socketpair), stopped and
  * reaped by cuip_agent_stop() from the hooks (fini, end of restore) before
  * criu waits for its own children. A dead agent is reaped and reported by
  * the call that notices; the next call starts a new one.
  *
- * Protocol: one request (an operation and up to CUIP_AGENT_BATCH pids) and
- * one reply (a result per pid, in request order). The agent runs the
- * driver calls of one request in parallel, one thread per pid, and joins
- * them before it replies. The messages are plain structs because both ends
- * are the same binary (a fork): they are never stored and never cross a
- * version boundary, so they are not part of the images/ schema.
+ * Protocol: the agent's hello (the driver loaded, or why not), then one
+ * request (an operation and up to CUIP_AGENT_BATCH pids) and one reply (a
+ * result per pid, in request order) at a time: AgentMessage frames of
+ * images/cuinterpose.proto, checked and versioned by wire.c like every
+ * other message. The agent runs the driver calls of one request in
+ * parallel, one thread per pid, and joins them before it replies. A
+ * request it cannot read ends it (status 3, the reason on stderr); a reply
+ * criu cannot read gets it killed and counts as its death.
  *
  * State: one agent per criu process, used only by the hook thread (CRIU
  * calls hooks serially); no lock.
@@ -70,7 +72,8 @@ pid_t cuip_agent_pid(void);
 
 /*
  * Run `op` for pids[0..n) in the agent (n <= CUIP_AGENT_BATCH), res[i] for
- * pids[i]. 0, or -EPIPE when the agent died (reaped; err says how), or
+ * pids[i]. 0, or -EPIPE when the agent died or answered what this build
+ * cannot read (reaped, states unknown; err says which), or
  * another -errno. Starts the agent again first if the last one died.
  */
 int cuip_agent_call(enum cuip_agent_op op, const pid_t *pids, size_t n, unsigned timeout_ms,

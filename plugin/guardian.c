@@ -29,25 +29,7 @@
 #include "agent.h"
 #include "guardian.h"
 #include "log.h"
-
-#define G_MAGIC 0x47554152u /* "RAUG" */
-
-enum { G_PHASE = 1, G_TOPO, G_END };
-
-struct g_hdr {
-	uint32_t magic;
-	uint32_t kind;
-	uint32_t len;
-};
-
-struct g_hello {
-	uint32_t magic;
-	int32_t pid;
-};
-
-#define F_QUIESCED 1u
-#define F_TORN	   2u
-#define F_UNICAST  4u
+#include "wire.h"
 
 /* ---- shared -------------------------------------------------------------- */
 
@@ -92,8 +74,8 @@ static struct {
 	struct cuip_native_proc *nat;
 	size_t n_nat;
 	const char *freeze_cgroup;
-	Cuip__Topology **topo; /* restore: unused */
-	pid_t *tree;	       /* restore */
+	Cuip__GuardianMessage **topo; /* per participant, the last topology (restore: unused) */
+	pid_t *tree;		      /* restore */
 	int *tree_fd;
 	size_t n_tree;
 	char phase[64]; /* last progress seen, for the log */
@@ -128,26 +110,12 @@ static void glog(bool err, const char *fmt, ...)
 		(int)getpid(), (int)W.criu, line);
 }
 
-static bool read_full(int fd, void *buf, size_t len)
+static void apply_flags(const Cuip__GuardianPhase *ph)
 {
-	for (size_t got = 0; got < len;) {
-		ssize_t n = read(fd, (char *)buf + got, len - got);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return false;
-		got += (size_t)n;
-	}
-	return true;
-}
-
-static void apply_flags(const uint8_t *f, size_t n)
-{
-	for (size_t i = 0; i < n && i < W.g->n; i++) {
-		W.g->p[i].quiesced = f[i] & F_QUIESCED;
-		W.g->p[i].torn_down = f[i] & F_TORN;
-		W.g->p[i].unicast_down = f[i] & F_UNICAST;
+	for (size_t i = 0; i < ph->n_flags && i < W.g->n; i++) {
+		W.g->p[i].quiesced = ph->flags[i]->quiesced;
+		W.g->p[i].torn_down = ph->flags[i]->torn_down;
+		W.g->p[i].unicast_down = ph->flags[i]->unicast_down;
 	}
 }
 
@@ -181,51 +149,66 @@ static void apply_before(const char *phase)
 	}
 }
 
-/* One message; false on EOF (criu gone or closed). *end: G_END came. */
+/* Participant t->index's topology, kept with its message. */
+static void take_topology(Cuip__GuardianMessage *m)
+{
+	const Cuip__Topology *t = m->topology->topology;
+	uint32_t i = m->topology->index;
+	struct cuip_part *p = &W.g->p[i];
+
+	if (W.topo[i])
+		cuip__guardian_message__free_unpacked(W.topo[i], NULL);
+	W.topo[i] = m;
+	p->st = t->state;
+	p->carriers = t->carriers;
+	p->n_carriers = t->n_carriers;
+	p->n_carrier_files = 0;
+	for (size_t k = 0; k < t->n_carrier_files && k < CUIP_CARRIER_FILES_MAX; k++)
+		p->carrier_files[p->n_carrier_files++] = t->carrier_files[k];
+}
+
+/* One message; false when the channel is done: EOF (criu gone or closed)
+ * or a message this build cannot read (logged; the guardian then watches
+ * criu without it). *end: criu ended the duty. */
 static bool read_msg(bool *end)
 {
-	struct g_hdr h;
-	uint8_t *buf;
+	Cuip__GuardianMessage *m;
+	char err[256];
+	int ret = cuip_msg_recv(W.ch, CUIP_KIND_GUARDIAN, &cuip__guardian_message__descriptor, NULL,
+				(ProtobufCMessage **)&m, NULL, err, sizeof(err));
 
-	if (!read_full(W.ch, &h, sizeof(h)) || h.magic != G_MAGIC || h.len > (1u << 30))
-		return false;
-	buf = malloc(h.len + 1);
-	if (!buf || !read_full(W.ch, buf, h.len)) {
-		free(buf);
+	if (ret) {
+		if (ret != -ECONNRESET)
+			glog(true, "criu's channel: %s; watching criu without it", err);
 		return false;
 	}
-	buf[h.len] = 0;
-	if (h.kind == G_END) {
-		pr_debug("guardian: released: %s", (char *)buf);
+	switch (m->body_case) {
+	case CUIP__GUARDIAN_MESSAGE__BODY_END:
+		pr_debug("guardian: released: %s", m->end);
 		*end = true;
-	} else if (h.kind == G_PHASE && h.len >= 1 + 48 && W.g) {
-		W.after = buf[0];
-		snprintf(W.phase, sizeof(W.phase), "%.48s", (char *)buf + 1);
+		break;
+	case CUIP__GUARDIAN_MESSAGE__BODY_PHASE:
+		if (!W.g)
+			break;
+		W.after = m->phase->after;
+		snprintf(W.phase, sizeof(W.phase), "%.48s", m->phase->phase);
 		if (W.after)
-			apply_flags(buf + 1 + 48, h.len - 1 - 48);
+			apply_flags(m->phase);
 		else
 			apply_before(W.phase);
-	} else if (h.kind == G_TOPO && h.len >= 4 && W.g) {
-		uint32_t i;
-		Cuip__Topology *t;
-
-		memcpy(&i, buf, 4);
-		t = cuip__topology__unpack(NULL, h.len - 4, buf + 4);
-		if (t && i < W.g->n) {
-			if (W.topo[i])
-				cuip__topology__free_unpacked(W.topo[i], NULL);
-			W.topo[i] = t;
-			W.g->p[i].st = t->state;
-			W.g->p[i].carriers = t->carriers;
-			W.g->p[i].n_carriers = t->n_carriers;
-			W.g->p[i].n_carrier_files = 0;
-			for (size_t k = 0; k < t->n_carrier_files && k < CUIP_CARRIER_FILES_MAX; k++)
-				W.g->p[i].carrier_files[W.g->p[i].n_carrier_files++] = t->carrier_files[k];
-		} else if (t) {
-			cuip__topology__free_unpacked(t, NULL);
+		break;
+	case CUIP__GUARDIAN_MESSAGE__BODY_TOPOLOGY:
+		if (W.g && m->topology->index < W.g->n) {
+			take_topology(m);
+			return true; /* kept */
 		}
+		glog(true, "criu sent the topology of participant %u of %zu: ignored", m->topology->index,
+		     W.g ? W.g->n : 0);
+		break;
+	default:
+		glog(true, "criu sent a guardian message of unknown kind %d: ignored", (int)m->body_case);
 	}
-	free(buf);
+	cuip__guardian_message__free_unpacked(m, NULL);
 	return true;
 }
 
@@ -465,7 +448,7 @@ static void __attribute__((noreturn)) guardian_main(void)
 {
 	struct sigaction dfl = {.sa_handler = SIG_DFL};
 	int (*log_fd)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "log_get_fd");
-	struct g_hello h = {.magic = G_MAGIC, .pid = getpid()};
+	Cuip__GuardianMessage h = CUIP__GUARDIAN_MESSAGE__INIT;
 	int keep[4] = {W.ch, W.imgdir, log_fd ? log_fd() : 2, -1};
 	double stopped_since = 0;
 	sigset_t none;
@@ -502,7 +485,9 @@ static void __attribute__((noreturn)) guardian_main(void)
 			W.g->p[i].inspect = W.g->p[i].save = NULL;
 		}
 	}
-	if (write(W.ch, &h, sizeof(h)) != sizeof(h))
+	h.body_case = CUIP__GUARDIAN_MESSAGE__BODY_HELLO;
+	h.hello = getpid();
+	if (cuip_msg_send(W.ch, CUIP_KIND_GUARDIAN, &h.base, -1))
 		_exit(1);
 	for (;;) {
 		struct pollfd pf[2] = {{.fd = W.pidfd, .events = POLLIN}, {.fd = W.ch, .events = POLLIN}};
@@ -560,8 +545,9 @@ static struct {
 
 static int start(char *err, size_t errlen)
 {
-	struct g_hello h = {0};
+	Cuip__GuardianMessage *h = NULL;
 	struct pollfd pf;
+	char why[256] = "no answer within 10 s";
 	sigset_t s, old;
 	int sv[2], st, ret = 0;
 	pid_t c1;
@@ -600,14 +586,20 @@ static int start(char *err, size_t errlen)
 	while (waitpid(c1, &st, __WALL) < 0 && errno == EINTR)
 		;
 	pf = (struct pollfd){.fd = sv[0], .events = POLLIN};
-	if (poll(&pf, 1, 10000) != 1 || read(sv[0], &h, sizeof(h)) != sizeof(h) || h.magic != G_MAGIC) {
-		snprintf(err, errlen, "the guardian did not start");
+	if (poll(&pf, 1, 10000) != 1 ||
+	    cuip_msg_recv(sv[0], CUIP_KIND_GUARDIAN, &cuip__guardian_message__descriptor, NULL, (ProtobufCMessage **)&h,
+			  NULL, why, sizeof(why)) ||
+	    h->body_case != CUIP__GUARDIAN_MESSAGE__BODY_HELLO) {
+		snprintf(err, errlen, "the guardian did not start: %s", h ? "its first message is not a hello" : why);
+		if (h)
+			cuip__guardian_message__free_unpacked(h, NULL);
 		close(sv[0]);
 		ret = -EPIPE;
 		goto out;
 	}
 	G.fd = sv[0];
-	G.pid = h.pid;
+	G.pid = h->hello;
+	cuip__guardian_message__free_unpacked(h, NULL);
 	pr_info("guardian pid %d watches this %s (stop bound %u ms)", (int)G.pid, W.restore ? "restore" : "dump",
 		W.stop_ms);
 out:
@@ -639,95 +631,80 @@ int cuip_guardian_start_restore(const pid_t *tree, size_t n, int imgdir, char *e
 	return start(err, errlen);
 }
 
-static int send_msg(uint32_t kind, const void *a, size_t alen, const void *b, size_t blen)
+static int send_msg(const Cuip__GuardianMessage *m)
 {
-	struct g_hdr h = {.magic = G_MAGIC, .kind = kind, .len = (uint32_t)(alen + blen)};
-	struct iovec iov[3] = {{&h, sizeof(h)}, {(void *)a, alen}, {(void *)b, blen}};
-	struct msghdr m = {.msg_iov = iov, .msg_iovlen = 3};
-	size_t want = sizeof(h) + alen + blen;
-	ssize_t n;
-
 	if (G.fd < 0)
 		return -EPIPE;
-	do
-		n = sendmsg(G.fd, &m, MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
-	if (n == (ssize_t)want)
-		return 0;
-	/* A short write to a stream socket only happens when the peer is
-	 * gone or the buffer was full: finish it blockingly. */
-	for (size_t done = n > 0 ? (size_t)n : 0; n >= 0 && done < want;) {
-		char tmp[sizeof(h)];
-		const char *src;
-		size_t off = done, len;
-
-		if (off < sizeof(h)) {
-			memcpy(tmp, &h, sizeof(h));
-			src = tmp + off;
-			len = sizeof(h) - off;
-		} else if (off < sizeof(h) + alen) {
-			src = (const char *)a + (off - sizeof(h));
-			len = alen - (off - sizeof(h));
-		} else {
-			src = (const char *)b + (off - sizeof(h) - alen);
-			len = blen - (off - sizeof(h) - alen);
-		}
-		n = send(G.fd, src, len, MSG_NOSIGNAL);
-		if (n < 0 && errno == EINTR)
-			n = 0;
-		done += n > 0 ? (size_t)n : 0;
-		if (done == want)
-			return 0;
-	}
-	return -EPIPE;
+	return cuip_msg_send(G.fd, CUIP_KIND_GUARDIAN, &m->base, -1);
 }
 
 static int send_topologies(struct cuip_group *g)
 {
 	for (size_t i = 0; i < g->n; i++) {
+		Cuip__GuardianMessage m = CUIP__GUARDIAN_MESSAGE__INIT;
+		Cuip__GuardianTopology gt = CUIP__GUARDIAN_TOPOLOGY__INIT;
 		Cuip__Topology t;
-		uint8_t *buf;
-		uint32_t idx = (uint32_t)i;
-		size_t len;
 		int ret;
 
 		if (!g->p[i].st)
 			continue;
 		cuip_group_topology(g, i, &t);
-		len = cuip__topology__get_packed_size(&t);
-		buf = malloc(len ? len : 1);
-		if (!buf)
-			return -ENOMEM;
-		cuip__topology__pack(&t, buf);
-		ret = send_msg(G_TOPO, &idx, sizeof(idx), buf, len);
-		free(buf);
+		gt.index = (uint32_t)i;
+		gt.topology = &t;
+		m.body_case = CUIP__GUARDIAN_MESSAGE__BODY_TOPOLOGY;
+		m.topology = &gt;
+		ret = send_msg(&m);
 		if (ret)
 			return ret;
 	}
 	return 0;
 }
 
+static int send_phase(struct cuip_group *g, const char *phase, bool after)
+{
+	Cuip__GuardianMessage m = CUIP__GUARDIAN_MESSAGE__INIT;
+	Cuip__GuardianPhase ph = CUIP__GUARDIAN_PHASE__INIT;
+	Cuip__GuardianFlags *fv = calloc(g->n ? g->n : 1, sizeof(*fv));
+	Cuip__GuardianFlags **fp = calloc(g->n ? g->n : 1, sizeof(*fp));
+	int ret = -ENOMEM;
+
+	if (!fv || !fp)
+		goto out;
+	for (size_t i = 0; i < g->n; i++) {
+		cuip__guardian_flags__init(&fv[i]);
+		fv[i].has_quiesced = fv[i].has_torn_down = fv[i].has_unicast_down = true;
+		fv[i].quiesced = g->p[i].quiesced;
+		fv[i].torn_down = g->p[i].torn_down;
+		fv[i].unicast_down = g->p[i].unicast_down;
+		fp[i] = &fv[i];
+	}
+	ph.phase = (char *)phase;
+	ph.after = after;
+	ph.n_flags = g->n;
+	ph.flags = fp;
+	m.body_case = CUIP__GUARDIAN_MESSAGE__BODY_PHASE;
+	m.phase = &ph;
+	ret = send_msg(&m);
+out:
+	free(fv);
+	free(fp);
+	return ret;
+}
+
 int cuip_guardian_phase(struct cuip_group *g, const char *phase, bool after)
 {
-	uint8_t head[1 + 48] = {after};
-	uint8_t *flags;
-	int ret;
+	int ret = 0;
 
 	if (G.fd < 0)
 		return 0; /* none, or its loss was reported once: criu rolls back itself */
-	flags = calloc(g->n ? g->n : 1, 1);
-	if (!flags)
-		return -ENOMEM;
-	snprintf((char *)head + 1, 48, "%s", phase);
-	for (size_t i = 0; i < g->n; i++)
-		flags[i] = (g->p[i].quiesced ? F_QUIESCED : 0) | (g->p[i].torn_down ? F_TORN : 0) |
-			   (g->p[i].unicast_down ? F_UNICAST : 0);
-	ret = 0;
 	if (after && (!strcmp(phase, "INSPECT") || !strcmp(phase, "REINSPECT") || !strcmp(phase, "SAVE")))
 		ret = send_topologies(g);
 	if (!ret)
-		ret = send_msg(G_PHASE, head, sizeof(head), flags, g->n);
-	free(flags);
+		ret = send_phase(g, phase, after);
+	if (ret == -ENOMEM) {
+		snprintf(g->err, sizeof(g->err), "out of memory for the guardian's report of %s", phase);
+		return ret;
+	}
 	if (ret) {
 		close(G.fd);
 		G.fd = -1;
@@ -743,9 +720,13 @@ int cuip_guardian_phase(struct cuip_group *g, const char *phase, bool after)
 
 void cuip_guardian_end(const char *how)
 {
+	Cuip__GuardianMessage m = CUIP__GUARDIAN_MESSAGE__INIT;
+
 	if (G.fd < 0)
 		return;
-	send_msg(G_END, how, strlen(how), NULL, 0);
+	m.body_case = CUIP__GUARDIAN_MESSAGE__BODY_END;
+	m.end = (char *)how;
+	send_msg(&m);
 	close(G.fd);
 	G.fd = -1;
 	G.pid = 0;

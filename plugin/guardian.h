@@ -9,7 +9,10 @@
  * child, not traced by criu, never in the dumped tree. It holds a pidfd on
  * criu and a stream socket from it, over which criu reports progress: each
  * coordinator phase before it starts and after its barrier, with the
- * participants' flags, and their topologies (after INSPECT and SAVE).
+ * participants' flags, and their topologies (after INSPECT and SAVE), as
+ * GuardianMessage frames of images/cuinterpose.proto (checked and
+ * versioned by wire.c; one it cannot read ends the channel, logged, and
+ * the guardian goes on watching criu's pidfd).
  *
  * Commit point (dump): the plugin's fini of a dump that succeeded without
  * --leave-running (CRIU kills the tasks next), or the end of the in-place

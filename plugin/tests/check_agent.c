@@ -176,6 +176,44 @@ START_TEST(a_dead_agent_is_reaped_reported_and_replaced)
 }
 END_TEST
 
+/* The reply is a wire.c frame: one of another version, or damaged, stops
+ * the agent and counts as its death (the states are read back). */
+START_TEST(a_reply_this_build_cannot_read_stops_the_agent)
+{
+	static const struct {
+		pid_t pid;
+		const char *why;
+	} cases[] = {
+		{1088, "native agent message has format version 2, this build reads version 1"},
+		{1089, "native agent message checksum mismatch (corrupt)"},
+	};
+	struct cuip_native_proc v[1];
+	char err[512] = "";
+
+	ck_assert_int_eq(cuip_native_open(stub(), err, sizeof(err)), 0);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		pid_t agent = cuip_agent_pid();
+
+		procs(v, 1, cases[i].pid);
+		ck_assert_int_eq(cuip_native_lock_all(v, 1, 1000, err, sizeof(err)), -EIO);
+		ck_assert_msg(strstr(err, "cuCheckpointProcessLock(pid") != NULL, "%s", err);
+		ck_assert_msg(strstr(err, "was stopped: its answer to 1 driver call(s) cannot be read: ") != NULL, "%s",
+			      err);
+		ck_assert_msg(strstr(err, cases[i].why) != NULL, "%s", err);
+		assert_reaped(agent);
+		/* a fresh agent read the state back: its own stub, nothing locked */
+		ck_assert_int_gt(cuip_agent_pid(), 0);
+		ck_assert_int_ne(cuip_agent_pid(), agent);
+		ck_assert(!v[0].locked);
+	}
+	procs(v, 1, 1001);
+	ck_assert_int_eq(cuip_native_lock_all(v, 1, 1000, err, sizeof(err)), 0);
+	ck_assert(v[0].locked);
+	cuip_native_close();
+	ck_assert_int_eq(count_tasks(getpid()), 1);
+}
+END_TEST
+
 START_TEST(missing_driver_or_checkpoint_api_is_refused_clearly)
 {
 	char err[512] = "";
@@ -203,6 +241,7 @@ Suite *agent_suite(void)
 	tcase_add_test(t, driver_calls_run_in_parallel_in_a_child_that_is_reaped);
 	tcase_add_test(t, failures_name_the_call_the_pid_and_the_cuda_error);
 	tcase_add_test(t, a_dead_agent_is_reaped_reported_and_replaced);
+	tcase_add_test(t, a_reply_this_build_cannot_read_stops_the_agent);
 	tcase_add_test(t, missing_driver_or_checkpoint_api_is_refused_clearly);
 	suite_add_tcase(s, t);
 	return s;

@@ -27,9 +27,13 @@ static const struct {
 	unsigned kind;
 	const ProtobufCMessageDescriptor *desc;
 } targets[] = {
-	{CUIP_KIND_REQUEST, &cuip__request__descriptor},   {CUIP_KIND_RESPONSE, &cuip__response__descriptor},
-	{CUIP_KIND_TOPOLOGY, &cuip__topology__descriptor}, {CUIP_KIND_INVENTORY, &cuip__inventory__descriptor},
+	{CUIP_KIND_REQUEST, &cuip__request__descriptor},
+	{CUIP_KIND_RESPONSE, &cuip__response__descriptor},
+	{CUIP_KIND_TOPOLOGY, &cuip__topology__descriptor},
+	{CUIP_KIND_INVENTORY, &cuip__inventory__descriptor},
 	{CUIP_KIND_TICKET, &cuip__ticket__descriptor},
+	{CUIP_KIND_AGENT, &cuip__agent_message__descriptor},
+	{CUIP_KIND_GUARDIAN, &cuip__guardian_message__descriptor},
 };
 
 /* Inputs whose decoded message went through the whole round trip. */

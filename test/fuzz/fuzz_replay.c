@@ -5,6 +5,7 @@
  * truncations, length-field edits, with and without a matching checksum),
  * then any files named on the command line (a saved corpus or crash).
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +27,9 @@ static uint64_t next(void)
 }
 
 /* Seeds: one valid, non-trivial message per kind, framed. */
-static size_t seeds(uint8_t *out[5], size_t lens[5])
+#define N_SEEDS 7
+
+static size_t seeds(uint8_t *out[N_SEEDS], size_t lens[N_SEEDS])
 {
 	static uint8_t token[16] = {9, 8, 7, 6, 5, 4, 3, 2, 1};
 	static uint32_t crcs[3] = {1, 2, 3};
@@ -46,6 +49,13 @@ static size_t seeds(uint8_t *out[5], size_t lens[5])
 	Cuip__Fetch fetch = CUIP__FETCH__INIT, *fetchp[1] = {&fetch};
 	Cuip__FetchMany fm = CUIP__FETCH_MANY__INIT;
 	Cuip__Response resp = CUIP__RESPONSE__INIT;
+	static uint8_t uuid_a[16] = {0xaa, 1}, uuid_b[16] = {0xbb, 2};
+	static int32_t pids[3] = {1234, 1235, 40000};
+	Cuip__GpuPair pair = CUIP__GPU_PAIR__INIT, *pairp[1] = {&pair};
+	Cuip__AgentRequest areq = CUIP__AGENT_REQUEST__INIT;
+	Cuip__AgentMessage am = CUIP__AGENT_MESSAGE__INIT;
+	Cuip__GuardianTopology gt = CUIP__GUARDIAN_TOPOLOGY__INIT;
+	Cuip__GuardianMessage gm = CUIP__GUARDIAN_MESSAGE__INIT;
 
 	self.id = 77;
 	self.pid = 1234;
@@ -101,10 +111,27 @@ static size_t seeds(uint8_t *out[5], size_t lens[5])
 	resp.body_case = CUIP__RESPONSE__BODY_STATE;
 	resp.state = &st;
 
-	const ProtobufCMessage *msgs[5] = {&req.base, &resp.base, &topo.base, &inv.base, &t.base};
-	const unsigned kinds[5] = {CUIP_KIND_REQUEST, CUIP_KIND_RESPONSE, CUIP_KIND_TOPOLOGY, CUIP_KIND_INVENTORY,
-				   CUIP_KIND_TICKET};
-	for (int i = 0; i < 5; i++) {
+	pair.old_uuid = (ProtobufCBinaryData){16, uuid_a};
+	pair.new_uuid = (ProtobufCBinaryData){16, uuid_b};
+	areq.op = 5;
+	areq.has_timeout_ms = true;
+	areq.timeout_ms = 1000;
+	areq.n_remap = 1;
+	areq.remap = pairp;
+	areq.n_pids = 3;
+	areq.pids = pids;
+	am.body_case = CUIP__AGENT_MESSAGE__BODY_REQUEST;
+	am.request = &areq;
+	gt.index = 2;
+	gt.topology = &topo;
+	gm.body_case = CUIP__GUARDIAN_MESSAGE__BODY_TOPOLOGY;
+	gm.topology = &gt;
+
+	const ProtobufCMessage *msgs[N_SEEDS] = {&req.base, &resp.base, &topo.base, &inv.base,
+						 &t.base,   &am.base,	&gm.base};
+	const unsigned kinds[N_SEEDS] = {CUIP_KIND_REQUEST, CUIP_KIND_RESPONSE, CUIP_KIND_TOPOLOGY, CUIP_KIND_INVENTORY,
+					 CUIP_KIND_TICKET,  CUIP_KIND_AGENT,	CUIP_KIND_GUARDIAN};
+	for (int i = 0; i < N_SEEDS; i++) {
 		uint8_t *enc;
 		ssize_t n = cuip_encode(kinds[i], msgs[i], &enc);
 		if (n < 0)
@@ -115,7 +142,7 @@ static size_t seeds(uint8_t *out[5], size_t lens[5])
 		lens[i] = (size_t)n + 1;
 		free(enc);
 	}
-	return 5;
+	return N_SEEDS;
 }
 
 static void run_file(const char *path)
@@ -141,8 +168,8 @@ static void run_file(const char *path)
 
 int main(int argc, char **argv)
 {
-	uint8_t *seed[5];
-	size_t len[5], n = seeds(seed, len);
+	uint8_t *seed[N_SEEDS];
+	size_t len[N_SEEDS], n = seeds(seed, len);
 	unsigned long rounds = 0;
 	const char *env = getenv("FUZZ_ROUNDS");
 	unsigned long per_seed = env ? strtoul(env, NULL, 10) : 20000;
