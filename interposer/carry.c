@@ -22,7 +22,6 @@
 #include "cuip.h"
 #include "driver.h"
 #include "errfmt.h"
-#include "ipc.h"
 #include "record.h"
 #include "reply.h"
 #include "runtime.h"
@@ -227,6 +226,39 @@ static bool entry_hashes(Cuip__CarrierEntry *e, const struct carrier_item *it)
 	return true;
 }
 
+static int ptr_cmp(const void *x, const void *y)
+{
+	uintptr_t p = (uintptr_t) * (void *const *)x, q = (uintptr_t) * (void *const *)y;
+
+	return (p > q) - (p < q);
+}
+
+/* Every carried allocation created here is among as[0..n) (a dump's
+ * SAVE: PREPARE_UNICAST releases them all): 0, -ESTALE or -ENOMEM. */
+static int all_requested(struct cuip_alloc *const *as, size_t n, char *err, size_t errlen)
+{
+	struct cuip_alloc **sorted = malloc(sizeof(*sorted) * (n ? n : 1));
+	int ret = 0;
+
+	if (!sorted) {
+		errfmt(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	memcpy(sorted, as, sizeof(*sorted) * n);
+	qsort(sorted, n, sizeof(*sorted), ptr_cmp);
+	for (struct cuip_alloc *a = vmm.head; a && !ret; a = a->next)
+		if (a->creator == self.id && cuip_carried(a) && a->drv &&
+		    !bsearch(&a, sorted, n, sizeof(*sorted), ptr_cmp)) {
+			errfmt(err, errlen,
+			       "allocation " ID_FMT
+			       " is carried but not in the SAVE request (made after INSPECT); nothing saved",
+			       ID(a));
+			ret = -ESTALE;
+		}
+	free(sorted);
+	return ret;
+}
+
 static int carry_save(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__SaveReply **out, char *err, size_t errlen)
 {
 	struct carrier_item *items = NULL;
@@ -263,7 +295,9 @@ static int carry_save(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__Sa
 	for (size_t i = 0; i < n; i++) {
 		const Cuip__AllocId *id = s->allocs[i];
 		struct cuip_alloc *a = id ? cuip_alloc_by_id(id->creator, id->serial) : NULL;
-		ni += a && a->slab ? a->npieces : 1;
+		size_t np;
+
+		ni += a && cuip_alloc_split(a, &np) ? np : 1;
 	}
 	items = calloc(ni ? ni : 1, sizeof(*items));
 	maps = calloc(n ? n : 1, sizeof(*maps));
@@ -276,6 +310,7 @@ static int carry_save(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__Sa
 		const Cuip__AllocId *id = s->allocs[i];
 		struct cuip_alloc *a = id ? cuip_alloc_by_id(id->creator, id->serial) : NULL;
 		size_t np;
+		bool split;
 		CUcontext ctx;
 		CUresult r;
 		int ord;
@@ -296,17 +331,19 @@ static int carry_save(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__Sa
 			ret = -EIO;
 			goto out;
 		}
-		np = a->slab ? a->npieces : 1;
+		split = cuip_alloc_split(a, &np);
 		for (size_t k = 0; k < np; k++, ni++) {
 			struct carrier_item *it = &items[ni];
-			uint64_t off = a->slab ? a->pieces[k].off : 0;
+			uint64_t off = 0, size = a->size;
 
+			if (split)
+				cuip_alloc_part(a, k, &off, &size);
 			as[ni] = a;
 			aoff[ni] = off;
 			it->va = maps[i].va + off;
-			it->size = a->slab ? a->pieces[k].size : a->size;
+			it->size = size;
 			it->ctx = ctx;
-			if (a->slab)
+			if (split)
 				snprintf(name, sizeof(name), "allocation " ID_FMT " piece at %#llx", ID(a),
 					 (unsigned long long)off);
 			else
@@ -334,23 +371,9 @@ static int carry_save(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__Sa
 			total += it->size;
 		}
 	}
-	/* Every carried allocation created here must be in the request:
-	 * PREPARE_UNICAST releases them all (load_ix marks the requested
-	 * ones meanwhile; LOAD resets it before use). A pre-copy takes what
-	 * it lists: the job goes on, and its dump saves what exists then. */
-	for (size_t i = 0; i < ni && !s->live; i++)
-		as[i]->load_ix = -3;
-	for (struct cuip_alloc *a = vmm.head; a && !ret && !s->live; a = a->next)
-		if (a->creator == self.id && cuip_carried(a) && a->drv && a->load_ix != -3) {
-			errfmt(err, errlen,
-			       "allocation " ID_FMT
-			       " is carried but not in the SAVE request (made after INSPECT); nothing saved",
-			       ID(a));
-			ret = -ESTALE;
-		}
-	for (size_t i = 0; i < ni && !s->live; i++)
-		as[i]->load_ix = -1;
-	if (ret)
+	/* A pre-copy takes what it lists: the job goes on, and its dump
+	 * saves what exists then. */
+	if (!s->live && (ret = all_requested(as, ni, err, errlen)))
 		goto out;
 	cfg.file_names = (const char *const *)s->files;
 	cfg.n_file_names = s->n_files;
@@ -386,7 +409,7 @@ static int carry_save(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__Sa
 		e->n_crc32c = items[i].ncrc;
 		if (carrier_extents_to_entry(&items[i], e, cuip_zalloc) || !entry_hashes(e, &items[i]))
 			goto nomem;
-		if (as[i]->slab) {
+		if (cuip_alloc_split(as[i], &(size_t){0})) {
 			e->has_alloc_offset = 1;
 			e->alloc_offset = aoff[i];
 		}
@@ -409,49 +432,108 @@ out:
 
 /* ---- LOAD ------------------------------------------------------------------ */
 
-/*
- * Before anything is recreated: a slab comes in one entry per live piece,
- * each naming the piece's offset and size, none twice, none missing. Leaves
- * load_ix -1 everywhere (LOAD sets it to the entry whose temporary mapping
- * holds the recreated slab; the others load into that mapping).
- */
-static int load_check_pieces(const Cuip__Load *l, char *err, size_t errlen)
+/* One carrier entry of a LOAD, by record and offset in it. */
+struct load_key {
+	const struct cuip_alloc *a;
+	uint64_t off;
+	size_t i;
+};
+
+static int key_cmp(const void *x, const void *y)
 {
-	int ret = 0;
+	const struct load_key *p = x, *q = y;
 
-	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
-		a->load_ix = -1;
-		for (size_t k = 0; k < a->npieces; k++)
-			a->pieces[k].loaded = false;
-	}
-	for (size_t i = 0; i < l->n_entries; i++) {
-		const Cuip__CarrierEntry *e = l->entries[i];
-		struct cuip_alloc *a = e->alloc ? cuip_alloc_by_id(e->alloc->creator, e->alloc->serial) : NULL;
-		struct cuip_piece *pc;
+	if (p->a != q->a)
+		return (uintptr_t)p->a < (uintptr_t)q->a ? -1 : 1;
+	if (p->off != q->off)
+		return p->off < q->off ? -1 : 1;
+	return (p->i > q->i) - (p->i < q->i);
+}
 
-		if (!a || !a->slab || a->creator != self.id)
-			continue; /* LOAD's own checks */
-		pc = e->has_alloc_offset ? cuip_piece_at(a, e->alloc_offset, true) : NULL;
-		if (!pc || pc->size != e->size || pc->loaded) {
-			errfmt(err, errlen,
-			       "allocation " ID_FMT ": carrier entry %zu (%llu bytes at offset %#llx) is %s", ID(a), i,
-			       (unsigned long long)e->size, (unsigned long long)e->alloc_offset,
-			       pc && pc->loaded ? "a second entry for one piece" : "no live piece of the slab");
+/* Keys k[0..n) of one record, sorted by offset: each part its entry, once. */
+static int check_group(const struct load_key *k, size_t n, char *err, size_t errlen)
+{
+	const struct cuip_alloc *a = k[0].a;
+	size_t np;
+	bool split = cuip_alloc_split(a, &np);
+
+	for (size_t g = 1; g < n; g++)
+		if (k[g].off == k[g - 1].off) {
+			if (split)
+				errfmt(err, errlen, "allocation " ID_FMT ": carrier entry %zu (at offset %#llx) is %s",
+				       ID(a), k[g].i, (unsigned long long)k[g].off, "a second entry for one piece");
+			else
+				errfmt(err, errlen, "allocation " ID_FMT ": carrier entry %zu is a second entry for it",
+				       ID(a), k[g].i);
 			return -EINVAL;
 		}
-		pc->loaded = true;
-		a->load_ix = -2; /* has entries */
+	for (size_t p = 0; split && p < np; p++) {
+		uint64_t off, size;
+
+		cuip_alloc_part(a, p, &off, &size);
+		if (p >= n || k[p].off != off) {
+			errfmt(err, errlen, "allocation " ID_FMT ": the piece at offset %#llx has no carrier entry",
+			       ID(a), (unsigned long long)off);
+			return -ENODATA;
+		}
 	}
-	for (struct cuip_alloc *a = vmm.head; a && !ret; a = a->next) {
-		for (size_t k = 0; a->load_ix == -2 && k < a->npieces && !ret; k++)
-			if (!a->pieces[k].loaded) {
+	return 0;
+}
+
+/*
+ * Before anything is recreated: a record the carrier saves in parts (a
+ * slab) comes in one entry per part, each naming the part's offset and
+ * size, none twice, none missing; any other in one entry. first[i]: the
+ * entry whose temporary mapping holds entry i's record (LOAD maps a record
+ * at its first entry, and loads the further parts into that mapping).
+ * Entries that name no record of this process are left to LOAD's checks.
+ */
+static int load_plan(const Cuip__Load *l, size_t *first, char *err, size_t errlen)
+{
+	struct load_key *k = malloc(sizeof(*k) * (l->n_entries ? l->n_entries : 1));
+	size_t nk = 0;
+	int ret = 0;
+
+	if (!k) {
+		errfmt(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < l->n_entries && !ret; i++) {
+		const Cuip__CarrierEntry *e = l->entries[i];
+		struct cuip_alloc *a = e->alloc ? cuip_alloc_by_id(e->alloc->creator, e->alloc->serial) : NULL;
+		uint64_t off = 0, size = 0;
+		size_t np;
+		long p;
+
+		first[i] = i;
+		if (!a || a->creator != self.id)
+			continue; /* LOAD's own checks */
+		if (cuip_alloc_split(a, &np)) {
+			p = e->has_alloc_offset ? cuip_alloc_part_at(a, e->alloc_offset) : -1;
+			if (p >= 0)
+				cuip_alloc_part(a, (size_t)p, &off, &size);
+			if (p < 0 || size != e->size) {
 				errfmt(err, errlen,
-				       "allocation " ID_FMT ": the piece at offset %#llx has no carrier entry", ID(a),
-				       (unsigned long long)a->pieces[k].off);
-				ret = -ENODATA;
+				       "allocation " ID_FMT ": carrier entry %zu (%llu bytes at offset %#llx) is %s",
+				       ID(a), i, (unsigned long long)e->size, (unsigned long long)e->alloc_offset,
+				       "no live piece of the slab");
+				ret = -EINVAL;
 			}
-		a->load_ix = -1;
+		}
+		k[nk++] = (struct load_key){a, off, i};
 	}
+	if (!ret)
+		qsort(k, nk, sizeof(*k), key_cmp);
+	for (size_t g = 0, h; g < nk && !ret; g = h) {
+		size_t lowest = k[g].i;
+
+		for (h = g; h < nk && k[h].a == k[g].a; h++)
+			lowest = k[h].i < lowest ? k[h].i : lowest;
+		ret = check_group(&k[g], h - g, err, errlen);
+		for (size_t x = g; x < h; x++)
+			first[k[x].i] = lowest;
+	}
+	free(k);
 	return ret;
 }
 
@@ -459,6 +541,7 @@ static int carry_load(const Cuip__Load *l, const int *fds, size_t nfds, Cuip__Lo
 {
 	struct carrier_item *items = NULL;
 	struct tmpmap *maps = NULL;
+	size_t *first = NULL;
 	struct carrier_ops ops;
 	struct carrier_config cfg;
 	struct carrier_stats stats;
@@ -501,15 +584,17 @@ static int carry_load(const Cuip__Load *l, const int *fds, size_t nfds, Cuip__Lo
 	cuip_set_phase(CUIP__PHASE__PHASE_RESTORING);
 	items = calloc(n ? n : 1, sizeof(*items));
 	maps = calloc(n ? n : 1, sizeof(*maps));
-	if (!items || !maps)
+	first = calloc(n ? n : 1, sizeof(*first));
+	if (!items || !maps || !first)
 		goto nomem;
-	ret = load_check_pieces(l, err, errlen);
+	ret = load_plan(l, first, err, errlen);
 	if (ret)
 		goto out;
 	for (size_t i = 0; i < n; i++) {
 		const Cuip__CarrierEntry *e = l->entries[i];
 		struct cuip_alloc *a = e->alloc ? cuip_alloc_by_id(e->alloc->creator, e->alloc->serial) : NULL;
-		struct cuip_piece *pc = NULL;
+		uint64_t off = 0, size;
+		bool split;
 		CUmemAllocationProp prop;
 		CUcontext ctx;
 		CUresult r;
@@ -524,17 +609,18 @@ static int carry_load(const Cuip__Load *l, const int *fds, size_t nfds, Cuip__Lo
 			ret = -ENOENT;
 			goto out;
 		}
-		if (a->slab) {
-			pc = cuip_piece_at(a, e->alloc_offset, true); /* checked above */
+		split = cuip_alloc_split(a, &(size_t){0});
+		if (split) {
+			cuip_alloc_part(a, (size_t)cuip_alloc_part_at(a, e->alloc_offset), &off, &size); /* load_plan */
 		} else if (e->size != a->size || e->has_alloc_offset) {
 			errfmt(err, errlen, "allocation " ID_FMT ": carrier holds %llu bytes, the allocation %llu",
 			       ID(a), (unsigned long long)e->size, (unsigned long long)a->size);
 			ret = -EINVAL;
 			goto out;
 		}
-		if (a->load_ix >= 0) { /* a further piece of a slab loaded here */
-			items[i] = items[a->load_ix];
-			items[i].va = maps[a->load_ix].va + pc->off;
+		if (first[i] != i) { /* a further part of a record mapped at its first entry */
+			items[i] = items[first[i]];
+			items[i].va = maps[first[i]].va + off;
 			goto item;
 		}
 		if (a->drv) {
@@ -568,13 +654,12 @@ static int carry_load(const Cuip__Load *l, const int *fds, size_t nfds, Cuip__Lo
 			ret = -EIO;
 			goto out;
 		}
-		a->load_ix = (int32_t)i;
-		items[i].va = maps[i].va + (pc ? pc->off : 0);
+		items[i].va = maps[i].va + off;
 		items[i].ctx = ctx;
 item:
-		if (pc)
+		if (split)
 			snprintf(name, sizeof(name), "allocation " ID_FMT " piece at %#llx", ID(a),
-				 (unsigned long long)pc->off);
+				 (unsigned long long)off);
 		else
 			snprintf(name, sizeof(name), "allocation " ID_FMT, ID(a));
 		items[i].name = cuip_strdup(name);
@@ -608,6 +693,7 @@ nomem:
 	ret = -ENOMEM;
 out:
 	carry_end(maps, n, items, n);
+	free(first);
 	return ret;
 }
 

@@ -11,7 +11,6 @@
 #include "cuip.h"
 #include "importers.h"
 #include "inspect.h"
-#include "multicast.h"
 #include "record.h"
 #include "reply.h"
 #include "runtime.h"
@@ -111,6 +110,22 @@ static bool importers_of(const struct cuip_alloc *a, Cuip__Allocation *m)
 	return true;
 }
 
+/* What a record's kind says of it: the kind and either the kind's own
+ * properties (multicast) or the allocation properties; false: out of memory. */
+static bool kind_props(const struct cuip_alloc *a, Cuip__AllocKind *kind, Cuip__McProps **mc, Cuip__AllocProps **props)
+{
+	Cuip__McProps own = CUIP__MC_PROPS__INIT;
+
+	if (!cuip_alloc_props(a, kind, &own)) {
+		*props = props_of(a);
+		return *props != NULL;
+	}
+	*mc = NEW(Cuip__McProps, CUIP__MC_PROPS__INIT);
+	if (*mc)
+		**mc = own;
+	return *mc != NULL;
+}
+
 static Cuip__Allocation *allocation_of(const struct cuip_alloc *a)
 {
 	Cuip__Allocation *m = NEW(Cuip__Allocation, CUIP__ALLOCATION__INIT);
@@ -118,17 +133,10 @@ static Cuip__Allocation *allocation_of(const struct cuip_alloc *a)
 	if (!m)
 		return NULL;
 	m->id = alloc_id(a->creator, a->serial);
-	m->kind = a->mc ? CUIP__ALLOC_KIND__KIND_MULTICAST : CUIP__ALLOC_KIND__KIND_UNICAST;
 	m->owner = a->owner;
 	m->origin = a->origin;
-	if (a->mc) {
-		m->mc = NEW(Cuip__McProps, CUIP__MC_PROPS__INIT);
-		if (!m->mc)
-			return NULL;
-		cuip_mc_props(a, m->mc);
-	} else {
-		m->props = props_of(a);
-	}
+	if (!kind_props(a, &m->kind, &m->mc, &m->props))
+		return NULL;
 	m->has_app_handles = 1;
 	m->app_handles = a->app_handles;
 	if (a->logical) {
@@ -147,31 +155,10 @@ static Cuip__Allocation *allocation_of(const struct cuip_alloc *a)
 		m->has_requested_size = 1;
 		m->requested_size = a->requested;
 	}
-	if (a->ipc_opens) {
-		m->has_ipc_opens = 1;
-		m->ipc_opens = a->ipc_opens;
-	}
 	if (m->exported && !importers_of(a, m))
 		return NULL;
-	if (a->slab) {
-		m->has_slab = 1;
-		m->slab = 1;
-		m->pieces = cuip_zalloc(sizeof(*m->pieces) * (a->npieces ? a->npieces : 1));
-		if (!m->pieces)
-			return NULL;
-		for (size_t i = 0; i < a->npieces; i++) {
-			Cuip__Piece *p = NEW(Cuip__Piece, CUIP__PIECE__INIT);
-			if (!p)
-				return NULL;
-			p->offset = a->pieces[i].off;
-			p->size = a->pieces[i].size;
-			if (a->pieces[i].opens) {
-				p->has_opens = 1;
-				p->opens = a->pieces[i].opens;
-			}
-			m->pieces[m->n_pieces++] = p;
-		}
-	}
+	if (cuip_alloc_inspect(a, m))
+		return NULL;
 	return m;
 }
 
@@ -223,15 +210,8 @@ static Cuip__Ticket *ticket_of(const struct cuip_alloc *a)
 	c->pid = a->creator_pid;
 	t->creator = c;
 	t->creator_socket = cuip_strdup(a->creator_sock);
-	if (a->mc) {
-		t->kind = CUIP__ALLOC_KIND__KIND_MULTICAST;
-		t->mc = NEW(Cuip__McProps, CUIP__MC_PROPS__INIT);
-		if (!t->mc)
-			return NULL;
-		cuip_mc_props(a, t->mc);
-	} else {
-		t->props = props_of(a);
-	}
+	if (!kind_props(a, &t->kind, &t->mc, &t->props))
+		return NULL;
 	return t;
 }
 

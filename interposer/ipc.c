@@ -13,7 +13,7 @@
  *
  * Smaller requests cost what they cost natively: the driver packs them into
  * 2 MiB chunks, 512 bytes apart (FACTS.md), so here they are pieces of a
- * slab, one granule-sized allocation made and mapped as above (a->slab),
+ * slab, one granule-sized allocation made and mapped as above (a->ipc->slab),
  * placed first-fit at PIECE_ALIGN. The slab is one record and one mapping;
  * its pieces (struct cuip_piece) are the live cuMemAlloc results. A freed
  * piece can be reused at once; the slab whose last piece is freed is
@@ -52,10 +52,10 @@
 #include "client.h"
 #include "cuip.h"
 #include "driver.h"
-#include "ipc.h"
 #include "peer.h"
 #include "pool.h"
 #include "record.h"
+#include "reply.h"
 #include "runtime.h"
 #include "xcache.h"
 
@@ -84,6 +84,47 @@ struct ipc_handle {
 _Static_assert(sizeof(struct ipc_handle) == CU_IPC_HANDLE_SIZE, "IPC handle layout");
 
 static pthread_mutex_t ipc_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* A piece of a slab: [off, off+size) of the allocation. The creator's
+ * pieces are its live cuMemAlloc results; an importer's are the pieces it
+ * IPC-opened, with their open counts. Sorted by off, disjoint. */
+struct cuip_piece {
+	uint64_t off, size; /* size: what cuMemAlloc was asked for */
+	uint32_t opens;	    /* importer: opens not yet closed */
+};
+
+/* This kind's part of a record (record.h's a->ipc; cuip_state_lock): a
+ * slab's pieces, and what this process opened with cuIpcOpenMemHandle. */
+struct cuip_ipc {
+	bool slab; /* small cuMemAlloc requests share it as pieces */
+	struct cuip_piece *pieces;
+	size_t npieces, cappieces;
+	uint64_t slab_va;			  /* creator: where its one mapping is */
+	uint64_t slab_used;			  /* creator: bytes its pieces take, PIECE_ALIGN-rounded */
+	struct cuip_alloc *slab_prev, *slab_next; /* creator's slabs (`slabs`) */
+	uint64_t va;				  /* IPC-opened here: the mapping's address ... */
+	uint32_t opens;				  /* ... and how many opens it has not closed */
+};
+
+static struct cuip_alloc *slabs; /* this process's slabs, newest first (cuip_state_lock) */
+
+/* a's part of this kind, made on first use; NULL when out of memory. */
+static struct cuip_ipc *ipc_make(struct cuip_alloc *a)
+{
+	if (!a->ipc)
+		a->ipc = calloc(1, sizeof(*a->ipc));
+	return a->ipc;
+}
+
+static bool is_slab(const struct cuip_alloc *a)
+{
+	return a->ipc && a->ipc->slab;
+}
+
+static uint32_t ipc_opens(const struct cuip_alloc *a)
+{
+	return a->ipc ? a->ipc->opens : 0;
+}
 static CUresult enter(void *fnp)
 {
 	if (cuip_driver_init())
@@ -170,11 +211,11 @@ static uint64_t align_up(uint64_t v, uint64_t a)
 /* Index of the first piece starting at or after off. */
 static size_t piece_lower(const struct cuip_alloc *a, uint64_t off)
 {
-	size_t lo = 0, hi = a->npieces;
+	size_t lo = 0, hi = a->ipc->npieces;
 
 	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;
-		if (a->pieces[mid].off < off)
+		if (a->ipc->pieces[mid].off < off)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -182,20 +223,21 @@ static size_t piece_lower(const struct cuip_alloc *a, uint64_t off)
 	return lo;
 }
 
-struct cuip_piece *cuip_piece_at(const struct cuip_alloc *a, uint64_t off, bool exact)
+/* The piece of a that holds byte offset off (exact: starts there), or NULL. */
+static struct cuip_piece *piece_at(const struct cuip_alloc *a, uint64_t off, bool exact)
 {
 	size_t i = piece_lower(a, off);
 
 	cuip_state_assert_held();
-	if (i < a->npieces && a->pieces[i].off == off)
-		return &a->pieces[i];
+	if (i < a->ipc->npieces && a->ipc->pieces[i].off == off)
+		return &a->ipc->pieces[i];
 	if (exact)
 		return NULL;
 	/* The creator's pieces are disjoint: only the one before can hold off.
 	 * An importer's may overlap (a piece freed and reallocated by the
 	 * creator while still open here): look further back. */
 	while (i-- > 0) {
-		struct cuip_piece *p = &a->pieces[i];
+		struct cuip_piece *p = &a->ipc->pieces[i];
 		if (off < p->off + p->size)
 			return p;
 		if (a->origin != CUIP__ORIGIN__ORIGIN_IPC_OPEN)
@@ -209,26 +251,26 @@ static struct cuip_piece *piece_insert(struct cuip_alloc *a, uint64_t off, uint6
 {
 	size_t i = piece_lower(a, off);
 
-	if (a->npieces == a->cappieces) {
-		size_t cap = a->cappieces ? a->cappieces * 2 : 8;
-		struct cuip_piece *n = realloc(a->pieces, cap * sizeof(*n));
+	if (a->ipc->npieces == a->ipc->cappieces) {
+		size_t cap = a->ipc->cappieces ? a->ipc->cappieces * 2 : 8;
+		struct cuip_piece *n = realloc(a->ipc->pieces, cap * sizeof(*n));
 		if (!n)
 			return NULL;
-		a->pieces = n;
-		a->cappieces = cap;
+		a->ipc->pieces = n;
+		a->ipc->cappieces = cap;
 	}
-	memmove(&a->pieces[i + 1], &a->pieces[i], (a->npieces - i) * sizeof(*a->pieces));
-	a->pieces[i] = (struct cuip_piece){.off = off, .size = size};
-	a->npieces++;
-	return &a->pieces[i];
+	memmove(&a->ipc->pieces[i + 1], &a->ipc->pieces[i], (a->ipc->npieces - i) * sizeof(*a->ipc->pieces));
+	a->ipc->pieces[i] = (struct cuip_piece){.off = off, .size = size};
+	a->ipc->npieces++;
+	return &a->ipc->pieces[i];
 }
 
 static void piece_remove(struct cuip_alloc *a, struct cuip_piece *p)
 {
-	size_t i = (size_t)(p - a->pieces);
+	size_t i = (size_t)(p - a->ipc->pieces);
 
-	memmove(&a->pieces[i], &a->pieces[i + 1], (a->npieces - i - 1) * sizeof(*a->pieces));
-	a->npieces--;
+	memmove(&a->ipc->pieces[i], &a->ipc->pieces[i + 1], (a->ipc->npieces - i - 1) * sizeof(*a->ipc->pieces));
+	a->ipc->npieces--;
 }
 
 /* First offset where size bytes fit in slab a at PIECE_ALIGN, or NO_FIT. */
@@ -236,47 +278,110 @@ static uint64_t slab_fit(const struct cuip_alloc *a, uint64_t size)
 {
 	uint64_t end = 0, at;
 
-	for (size_t i = 0; i < a->npieces; i++) {
+	for (size_t i = 0; i < a->ipc->npieces; i++) {
 		at = align_up(end, PIECE_ALIGN);
-		if (at + size <= a->pieces[i].off)
+		if (at + size <= a->ipc->pieces[i].off)
 			return at;
-		end = a->pieces[i].off + a->pieces[i].size;
+		end = a->ipc->pieces[i].off + a->ipc->pieces[i].size;
 	}
 	at = align_up(end, PIECE_ALIGN);
 	return at + size <= a->size ? at : NO_FIT;
 }
 
-/* The slab kind's part of a record: its pieces (creator's or importer's). */
-static bool slab_owns(const struct cuip_alloc *a)
+static bool ipc_owns(const struct cuip_alloc *a)
 {
-	return a->pieces != NULL;
+	return a->ipc != NULL;
 }
 
-static void slab_free(struct cuip_alloc *a)
+static void ipc_free(struct cuip_alloc *a)
 {
-	free(a->pieces);
-	a->pieces = NULL;
+	free(a->ipc->pieces);
+	free(a->ipc);
+	a->ipc = NULL;
 }
-CUIP_RECORD_EXT(slab, slab_owns, slab_free, slab_free);
+/* INSPECT: the opens not closed, and a slab's pieces. */
+static int ipc_inspect(const struct cuip_alloc *a, Cuip__Allocation *m)
+{
+	const struct cuip_ipc *x = a->ipc;
+
+	if (x->opens) {
+		m->has_ipc_opens = 1;
+		m->ipc_opens = x->opens;
+	}
+	if (!x->slab)
+		return 0;
+	m->has_slab = 1;
+	m->slab = 1;
+	m->pieces = cuip_zalloc(sizeof(*m->pieces) * (x->npieces ? x->npieces : 1));
+	if (!m->pieces)
+		return -ENOMEM;
+	for (size_t i = 0; i < x->npieces; i++) {
+		Cuip__Piece *p = cuip_zalloc(sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		cuip__piece__init(p);
+		p->offset = x->pieces[i].off;
+		p->size = x->pieces[i].size;
+		if (x->pieces[i].opens) {
+			p->has_opens = 1;
+			p->opens = x->pieces[i].opens;
+		}
+		m->pieces[m->n_pieces++] = p;
+	}
+	return 0;
+}
+
+/* The carrier saves a slab's live pieces, one entry each (freed ones never). */
+static bool slab_parts(const struct cuip_alloc *a, size_t *n)
+{
+	if (!a->ipc->slab)
+		return false;
+	*n = a->ipc->npieces;
+	return true;
+}
+
+static void slab_part(const struct cuip_alloc *a, size_t k, uint64_t *off, uint64_t *size)
+{
+	assert(k < a->ipc->npieces);
+	*off = a->ipc->pieces[k].off;
+	*size = a->ipc->pieces[k].size;
+}
+
+static long slab_part_at(const struct cuip_alloc *a, uint64_t off)
+{
+	const struct cuip_piece *p = a->ipc->slab ? piece_at(a, off, true) : NULL;
+
+	return p ? (long)(p - a->ipc->pieces) : -1;
+}
+CUIP_RECORD_EXT(ipc, .owns = ipc_owns, .died = ipc_free, .forget = ipc_free, .inspect = ipc_inspect,
+		.parts = slab_parts, .part = slab_part, .part_at = slab_part_at);
+
+/* A fork child: its records went with the record owner's reset. */
+static void ipc_fork_child(void)
+{
+	slabs = NULL;
+}
+CUIP_FORK_HOOK(ipc, NULL, NULL, ipc_fork_child);
 
 static void slab_link(struct cuip_alloc *a)
 {
-	a->slab_prev = NULL;
-	a->slab_next = vmm.slabs;
-	if (vmm.slabs)
-		vmm.slabs->slab_prev = a;
-	vmm.slabs = a;
+	a->ipc->slab_prev = NULL;
+	a->ipc->slab_next = slabs;
+	if (slabs)
+		slabs->ipc->slab_prev = a;
+	slabs = a;
 }
 
 static void slab_unlink(struct cuip_alloc *a)
 {
-	if (a->slab_prev)
-		a->slab_prev->slab_next = a->slab_next;
-	else if (vmm.slabs == a)
-		vmm.slabs = a->slab_next;
-	if (a->slab_next)
-		a->slab_next->slab_prev = a->slab_prev;
-	a->slab_prev = a->slab_next = NULL;
+	if (a->ipc->slab_prev)
+		a->ipc->slab_prev->ipc->slab_next = a->ipc->slab_next;
+	else if (slabs == a)
+		slabs = a->ipc->slab_next;
+	if (a->ipc->slab_next)
+		a->ipc->slab_next->ipc->slab_prev = a->ipc->slab_prev;
+	a->ipc->slab_prev = a->ipc->slab_next = NULL;
 }
 
 /* Fill a new record of this process's legacy memory. */
@@ -304,10 +409,10 @@ static CUresult slab_alloc(CUdeviceptr *dptr, size_t bytesize, CUdevice dev, con
 	CUresult r;
 
 	cuip_state_take();
-	for (a = vmm.slabs; a; a = a->slab_next) {
+	for (a = slabs; a; a = a->ipc->slab_next) {
 		/* A slab without that much room in all is skipped unsearched:
 		 * full slabs cost nothing however many there are. */
-		if (a->prop.location.id != dev || !a->drv || a->size - a->slab_used < bytesize)
+		if (a->prop.location.id != dev || !a->drv || a->size - a->ipc->slab_used < bytesize)
 			continue;
 		off = slab_fit(a, bytesize);
 		if (off != NO_FIT)
@@ -318,8 +423,8 @@ static CUresult slab_alloc(CUdeviceptr *dptr, size_t bytesize, CUdevice dev, con
 			cuip_state_drop();
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
-		a->slab_used += align_up(bytesize, PIECE_ALIGN);
-		*dptr = a->slab_va + off;
+		a->ipc->slab_used += align_up(bytesize, PIECE_ALIGN);
+		*dptr = a->ipc->slab_va + off;
 		cuip_state_drop();
 		pr_debug("cuMemAlloc(%zu): piece at %#llx of slab " ID_FMT, bytesize, (unsigned long long)*dptr,
 			 (unsigned long long)a->creator, (unsigned long long)a->serial);
@@ -340,10 +445,12 @@ static CUresult slab_alloc(CUdeviceptr *dptr, size_t bytesize, CUdevice dev, con
 		goto unmap;
 	}
 	malloc_record(a, prop, g, h);
-	a->slab = true;
-	a->slab_va = va;
-	a->slab_used = align_up(bytesize, PIECE_ALIGN);
-	if (!piece_insert(a, 0, bytesize) || map_record(a, va, dev)) {
+	if (ipc_make(a)) {
+		a->ipc->slab = true;
+		a->ipc->slab_va = va;
+		a->ipc->slab_used = align_up(bytesize, PIECE_ALIGN);
+	}
+	if (!a->ipc || !piece_insert(a, 0, bytesize) || map_record(a, va, dev)) {
 		cuip_alloc_unlink_if_dead(a);
 		cuip_state_drop();
 		a->drv = 0; /* released below */
@@ -470,19 +577,19 @@ CUIP_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 	real.cuCtxSynchronize();
 	cuip_state_take();
 	m = legacy_in(dptr);
-	p = m && m->a->slab ? cuip_piece_at(m->a, dptr - m->va, true) : NULL;
+	p = m && is_slab(m->a) ? piece_at(m->a, dptr - m->va, true) : NULL;
 	if (!m || m->a->origin != CUIP__ORIGIN__ORIGIN_MALLOC || m->a->creator != self.id ||
-	    (m->a->slab ? !p : m->va != dptr)) {
+	    (is_slab(m->a) ? !p : m->va != dptr)) {
 		/* Not an allocation's base, or freed by another thread meanwhile. */
 		cuip_state_drop();
 		r = CUDA_ERROR_INVALID_VALUE;
 		goto out;
 	}
 	a = m->a;
-	if (a->slab) {
-		a->slab_used -= align_up(p->size, PIECE_ALIGN);
+	if (is_slab(a)) {
+		a->ipc->slab_used -= align_up(p->size, PIECE_ALIGN);
 		piece_remove(a, p);
-		if (a->npieces) {
+		if (a->ipc->npieces) {
 			cuip_state_drop();
 			goto out;
 		}
@@ -511,8 +618,8 @@ CUIP_API CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *ps
 		return r;
 	cuip_state_take();
 	m = legacy_in(dptr);
-	if (m && m->a->slab) {
-		const struct cuip_piece *p = cuip_piece_at(m->a, dptr - m->va, false);
+	if (m && is_slab(m->a)) {
+		const struct cuip_piece *p = piece_at(m->a, dptr - m->va, false);
 
 		if (!p)
 			r = CUDA_ERROR_NOT_FOUND; /* as the driver, between allocations */
@@ -546,6 +653,7 @@ CUIP_API CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr
 	struct cuip_mapping *m;
 	struct cuip_alloc *a, snap;
 	uint64_t off = 0, req;
+	bool slab;
 	CUresult r = enter(&real.cuIpcGetMemHandle);
 
 	if (r != CUDA_SUCCESS)
@@ -557,9 +665,9 @@ CUIP_API CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr
 	cuip_state_take();
 	m = legacy_in(dptr);
 	if (m && m->a->origin == CUIP__ORIGIN__ORIGIN_MALLOC && m->a->creator == self.id) {
-		const struct cuip_piece *p = m->a->slab ? cuip_piece_at(m->a, dptr - m->va, true) : NULL;
+		const struct cuip_piece *p = is_slab(m->a) ? piece_at(m->a, dptr - m->va, true) : NULL;
 
-		if (m->a->slab ? !p : m->va != dptr) {
+		if (is_slab(m->a) ? !p : m->va != dptr) {
 			cuip_state_drop();
 			r = CUDA_ERROR_INVALID_VALUE; /* not an allocation's base */
 			goto out;
@@ -587,6 +695,7 @@ CUIP_API CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr
 		a->has_token = true;
 	}
 	snap = *a;
+	slab = is_slab(a);
 	cuip_state_drop();
 	if (cuip_xc_export(snap.serial, snap.drv, snap.token, &r))
 		goto out;
@@ -606,7 +715,7 @@ CUIP_API CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr
 	ih.size = snap.size;
 	ih.requested = req;
 	ih.offset = (uint32_t)off;
-	ih.flags = snap.slab ? IPC_F_PIECE : 0;
+	ih.flags = slab ? IPC_F_PIECE : 0;
 	memcpy(ih.token, snap.token, sizeof(ih.token));
 	memset(pHandle, 0, sizeof(*pHandle));
 	memcpy(pHandle->reserved, &ih, sizeof(ih));
@@ -628,7 +737,7 @@ static void creator_socket(const struct ipc_handle *ih, char *buf, size_t len)
  * of memory. */
 static struct cuip_piece *piece_open(struct cuip_alloc *a, const struct ipc_handle *ih)
 {
-	struct cuip_piece *p = cuip_piece_at(a, ih->offset, true);
+	struct cuip_piece *p = piece_at(a, ih->offset, true);
 
 	cuip_state_assert_held();
 	if (!p)
@@ -699,9 +808,11 @@ static CUresult ipc_open_first(const struct ipc_handle *ih, CUdevice dev, CUdevi
 		creator_socket(ih, a->creator_sock, sizeof(a->creator_sock));
 	}
 	a->owner = CUIP__OWNER__OWNER_SHARED;
-	a->slab = ih->flags & IPC_F_PIECE;
-	a->requested = a->slab ? 0 : ih->requested;
-	if ((a->slab && !piece_open(a, ih)) || map_record(a, va, dev)) {
+	if (ipc_make(a)) {
+		a->ipc->slab = ih->flags & IPC_F_PIECE;
+		a->requested = a->ipc->slab ? 0 : ih->requested;
+	}
+	if (!a->ipc || (a->ipc->slab && !piece_open(a, ih)) || map_record(a, va, dev)) {
 		bool dead = cuip_alloc_unlink_if_dead(a);
 		cuip_state_drop();
 		if (dead) {
@@ -711,8 +822,8 @@ static CUresult ipc_open_first(const struct ipc_handle *ih, CUdevice dev, CUdevi
 		r = CUDA_ERROR_OUT_OF_MEMORY;
 		goto unmap;
 	}
-	a->ipc_va = va;
-	a->ipc_opens = 1;
+	a->ipc->va = va;
+	a->ipc->opens = 1;
 	cuip_state_drop();
 	*pdptr = va + ih->offset;
 	return CUDA_SUCCESS;
@@ -756,15 +867,15 @@ static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int
 	pthread_mutex_lock(&ipc_mu);
 	cuip_state_take();
 	a = cuip_alloc_by_id(ih.creator, ih.serial);
-	if (a && a->ipc_opens) {
+	if (a && ipc_opens(a)) {
 		r = CUDA_SUCCESS;
-		if (a->slab != !!(ih.flags & IPC_F_PIECE))
+		if (a->ipc->slab != !!(ih.flags & IPC_F_PIECE))
 			r = CUDA_ERROR_INVALID_VALUE; /* a piece of a whole allocation, or the reverse */
-		else if (a->slab && !piece_open(a, &ih))
+		else if (a->ipc->slab && !piece_open(a, &ih))
 			r = CUDA_ERROR_OUT_OF_MEMORY;
 		if (r == CUDA_SUCCESS) {
-			a->ipc_opens++;
-			*pdptr = a->ipc_va + ih.offset;
+			a->ipc->opens++;
+			*pdptr = a->ipc->va + ih.offset;
 		}
 		cuip_state_drop();
 		pthread_mutex_unlock(&ipc_mu);
@@ -804,13 +915,13 @@ CUIP_API CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
 	pthread_mutex_lock(&ipc_mu);
 	cuip_state_take();
 	m = legacy_in(dptr);
-	if (!m || m->a->ipc_va != m->va || !m->a->ipc_opens) {
+	if (!m || !ipc_opens(m->a) || m->a->ipc->va != m->va) {
 		r = CUDA_ERROR_INVALID_VALUE;
 		goto unlock;
 	}
 	a = m->a;
-	if (a->slab) {
-		struct cuip_piece *p = cuip_piece_at(a, dptr - m->va, true);
+	if (a->ipc->slab) {
+		struct cuip_piece *p = piece_at(a, dptr - m->va, true);
 
 		if (!p || !p->opens) {
 			r = CUDA_ERROR_INVALID_VALUE; /* not what an open returned */
@@ -822,7 +933,7 @@ CUIP_API CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
 		r = CUDA_ERROR_INVALID_VALUE;
 		goto unlock;
 	}
-	if (--a->ipc_opens)
+	if (--a->ipc->opens)
 		goto unlock;
 	cuip_state_drop();
 	real.cuCtxSynchronize(); /* as the driver: work using it completes first */
@@ -830,7 +941,7 @@ CUIP_API CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
 	cuip_map_take(m->va);
 	map_gone(m->va, m->size);
 	cuip_map_free(m);
-	a->ipc_va = 0;
+	a->ipc->va = 0;
 	dead = cuip_alloc_unlink_if_dead(a);
 unlock:
 	cuip_state_drop();

@@ -128,7 +128,13 @@ static void mc_forget(struct cuip_alloc *a)
 {
 	mc_free(a->mc);
 }
-CUIP_RECORD_EXT(multicast, mc_owns, mc_died, mc_forget);
+static bool mc_kind_props(const struct cuip_alloc *a, Cuip__AllocKind *kind, Cuip__McProps *p)
+{
+	*kind = CUIP__ALLOC_KIND__KIND_MULTICAST;
+	cuip_mc_props(a, p);
+	return true;
+}
+CUIP_RECORD_EXT(multicast, .owns = mc_owns, .died = mc_died, .forget = mc_forget, .props = mc_kind_props);
 
 static int push(void **v, size_t *n, size_t *cap, size_t elsz, const void *e)
 {

@@ -8,7 +8,7 @@
  * mapping names it or a multicast binding holds it (cuip_alloc_dead); its
  * destructor (cuip_alloc_destroy, after unlocking) drops its cached export,
  * releases its one driver handle and lets its kind's extension
- * (CUIP_RECORD_EXT: multicast.c) free what it added.
+ * (CUIP_RECORD_EXT: multicast.c, ipc.c) free what it added.
  *
  * Callers: the resource modules (vmm.c, ipc.c, peer.c, multicast.c), the
  * checkpoint slices (inspect.c, carry.c, ops.c). Locking: cuip_state_lock
@@ -65,6 +65,49 @@ static void record_ext_died(struct cuip_alloc *a)
 
 	if (x && x->died)
 		x->died(a);
+}
+
+bool cuip_alloc_props(const struct cuip_alloc *a, Cuip__AllocKind *kind, Cuip__McProps *mc)
+{
+	const struct cuip_record_ext *x = record_ext(a);
+
+	cuip_state_assert_held();
+	*kind = CUIP__ALLOC_KIND__KIND_UNICAST;
+	return x && x->props && x->props(a, kind, mc);
+}
+
+int cuip_alloc_inspect(const struct cuip_alloc *a, Cuip__Allocation *m)
+{
+	const struct cuip_record_ext *x = record_ext(a);
+
+	cuip_state_assert_held();
+	return x && x->inspect ? x->inspect(a, m) : 0;
+}
+
+bool cuip_alloc_split(const struct cuip_alloc *a, size_t *n)
+{
+	const struct cuip_record_ext *x = record_ext(a);
+
+	cuip_state_assert_held();
+	*n = 1;
+	return x && x->parts && x->parts(a, n);
+}
+
+void cuip_alloc_part(const struct cuip_alloc *a, size_t k, uint64_t *off, uint64_t *size)
+{
+	const struct cuip_record_ext *x = record_ext(a);
+
+	cuip_state_assert_held();
+	assert(x && x->part);
+	x->part(a, k, off, size);
+}
+
+long cuip_alloc_part_at(const struct cuip_alloc *a, uint64_t off)
+{
+	const struct cuip_record_ext *x = record_ext(a);
+
+	cuip_state_assert_held();
+	return x && x->part_at ? x->part_at(a, off) : -1;
 }
 
 /* ---- records ------------------------------------------------------------- */

@@ -30,16 +30,8 @@ struct cuip_access {
 };
 
 struct cuip_alloc;
-struct cuip_mc;
-
-/* A piece of a slab (ipc.c): [off, off+size) of the allocation. The
- * creator's pieces are its live cuMemAlloc results; an importer's are the
- * pieces it IPC-opened, with their open counts. Sorted by off, disjoint. */
-struct cuip_piece {
-	uint64_t off, size; /* size: what cuMemAlloc was asked for */
-	uint32_t opens;	    /* importer: opens not yet closed */
-	bool loaded;	    /* LOAD: its carrier entry was read */
-};
+struct cuip_mc;	 /* multicast.c's part of a record */
+struct cuip_ipc; /* ipc.c's part of a record */
 
 struct cuip_mapping {
 	uint64_t va, size, offset;
@@ -73,17 +65,11 @@ struct cuip_alloc {
 	char creator_sock[108];
 	const char *unsupported; /* OWNER_UNSUPPORTED: why */
 	uint64_t requested;	 /* ORIGIN_MALLOC/IPC_OPEN: the size the application asked for */
-	uint64_t ipc_va;	 /* IPC-opened here: the mapping's address ... */
-	uint32_t ipc_opens;	 /* ... and how many opens it has not closed */
-	struct cuip_mc *mc;	 /* multicast object (multicast.c); NULL: unicast */
-	uint32_t mc_binds;	 /* live multicast bindings of this member */
-	bool slab;		 /* small cuMemAlloc requests share it as pieces (ipc.c) */
-	struct cuip_piece *pieces;
-	size_t npieces, cappieces;
-	uint64_t slab_va;			  /* creator: where its one mapping is */
-	uint64_t slab_used;			  /* creator: bytes its pieces take, PIECE_ALIGN-rounded */
-	struct cuip_alloc *slab_prev, *slab_next; /* creator's slabs (vmm.slabs) */
-	int32_t load_ix;			  /* LOAD: entry whose temporary map holds it, or -1 */
+	/* The kinds' own parts (CUIP_RECORD_EXT below), defined, made and
+	 * freed by the module of that kind; NULL: the record is not of it. */
+	struct cuip_mc *mc;   /* multicast object (multicast.c); NULL: unicast */
+	struct cuip_ipc *ipc; /* slab, IPC opens (ipc.c) */
+	uint32_t mc_binds;    /* live multicast bindings of this member */
 	struct cuip_alloc *id_next;
 	struct cuip_alloc *prev, *next; /* all records, creation order */
 };
@@ -120,26 +106,52 @@ struct cuip_vmm {
 	uint64_t next_logical;
 	uint32_t raw_imports; /* vmm.c: live raw (non-ticket) imports */
 	uint32_t unsupported;
-	uint64_t peer[64];	  /* peer.c: bit `to` of peer[from]: from's contexts may access to's memory */
-	struct cuip_alloc *slabs; /* ipc.c: this process's slabs, newest first */
+	uint64_t peer[64]; /* peer.c: bit `to` of peer[from]: from's contexts may access to's memory */
 };
 extern struct cuip_vmm vmm;
 
 /*
- * What a resource adds to a record of its kind: owns(a) tells its records
- * apart; died(a) frees its part when the record dies (after the driver
- * handle was released, without cuip_state_lock); forget(a) frees its data
- * in a fork child. Registered statically (a linker section), like the
- * runtime's hooks; a record no extension owns is plain unicast.
+ * What a kind adds to a record of its own (its part: a->mc, a->ipc), so
+ * that the layers above ask the record and name no kind. owns(a) tells its
+ * records apart; died(a) frees its part when the record dies (after the
+ * driver handle was released, without cuip_state_lock); forget(a) frees
+ * its data in a fork child. The rest, where the kind has something to say
+ * (lock held): props fills the schema's AllocKind and, for a kind with
+ * properties of its own (multicast), those; inspect adds the kind's fields
+ * to INSPECT's record (reply arena; 0 or -ENOMEM); parts/part/part_at: the
+ * carrier saves a record the kind splits (a slab: its live pieces) as one
+ * entry per part, each with its offset. Registered statically (a linker
+ * section), like the runtime's hooks; a record no kind owns is plain
+ * unicast memory.
  */
 struct cuip_record_ext {
 	bool (*owns)(const struct cuip_alloc *a);
 	void (*died)(struct cuip_alloc *a);
 	void (*forget)(struct cuip_alloc *a);
+	bool (*props)(const struct cuip_alloc *a, Cuip__AllocKind *kind, Cuip__McProps *mc);
+	int (*inspect)(const struct cuip_alloc *a, Cuip__Allocation *m);
+	bool (*parts)(const struct cuip_alloc *a, size_t *n);
+	void (*part)(const struct cuip_alloc *a, size_t k, uint64_t *off, uint64_t *size);
+	long (*part_at)(const struct cuip_alloc *a, uint64_t off);
 };
-#define CUIP_RECORD_EXT(name, owns, died, forget)                  \
+#define CUIP_RECORD_EXT(name, ...)                                 \
 	static const struct cuip_record_ext cuip_record_ext_##name \
-		__attribute__((used, section("cuip_record_exts"), aligned(sizeof(void *)))) = {owns, died, forget}
+		__attribute__((used, section("cuip_record_exts"), aligned(sizeof(void *)))) = {__VA_ARGS__}
+
+/* ---- what a record's kind says (lock held) ---- */
+
+/* The schema's kind of a (KIND_UNICAST unless its kind says otherwise);
+ * true when the kind filled *mc with properties of its own. */
+bool cuip_alloc_props(const struct cuip_alloc *a, Cuip__AllocKind *kind, Cuip__McProps *mc);
+/* INSPECT: the kind's own fields of a's record m (reply arena): 0 or -ENOMEM. */
+int cuip_alloc_inspect(const struct cuip_alloc *a, Cuip__Allocation *m);
+/* Whether the carrier saves a in parts, *n of them (each an entry with its
+ * offset, in offset order); false: a is one entry, whole, with no offset. */
+bool cuip_alloc_split(const struct cuip_alloc *a, size_t *n);
+/* Part k of a split record: its offset and size. */
+void cuip_alloc_part(const struct cuip_alloc *a, size_t k, uint64_t *off, uint64_t *size);
+/* The part of split record a that starts at off: its index, or -1. */
+long cuip_alloc_part_at(const struct cuip_alloc *a, uint64_t off);
 
 /* ---- records ---- */
 

@@ -22,7 +22,6 @@
 #include <unistd.h>
 
 #include "cuip.h"
-#include "multicast.h"
 #include "record.h"
 #include "runtime.h"
 #include "ticket.h"
@@ -30,13 +29,12 @@
 #define TICKET_SEALS (F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE)
 #define TICKET_MAX   4096
 
-int cuip_ticket_mint(const struct cuip_alloc *a, bool cloexec)
+int cuip_ticket_mint(const struct cuip_alloc *a, Cuip__AllocKind kind, const Cuip__McProps *mc, bool cloexec)
 {
 	Cuip__Ticket t = CUIP__TICKET__INIT;
 	Cuip__AllocId id = CUIP__ALLOC_ID__INIT;
 	Cuip__ProcessId creator = CUIP__PROCESS_ID__INIT;
 	Cuip__AllocProps props = CUIP__ALLOC_PROPS__INIT;
-	Cuip__McProps mc = CUIP__MC_PROPS__INIT;
 	const uint8_t *uuid = cuip_dev_uuid(a->prop.location.id);
 	uint8_t *buf;
 	ssize_t len;
@@ -57,16 +55,14 @@ int cuip_ticket_mint(const struct cuip_alloc *a, bool cloexec)
 	}
 	props.size = a->size;
 	t.alloc = &id;
-	t.kind = CUIP__ALLOC_KIND__KIND_UNICAST;
+	t.kind = kind;
 	t.token.data = (uint8_t *)a->token;
 	t.token.len = sizeof(a->token);
 	t.creator = &creator;
 	t.creator_socket = (char *)a->creator_sock;
 	t.props = &props;
-	if (a->mc) { /* multicast: the object's properties instead */
-		t.kind = CUIP__ALLOC_KIND__KIND_MULTICAST;
-		cuip_mc_props(a, &mc);
-		t.mc = &mc;
+	if (mc) { /* the kind's own properties instead */
+		t.mc = (Cuip__McProps *)mc;
 		t.props = NULL;
 	}
 

@@ -10,8 +10,10 @@
 
 struct cuip_alloc;
 
-/* Mint a sealed ticket memfd for a; returns the FD or a negative errno. */
-int cuip_ticket_mint(const struct cuip_alloc *a, bool cloexec);
+/* Mint a sealed ticket memfd for a (a snapshot: no lock needed) of the
+ * schema's kind `kind`, with mc: the kind's own properties (multicast;
+ * NULL: the allocation's); returns the FD or a negative errno. */
+int cuip_ticket_mint(const struct cuip_alloc *a, Cuip__AllocKind kind, const Cuip__McProps *mc, bool cloexec);
 /* 1: fd is a ticket (*out filled, free with cuip__ticket__free_unpacked);
  * 0: not a ticket; negative errno: looks like ours but is malformed. */
 int cuip_ticket_read(int fd, Cuip__Ticket **out);

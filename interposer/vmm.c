@@ -407,6 +407,9 @@ CUIP_API CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CU
 						       CUmemAllocationHandleType handleType, unsigned long long flags)
 {
 	struct cuip_alloc *a, snap;
+	Cuip__McProps mc = CUIP__MC_PROPS__INIT;
+	Cuip__AllocKind kind;
+	bool has_mc;
 	bool creator;
 	int fd;
 	CUresult r = enter(real.cuMemExportToShareableHandle);
@@ -441,12 +444,13 @@ CUIP_API CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CU
 		a->has_token = true;
 	}
 	snap = *a;
+	has_mc = cuip_alloc_props(a, &kind, &mc);
 	creator = a->creator == self.id;
 	unlock();
 
 	if (creator && cuip_xc_export(snap.serial, snap.drv, snap.token, &r))
 		goto out;
-	fd = cuip_ticket_mint(&snap, creator ? cuip_xc_fd_cloexec(snap.serial) == 1 : false);
+	fd = cuip_ticket_mint(&snap, kind, has_mc ? &mc : NULL, creator ? cuip_xc_fd_cloexec(snap.serial) == 1 : false);
 	if (fd < 0) {
 		pr_err("cannot mint a ticket for allocation %016llx:%llu: %s", (unsigned long long)snap.creator,
 		       (unsigned long long)snap.serial, strerror(-fd));

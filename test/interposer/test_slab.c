@@ -486,6 +486,74 @@ START_TEST(shared_slab_saves_live_pieces_only_and_loads_them_back)
 }
 END_TEST
 
+/* A whole allocation (not a slab) comes in one entry: a second entry for
+ * it is refused before anything is recreated, and the LOAD right after
+ * brings its bytes back. */
+START_TEST(a_whole_allocation_named_twice_is_refused)
+{
+	const size_t sz = 4u << 20;
+	CUdeviceptr p;
+	CUipcMemHandle ih;
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Quiesce q = CUIP__QUIESCE__INIT;
+	Cuip__Save sv = CUIP__SAVE__INIT;
+	Cuip__Rebuild rb = CUIP__REBUILD__INIT;
+	Cuip__Response *st, *saved, *r;
+	Cuip__AllocId *ids[1];
+	Cuip__CarrierEntry *e[2];
+	char file[300];
+	int s, fd;
+
+	h_init(0);
+	CK(cuMemAlloc(&p, sz));
+	fill_bytes(p, sz, 7);
+	CK(cuIpcGetMemHandle(&ih, p)); /* shared: carried */
+	s = h_connect(0);
+	st = h_inspect(s);
+	ck_assert_uint_eq(st->state->n_allocations, 1);
+	ck_assert(!st->state->allocations[0]->slab);
+	q.timeout_ms = 5000;
+	req.body_case = CUIP__REQUEST__BODY_QUIESCE;
+	req.quiesce = &q;
+	h_ok_call(s, &req, -1, "QUIESCE");
+	snprintf(file, sizeof(file), "%s/carrier-whole.img", getenv("CUIP_TMP"));
+	fd = open(file, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	ck_assert_int_ge(fd, 0);
+	ids[0] = st->state->allocations[0]->id;
+	sv.allocs = ids;
+	sv.n_allocs = 1;
+	sv.file = "carrier-whole.img";
+	sv.chunk_size = 1 << 20;
+	req = (Cuip__Request)CUIP__REQUEST__INIT;
+	req.body_case = CUIP__REQUEST__BODY_SAVE;
+	req.save = &sv;
+	saved = h_call(s, &req, fd);
+	ck_assert_msg(saved->status == 0, "SAVE: %s", saved->error ? saved->error : "");
+	ck_assert_uint_eq(saved->save->n_entries, 1);
+	ck_assert(!saved->save->entries[0]->has_alloc_offset);
+	h_flag(s, CUIP__REQUEST__BODY_PREPARE_UNICAST, "PREPARE_UNICAST");
+	e[0] = e[1] = saved->save->entries[0];
+	load_refused(s, e, 2, file, -EINVAL, "carrier entry 1 is a second entry for it");
+	r = load_call(s, e, 1, file);
+	ck_assert_msg(r->status == 0, "LOAD: %s", r->error ? r->error : "");
+	ck_assert_uint_eq(r->load->bytes, sz);
+	cuip__response__free_unpacked(r, NULL);
+	rb.stage = CUIP__STAGE__STAGE_CREATORS;
+	rb.self = st->state->self;
+	req = (Cuip__Request)CUIP__REQUEST__INIT;
+	req.body_case = CUIP__REQUEST__BODY_REBUILD;
+	req.rebuild = &rb;
+	h_ok_call(s, &req, -1, "REBUILD creators");
+	h_flag(s, CUIP__REQUEST__BODY_RESUME, "RESUME");
+	close(s);
+	close(fd);
+	cuip__response__free_unpacked(saved, NULL);
+	cuip__response__free_unpacked(st, NULL);
+	ck_assert_msg(check_bytes(p, sz, 7), "the allocation's bytes after LOAD");
+	CK(cuMemFree(p));
+}
+END_TEST
+
 START_TEST(verify_refuses_a_slab_whose_pieces_differ)
 {
 	Cuip__Request req = CUIP__REQUEST__INIT;
@@ -529,6 +597,7 @@ Suite *slab_suite(void)
 	tcase_add_test(tc, importer_maps_the_slab_once_and_gets_each_piece_at_its_offset);
 	tcase_add_test(tc, malformed_piece_handles_are_refused);
 	tcase_add_test(tc, shared_slab_saves_live_pieces_only_and_loads_them_back);
+	tcase_add_test(tc, a_whole_allocation_named_twice_is_refused);
 	tcase_add_test(tc, verify_refuses_a_slab_whose_pieces_differ);
 	suite_add_tcase(s, tc);
 	return s;
