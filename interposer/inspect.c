@@ -277,36 +277,17 @@ Cuip__ProcessState *cuip_state_build(void)
 		st->mappings[st->n_mappings++] = m;
 	}
 
-	cuip_for_each_slice(s)
-	{
-		if (s->inspect && s->inspect(st))
-			return NULL;
-	}
-	st->peer_access = cuip_zalloc(sizeof(*st->peer_access) * 64 * 64);
-	if (!st->peer_access)
-		return NULL;
-	for (int f = 0; f < 64; f++) {
-		for (int t = 0; t < 64; t++) {
-			Cuip__PeerAccess *pa;
-			if (!(vmm.peer[f] >> t & 1))
-				continue;
-			pa = NEW(Cuip__PeerAccess, CUIP__PEER_ACCESS__INIT);
-			if (!pa)
-				return NULL;
-			pa->from_device = f;
-			pa->to_device = t;
-			st->peer_access[st->n_peer_access++] = pa;
-		}
-	}
-
-	cn->has_raw_imports = 1;
-	cn->raw_imports = vmm.raw_imports;
-	cn->has_unsupported = 1;
-	cn->unsupported = vmm.unsupported;
 	cn->has_exports_served = 1;
 	cn->exports_served = cuip_xc_served_count();
 	cn->has_gate_waits = 1;
 	cn->gate_waits = cuip_gate_waits();
 	st->counters = cn;
+	/* The kinds' own parts (peer access, multicast bindings, pools, the
+	 * counters of what is not carried). */
+	cuip_for_each_slice(s)
+	{
+		if (s->inspect && s->inspect(st))
+			return NULL;
+	}
 	return st;
 }

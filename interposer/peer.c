@@ -5,18 +5,26 @@
  * give F read-write access to every such mapping of memory on the peer's
  * device T, existing ones now and future ones when they are made
  * (cuip_peer_grant); cuCtxDisablePeerAccess takes it back. The matrix
- * (vmm.peer[F] bit T) is reported as ProcessState.peer_access; the access it
+ * (matrix[F] bit T) is reported as ProcessState.peer_access; the access it
  * implies is recorded per mapping like any other, so a rebuild replays it
  * for both devices and VERIFY checks it.
  *
  * Callers: the application (resolve.c routes every path here); ipc.c calls
- * cuip_peer_grant. Locking: cuip_state_lock protects vmm.peer and the
+ * cuip_peer_grant. Locking: cuip_state_lock protects the matrix and the
  * mappings; held across the cuMemSetAccess calls it mirrors.
  */
+#include <string.h>
+
 #include "cuip.h"
 #include "driver.h"
 #include "peer.h"
 #include "record.h"
+#include "reply.h"
+#include "runtime.h"
+#include "slice.h"
+
+/* Bit `to` of matrix[from]: from's contexts may access to's memory. */
+static uint64_t matrix[64];
 
 /* Set flags for device `from` on mapping m and record it (lock held). */
 static void mirror(struct cuip_mapping *m, int from, unsigned flags)
@@ -50,7 +58,7 @@ void cuip_peer_grant(struct cuip_mapping *m)
 	if (!mirrored(m) || to < 0 || to >= 64)
 		return;
 	for (int from = 0; from < 64; from++)
-		if (from != to && (vmm.peer[from] >> to & 1))
+		if (from != to && (matrix[from] >> to & 1))
 			mirror(m, from, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
 }
 
@@ -95,9 +103,9 @@ static CUresult peer_change(CUcontext peer, unsigned int flags, bool on)
 	}
 	cuip_state_take();
 	if (on)
-		vmm.peer[from] |= 1ull << to;
+		matrix[from] |= 1ull << to;
 	else
-		vmm.peer[from] &= ~(1ull << to);
+		matrix[from] &= ~(1ull << to);
 	for (size_t i = 0; i < vmm.nmaps; i++) {
 		struct cuip_mapping *m = vmm.maps[i];
 		if (mirrored(m) && m->a->prop.location.id == to)
@@ -119,3 +127,39 @@ CUIP_API CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peerContext)
 {
 	return peer_change(peerContext, 0, false);
 }
+
+/* INSPECT: the matrix, one PeerAccess per pair (reply arena). */
+static int peer_inspect(Cuip__ProcessState *st)
+{
+	size_t n = 0;
+
+	for (int f = 0; f < 64; f++)
+		n += (size_t)__builtin_popcountll(matrix[f]);
+	st->peer_access = cuip_zalloc(sizeof(*st->peer_access) * (n ? n : 1));
+	if (!st->peer_access)
+		return -1;
+	for (int f = 0; f < 64; f++) {
+		for (int t = 0; t < 64; t++) {
+			Cuip__PeerAccess *pa;
+
+			if (!(matrix[f] >> t & 1))
+				continue;
+			pa = cuip_zalloc(sizeof(*pa));
+			if (!pa)
+				return -1;
+			cuip__peer_access__init(pa);
+			pa->from_device = f;
+			pa->to_device = t;
+			st->peer_access[st->n_peer_access++] = pa;
+		}
+	}
+	return 0;
+}
+CUIP_SLICE(peer, .name = "peer access", .inspect = peer_inspect);
+
+/* The child's contexts are its own to enable. */
+static void fork_child(void)
+{
+	memset(matrix, 0, sizeof(matrix));
+}
+CUIP_FORK_HOOK(peer, NULL, NULL, fork_child);

@@ -104,9 +104,7 @@ struct cuip_vmm {
 	size_t nmaps, capmaps;
 	uint64_t next_serial;
 	uint64_t next_logical;
-	uint32_t raw_imports; /* vmm.c: live raw (non-ticket) imports */
-	uint32_t unsupported;
-	uint64_t peer[64]; /* peer.c: bit `to` of peer[from]: from's contexts may access to's memory */
+	uint32_t unsupported; /* records of OWNER_UNSUPPORTED */
 };
 extern struct cuip_vmm vmm;
 

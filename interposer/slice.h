@@ -2,7 +2,8 @@
  * slice.h - a resource's checkpoint slice, as ops.c's phase machine runs
  * it. Each resource that keeps state across a checkpoint registers one
  * (CUIP_SLICE: vmm.c for unicast memory, carry.c for its carried bytes,
- * multicast.c, pool.c, ctx.c for the contexts' stacks); ops.c and inspect.c walk them and name no resource
+ * multicast.c, pool.c, peer.c for the peer-access matrix, ctx.c for the
+ * contexts' stacks); ops.c and inspect.c walk them and name no resource
  * module. Every function runs on the op thread with cuip_state_lock held;
  * a NULL member: the slice has no part in that step. Errors: 0 or a negative errno with err filled (no
  * pid: ops.c prefixes it). Declarations only, no state.

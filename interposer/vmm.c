@@ -53,6 +53,7 @@ struct raw_import {
 	struct raw_import *next;
 };
 static struct raw_import *raw_tab[256];
+static uint32_t raw_imports; /* live raw (non-ticket) imports, in raw_tab */
 
 /* ---- raw imports --------------------------------------------------------- */
 
@@ -65,7 +66,7 @@ static void raw_add(CUmemGenericAllocationHandle h)
 	r->h = h;
 	r->next = raw_tab[h & 255];
 	raw_tab[h & 255] = r;
-	vmm.raw_imports++;
+	raw_imports++;
 }
 
 static void raw_forget(CUmemGenericAllocationHandle h)
@@ -75,7 +76,7 @@ static void raw_forget(CUmemGenericAllocationHandle h)
 			struct raw_import *r = *pp;
 			*pp = r->next;
 			free(r);
-			vmm.raw_imports--;
+			raw_imports--;
 			return;
 		}
 	}
@@ -876,8 +877,18 @@ static int uc_rebuild(const Cuip__Rebuild *rb, char *err, size_t errlen)
 							: rebuild_importers(rb, err, errlen);
 }
 
+/* INSPECT: the counters of what is not carried. */
+static int uc_inspect(Cuip__ProcessState *st)
+{
+	st->counters->has_raw_imports = 1;
+	st->counters->raw_imports = raw_imports;
+	st->counters->has_unsupported = 1;
+	st->counters->unsupported = vmm.unsupported;
+	return 0;
+}
+
 /* SAVE and LOAD of the carried bytes are carry.c's own slice. */
-CUIP_SLICE(unicast, .name = "unicast", .prepare_request = CUIP__REQUEST__BODY_PREPARE_UNICAST,
+CUIP_SLICE(unicast, .name = "unicast", .inspect = uc_inspect, .prepare_request = CUIP__REQUEST__BODY_PREPARE_UNICAST,
 	   .prepare_name = "PREPARE_UNICAST", .prepared_phase = CUIP__PHASE__PHASE_PREPARED, .prepare = uc_prepare,
 	   .runs_stage = uc_runs_stage, .rebuild = uc_rebuild);
 
@@ -894,5 +905,6 @@ static void fork_child(void)
 		}
 		raw_tab[i] = NULL;
 	}
+	raw_imports = 0;
 }
 CUIP_FORK_HOOK(vmm, NULL, NULL, fork_child);
