@@ -693,51 +693,71 @@ static bool mc_slice_any_detached(void)
 	return false;
 }
 
+static bool same_object(const struct cuip_alloc *a, const void *arg);
+static int mc_bind_again(struct cuip_alloc *a, size_t n, char *err, size_t errlen);
+
+/*
+ * Detach one shared object: its VAs (the reservations are the
+ * application's and stay), its bindings, its cached export, its handle.
+ * The record owner's failure policy: a failure undoes this object's steps
+ * (bindings and VAs set back), so it stays attached; when the undo fails
+ * too, or the handle will not go, the object is left marked detached and
+ * the rollback's REBUILD rebuilds it, as it does the objects detached
+ * before it.
+ */
+static int mc_detach(struct cuip_alloc *a, char *err, size_t errlen)
+{
+	char why[256];
+	CUresult r;
+	int ret = cuip_maps_detach(same_object, a, "multicast object", err, errlen);
+
+	if (ret == -ENOTRECOVERABLE)
+		a->mc->detached = a->mc->kept = true;
+	if (ret)
+		return -EIO;
+	for (size_t i = 0; i < a->mc->nbinds; i++) {
+		const struct cuip_mc_bind *b = &a->mc->binds[i];
+		bool undone;
+
+		r = real.cuMulticastUnbind(a->drv, b->dev, b->mc_offset, b->size);
+		if (r == CUDA_SUCCESS) {
+			a->mc->binds[i].unbound = true;
+			continue;
+		}
+		undone = mc_bind_again(a, i, why, sizeof(why)) == 0;
+		if (!undone)
+			a->mc->detached = a->mc->kept = true;
+		snprintf(err, errlen, "multicast object " ID_FMT ": unbinding %#llx+%#llx of device %d failed: %s%s%s",
+			 ID(a), (unsigned long long)b->mc_offset, (unsigned long long)b->size, b->dev, cuip_cuerr(r),
+			 undone ? "; its bindings and VAs were set back" : "; setting it back failed too: ",
+			 undone ? "" : why);
+		return -EIO;
+	}
+	/* The multicast ticket's cached export goes before the object. */
+	if (a->creator == self.id && a->has_token)
+		cuip_xc_drop(a->serial);
+	a->mc->detached = true;
+	r = real.cuMemRelease(a->drv);
+	if (r != CUDA_SUCCESS) {
+		a->mc->kept = true;
+		snprintf(err, errlen, "multicast object " ID_FMT ": releasing it failed: %s", ID(a), cuip_cuerr(r));
+		return -EIO;
+	}
+	a->drv = 0;
+	return 0;
+}
+
 static int mc_slice_prepare(char *err, size_t errlen)
 {
 	cuip_state_assert_held();
-	/* Multicast VAs first (the reservations are the application's and stay). */
-	for (size_t i = 0; i < vmm.nmaps; i++) {
-		struct cuip_mapping *m = vmm.maps[i];
-		CUresult r;
-
-		if (!rebuildable(m->a) || m->detached)
-			continue;
-		r = real.cuMemUnmap(m->va, m->size);
-		if (r != CUDA_SUCCESS) {
-			snprintf(err, errlen, "multicast object " ID_FMT ": unmapping %#llx failed: %s", ID(m->a),
-				 (unsigned long long)m->va, cuip_cuerr(r));
-			return -EIO;
-		}
-		m->detached = true;
-	}
 	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
-		CUresult r;
+		int ret;
 
-		if (!rebuildable(a) || !a->drv)
+		if (!rebuildable(a) || !a->drv || a->mc->detached)
 			continue;
-		for (size_t i = 0; i < a->mc->nbinds; i++) {
-			const struct cuip_mc_bind *b = &a->mc->binds[i];
-			r = real.cuMulticastUnbind(a->drv, b->dev, b->mc_offset, b->size);
-			if (r != CUDA_SUCCESS) {
-				snprintf(err, errlen,
-					 "multicast object " ID_FMT ": unbinding %#llx+%#llx of device %d failed: %s",
-					 ID(a), (unsigned long long)b->mc_offset, (unsigned long long)b->size, b->dev,
-					 cuip_cuerr(r));
-				return -EIO;
-			}
-		}
-		/* The multicast ticket's cached export goes before the object. */
-		if (a->creator == self.id && a->has_token)
-			cuip_xc_drop(a->serial);
-		a->mc->detached = true;
-		r = real.cuMemRelease(a->drv);
-		if (r != CUDA_SUCCESS) {
-			snprintf(err, errlen, "multicast object " ID_FMT ": releasing it failed: %s", ID(a),
-				 cuip_cuerr(r));
-			return -EIO;
-		}
-		a->drv = 0;
+		ret = mc_detach(a, err, errlen);
+		if (ret)
+			return ret;
 	}
 	return 0;
 }
@@ -827,12 +847,20 @@ static int mc_add_devices(struct cuip_alloc *a, char *err, size_t errlen)
 	return 0;
 }
 
-static int mc_bind_again(struct cuip_alloc *a, char *err, size_t errlen)
+static bool same_object(const struct cuip_alloc *a, const void *arg)
+{
+	return a == arg;
+}
+
+/* Bindings [0, n) of a bound again (of a kept handle: those a PREPARE
+ * unbound), then its VAs mapped at their original addresses with their
+ * access: 0 or a negative errno with err filled. */
+static int mc_bind_again(struct cuip_alloc *a, size_t n, char *err, size_t errlen)
 {
 	struct cuip_mc *m = a->mc;
 
-	for (size_t i = 0; i < m->nbinds; i++) {
-		const struct cuip_mc_bind *b = &m->binds[i];
+	for (size_t i = 0; i < n; i++) {
+		struct cuip_mc_bind *b = &m->binds[i];
 		struct bind_req q = {.abi = b->abi,
 				     .by_addr = b->by_addr,
 				     .dev = b->dev,
@@ -843,6 +871,8 @@ static int mc_bind_again(struct cuip_alloc *a, char *err, size_t errlen)
 				     .flags = b->flags};
 		CUresult r;
 
+		if (m->kept && !b->unbound)
+			continue;
 		if (!b->member->drv) {
 			snprintf(err, errlen, "multicast object " ID_FMT ": member " ID_FMT " is still detached", ID(a),
 				 ID(b->member));
@@ -856,33 +886,9 @@ static int mc_bind_again(struct cuip_alloc *a, char *err, size_t errlen)
 				 ID(a), ID(b->member), (unsigned long long)b->mc_offset, b->dev, cuip_cuerr(r));
 			return -EIO;
 		}
+		b->unbound = false;
 	}
-	/* Then the multicast VAs, at their original addresses, with their access. */
-	for (size_t i = 0; i < vmm.nmaps; i++) {
-		struct cuip_mapping *mp = vmm.maps[i];
-		CUresult r;
-
-		if (mp->a != a || !mp->detached)
-			continue;
-		r = real.cuMemMap(mp->va, mp->size, mp->offset, a->drv, mp->map_flags);
-		if (r != CUDA_SUCCESS) {
-			snprintf(err, errlen, "multicast object " ID_FMT ": mapping at %#llx failed: %s", ID(a),
-				 (unsigned long long)mp->va, cuip_cuerr(r));
-			return -EIO;
-		}
-		mp->detached = false;
-		for (size_t k = 0; k < mp->nacc; k++) {
-			CUmemAccessDesc d = {mp->acc[k].loc, (CUmemAccess_flags)mp->acc[k].flags};
-			r = real.cuMemSetAccess(mp->acc[k].va, mp->acc[k].size, &d, 1);
-			if (r != CUDA_SUCCESS) {
-				snprintf(err, errlen, "multicast object " ID_FMT ": access of %#llx for device %d: %s",
-					 ID(a), (unsigned long long)mp->acc[k].va, mp->acc[k].loc.id, cuip_cuerr(r));
-				return -EIO;
-			}
-		}
-	}
-	m->detached = false;
-	return 0;
+	return cuip_maps_attach(same_object, a, "multicast object", err, errlen);
 }
 
 static int mc_slice_rebuild(const Cuip__Rebuild *rb, char *err, size_t errlen)
@@ -904,10 +910,12 @@ static int mc_slice_rebuild(const Cuip__Rebuild *rb, char *err, size_t errlen)
 				ret = mc_import_again(rb, a, err, errlen);
 			break;
 		case CUIP__STAGE__STAGE_MC_DEVICES:
-			ret = a->drv ? mc_add_devices(a, err, errlen) : -ENODATA;
+			ret = !a->drv ? -ENODATA : a->mc->kept ? 0 : mc_add_devices(a, err, errlen);
 			break;
 		case CUIP__STAGE__STAGE_MC_BINDINGS:
-			ret = a->drv ? mc_bind_again(a, err, errlen) : -ENODATA;
+			ret = a->drv ? mc_bind_again(a, a->mc->nbinds, err, errlen) : -ENODATA;
+			if (!ret)
+				a->mc->detached = a->mc->kept = false;
 			break;
 		default:
 			snprintf(err, errlen, "unknown rebuild stage %d", (int)rb->stage);

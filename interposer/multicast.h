@@ -26,6 +26,7 @@ struct cuip_mc_bind {
 	struct cuip_alloc *member; /* holds one mc_binds reference */
 	bool by_addr;
 	unsigned abi; /* 1, or 2 for the device-explicit _v2 forms */
+	bool unbound; /* unbound by a PREPARE that kept the object's handle */
 };
 
 struct cuip_mc {
@@ -37,6 +38,9 @@ struct cuip_mc {
 	struct cuip_mc_bind *binds;
 	size_t nbinds, capbinds;
 	bool detached; /* torn down by PREPARE_MULTICAST, not yet rebuilt */
+	bool kept;     /* ... with its handle (and devices) kept: a PREPARE that
+			* could neither finish nor set it back; REBUILD binds
+			* what was unbound and maps the VAs again */
 };
 
 /* Fill a McProps (arena or caller memory) from a multicast record. */

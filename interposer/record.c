@@ -505,3 +505,62 @@ static void fork_child(void)
 	pthread_mutex_init(&cuip_state_lock, NULL);
 }
 CUIP_FORK_HOOK(record, fork_prepare, fork_parent, fork_child);
+
+/* ---- detach and attach ------------------------------------------------------- */
+
+int cuip_maps_attach(cuip_want_fn want, const void *arg, const char *what, char *err, size_t errlen)
+{
+	cuip_state_assert_held();
+	for (size_t i = 0; i < vmm.nmaps; i++) {
+		struct cuip_mapping *m = vmm.maps[i];
+		struct cuip_alloc *a = m->a;
+		CUresult r;
+
+		if (!m->detached || !want(a, arg))
+			continue;
+		r = real.cuMemMap(m->va, m->size, m->offset, a->drv, m->map_flags);
+		if (r != CUDA_SUCCESS) {
+			snprintf(err, errlen, "%s " ID_FMT ": mapping at the original address %#llx failed: %s", what,
+				 ID(a), (unsigned long long)m->va, cuip_cuerr(r));
+			return -EIO;
+		}
+		m->detached = false;
+		for (size_t k = 0; k < m->nacc; k++) {
+			CUmemAccessDesc d = {m->acc[k].loc, (CUmemAccess_flags)m->acc[k].flags};
+
+			r = real.cuMemSetAccess(m->acc[k].va, m->acc[k].size, &d, 1);
+			if (r != CUDA_SUCCESS) {
+				snprintf(err, errlen, "%s " ID_FMT ": access of %#llx for location %d: %s", what, ID(a),
+					 (unsigned long long)m->acc[k].va, m->acc[k].loc.id, cuip_cuerr(r));
+				return -EIO;
+			}
+		}
+	}
+	return 0;
+}
+
+int cuip_maps_detach(cuip_want_fn want, const void *arg, const char *what, char *err, size_t errlen)
+{
+	cuip_state_assert_held();
+	for (size_t i = 0; i < vmm.nmaps; i++) {
+		struct cuip_mapping *m = vmm.maps[i];
+		char why[256];
+		CUresult r;
+		int undo;
+
+		if (m->detached || !want(m->a, arg))
+			continue;
+		r = real.cuMemUnmap(m->va, m->size);
+		if (r == CUDA_SUCCESS) {
+			m->detached = true;
+			continue;
+		}
+		undo = cuip_maps_attach(want, arg, what, why, sizeof(why));
+		snprintf(err, errlen, "%s " ID_FMT ": unmapping %#llx failed: %s%s%s", what, ID(m->a),
+			 (unsigned long long)m->va, cuip_cuerr(r),
+			 undo ? "; mapping the others back failed too: " : "; the others were mapped back",
+			 undo ? why : "");
+		return undo ? -ENOTRECOVERABLE : -EIO;
+	}
+	return 0;
+}

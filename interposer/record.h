@@ -183,6 +183,25 @@ const char *cuip_creator_socket(const Cuip__Rebuild *rb, const struct cuip_alloc
 
 /* ---- mappings ---- */
 
+/* Selects records for cuip_maps_detach/attach (arg: the caller's). */
+typedef bool (*cuip_want_fn)(const struct cuip_alloc *a, const void *arg);
+
+/*
+ * The one detach step of a PREPARE, for every kind: unmap the attached
+ * mappings of the records want() selects (the VA reservations stay the
+ * application's) and mark them detached. One failure policy: when an
+ * unmap fails, every detached mapping want() selects is mapped back with
+ * its access, so the process is as it was: -EIO, err naming the failure
+ * and "the others were mapped back". Only when that fails too are some
+ * left detached: -ENOTRECOVERABLE (the caller leaves the process for a
+ * REBUILD). `what` names the records in messages ("allocation").
+ */
+int cuip_maps_detach(cuip_want_fn want, const void *arg, const char *what, char *err, size_t errlen);
+/* Map the detached mappings of the records want() selects back at their
+ * original addresses, with their access (REBUILD, and the detach's undo):
+ * 0 or -EIO with err filled. */
+int cuip_maps_attach(cuip_want_fn want, const void *arg, const char *what, char *err, size_t errlen);
+
 struct cuip_mapping *cuip_mapping_at(uint64_t va);
 /* Index of the first mapping whose end is above va. */
 size_t cuip_map_lower(uint64_t va);

@@ -619,66 +619,26 @@ static bool is_shared(const struct cuip_alloc *a)
 	return a->owner == CUIP__OWNER__OWNER_SHARED;
 }
 
-/*
- * Map the detached mappings that want() selects back at their original
- * addresses, with their access. 0 or -EIO with err filled.
- */
-static int remap(bool (*want)(const struct cuip_alloc *a), char *err, size_t errlen)
+/* PREPARE_UNICAST: detach the carried memory (cuip_carried). */
+static bool carried(const struct cuip_alloc *a, const void *arg)
 {
-	for (size_t i = 0; i < vmm.nmaps; i++) {
-		struct cuip_mapping *m = vmm.maps[i];
-		struct cuip_alloc *a = m->a;
-		CUresult r;
-		if (!m->detached || !want(a))
-			continue;
-		r = real.cuMemMap(m->va, m->size, m->offset, a->drv, m->map_flags);
-		if (r != CUDA_SUCCESS) {
-			snprintf(err, errlen, "allocation " ID_FMT ": mapping at the original address %#llx failed: %s",
-				 ID(a), (unsigned long long)m->va, cuip_cuerr(r));
-			return -EIO;
-		}
-		m->detached = false;
-		for (size_t k = 0; k < m->nacc; k++) {
-			CUmemAccessDesc d = {m->acc[k].loc, (CUmemAccess_flags)m->acc[k].flags};
-			r = real.cuMemSetAccess(m->acc[k].va, m->acc[k].size, &d, 1);
-			if (r != CUDA_SUCCESS) {
-				snprintf(err, errlen, "allocation " ID_FMT ": access of %#llx for location %d: %s",
-					 ID(a), (unsigned long long)m->acc[k].va, m->acc[k].loc.id, cuip_cuerr(r));
-				return -EIO;
-			}
-		}
-	}
-	return 0;
+	(void)arg;
+	return cuip_carried(a);
 }
 
-/* PREPARE_UNICAST: detach the carried memory (cuip_carried). */
 static int uc_prepare(char *err, size_t errlen)
 {
-	cuip_state_assert_held();
-	/* Mappings first (the VA reservations are the application's and stay),
-	 * then cached exports, then the driver handles. */
-	for (size_t i = 0; i < vmm.nmaps; i++) {
-		struct cuip_mapping *m = vmm.maps[i];
-		CUresult r;
-		if (!cuip_carried(m->a) || m->detached)
-			continue;
-		r = real.cuMemUnmap(m->va, m->size);
-		if (r != CUDA_SUCCESS) {
-			/* Nothing released yet: map back what this call unmapped,
-			 * so the process stays QUIESCED with everything attached
-			 * and a rollback only has to reopen the gate. */
-			char why[512];
-			int undo = remap(cuip_carried, why, sizeof(why));
+	int ret;
 
-			if (undo)
-				cuip_set_phase(CUIP__PHASE__PHASE_PREPARED); /* partly detached: REBUILD */
-			snprintf(err, errlen, "allocation " ID_FMT ": unmapping %#llx failed: %s%s", ID(m->a),
-				 (unsigned long long)m->va, cuip_cuerr(r),
-				 undo ? "; mapping the others back failed too" : "; the others were mapped back");
-			return -EIO;
-		}
-		m->detached = true;
-	}
+	cuip_state_assert_held();
+	/* Mappings first (nothing released yet: a failure there leaves the
+	 * process QUIESCED with everything attached, and a rollback only has
+	 * to reopen the gate), then cached exports, then the driver handles. */
+	ret = cuip_maps_detach(carried, NULL, "allocation", err, errlen);
+	if (ret == -ENOTRECOVERABLE)
+		cuip_set_phase(CUIP__PHASE__PHASE_PREPARED); /* partly detached: REBUILD */
+	if (ret)
+		return -EIO;
 	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
 		CUresult r;
 		if (!cuip_carried(a) || !a->drv)
@@ -697,13 +657,15 @@ static int uc_prepare(char *err, size_t errlen)
 	return 0;
 }
 
-static bool created_here(const struct cuip_alloc *a)
+static bool created_here(const struct cuip_alloc *a, const void *arg)
 {
+	(void)arg;
 	return cuip_carried(a) && a->creator == self.id;
 }
 
-static bool imported_here(const struct cuip_alloc *a)
+static bool imported_here(const struct cuip_alloc *a, const void *arg)
 {
+	(void)arg;
 	return is_shared(a) && a->creator != self.id && !a->mc;
 }
 
@@ -713,17 +675,17 @@ static int rebuild_creators(char *err, size_t errlen)
 	int ret;
 
 	for (struct cuip_alloc *a = vmm.head; a; a = a->next)
-		if (created_here(a) && !a->drv) {
+		if (created_here(a, NULL) && !a->drv) {
 			snprintf(err, errlen, "allocation " ID_FMT " was not loaded (no carrier entry)", ID(a));
 			return -ENODATA;
 		}
-	ret = remap(created_here, err, errlen);
+	ret = cuip_maps_attach(created_here, NULL, "allocation", err, errlen);
 	if (ret)
 		return ret;
 	for (struct cuip_alloc *a = vmm.head; a; a = a->next) {
 		CUresult r;
 
-		if (!created_here(a))
+		if (!created_here(a, NULL))
 			continue;
 		/* Publish before importers ask: same identity, same token. */
 		if (a->has_token && cuip_xc_export(a->serial, a->drv, a->token, &r)) {
@@ -805,7 +767,7 @@ static int rebuild_importers(const Cuip__Rebuild *rb, char *err, size_t errlen)
 	int ret, bad = 0;
 
 	for (struct cuip_alloc *a = vmm.head; a; a = a->next)
-		n += imported_here(a) && !a->drv;
+		n += imported_here(a, NULL) && !a->drv;
 	v = calloc(n ? n : 1, sizeof(*v));
 	if (!v) {
 		snprintf(err, errlen, "out of memory");
@@ -813,7 +775,7 @@ static int rebuild_importers(const Cuip__Rebuild *rb, char *err, size_t errlen)
 	}
 	n = 0;
 	for (struct cuip_alloc *a = vmm.head; a; a = a->next)
-		if (imported_here(a) && !a->drv)
+		if (imported_here(a, NULL) && !a->drv)
 			v[n++] = a;
 	qsort(v, n, sizeof(*v), by_creator);
 	for (i = 0; i < n && !bad; i = j) {
@@ -862,7 +824,7 @@ static int rebuild_importers(const Cuip__Rebuild *rb, char *err, size_t errlen)
 		close(s); /* a reply still in flight goes, with its descriptors */
 	}
 	free(v);
-	return bad ? bad : remap(imported_here, err, errlen);
+	return bad ? bad : cuip_maps_attach(imported_here, NULL, "allocation", err, errlen);
 }
 
 static bool uc_runs_stage(Cuip__Stage stage)

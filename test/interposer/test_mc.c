@@ -262,7 +262,8 @@ static Cuip__Response *req(int s, Cuip__Request *rq)
 	return r;
 }
 
-static int flag(int s, Cuip__Request__BodyCase bc)
+/* A request whose body is a flag; its status, and its error in err. */
+static int flag_err(int s, Cuip__Request__BodyCase bc, char *err, size_t errlen)
 {
 	Cuip__Request rq = CUIP__REQUEST__INIT;
 	Cuip__Response *r;
@@ -272,8 +273,16 @@ static int flag(int s, Cuip__Request__BodyCase bc)
 	rq.resume = 1; /* every flag body is a protobuf bool in the same union */
 	r = req(s, &rq);
 	st = r->status;
+	snprintf(err, errlen, "%s", r->error ? r->error : "");
 	cuip__response__free_unpacked(r, NULL);
 	return st;
+}
+
+static int flag(int s, Cuip__Request__BodyCase bc)
+{
+	char err[512];
+
+	return flag_err(s, bc, err, sizeof(err));
 }
 
 static int stage(int s, Cuip__Stage sg, Cuip__ProcessState *exp, char *err, size_t errlen)
@@ -386,18 +395,133 @@ START_TEST(failed_recreate_stops_the_rebuild_with_the_object_named)
 }
 END_TEST
 
-START_TEST(failed_unbind_fails_prepare_multicast)
+/* After a PREPARE_MULTICAST that failed and set its object back: nothing is
+ * detached (RESUME needs no REBUILD), and the object reaches both members. */
+static void still_attached(int s, struct member m[2], const CUdeviceptr *va, size_t nva)
+{
+	Cuip__ProcessState *now;
+
+	ck_assert_int_eq(flag(s, CUIP__REQUEST__BODY_RESUME), 0);
+	now = h_state(0);
+	ck_assert_uint_eq(now->n_mc_bindings, 2);
+	for (size_t i = 0; i < now->n_mappings; i++)
+		ck_assert_msg(now->mappings[i]->n_access > 0, "mapping %#llx has no access",
+			      (unsigned long long)now->mappings[i]->va);
+	h_state_free(now);
+	for (size_t i = 0; i < nva; i++) {
+		uint32_t v = 0x30303030u + (uint32_t)i;
+
+		CK(cuMemsetD32(va[i], v, MC_REQ / 4));
+		ck_assert(all_words(m[0].va, MC_REQ, v));
+		ck_assert(all_words(m[1].va, MC_REQ, v));
+	}
+}
+
+START_TEST(failed_unbind_fails_prepare_multicast_and_sets_the_object_back)
 {
 	struct member m[2];
 	CUmemGenericAllocationHandle h;
+	CUdeviceptr va;
+	char err[512];
 	int s;
 
-	setenv("FAKECUDA_FAIL", "cuMulticastUnbind:1:CUDA_ERROR_UNKNOWN", 1);
+	/* The second unbind fails: the first binding is bound again, the VA
+	 * mapped again with its access. */
+	setenv("FAKECUDA_FAIL", "cuMulticastUnbind:2:CUDA_ERROR_UNKNOWN", 1);
 	h = team(0, m);
-	(void)h;
+	va = mc_map(h);
 	s = h_connect(0);
 	ck_assert_int_eq(quiesce(s), 0);
-	ck_assert_int_eq(flag(s, CUIP__REQUEST__BODY_PREPARE_MULTICAST), -EIO);
+	ck_assert_int_eq(flag_err(s, CUIP__REQUEST__BODY_PREPARE_MULTICAST, err, sizeof(err)), -EIO);
+	ck_assert_msg(strstr(err, "unbinding") && strstr(err, "its bindings and VAs were set back"), "%s", err);
+	still_attached(s, m, &va, 1);
+	close(s);
+}
+END_TEST
+
+/* The unmap fails and so does mapping the first VA back: the object is left
+ * detached, RESUME refuses, and the rollback's REBUILD brings it back. */
+START_TEST(failed_unmap_and_failed_map_back_leave_the_object_to_the_rebuild)
+{
+	struct member m[2];
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va[2];
+	Cuip__ProcessState *exp;
+	Cuip__Stage st[] = {CUIP__STAGE__STAGE_MC_CREATORS, CUIP__STAGE__STAGE_MC_IMPORTERS,
+			    CUIP__STAGE__STAGE_MC_DEVICES, CUIP__STAGE__STAGE_MC_BINDINGS};
+	char err[512];
+	int s;
+
+	/* cuMemMap: two members and two VAs here, the 5th is the map-back. */
+	setenv("FAKECUDA_FAIL", "cuMemUnmap:2:CUDA_ERROR_UNKNOWN,cuMemMap:5:CUDA_ERROR_UNKNOWN", 1);
+	h = team(0, m);
+	va[0] = mc_map(h);
+	va[1] = mc_map(h);
+	exp = h_state(0);
+	s = h_connect(0);
+	ck_assert_int_eq(quiesce(s), 0);
+	ck_assert_int_eq(flag_err(s, CUIP__REQUEST__BODY_PREPARE_MULTICAST, err, sizeof(err)), -EIO);
+	ck_assert_msg(strstr(err, "unmapping") && strstr(err, "mapping the others back failed too: ") &&
+			      strstr(err, "mapping at the original address"),
+		      "%s", err);
+	ck_assert_int_eq(flag_err(s, CUIP__REQUEST__BODY_RESUME, err, sizeof(err)), -EBUSY);
+	ck_assert_msg(strstr(err, "REBUILD first"), "%s", err);
+	for (size_t i = 0; i < 4; i++)
+		ck_assert_msg(stage(s, st[i], exp, err, sizeof(err)) == 0, "stage %d: %s", (int)st[i], err);
+	h_state_free(exp);
+	still_attached(s, m, va, 2);
+	close(s);
+}
+END_TEST
+
+/* The handle will not go: the object stays detached with its handle, its
+ * devices and no binding; the REBUILD binds and maps it again. */
+START_TEST(failed_release_leaves_the_kept_handle_to_the_rebuild)
+{
+	struct member m[2];
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va;
+	Cuip__ProcessState *exp;
+	Cuip__Stage st[] = {CUIP__STAGE__STAGE_MC_CREATORS, CUIP__STAGE__STAGE_MC_IMPORTERS,
+			    CUIP__STAGE__STAGE_MC_DEVICES, CUIP__STAGE__STAGE_MC_BINDINGS};
+	char err[512];
+	int s;
+
+	setenv("FAKECUDA_FAIL", "cuMemRelease:1:CUDA_ERROR_UNKNOWN", 1);
+	h = team(0, m);
+	va = mc_map(h);
+	exp = h_state(0);
+	s = h_connect(0);
+	ck_assert_int_eq(quiesce(s), 0);
+	ck_assert_int_eq(flag_err(s, CUIP__REQUEST__BODY_PREPARE_MULTICAST, err, sizeof(err)), -EIO);
+	ck_assert_msg(strstr(err, "releasing it failed"), "%s", err);
+	ck_assert_int_eq(flag_err(s, CUIP__REQUEST__BODY_RESUME, err, sizeof(err)), -EBUSY);
+	for (size_t i = 0; i < 4; i++)
+		ck_assert_msg(stage(s, st[i], exp, err, sizeof(err)) == 0, "stage %d: %s", (int)st[i], err);
+	h_state_free(exp);
+	still_attached(s, m, &va, 1);
+	close(s);
+}
+END_TEST
+
+START_TEST(failed_unmap_of_a_multicast_va_maps_the_others_back)
+{
+	struct member m[2];
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va[2];
+	char err[512];
+	int s;
+
+	/* Two VAs of one object; unmapping the second fails. */
+	setenv("FAKECUDA_FAIL", "cuMemUnmap:2:CUDA_ERROR_UNKNOWN", 1);
+	h = team(0, m);
+	va[0] = mc_map(h);
+	va[1] = mc_map(h);
+	s = h_connect(0);
+	ck_assert_int_eq(quiesce(s), 0);
+	ck_assert_int_eq(flag_err(s, CUIP__REQUEST__BODY_PREPARE_MULTICAST, err, sizeof(err)), -EIO);
+	ck_assert_msg(strstr(err, "unmapping") && strstr(err, "the others were mapped back"), "%s", err);
+	still_attached(s, m, va, 2);
 	close(s);
 }
 END_TEST
@@ -414,7 +538,10 @@ Suite *mc_suite(void)
 	tcase_add_test(tc, fabric_multicast_is_tracked_as_unsupported);
 	tcase_add_test(tc, private_object_on_two_devices_is_torn_down_and_rebuilt_in_place);
 	tcase_add_test(tc, failed_recreate_stops_the_rebuild_with_the_object_named);
-	tcase_add_test(tc, failed_unbind_fails_prepare_multicast);
+	tcase_add_test(tc, failed_unbind_fails_prepare_multicast_and_sets_the_object_back);
+	tcase_add_test(tc, failed_unmap_of_a_multicast_va_maps_the_others_back);
+	tcase_add_test(tc, failed_release_leaves_the_kept_handle_to_the_rebuild);
+	tcase_add_test(tc, failed_unmap_and_failed_map_back_leave_the_object_to_the_rebuild);
 	suite_add_tcase(s, tc);
 	return s;
 }
