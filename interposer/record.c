@@ -114,6 +114,7 @@ long cuip_alloc_part_at(const struct cuip_alloc *a, uint64_t off)
 
 struct cuip_alloc *cuip_alloc_by_id(uint64_t creator, uint64_t serial)
 {
+	cuip_state_assert_held();
 	for (struct cuip_alloc *a = by_id[hash64(creator ^ serial)]; a; a = a->id_next)
 		if (a->creator == creator && a->serial == serial)
 			return a;
@@ -209,6 +210,7 @@ void cuip_alloc_unlink(struct cuip_alloc *a)
 
 bool cuip_carried(const struct cuip_alloc *a)
 {
+	cuip_state_assert_held();
 	if (a->mc)
 		return false;
 	if (a->owner == CUIP__OWNER__OWNER_SHARED)
@@ -219,6 +221,7 @@ bool cuip_carried(const struct cuip_alloc *a)
 
 bool cuip_alloc_dead(const struct cuip_alloc *a)
 {
+	cuip_state_assert_held();
 	return a->app_handles == 0 && a->nmaps == 0 && a->mc_binds == 0;
 }
 
@@ -244,6 +247,7 @@ size_t cuip_map_lower(uint64_t va)
 {
 	size_t lo = 0, hi = vmm.nmaps;
 
+	cuip_state_assert_held();
 	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;
 		struct cuip_mapping *m = vmm.maps[mid];
@@ -403,6 +407,7 @@ struct cuip_mapping *cuip_map_part(const struct cuip_mapping *m, uint64_t lo, ui
 {
 	struct cuip_mapping *p = calloc(1, sizeof(*p));
 
+	cuip_state_assert_held();
 	if (!p)
 		return NULL;
 	p->va = lo;
@@ -431,6 +436,7 @@ struct cuip_mapping *cuip_map_part(const struct cuip_mapping *m, uint64_t lo, ui
  * it (a path usable from here), else the one its ticket recorded. */
 const char *cuip_creator_socket(const Cuip__Rebuild *rb, const struct cuip_alloc *a)
 {
+	cuip_state_assert_held();
 	for (size_t i = 0; i < rb->n_peers; i++)
 		if (rb->peers[i]->proc && rb->peers[i]->proc->id == a->creator && rb->peers[i]->socket)
 			return rb->peers[i]->socket;

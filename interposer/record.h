@@ -1,7 +1,9 @@
 /*
  * record.h - allocation records, mappings, access and logical handles
  * (record.c), the one owner of cuip_state_lock. Every function here runs
- * with cuip_state_lock held, except cuip_alloc_destroy (after unlocking).
+ * with cuip_state_lock held (each asserts it), except cuip_alloc_destroy
+ * (after unlocking), cuip_map_free (of a mapping no table holds) and
+ * cuip_by_logical (the lock-free handle table).
  */
 #ifndef CUIP_RECORD_H
 #define CUIP_RECORD_H

@@ -408,6 +408,15 @@ static void monitor_stop(struct monitor *mn)
 
 /* ---- phases --------------------------------------------------------------- */
 
+/* What a participant's flags may say after a phase's barrier: nothing is
+ * detached unless QUIESCE was sent, and unicast down is a teardown. */
+static void assert_flags(const struct cuip_part *p)
+{
+	assert(!p->torn_down || p->quiesced);
+	assert(!p->unicast_down || p->torn_down);
+	(void)p;
+}
+
 static void *job_main(void *a)
 {
 	struct job *j = a;
@@ -512,6 +521,8 @@ static int run_phase_metered(struct cuip_group *g, const char *name, step_fn fn,
 		monitor_stop(&mn);
 	ret = phase_results(g, name, jobs, &records, &bytes);
 	free(jobs);
+	for (size_t i = 0; i < g->n; i++)
+		assert_flags(&g->p[i]);
 	dt = cuip_now() - t0;
 	if (bytes)
 		pr_info("%s: %zu participants, %zu records, %" PRIu64 " bytes, %.3f s, %.1f MB/s%s", name, parts,
