@@ -293,11 +293,7 @@ pid_t h_fork(int (*fn)(void *arg, int sock), void *arg, int *sockp)
 
 int h_wait(pid_t pid)
 {
-	int st;
-
-	if (waitpid(pid, &st, 0) != pid)
-		return -1;
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	return waitchild(pid, H_WAIT_MS);
 }
 
 /* Descriptor passing is the workload library's (test/workloads/wl.c). */

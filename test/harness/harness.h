@@ -23,6 +23,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "waitchild.h"
+
 #define MiB (1ul << 20)
 
 /* CUDA 13.1 device-explicit binds: not in the 13.0 cuda.h, so declared here as an application would. */
@@ -97,7 +99,9 @@ bool h_check(CUdeviceptr va, size_t size, uint32_t seed);
 /* Fork a child that runs fn(arg, sock) before any CUDA use and exits with its
  * return value; returns the pid, *sock is the parent's end (close-on-exec). */
 pid_t h_fork(int (*fn)(void *arg, int sock), void *arg, int *sock);
-/* The child's exit status (128 + signal if killed), -1 if it is no child. */
+/* The child's exit status (128 + signal if killed), -1 if it is no child;
+ * a child still running after H_WAIT_MS is killed: WAITCHILD_TIMEOUT. */
+#define H_WAIT_MS 60000
 int h_wait(pid_t pid);
 /* Send len bytes with descriptor fd (none if fd < 0): 0 or -1. */
 int h_send_fd(int sock, int fd, const void *buf, size_t len);

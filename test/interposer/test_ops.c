@@ -731,7 +731,7 @@ START_TEST(quiesce_runs_the_release_hooks_and_a_fork_child_has_none_of_them)
 		(int (*)(void (*)(void *), void *))h_ours_sym("cuinterpose_on_checkpoint");
 	Cuip__Request req = CUIP__REQUEST__INIT;
 	Cuip__Quiesce q = CUIP__QUIESCE__INIT;
-	pid_t child, w = 0;
+	pid_t child;
 	int s, st = -1;
 
 	ck_assert_ptr_nonnull(on_ckpt);
@@ -748,17 +748,10 @@ START_TEST(quiesce_runs_the_release_hooks_and_a_fork_child_has_none_of_them)
 			n++;
 		_exit(n == 16 && on_ckpt(count_hook, NULL) == -ENOSPC ? 0 : 10 + n);
 	}
-	for (int i = 0; i < 1500 && w == 0; i++) {
-		w = waitpid(child, &st, WNOHANG);
-		if (!w)
-			usleep(10000);
-	}
-	if (w == 0)
-		kill(child, SIGKILL), waitpid(child, &st, 0);
-	ck_assert_msg(w == child, "the child did not exit within 15 s");
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-		      "child: exit %d (10 + n: only n of 16 hooks registered, or a 17th was accepted)",
-		      WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	st = waitchild(child, 15000);
+	ck_assert_msg(st == 0,
+		      "child: exit %d (10 + n: only n of 16 hooks registered, or a 17th was accepted; %d: hung)", st,
+		      WAITCHILD_TIMEOUT);
 	ck_assert_int_eq(on_ckpt(count_hook, NULL), -ENOSPC); /* the parent kept its own */
 	s = h_connect(0);
 	q.timeout_ms = 5000;

@@ -20,6 +20,7 @@
 
 #include "failalloc.h"
 #include "thread.h"
+#include "waitchild.h"
 
 /* ---- named threads -------------------------------------------------------- */
 
@@ -175,7 +176,7 @@ START_TEST(a_fork_child_resets_the_worker_and_runs_rounds_of_its_own)
 {
 	char msg[256];
 	int st = -1;
-	pid_t child, w = 0;
+	pid_t child;
 
 	/* The parent's thread is busy in a round when the child is forked. */
 	sleep_ms = 2000;
@@ -191,15 +192,8 @@ START_TEST(a_fork_child_resets_the_worker_and_runs_rounds_of_its_own)
 			_exit(2);
 		_exit(cuip_worker_run(&wk, 10000, msg, sizeof(msg)) == 0 && rounds == before + 1 ? 0 : 3);
 	}
-	for (int i = 0; i < 1500 && w == 0; i++) {
-		w = waitpid(child, &st, WNOHANG);
-		if (!w)
-			usleep(10000);
-	}
-	if (w == 0)
-		kill(child, SIGKILL), waitpid(child, &st, 0);
-	ck_assert_msg(w == child, "the child did not exit within 15 s");
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child: status %d", st);
+	st = waitchild(child, 15000);
+	ck_assert_msg(st == 0, "child: status %d (%d: hung)", st, WAITCHILD_TIMEOUT);
 	wait_idle();
 	ck_assert_int_eq(rounds, 1);
 }
