@@ -15,6 +15,9 @@ export CUINTERPOSE_SOCKET_DIR="$T/sock"
 
 # start MODE: a fakectl answering MODE, its pid in $srv once it listens
 start() {
+	# A fresh file: the shell truncates the old one only once the
+	# background child runs, and its "ready" must not be read as ours.
+	rm -f "$T/srv.out"
 	./fakectl "$T/sock" "$1" >"$T/srv.out" 2>&1 &
 	srv=$!
 	i=0
