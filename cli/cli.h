@@ -4,7 +4,7 @@
  * (check), cli_criu.c (checkpoint, restore: a front end over criu);
  * cli_lib.c finds the interposer library for run and check.
  * Layers: cli.c calls the subcommands; show and check call inspect's and
- * cli_lib.c's helpers; all of them call only the libraries (images/ and
+ * cli_lib.c's helpers; all of them call only the libraries (protocol/ and
  * plugin/, through their public headers). Each subcommand returns the
  * process exit status, documented in cuinterpose.1: 0 ok, 1 a problem
  * was found, 2 usage; `show` adds 3 for a directory without cuinterpose

@@ -645,7 +645,7 @@ static void check_one(struct check *c, const char *spid, int asked)
 			       nshm, shm);
 	}
 	if (cli_find_socket(pid, path, sizeof(path))) {
-		int serr = 0, s = cuip_proc_start_state(pid, &serr); /* images/startmark.h */
+		int serr = 0, s = cuip_proc_start_state(pid, &serr); /* protocol/startmark.h */
 
 		if (s == 1 /* STARTING */)
 			report(c, CK_OK, name, "%s is starting CUDA (inside its first cuInit)", comm);

@@ -8,7 +8,7 @@
  * size, chunk size and count), then re-reads every carrier chunk and
  * recomputes its CRC32C. Every problem is reported with the file, the
  * allocation and the chunk, and makes the exit status 1; the plugin's own
- * restore-time validation (images/images.c) runs as well, so `show` refuses
+ * restore-time validation (protocol/images.c) runs as well, so `show` refuses
  * exactly what `criu restore` would. A damaged inventory does not stop the
  * decoding: the topology images found in DIR are shown anyway.
  *

@@ -17,7 +17,7 @@
  * Protocol: the agent's hello (the driver loaded, or why not), then one
  * request (an operation and up to CUIP_AGENT_BATCH pids) and one reply (a
  * result per pid, in request order) at a time: AgentMessage frames of
- * images/cuinterpose.proto, checked and versioned by wire.c like every
+ * protocol/cuinterpose.proto, checked and versioned by wire.c like every
  * other message. The agent runs the driver calls of one request in
  * parallel, one thread per pid, and joins them before it replies. A
  * request it cannot read ends it (status 3, the reason on stderr); a reply

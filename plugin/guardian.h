@@ -10,7 +10,7 @@
  * criu and a stream socket from it, over which criu reports progress: each
  * coordinator phase before it starts and after its barrier, with the
  * participants' flags, and their topologies (after INSPECT and SAVE), as
- * GuardianMessage frames of images/cuinterpose.proto (checked and
+ * GuardianMessage frames of protocol/cuinterpose.proto (checked and
  * versioned by wire.c; one it cannot read ends the channel, logged, and
  * the guardian goes on watching criu's pidfd).
  *

@@ -2,7 +2,7 @@
  * hooks.c - the CRIU plugin: hook entry points, the per-stage state that
  * carries the group from one hook to the next, and the glue between
  * discovery (proc.c, sockdiag.c), the coordinator (coord.c), native
- * checkpoint (native.c, tracee.c) and the images (images/images.c).
+ * checkpoint (native.c, tracee.c) and the images (protocol/images.c).
  *
  * CRIU calls every hook from its main thread, serially; this module's state
  * (`S`) is touched only there. The whole group is handled at the first call

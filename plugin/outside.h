@@ -1,6 +1,6 @@
 /*
  * outside.h - finding, from the plugin's side (the host), the processes a
- * creator recorded as importers of its memory (images/importers.h):
+ * creator recorded as importers of its memory (protocol/importers.h):
  * the creator reports each importer's pid in its own pid namespace and the
  * start time it read there; this maps it to our pid namespace through
  * /proc/PID/status NSpid and tells whether it is still the same live

@@ -77,7 +77,7 @@ static void check_process(struct pf *pf, const struct cuip_pf_proc *pp)
 
 	/* Stream-ordered pools shared by FD: the driver places their
 	 * allocations itself, so they cannot be rebuilt at the same addresses,
-	 * and native restore loses such a process (interposer/pool.c). */
+	 * and native restore loses such a process (interposer/kinds/pool.c). */
 	for (size_t i = 0; i < st->n_pools; i++) {
 		const Cuip__Pool *p = st->pools[i];
 

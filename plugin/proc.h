@@ -50,7 +50,7 @@ int cuip_proc_socket_inodes(pid_t pid, unsigned long **out);
 
 /*
  * Start state of a process that maps the interposer, from its start marker
- * (images/startmark.h, read through /proc/PID/mem): CUIP_MARK_NONE when
+ * (protocol/startmark.h, read through /proc/PID/mem): CUIP_MARK_NONE when
  * it has none, another CUIP_MARK_* value, or -errno. *err: the errno its
  * control socket failed with (NOSOCKET).
  */

@@ -1,6 +1,6 @@
 /*
  * startgate.c - the plugin's half of the start gate; see startgate.h and
- * images/startmark.h for the protocol. State: the held descriptors
+ * protocol/startmark.h for the protocol. State: the held descriptors
  * (`held`), touched only from criu's hook thread.
  */
 #include "config.h"

@@ -1,5 +1,5 @@
 /*
- * startgate.h - the plugin's half of the start gate (images/startmark.h):
+ * startgate.h - the plugin's half of the start gate (protocol/startmark.h):
  * while a checkpoint is under way, no process of the dumped tree that maps
  * the interposer may begin CUDA; one that is beginning is waited for.
  *

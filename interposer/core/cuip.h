@@ -4,30 +4,31 @@
  * above the base. The CUDA declarations cuda.h lacks, the export and
  * no-sanitize markers, the log (log.h) and the API gate (gate.c).
  *
- * The modules, bottom up (test/unit/layering.sh, run by `make check`,
- * fails on any call or include cycle between them and prints the exact
- * floors); each has its own header and names its lock in its opening
- * comment:
+ * The modules, by folder (interposer/README.md; test/unit/layering.sh,
+ * run by `make check`, fails on any call or include cycle between them, on
+ * an arrow to a folder above, and on one between kinds/ and checkpoint/,
+ * and prints the exact floors); each has its own header and names its
+ * lock in its opening comment:
  *
- *   base      log.c       the log (log.h)
- *             driver.c    the one table of real driver entry points (driver.h)
- *             gate.c      the API gate and the lifecycle phase (here)
- *             reply.c     the op thread's reply arena (reply.h)
- *             runtime.c   identity, devices, start, fork hooks (runtime.h)
- *             thread.c    named threads, deadlines, the worker (thread.h)
- *   services  xcache.c, ctx.c, drain.c, release.c (the job's hooks before a
- *             checkpoint; from images/: client.c, importers.c)
- *   records   record.c    allocation records, mappings, access, logical
- *                         handles, cuip_state_lock, kind extensions (record.h)
- *   resources vmm.c (unicast VMM), multicast.c, ipc.c (cuMemAlloc, cuIpc*),
- *             peer.c, pool.c, launch.c; ticket.c (tickets of records);
- *             inspect.c (the ProcessState); carry.c (the carried bytes of
- *             unicast memory: SAVE and LOAD through the carrier, carrier.c);
- *             each with its checkpoint slice (slice.h) where it keeps state
- *             across a checkpoint
- *   top       ops.c (the phase machine over the slices), control.c (control
- *             socket), lifecycle.c (starts control, stops it at exit),
- *             resolve.c (every resolution path to the wrappers)
+ *   core/       log.c (log.h), driver.c (the real driver entry points),
+ *               gate.c (the API gate and the lifecycle phase, here),
+ *               launch.c (launches through the gate), reply.c (the op
+ *               thread's reply arena), runtime.c (identity, devices, start,
+ *               fork hooks), thread.c (named threads, deadlines, the
+ *               worker), qtable.c (logical handles), record.c (records,
+ *               mappings, access, cuip_state_lock, kind extensions, the
+ *               detach primitive), ticket.c, xcache.c (the export cache),
+ *               ctx.c (contexts and their stacks); slice.h
+ *   kinds/      vmm.c (unicast VMM), ipc.c (cuMemAlloc, cuIpc*), peer.c,
+ *               multicast.c, pool.c: each its part of a record and its
+ *               checkpoint slice
+ *   checkpoint/ ops.c (the phase machine over the slices), inspect.c (the
+ *               ProcessState), carry.c (the carried bytes, through
+ *               carrier/), drain.c, release.c (what QUIESCE runs)
+ *   entry/      control.c (control socket), lifecycle.c (starts control,
+ *               stops it at exit), resolve.c (every resolution path to the
+ *               wrappers)
+ *   from protocol/: client.c, importers.c, wire.c; from carrier/: carrier.c
  *
  * Locks, outermost first: cuip_state_lock (record.c), xc_lock (xcache.c),
  * the gate's lock (gate.c). The control thread takes only xc_lock, never

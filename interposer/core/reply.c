@@ -1,7 +1,7 @@
 /*
  * reply.c - the op thread's reply arena. The records of a reply
  * (ProcessState, multicast and pool entries, error strings) are carved from
- * arena blocks (images/arena.h) and all go at once after the reply is sent
+ * arena blocks (protocol/arena.h) and all go at once after the reply is sent
  * (ops.c). Base layer: calls nothing of the interposer. Used by inspect.c,
  * multicast.c, pool.c, carry.c and ops.c, on the op thread only, so no
  * lock.

@@ -1,6 +1,6 @@
 /*
  * check_startgate.c - the plugin's half of the start gate and the start
- * marker (images/startmark.h) against this very process: a file named
+ * marker (protocol/startmark.h) against this very process: a file named
  * like the interposer mapped here stands for the library, a memfd named
  * like the marker for the marker page; a child holds the gate exclusively
  * as a process marking STARTING would. Also which /dev/shm files need

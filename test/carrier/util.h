@@ -16,7 +16,7 @@ long pattern_check(const void *p, size_t n, uint32_t seed);
 /* Index of the first byte != v, or -1. */
 long bytes_check(const void *p, size_t n, uint8_t v);
 
-/* Bit-at-a-time CRC32C, independent of images/wire.c. */
+/* Bit-at-a-time CRC32C, independent of protocol/wire.c. */
 uint32_t ref_crc32c(const void *p, size_t n);
 
 /* An unlinked read/write scratch file in $TMPDIR (or /tmp). */

@@ -9,7 +9,7 @@
 #    no FD or mapping leaked.
 # Not injectable, on purpose:
 #  - INSPECT: the interposer answers it from its own records under the state
-#    lock, with no driver call (interposer/ops.c op_inspect); HANDSHAKE is
+#    lock, with no driver call (interposer/checkpoint/ops.c op_inspect); HANDSHAKE is
 #    answered by the cuip-ctl thread, so a participant that cannot answer
 #    INSPECT (stopped, dead) already fails HANDSHAKE (t-faults.sh) or is the
 #    SIGKILL case below. Only a bug (an op thread that never returns) or an

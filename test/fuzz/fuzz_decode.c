@@ -1,6 +1,6 @@
 /*
  * fuzz_decode.c - fuzz target for every decoder that reads outside input
- * through images/wire.c: control requests and responses (from sockets),
+ * through protocol/wire.c: control requests and responses (from sockets),
  * topology and inventory images (from disk), tickets (from memfds).
  *
  * The first input byte picks the kind (its top bit: fix the checksum so the

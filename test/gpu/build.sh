@@ -57,10 +57,10 @@ $CC $(mkv AM_CFLAGS_BASE) -o "$out/e2e_reaper" "$top/test/e2e/e2e_reaper.c"
 # The benchmarks: scale-bench drives workers with the plugin's own coordinator
 # and native module (static libraries of the build), carrier-bench the carrier.
 PBC=$(pkg-config --cflags --libs libprotobuf-c)
-cc scale-bench -I"$b" -I"$top/plugin" -I"$top/images" -I"$b/images" "$top/test/bench/scale-bench.c" \
-	"$b/plugin/.libs/libcuipplugin.a" "$b/images/.libs/libcuiproto.a" $PBC $(pkg-config --libs libnl-3.0) -lpthread
-$CC $CFLAGS -O2 -I"$top/interposer" -I"$top/images" -I"$b/images" -o "$out/carrier-bench" \
-	"$top/test/bench/carrier-bench.c" "$b/interposer/.libs/libcuipcarrier.a" "$b/images/.libs/libcuiproto.a" $PBC -ldl -lpthread
+cc scale-bench -I"$b" -I"$top/plugin" -I"$top/protocol" -I"$b/protocol" "$top/test/bench/scale-bench.c" \
+	"$b/plugin/.libs/libcuipplugin.a" "$b/protocol/.libs/libcuiproto.a" $PBC $(pkg-config --libs libnl-3.0) -lpthread
+$CC $CFLAGS -O2 -I"$top/carrier" -I"$top/protocol" -I"$b/protocol" -o "$out/carrier-bench" \
+	"$top/test/bench/carrier-bench.c" "$b/carrier/.libs/libcuipcarrier.a" "$b/protocol/.libs/libcuiproto.a" $PBC -ldl -lpthread
 # compress-bench loads libzstd and liblz4 at run time (bundle.sh carries them).
 $CC $CFLAGS -O2 -o "$out/compress-bench" "$top/test/bench/compress-bench.c" -ldl -lpthread
 echo "built: $(cd "$out" && echo gpu_job gpu_pool gpu_microbench cuda-checkpoint-shim facts-workload fakecuda-ckpt e2e_reaper scale-bench carrier-bench compress-bench)"

@@ -11,7 +11,7 @@
 #define CUIP_TEST_INTERPOSER_HARNESS_H
 
 #include "../harness/harness.h"
-#include "client.h" /* images/client.c, linked into the tests */
+#include "client.h" /* protocol/client.c, linked into the tests */
 #include "wire.h"
 
 #define TAG_SHIFT 48

@@ -1,5 +1,5 @@
 /*
- * test_mc.c - multicast tracking (interposer/multicast.c): logical handles,
+ * test_mc.c - multicast tracking (interposer/kinds/multicast.c): logical handles,
  * requested and effective extent, devices by UUID, BindMem/BindAddr v1 and
  * _v2, unbind of a slice and rebind by address, refusal of untracked
  * members, and PREPARE_MULTICAST + REBUILD MC_* in one process driving two

@@ -1,6 +1,6 @@
 /*
  * test_query.c - the lock-free tracked query and the per-thread API gate
- * (interposer/qtable.c's logical-handle table, interposer/gate.c) under
+ * (interposer/core/qtable.c's logical-handle table, interposer/core/gate.c) under
  * concurrency: queries racing creates and releases (and the table growing),
  * QUIESCE closing the gate on busy threads while threads come and go, a
  * fork child's gate, the gate without membarrier (a seccomp filter), and

@@ -3,7 +3,7 @@
 # documented in README.md and in the man page (cli/cuinterpose.1).
 #
 # Variables are read by getenv() or by the option helpers (env_uint,
-# env_bool, env_str in plugin/options.c, env_num in interposer/carrier.c),
+# env_bool, env_str in plugin/options.c, env_num in carrier/carrier.c),
 # always with the name as a whole string literal, so every whole literal
 # "CUINTERPOSE_..." in the C sources counts; the contrib scripts read theirs
 # as ${CUINTERPOSE_...}. A name built at run time (no literal) would escape
@@ -15,7 +15,7 @@ cd "$top_srcdir" || exit 1
 readme=README.md
 man=cli/cuinterpose.1
 names=$({
-	grep -rhoE '"CUINTERPOSE_[A-Z0-9_]+"' --include='*.c' --include='*.h' plugin interposer images cli | tr -d '"'
+	grep -rhoE '"CUINTERPOSE_[A-Z0-9_]+"' --include='*.c' --include='*.h' plugin interposer protocol carrier cli | tr -d '"'
 	grep -hoE '\$\{?CUINTERPOSE_[A-Z0-9_]+' contrib/*.sh | tr -d '${'
 } | sort -u)
 [ -n "$names" ] || { echo "FAIL: found no CUINTERPOSE_ variable in the sources"; exit 1; }
@@ -24,7 +24,7 @@ for v in $names; do
 	grep -q "\`$v\`" "$readme" || { echo "FAIL: $v is read by the code but not documented in $readme"; bad=1; }
 	grep -q "$v" "$man" || { echo "FAIL: $v is read by the code but not documented in $man"; bad=1; }
 done
-if grep -rnE 'getenv\([^")]*CUINTERPOSE' --include='*.c' plugin interposer images cli; then
+if grep -rnE 'getenv\([^")]*CUINTERPOSE' --include='*.c' plugin interposer protocol carrier cli; then
 	echo "FAIL: a CUINTERPOSE variable is read through a computed name; this check cannot see it"
 	bad=1
 fi

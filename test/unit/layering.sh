@@ -3,43 +3,46 @@
 # cycles: FAILS, printing the cycle, when module A uses module B and B
 # (directly or through others) uses A.
 #
-# A module is one name: interposer/NAME.c and interposer/NAME.h. Calls come
-# from the built objects of libcuinterpose.so (nm: the global symbols each
-# object defines and the ones it leaves undefined; an undefined symbol that
-# another module defines is an arrow to that module); includes come from the
-# `#include "x.h"` lines of interposer/*.c and *.h (an arrow to the module
-# of x.h when interposer/x.h exists). On success it prints the floors: floor
-# 1 uses no other module, floor n uses only floors below n.
+# A module is one name: interposer/FOLDER/NAME.c and NAME.h (or a header
+# in interposer/ itself). Calls come from the built objects of
+# libcuinterpose.so (nm: the global symbols each object defines and the
+# ones it leaves undefined; an undefined symbol that another module defines
+# is an arrow to that module); includes come from the `#include "x.h"`
+# lines of the interposer's .c and .h files (an arrow to the module of x.h
+# when the interposer has x.h). On success it prints the floors: floor 1
+# uses no other module, floor n uses only floors below n.
 #
-# The checkpoint layer (the phase machine and what it runs for every kind:
-# ops, inspect, carry, carrier) names no resource kind (vmm, ipc,
-# multicast, pool, peer, ctx): it reaches them through their slices and
-# record extensions only. FAILS, printing the arrow, when one of its
-# modules calls or includes a kind's module.
+# The folders show the floors (interposer/README.md): core/ (and the
+# public header beside the folders) at the bottom, kinds/ and checkpoint/
+# on it, entry/ on top. FAILS, printing the arrow, when a module calls or
+# includes one of a folder above its own, or when kinds/ and checkpoint/
+# use each other: the checkpoint machinery reaches a kind only through its
+# slice and its record extension, and a kind never calls the machinery.
 # Run by `make check` with top_srcdir and top_builddir set; by hand:
 #   top_srcdir=.. top_builddir=. sh ../test/unit/layering.sh   (in a build dir)
 set -u
 : "${top_srcdir:?run through make check}"
 : "${top_builddir:?run through make check}"
 src=$top_srcdir/interposer
-objdir=$top_builddir/interposer/.libs
-[ -d "$objdir" ] || objdir=$top_builddir/interposer
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
 # ---- arrows ----------------------------------------------------------------
 
 nobj=0
-for o in "$objdir"/libcuinterpose_la-*.o; do
+# Objects under .libs/ when libtool builds PIC ones there, else beside the sources.
+find "$top_builddir/interposer" -name 'libcuinterpose_la-*.o' >"$tmp/objs"
+grep -q '/\.libs/' "$tmp/objs" && grep '/\.libs/' "$tmp/objs" >"$tmp/objs2" && mv "$tmp/objs2" "$tmp/objs"
+while read -r o; do
 	[ -f "$o" ] || continue
 	m=${o##*/libcuinterpose_la-}
 	m=${m%.o}
 	nobj=$((nobj + 1))
 	nm -P -g --defined-only "$o" | awk -v m="$m" '{ print "D", m, $1 }' >>"$tmp/syms" || exit 1
 	nm -P -u "$o" | awk -v m="$m" '{ print "U", m, $1 }' >>"$tmp/syms" || exit 1
-done
+done <"$tmp/objs"
 if [ "$nobj" -lt 2 ]; then
-	echo "FAIL: no objects of libcuinterpose in $objdir (build it first; or the build layout changed and this check must follow)"
+	echo "FAIL: no objects of libcuinterpose under $top_builddir/interposer (build it first; or the build layout changed and this check must follow)"
 	exit 1
 fi
 # "from to via" for every call arrow.
@@ -53,14 +56,23 @@ if [ -s "$tmp/dups" ]; then
 	exit 1
 fi
 
-for f in "$src"/*.c "$src"/*.h; do
+# "module folder" for every source and header ("." beside the folders).
+for f in "$src"/*.h "$src"/*/*.c "$src"/*/*.h; do
+	[ -f "$f" ] || continue
+	d=${f%/*}
+	d=${d#"$src"}
+	d=${d#/}
+	m=${f##*/}
+	echo "${m%.*} ${d:-.}"
+done | sort -u >"$tmp/folders"
+for f in "$src"/*.h "$src"/*/*.c "$src"/*/*.h; do
 	[ -f "$f" ] || continue
 	m=${f##*/}
 	m=${m%.*}
 	sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f" | while read -r h; do
-		[ -f "$src/$h" ] || continue
 		t=${h##*/}
 		t=${t%.h}
+		grep -q "^$t " "$tmp/folders" || continue
 		[ "$t" = "$m" ] || echo "$m $t ${f##*/}:$h"
 	done
 done >"$tmp/includes"
@@ -192,17 +204,32 @@ cycles()
 	}'
 }
 
-checkpoint=" ops inspect carry carrier "
-kinds=" vmm ipc multicast pool peer ctx "
+# ---- folders ---------------------------------------------------------------
+
+rank() {
+	case $1 in
+	. | core) echo 0 ;;
+	kinds | checkpoint) echo 1 ;;
+	entry) echo 2 ;;
+	*) echo 9 ;;
+	esac
+}
 sort -u "$tmp/calls" "$tmp/includes" | while read -r from to via; do
-	case "$checkpoint" in *" $from "*) ;; *) continue ;; esac
-	case "$kinds" in *" $to "*) ;; *) continue ;; esac
-	echo "FAIL: the checkpoint layer uses a resource kind: $from -> $to ($via)"
-done >"$tmp/kinds"
-cat "$tmp/kinds"
+	ff=$(awk -v m="$from" '$1 == m { print $2; exit }' "$tmp/folders")
+	ft=$(awk -v m="$to" '$1 == m { print $2; exit }' "$tmp/folders")
+	[ "$ff" = "$ft" ] && continue
+	if [ "$(rank "$ff")" = 9 ] || [ "$(rank "$ft")" = 9 ]; then
+		echo "FAIL: $from ($ff) -> $to ($ft): a folder this check does not know ($via)"
+	elif [ "$(rank "$ft")" -gt "$(rank "$ff")" ]; then
+		echo "FAIL: $from in $ff/ uses $to in $ft/, a folder above it ($via)"
+	elif [ "$ff" != "$ft" ] && [ "$(rank "$ff")" = 1 ] && [ "$(rank "$ft")" = 1 ]; then
+		echo "FAIL: $from in $ff/ uses $to in $ft/: the kinds and the checkpoint machinery name each other ($via)"
+	fi
+done >"$tmp/folder-arrows"
+cat "$tmp/folder-arrows"
 
 status=0
-[ -s "$tmp/kinds" ] && status=1
+[ -s "$tmp/folder-arrows" ] && status=1
 for what in call include; do
 	if [ $what = call ]; then list=$tmp/calls; else list=$tmp/includes; fi
 	sort -u "$list" | cycles $what >"$tmp/out"

@@ -1,5 +1,5 @@
 /*
- * test_client.c - the one control-protocol client (images/client.c) against
+ * test_client.c - the one control-protocol client (protocol/client.c) against
  * a scripted server on the other end of a socketpair: the handshake's
  * answer, refusal, missing identity and timeout; a checked request's
  * refusal and its arena-decoded answer; the raw call that hands a refusal

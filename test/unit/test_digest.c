@@ -1,5 +1,5 @@
 /*
- * test_digest.c - images/digest.c: the digest VERIFY compares instead of
+ * test_digest.c - protocol/digest.c: the digest VERIFY compares instead of
  * the whole state. It must not depend on record order and must change with
  * every field VERIFY compares.
  */

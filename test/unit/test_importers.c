@@ -1,6 +1,6 @@
 /*
  * test_importers.c - the creator's record of who fetched its memory
- * (images/importers.c): deduplication, the bound, forgetting the gone
+ * (protocol/importers.c): deduplication, the bound, forgetting the gone
  * (exited, zombie, reused pid) and reading /proc/PID/stat. Single-threaded;
  * forks short-lived children for the /proc cases.
  */

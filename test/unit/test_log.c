@@ -1,5 +1,5 @@
 /*
- * test_log.c - the interposer's log (interposer/log.c): lines go to stderr
+ * test_log.c - the interposer's log (interposer/core/log.c): lines go to stderr
  * at once, or are held in memory (cuip_log_hold, while a process is being
  * restored) and written in order when the hold ends; past 64 KiB held the
  * rest are counted and the count is reported, and a forked child starts

@@ -1,5 +1,5 @@
 /*
- * test_oom.c - out-of-memory injection over the protocol library (images/,
+ * test_oom.c - out-of-memory injection over the protocol library (protocol/,
  * compiled into this test with test/harness/failalloc.h): for each path, a
  * clean run counts its allocations, then the path runs again with the 1st,
  * the 2nd, ... the last of them failing. Each such run must return an error

@@ -1,5 +1,5 @@
 /*
- * test_sha256.c - images/sha256.c: the FIPS 180-4 examples, and every
+ * test_sha256.c - protocol/sha256.c: the FIPS 180-4 examples, and every
  * length from 0 to 300 bytes and large random buffers fed in uneven pieces
  * against OpenSSL's libcrypto (linked by this test only), under each
  * implementation this CPU can run (where it has no SHA extensions, only the

@@ -1,5 +1,5 @@
 /*
- * test_thread.c - the interposer's own threads (interposer/thread.c,
+ * test_thread.c - the interposer's own threads (interposer/core/thread.c,
  * compiled here with test/harness/failalloc.h in front): a thread runs
  * named and with every signal blocked; deadlines; the worker's rounds,
  * results, messages, the caller's timeout while the round finishes on its
