@@ -7,8 +7,17 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* How long the child that asks NVML may take. */
+#define NVML_WAIT_MS 10000
 
 /* NVML's ABI, as nvml.h of driver 450 and later declares it. */
 typedef void *nvml_dev;
@@ -85,7 +94,8 @@ static int on_device(struct nvml *n, nvml_dev d, pid_t pid, char *err, size_t er
 	return found;
 }
 
-int cuip_nvml_has_context(pid_t pid, char *err, size_t errlen)
+/* The question itself, in the process that asks. */
+static int ask(pid_t pid, char *err, size_t errlen)
 {
 	struct nvml n;
 	unsigned int count = 0;
@@ -111,5 +121,65 @@ int cuip_nvml_has_context(pid_t pid, char *err, size_t errlen)
 	}
 	n.shutdown();
 	dlclose(n.h);
+	return ret;
+}
+
+/*
+ * The question runs in a child of criu: nvmlInit starts threads that
+ * outlive nvmlShutdown and dlclose, and a criu with a second thread can no
+ * longer setns() into a container's mount namespace (measured on the H200:
+ * "2 threads in criu after PAUSE_DEVICES" in a training job whose worker
+ * processes NVML was asked about). SIGCHLD stays blocked meanwhile, as for
+ * the native agent: criu's handlers would call our child an error.
+ */
+int cuip_nvml_has_context(pid_t pid, char *err, size_t errlen)
+{
+	struct {
+		int ret;
+		char err[256];
+	} a = {.ret = -EIO};
+	struct pollfd pf;
+	sigset_t s, old;
+	int fd[2], st, ret;
+	pid_t c;
+
+	if (pipe2(fd, O_CLOEXEC)) {
+		ret = -errno;
+		snprintf(err, errlen, "cannot ask NVML: pipe: %s", strerror(errno));
+		return ret;
+	}
+	sigemptyset(&s);
+	sigaddset(&s, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &s, &old);
+	c = fork();
+	if (c == 0) {
+		close(fd[0]);
+		a.ret = ask(pid, a.err, sizeof(a.err));
+		_exit(write(fd[1], &a, sizeof(a)) == (ssize_t)sizeof(a) ? 0 : 1);
+	}
+	close(fd[1]);
+	if (c < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "cannot ask NVML: fork: %s", strerror(errno));
+		goto out;
+	}
+	pf = (struct pollfd){.fd = fd[0], .events = POLLIN};
+	while ((ret = poll(&pf, 1, NVML_WAIT_MS)) < 0 && errno == EINTR)
+		;
+	if (ret == 1 && read(fd[0], &a, sizeof(a)) == (ssize_t)sizeof(a)) {
+		ret = a.ret;
+		a.err[sizeof(a.err) - 1] = 0;
+		if (ret && ret != -ENOENT)
+			snprintf(err, errlen, "%s", a.err);
+	} else {
+		kill(c, SIGKILL);
+		ret = -ETIMEDOUT;
+		snprintf(err, errlen, "NVML did not answer within %d ms", NVML_WAIT_MS);
+	}
+	while (waitpid(c, &st, 0) < 0 && errno == EINTR)
+		;
+out:
+	close(fd[0]);
+	sigprocmask(SIG_SETMASK, &old, NULL);
 	return ret;
 }

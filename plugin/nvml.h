@@ -3,7 +3,9 @@
  * the processes that hold a CUDA context: a process the driver's checkpoint
  * API knows but NVML lists on no GPU has no context and no memory (it only
  * initialized NVML, e.g. a metrics exporter), and the native checkpoint is
- * all it needs. Stateless; loads the library per call (dump time only).
+ * all it needs. Stateless; each call asks in a child process of its own,
+ * which loads the library (dump time only): NVML's threads never live in
+ * criu.
  */
 #ifndef CUIP_PLUGIN_NVML_H
 #define CUIP_PLUGIN_NVML_H
