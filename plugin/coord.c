@@ -22,7 +22,7 @@
 #include "digest.h"
 #include "errfmt.h"
 #include "images.h"
-#include "log.h"
+#include "criulog.h"
 #include "outside.h"
 #include "preflight.h"
 #include "proc.h"

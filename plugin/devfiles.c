@@ -18,7 +18,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "criulog.h"
 
 #define DEVZERO	    makedev(1, 5)
 #define MAX_LEARNED 64

@@ -20,7 +20,7 @@
 #include "agent.h"
 #include "fault.h"
 #include "guardian.h"
-#include "log.h"
+#include "criulog.h"
 
 static struct {
 	char action[16];

@@ -28,7 +28,7 @@
 
 #include "agent.h"
 #include "guardian.h"
-#include "log.h"
+#include "criulog.h"
 #include "wire.h"
 
 /* ---- shared -------------------------------------------------------------- */

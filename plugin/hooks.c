@@ -54,7 +54,7 @@
 #include "gpus.h"
 #include "guardian.h"
 #include "images.h"
-#include "log.h"
+#include "criulog.h"
 #include "native.h"
 #include "nvml.h"
 #include "options.h"

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "agent.h"
-#include "log.h"
+#include "criulog.h"
 #include "native.h"
 
 int cuip_native_open(const char *lib, char *err, size_t errlen)

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
+#include "criulog.h"
 #include "preflight.h"
 
 struct pf {

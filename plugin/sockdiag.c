@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "errfmt.h"
-#include "log.h"
+#include "criulog.h"
 #include "proc.h"
 #include "sockdiag.h"
 

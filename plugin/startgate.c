@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "startmark.h"
-#include "log.h"
+#include "criulog.h"
 #include "proc.h"
 #include "startgate.h"
 

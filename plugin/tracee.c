@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "criulog.h"
 #include "proc.h"
 #include "tracee.h"
 

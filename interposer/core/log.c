@@ -54,13 +54,22 @@ static bool keep(const char *line, size_t n)
 	return kept;
 }
 
-void cuip_log(int level, const char *fmt, ...)
+/* The highest level CUINTERPOSE_LOG lets through (its numbers are the
+ * user's: 1 errors, 2 info, 3 debug; warnings go with errors). */
+static unsigned threshold(void)
+{
+	int u = cuip_log_level;
+
+	return u <= 0 ? 0 : u == 1 ? CUIP_LOG_WARN : u == 2 ? CUIP_LOG_INFO : CUIP_LOG_DEBUG;
+}
+
+void cuip_log(unsigned level, const char *fmt, ...)
 {
 	char buf[1024];
 	va_list ap;
 	int n;
 
-	if (level > cuip_log_level)
+	if (level > threshold())
 		return;
 	n = snprintf(buf, sizeof(buf), "cuinterpose[%d]: ", (int)getpid());
 	va_start(ap, fmt);

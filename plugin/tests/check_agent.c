@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "agent.h"
-#include "log.h"
+#include "criulog.h"
 #include "native.h"
 
 static const char *stub(void)

@@ -25,7 +25,7 @@
 
 #include "client.h"
 #include "coord.h"
-#include "log.h"
+#include "criulog.h"
 #include "fixtures.h"
 #include "images.h"
 #include "importers.h"

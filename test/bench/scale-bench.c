@@ -35,7 +35,7 @@
 #include <unistd.h>
 
 #include "coord.h"
-#include "log.h"
+#include "criulog.h"
 #include "native.h"
 
 #define CK(x)                                                                                               \

@@ -1,5 +1,5 @@
 /*
- * log.c - see log.h. Owns the resolved print_on_level pointer and the mutex
+ * criulog.c - see criulog.h. Owns the resolved print_on_level pointer and the mutex
  * that serializes log lines from the coordinator's threads.
  */
 #include "config.h"
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "log.h"
+#include "criulog.h"
 
 #define LOG_PREFIX "cuinterpose: "
 
