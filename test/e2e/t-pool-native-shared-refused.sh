@@ -1,7 +1,7 @@
 # Processes without the interposer that share a memory pool by descriptor:
 # the plugin cannot see the pool; the driver's native checkpoint leaves a
 # descriptor of its device open in each of them (on the H200 /dev/nvidiactl,
-# chr 195:255; on the fake its device node, test/fakecuda/pool.c), and
+# chr 195:255; on the fake its device node, test/fakecuda/mempools.c), and
 # their native restore fails with CUDA_ERROR_OPERATING_SYSTEM (FACTS.md).
 # The dump must fail, naming the pid and the descriptor, instead of
 # claiming that descriptor like a forked child's and writing images whose

@@ -40,7 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "wire.h"
+#include "devdwire.h"
 
 #define LOG_PREFIX "fakecuda-devd: "
 

@@ -24,7 +24,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "wire.h"
+#include "devdwire.h"
 
 #define FK_API __attribute__((visibility("default")))
 
@@ -184,7 +184,7 @@ struct fk_ctx {
 	unsigned int flags;
 	int primary;
 	uint32_t peer;	 /* ordinals this context has peer access to */
-	size_t limit[5]; /* CUlimit 0..4 (cuCtxGetLimit), ctx.c */
+	size_t limit[5]; /* CUlimit 0..4 (cuCtxGetLimit), contexts.c */
 	int launched;	 /* a kernel ran: the printf FIFO is fixed */
 };
 
@@ -330,7 +330,7 @@ CUresult fk_enter_any(const char *api, int *entered);
 #define UNLOCK() pthread_mutex_unlock(&G.lock)
 int64_t fk_now_ns(void);
 
-/* gate.c: the API gate the checkpoint lock closes. */
+/* apigate.c: the API gate the checkpoint lock closes. */
 void gate_enter(void);
 void gate_leave(void);
 int gate_try_enter(void);		 /* 1 entered, 0 closed (does not wait) */
@@ -377,7 +377,7 @@ int dev_ord_of_phys(int phys);
 /* FAKECUDA_FABRIC: creation accepts FABRIC handle types (export/import of one still fail). */
 int fk_fabric(void);
 
-/* ctx.c */
+/* contexts.c */
 struct fk_ctx *ctx_current(void);
 CUresult ctx_require(struct fk_ctx **out);
 int ctx_valid(struct fk_ctx *c);
@@ -419,7 +419,7 @@ void alloc_slot_put(int slot); /* drops the devd reference when nothing holds th
  * and unless align is 0 (VMM memory, mapped by the application) a fresh VA
  * range of that size aligned to align in *va with a mapping of its first
  * map_size bytes (0: all).  On failure the devd allocation is dropped and
- * the slot given back.  mem.c, pool.c, ipc.c, vmm.c; G.lock held.
+ * the slot given back.  mem.c, mempools.c, ipchandles.c, vmemory.c; G.lock held.
  */
 CUresult alloc_open(int slot, const struct fkw_req *q, uint32_t dev, uint64_t size, uint64_t align, uint64_t map_size,
 		    struct fkw_resp *r, uint64_t *va);
@@ -462,8 +462,8 @@ struct fk_kernel {
 	CUresult (*run)(const unsigned char *args, int ord);
 };
 
-/* ipc.c: devd's IPC tokens, shared by legacy IPC and pool pointer export
- * (pool.c).  Both under G.lock. ipc_token_get marks allocation a as shared
+/* ipchandles.c: devd's IPC tokens, shared by legacy IPC and pool pointer export
+ * (mempools.c).  Both under G.lock. ipc_token_get marks allocation a as shared
  * by IPC and answers the token an importer presents; ipc_attach opens
  * devd allocation id with that token into the free slot `slot` (FK_A_IPC,
  * mapped at a fresh VA returned in *va, one open reference) and on failure
@@ -471,7 +471,7 @@ struct fk_kernel {
 CUresult ipc_token_get(struct fk_alloc *a, uint64_t *token);
 CUresult ipc_attach(uint64_t id, uint64_t token, int slot, uint64_t *va);
 
-/* pool.c: a pool is shared (exported or imported) and live; no lock (restore thread). */
+/* mempools.c: a pool is shared (exported or imported) and live; no lock (restore thread). */
 int pool_shared(void);
 
 /* restore_thread.c */

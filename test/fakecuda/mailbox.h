@@ -17,7 +17,7 @@
 #include <cuda.h>
 #include <stdint.h>
 
-#include "wire.h"
+#include "devdwire.h"
 
 #define FK_MB_NAME    "fakecuda-mailbox"
 #define FK_MB_MAGIC   0x424d4b46u /* "FKMB" */

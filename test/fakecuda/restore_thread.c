@@ -7,7 +7,7 @@
  * while all other threads are frozen, so the checkpoint and restore paths here
  * take no lock, never call malloc/stdio (mmap and plain system calls only) and
  * never use signals.  This is safe because checkpoint and restore happen only
- * in the LOCKED state: the gate (gate.c) guarantees no thread is inside the
+ * in the LOCKED state: the gate (apigate.c) guarantees no thread is inside the
  * API and the work queue is drained, so nobody else touches G.
  *
  * State: the mailbox page (shared with callers), rt_refusal (what a later
@@ -320,7 +320,7 @@ static CUresult rt_checkpoint(void)
 		memset(save_buf + bytes, 0x5a, stack_bytes);
 		pace(&pc, stack_bytes);
 	}
-	/* A shared pool keeps a device descriptor open (pool.c): measured on
+	/* A shared pool keeps a device descriptor open (mempools.c): measured on
 	 * the H200, the restore then fails this way and the CUDA state is lost. */
 	if (pool_shared())
 		refusal = CUDA_ERROR_OPERATING_SYSTEM;

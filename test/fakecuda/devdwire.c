@@ -1,5 +1,5 @@
 /*
- * Transport helpers for the private lib <-> devd protocol (see wire.h):
+ * Transport helpers for the private lib <-> devd protocol (see devdwire.h):
  * full-length send/receive with SCM_RIGHTS, the socket path rule and the
  * device configuration read from the environment (fkw_config).
  * Called by devd.c, conn.c and restore_thread.c; stateless, so no lock.
@@ -15,7 +15,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "wire.h"
+#include "devdwire.h"
 
 int fkw_sendv(int fd, struct iovec *iov, int niov, const int *fds, int nfds)
 {

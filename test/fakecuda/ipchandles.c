@@ -6,7 +6,7 @@
  * memory at a new VA and answers the allocation at its offset; opening the
  * same handle again returns the same VA with a reference count.  The devd
  * token plumbing (ipc_token_get, ipc_attach) also serves the pointer export
- * and import of shared memory pools (pool.c).  Tables under G.lock.
+ * and import of shared memory pools (mempools.c).  Tables under G.lock.
  */
 #include <string.h>
 #include <unistd.h>

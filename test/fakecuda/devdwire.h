@@ -186,7 +186,7 @@ struct fkw_export_rec {
 };
 
 /*
- * Helpers shared by both sides (wire.c).  They use only system calls, never
+ * Helpers shared by both sides (devdwire.c).  They use only system calls, never
  * malloc or stdio, because the restore thread calls them while the rest of the
  * process may be frozen.
  */
