@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,15 +234,53 @@ int cuip_frame_check(const struct cuip_frame *f, unsigned kind, char *err, size_
 	return 0;
 }
 
+/* The caller's allocator (NULL: malloc and free, as protobuf-c's own),
+ * noting whether an allocation failed: protobuf-c answers NULL alike for
+ * bytes that do not decode and for memory it could not get, and the two
+ * must not be told apart wrongly (an image is not corrupt because memory
+ * ran out). */
+struct noting_alloc {
+	ProtobufCAllocator *inner;
+	bool failed;
+};
+
+static void *noting_malloc(void *data, size_t size)
+{
+	struct noting_alloc *n = data;
+	void *p = n->inner ? n->inner->alloc(n->inner->allocator_data, size) : malloc(size);
+
+	if (!p)
+		n->failed = true;
+	return p;
+}
+
+static void noting_free(void *data, void *p)
+{
+	struct noting_alloc *n = data;
+
+	if (n->inner)
+		n->inner->free(n->inner->allocator_data, p);
+	else
+		free(p);
+}
+
 static int unpack(const uint8_t *payload, const struct cuip_frame *f, unsigned kind,
 		  const ProtobufCMessageDescriptor *desc, ProtobufCAllocator *alloc, ProtobufCMessage **out, char *err,
 		  size_t errlen)
 {
+	struct noting_alloc n = {.inner = alloc};
+	ProtobufCAllocator noting = {.alloc = noting_malloc, .free = noting_free, .allocator_data = &n};
+
 	if (cuip_crc32c(0, payload, f->len) != f->crc) {
 		errfmt(err, errlen, "%s checksum mismatch (corrupt)", cuip_kind_name(kind));
 		return -EBADMSG;
 	}
-	*out = protobuf_c_message_unpack(desc, alloc, f->len, payload);
+	/* Freed later with `alloc` itself: noting_free is the same. */
+	*out = protobuf_c_message_unpack(desc, &noting, f->len, payload);
+	if (!*out && n.failed) {
+		errfmt(err, errlen, "out of memory decoding a %u-byte %s", f->len, cuip_kind_name(kind));
+		return -ENOMEM;
+	}
 	if (!*out) {
 		errfmt(err, errlen, "%s does not decode as %s", cuip_kind_name(kind), desc->name);
 		return -EBADMSG;
