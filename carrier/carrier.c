@@ -71,6 +71,7 @@
 #include <unistd.h>
 
 #include "carrier.h"
+#include "deadline.h"
 #include "errfmt.h"
 #include "sha256.h"
 #include "wire.h"
@@ -1104,12 +1105,7 @@ static int run_pass(struct xfer *x, enum pass pass)
 			if (!x->running)
 				break;
 		}
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 100 * 1000 * 1000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
+		cuip_deadline_ms(&ts, 100);
 		pthread_cond_timedwait(&x->cond, &x->lock, &ts);
 	}
 	pthread_mutex_unlock(&x->lock);
@@ -1274,7 +1270,14 @@ static struct xfer *xfer_new(const struct carrier_ops *ops, const struct carrier
 	x->slots = (struct slot *)(base + o_slots);
 	x->workers = (struct worker *)(base + o_workers);
 	pthread_mutex_init(&x->lock, NULL);
-	pthread_cond_init(&x->cond, NULL);
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* deadline.h's clock */
+		pthread_cond_init(&x->cond, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	for (size_t i = 0; i < n; i++) {
 		CUcontext c = items[i].ctx ? items[i].ctx : cur;
 		int k = find_ctx(x, c);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "deadline.h"
 #include "coord.h"
 #include "digest.h"
 #include "errfmt.h"
@@ -264,13 +265,7 @@ static bool monitor_wait(struct monitor *mn, unsigned ms)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
+	cuip_deadline_ms(&ts, ms);
 	while (!mn->stop && pthread_cond_timedwait(&mn->cond, &mn->lock, &ts) != ETIMEDOUT)
 		;
 	return mn->stop;

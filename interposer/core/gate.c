@@ -62,6 +62,7 @@
 #include <unistd.h>
 
 #include "cuip.h"
+#include "deadline.h"
 #include "qtable.h"
 
 /* Initial-exec TLS: one %fs-relative load, no __tls_get_addr. A library
@@ -246,13 +247,7 @@ int cuip_gate_close(unsigned timeout_ms)
 	int ret = 0;
 
 	pthread_once(&gate_once, gate_once_init);
-	clock_gettime(CLOCK_MONOTONIC, &dl);
-	dl.tv_sec += timeout_ms / 1000;
-	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (dl.tv_nsec >= 1000000000L) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000L;
-	}
+	cuip_deadline_ms(&dl, timeout_ms);
 	atomic_store(&cuip_gate_flags.open, 0);
 	ret = heavy_barrier();
 	if (ret) {
@@ -266,11 +261,11 @@ int cuip_gate_close(unsigned timeout_ms)
 	}
 	pthread_mutex_lock(&gate_mu);
 	while (inflight() > 0) {
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		if (now.tv_sec > dl.tv_sec || (now.tv_sec == dl.tv_sec && now.tv_nsec >= dl.tv_nsec)) {
+		if (cuip_deadline_passed(&dl)) {
 			ret = -ETIMEDOUT;
 			break;
 		}
+		clock_gettime(CLOCK_MONOTONIC, &now);
 		step = now;
 		step.tv_nsec += RESCAN_NS;
 		if (step.tv_nsec >= 1000000000L) {

@@ -65,17 +65,6 @@ int cuip_thread_start(void *(*fn)(void *), void *arg, const char *name, size_t s
 	return 0;
 }
 
-void cuip_deadline_ms(struct timespec *dl, unsigned ms)
-{
-	clock_gettime(CLOCK_MONOTONIC, dl);
-	dl->tv_sec += ms / 1000;
-	dl->tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (dl->tv_nsec >= 1000000000L) {
-		dl->tv_sec++;
-		dl->tv_nsec -= 1000000000L;
-	}
-}
-
 static void *worker_main(void *arg)
 {
 	struct cuip_worker *w = arg;

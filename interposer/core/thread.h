@@ -16,10 +16,7 @@
  * application's handlers never run on our threads) and a stack of `stack`
  * bytes (0: 256 KiB); 0 or a negative errno. */
 int cuip_thread_start(void *(*fn)(void *), void *arg, const char *name, size_t stack);
-/* *dl = now + ms on CLOCK_MONOTONIC (what the interposer's condition
- * variables wait on). */
-struct timespec;
-void cuip_deadline_ms(struct timespec *dl, unsigned ms);
+#include "deadline.h" /* cuip_deadline_ms: the clock the worker's cv waits on */
 
 /*
  * A worker: work done on a thread of its own so that its caller can wait
