@@ -74,6 +74,7 @@
 #include "deadline.h"
 #include "errfmt.h"
 #include "sha256.h"
+#include "threads.h"
 #include "wire.h"
 
 #define MIB  (1024ull * 1024)
@@ -1026,7 +1027,6 @@ static void *thread_main(void *arg)
 static int start_thread(struct worker *w)
 {
 	pthread_attr_t attr;
-	sigset_t all, old;
 	int rc;
 
 	w->has_cur = false; /* a new thread: no context current on it yet */
@@ -1041,14 +1041,7 @@ static int start_thread(struct worker *w)
 	pthread_attr_setstack(&attr, (uint8_t *)w->stack + PAGE, THREAD_STACK);
 	/* Our threads take no asynchronous signals: the application's
 	 * handlers never run on them and SIGXFSZ turns into EFBIG. */
-	sigfillset(&all);
-	sigdelset(&all, SIGSEGV);
-	sigdelset(&all, SIGBUS);
-	sigdelset(&all, SIGFPE);
-	sigdelset(&all, SIGILL);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	rc = pthread_create(&w->tid, &attr, thread_main, w);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	rc = cuip_thread_create(&w->tid, &attr, thread_main, w);
 	pthread_attr_destroy(&attr);
 	if (rc) {
 		munmap(w->stack, THREAD_STACK + PAGE);

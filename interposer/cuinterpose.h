@@ -26,7 +26,7 @@ extern "C" {
  * caches (a caching allocator's free blocks), so that the checkpoint
  * carries the live bytes only; after the restore the job allocates again
  * as usual. Hooks run in the order registered, on one thread of the
- * interposer's with every signal blocked, concurrently with the job's own
+ * interposer's with every asynchronous signal blocked, concurrently with the job's own
  * threads, and may call CUDA. The checkpoint waits for them at most
  * CUINTERPOSE_RELEASE_TIMEOUT_MS (README), then goes on with the memory
  * allocated at that moment; a hook still running finishes later (its CUDA

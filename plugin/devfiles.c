@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "criulog.h"
+#include "wire.h"
 
 #define DEVZERO	    makedev(1, 5)
 #define MAX_LEARNED 64
@@ -258,23 +259,6 @@ static int fd_path(int fd, char *buf, size_t len)
 	return 0;
 }
 
-static int write_all(int fd, const char *s)
-{
-	size_t n = strlen(s);
-
-	while (n) {
-		ssize_t k = write(fd, s, n);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return k < 0 ? -errno : -EIO;
-		s += k;
-		n -= (size_t)k;
-	}
-	return 0;
-}
-
 /* Append (or, with O_TRUNC, write) "path\n" to image `name`. */
 static int put_line(int dirfd, const char *name, int how, const char *path)
 {
@@ -287,7 +271,7 @@ static int put_line(int dirfd, const char *name, int how, const char *path)
 	if (img < 0)
 		return -errno;
 	snprintf(line, sizeof(line), "%s\n", path);
-	ret = write_all(img, line);
+	ret = cuip_write_all(img, line, strlen(line));
 	if (close(img) && !ret)
 		ret = -errno;
 	return ret;

@@ -19,6 +19,7 @@
 #include "alloc.h"
 #include "errfmt.h"
 #include "images.h"
+#include "threads.h"
 
 void cuip_carrier_name(pid_t vpid, char *buf, size_t len)
 {
@@ -973,7 +974,6 @@ static void *verify_main(void *arg)
 int cuip_images_verify_carriers(int dirfd, const struct cuip_ckpt *c, char *err, size_t errlen)
 {
 	struct verify v = {.dirfd = dirfd, .c = c, .mu = PTHREAD_MUTEX_INITIALIZER};
-	sigset_t all, old;
 	pthread_t th[VERIFY_THREADS];
 	struct vunit *units;
 	size_t n = 0, u = 0, nthreads = 0;
@@ -1002,13 +1002,10 @@ int cuip_images_verify_carriers(int dirfd, const struct cuip_ckpt *c, char *err,
 	/* The calling thread works too; helpers only where there is work, with
 	 * every signal blocked (they run inside criu, whose handlers are not
 	 * theirs to run). */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
 	for (size_t want = cpus > 1 ? (size_t)cpus : 1;
 	     nthreads + 1 < want && nthreads + 1 < VERIFY_THREADS && nthreads + 1 < n; nthreads++)
-		if (pthread_create(&th[nthreads], NULL, verify_main, &v))
+		if (cuip_thread_create(&th[nthreads], NULL, verify_main, &v))
 			break;
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	verify_main(&v);
 	for (size_t i = 0; i < nthreads; i++)
 		pthread_join(th[i], NULL);

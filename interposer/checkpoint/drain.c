@@ -5,7 +5,7 @@
  * (a collective whose other rank is held at its own closed gate) never
  * completes, and an op thread stuck in it could neither answer the plugin
  * nor reopen the gate. So the synchronization runs on a helper thread
- * (`cuip-drain`, every signal blocked) and QUIESCE waits for it with a
+ * (`cuip-drain`, every asynchronous signal blocked) and QUIESCE waits for it with a
  * deadline; on timeout QUIESCE reopens the gate and reports, and the helper
  * finishes on its own once the work completes.
  *

@@ -8,7 +8,7 @@
  * (torch.cuda.empty_cache()), `cupy` (the default memory pools'
  * free_all_blocks()) and `python:STATEMENT` (run in the job's __main__).
  * QUIESCE (ops.c) runs them while the job still runs, before it closes
- * the gate, on the `cuinterpose-rel` thread (every signal blocked; Python
+ * the gate, on the `cuinterpose-rel` thread (every asynchronous signal blocked; Python
  * hooks take the GIL as any thread would), and waits at most its timeout:
  * past it the checkpoint carries what is allocated when the gate closes,
  * and the hooks finish on their own (their CUDA calls wait at the closed

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "thread.h"
+#include "threads.h"
 
 struct thread_start {
 	void *(*fn)(void *);
@@ -37,7 +38,6 @@ static void *thread_main(void *p)
 int cuip_thread_start(void *(*fn)(void *), void *arg, const char *name, size_t stack)
 {
 	struct thread_start *st = malloc(sizeof(*st));
-	sigset_t all, old;
 	pthread_attr_t at;
 	pthread_t t;
 	int ret;
@@ -47,13 +47,10 @@ int cuip_thread_start(void *(*fn)(void *), void *arg, const char *name, size_t s
 	st->fn = fn;
 	st->arg = arg;
 	sem_init(&st->named, 0, 0);
-	sigfillset(&all);
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
 	pthread_attr_setstacksize(&at, stack ? stack : 256 << 10);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	ret = pthread_create(&t, &at, thread_main, st);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	ret = cuip_thread_create(&t, &at, thread_main, st);
 	pthread_attr_destroy(&at);
 	if (ret) {
 		sem_destroy(&st->named);

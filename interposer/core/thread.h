@@ -1,6 +1,6 @@
 /*
  * thread.h - the interposer's own threads (thread.c): starting one named
- * and with every signal blocked, deadlines on the clock its condition
+ * and with every asynchronous signal blocked, deadlines on the clock its condition
  * variables wait on, and the worker that runs work on a thread of its own
  * for a caller that waits with a deadline. Base layer: calls nothing of the
  * interposer; each worker's lock protects it.
@@ -12,7 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* Start a detached thread named `name` with every signal blocked (the
+/* Start a detached thread named `name` with every asynchronous signal blocked (the
  * application's handlers never run on our threads) and a stack of `stack`
  * bytes (0: 256 KiB); 0 or a negative errno. */
 int cuip_thread_start(void *(*fn)(void *), void *arg, const char *name, size_t stack);
