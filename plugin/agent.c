@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,6 +31,8 @@ _Static_assert(sizeof(pid_t) == sizeof(int32_t), "pids travel as int32");
 
 /* How long the agent may take to load the driver and say hello. */
 #define HELLO_WAIT_MS 30000
+/* How long the rest of a frame may take once its first byte came. */
+#define FRAME_WAIT_S 10
 
 /* ---- the agent (child side) ------------------------------------------- */
 
@@ -117,7 +120,7 @@ static void *work_main(void *a)
 		CUcheckpointRestoreArgs ra;
 		CUcheckpointGpuPair pairs[CUIP_MAX_REMAP];
 		memset(&ra, 0, sizeof(ra));
-		for (size_t i = 0; i < q->n_remap; i++) { /* 16 bytes each: checked by valid_request */
+		for (size_t i = 0; i < q->n_remap; i++) { /* 16 bytes each: checked by invalid_request */
 			memcpy(pairs[i].oldUuid.bytes, q->remap[i]->old_uuid.data, 16);
 			memcpy(pairs[i].newUuid.bytes, q->remap[i]->new_uuid.data, 16);
 		}
@@ -404,6 +407,10 @@ static int spawn(char *err, size_t errlen)
 		goto out;
 	}
 	A.fd = sv[0];
+	/* poll() bounds the wait for an answer to start; this bounds a frame
+	 * that starts and never ends (a broken agent): no read blocks for
+	 * longer. */
+	setsockopt(A.fd, SOL_SOCKET, SO_RCVTIMEO, &(struct timeval){FRAME_WAIT_S, 0}, sizeof(struct timeval));
 	ret = agent_recv(HELLO_WAIT_MS, &m, why, sizeof(why));
 	if (ret == -ETIMEDOUT) {
 		kill(A.pid, SIGKILL);
@@ -575,20 +582,22 @@ int cuip_agent_call(enum cuip_agent_op op, const pid_t *pids, size_t n, unsigned
 			 "%s timed out after %d ms for pid %d%s (is the process stopped? "
 			 "CUINTERPOSE_DRIVER_TIMEOUT_MS sets this limit)",
 			 op_call_name(op), wait_ms, (int)pids[0], n > 1 ? " and others" : "");
-	} else if (ret == -EPROTO || ret == -EPROTONOSUPPORT || ret == -EBADMSG || ret == -EMSGSIZE) {
-		/* Alive but not speaking our protocol: nothing it says can be
-		 * trusted, so it is stopped, and the caller reads the states
-		 * again through a fresh one, as after a death. */
+	} else if (ret == -ECONNRESET || ret == -ENODATA || ret == -EPIPE) {
+		reap(2000);
+		snprintf(err, errlen, "the native agent (pid %d) died with %zu driver calls in flight: %s", agent, n,
+			 A.exit_why);
+		ret = -EPIPE;
+	} else if (ret) {
+		/* Alive but its answer unreadable (another format, damaged,
+		 * cut off mid-frame past the receive bound, or no memory here
+		 * to read it): the stream is out of step and nothing more it
+		 * says can be trusted, so it is stopped, and the caller reads
+		 * the states again through a fresh one, as after a death. */
 		kill(agent, SIGKILL);
 		reap(2000);
 		snprintf(err, errlen,
 			 "the native agent (pid %d) was stopped: its answer to %zu driver call(s) cannot be read: %s",
 			 agent, n, bad ? bad : why);
-		ret = -EPIPE;
-	} else if (ret) {
-		reap(2000);
-		snprintf(err, errlen, "the native agent (pid %d) died with %zu driver calls in flight: %s", agent, n,
-			 A.exit_why);
 		ret = -EPIPE;
 	} else {
 		copy_results(in->reply, res);

@@ -186,6 +186,8 @@ START_TEST(a_reply_this_build_cannot_read_stops_the_agent)
 	} cases[] = {
 		{1088, "native agent message has format version 2, this build reads version 1"},
 		{1089, "native agent message checksum mismatch (corrupt)"},
+		/* a frame that starts and never ends: the receive bound (10 s) */
+		{1087, "native agent message payload cut short (16 bytes expected)"},
 	};
 	struct cuip_native_proc v[1];
 	char err[512] = "";
@@ -237,7 +239,7 @@ Suite *agent_suite(void)
 	Suite *s = suite_create("agent");
 	TCase *t = tcase_create("native agent");
 
-	tcase_set_timeout(t, 20);
+	tcase_set_timeout(t, 40);
 	tcase_add_test(t, driver_calls_run_in_parallel_in_a_child_that_is_reaped);
 	tcase_add_test(t, failures_name_the_call_the_pid_and_the_cuda_error);
 	tcase_add_test(t, a_dead_agent_is_reaped_reported_and_replaced);

@@ -9,7 +9,9 @@
  * "succeeds" but the state stays RUNNING; == 88 and == 89: Lock locks, then
  * writes a frame onto the agent's channel (fd 3) before the agent's own
  * reply, of a later format version (88) or with a wrong checksum (89), as
- * an agent of another build or a damaged stream would. Restore with GPU pairs wants two
+ * an agent of another build or a damaged stream would; == 87: Lock writes
+ * a frame header and a quarter of its payload, then hangs (a broken
+ * agent). Restore with GPU pairs wants two
  * pairs, the second mapping to a UUID starting with 0xBB. Nothing works
  * before cuInit (CUDA_ERROR_NOT_INITIALIZED), as on the fake driver.
  * State: a mutex-protected table (the agent's threads call concurrently).
@@ -114,6 +116,18 @@ static void write_foreign_frame(int version, uint32_t crc)
 CUresult CUDAAPI cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
 	(void)args;
+	if (pid % 100 == 87 && !check(pid)) {
+		struct {
+			uint32_t magic;
+			uint16_t version, kind;
+			uint32_t len, crc;
+			uint32_t payload;
+		} f = {0x50495543u, 1, 6, 16, 0, 0x01020304u};
+
+		if (write(3, &f, sizeof(f)) != (ssize_t)sizeof(f))
+			abort();
+		sleep(3600);
+	}
 	if ((pid % 100 == 88 || pid % 100 == 89) && !check(pid)) {
 		CUresult r = step(pid, CU_PROCESS_STATE_RUNNING, CU_PROCESS_STATE_LOCKED);
 
