@@ -22,6 +22,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -485,6 +486,9 @@ static void __attribute__((noreturn)) guardian_main(void)
 			W.g->p[i].inspect = W.g->p[i].save = NULL;
 		}
 	}
+	/* poll() says a message starts; this bounds one that never ends
+	 * (criu stopped mid-write), so the stop bound below still runs. */
+	setsockopt(W.ch, SOL_SOCKET, SO_RCVTIMEO, &(struct timeval){2, 0}, sizeof(struct timeval));
 	h.body_case = CUIP__GUARDIAN_MESSAGE__BODY_HELLO;
 	h.hello = getpid();
 	if (cuip_msg_send(W.ch, CUIP_KIND_GUARDIAN, &h.base, -1))
@@ -702,6 +706,9 @@ int cuip_guardian_phase(struct cuip_group *g, const char *phase, bool after)
 	if (!ret)
 		ret = send_phase(g, phase, after);
 	if (ret == -ENOMEM) {
+		/* Nothing was sent (the frame is encoded before the first
+		 * byte goes): the channel stays, and the guardian still gets
+		 * the end of its duty when criu rolls back. */
 		snprintf(g->err, sizeof(g->err), "out of memory for the guardian's report of %s", phase);
 		return ret;
 	}
