@@ -171,13 +171,18 @@ int cuip_nvml_has_context(pid_t pid, char *err, size_t errlen)
 		a.err[sizeof(a.err) - 1] = 0;
 		if (ret && ret != -ENOENT)
 			snprintf(err, errlen, "%s", a.err);
+	} else if (ret == 1) {
+		ret = -EIO; /* no answer, the pipe closed: the child ended inside NVML */
+		snprintf(err, errlen, "the process asking NVML ended without an answer");
 	} else {
-		kill(c, SIGKILL);
 		ret = -ETIMEDOUT;
 		snprintf(err, errlen, "NVML did not answer within %d ms", NVML_WAIT_MS);
 	}
-	while (waitpid(c, &st, 0) < 0 && errno == EINTR)
-		;
+	kill(c, SIGKILL);
+	/* Reaped with a bound: a child stuck in the driver (D state) is left
+	 * to init rather than hold criu. */
+	for (int i = 0; i < 200 && waitpid(c, &st, WNOHANG) == 0; i++)
+		usleep(10000);
 out:
 	close(fd[0]);
 	sigprocmask(SIG_SETMASK, &old, NULL);
