@@ -530,17 +530,20 @@ int cuip_maps_attach(cuip_want_fn want, const void *arg, const char *what, char 
 				 ID(a), (unsigned long long)m->va, cuip_cuerr(r));
 			return -EIO;
 		}
-		m->detached = false;
 		for (size_t k = 0; k < m->nacc; k++) {
 			CUmemAccessDesc d = {m->acc[k].loc, (CUmemAccess_flags)m->acc[k].flags};
 
 			r = real.cuMemSetAccess(m->acc[k].va, m->acc[k].size, &d, 1);
 			if (r != CUDA_SUCCESS) {
+				/* Unmapped again: still detached, a later attach
+				 * maps it and sets all of its access. */
+				real.cuMemUnmap(m->va, m->size);
 				snprintf(err, errlen, "%s " ID_FMT ": access of %#llx for location %d: %s", what, ID(a),
 					 (unsigned long long)m->acc[k].va, m->acc[k].loc.id, cuip_cuerr(r));
 				return -EIO;
 			}
 		}
+		m->detached = false;
 	}
 	return 0;
 }

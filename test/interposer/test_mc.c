@@ -474,6 +474,39 @@ START_TEST(failed_unmap_and_failed_map_back_leave_the_object_to_the_rebuild)
 }
 END_TEST
 
+/* Mapping the first VA back works but setting its access does not: it is
+ * unmapped again and stays detached, and the REBUILD maps it with all of
+ * its access (not a mapping left without access that nothing revisits). */
+START_TEST(failed_access_on_the_map_back_leaves_the_va_to_the_rebuild)
+{
+	struct member m[2];
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va[2];
+	Cuip__ProcessState *exp;
+	Cuip__Stage st[] = {CUIP__STAGE__STAGE_MC_CREATORS, CUIP__STAGE__STAGE_MC_IMPORTERS,
+			    CUIP__STAGE__STAGE_MC_DEVICES, CUIP__STAGE__STAGE_MC_BINDINGS};
+	char err[512];
+	int s;
+
+	/* cuMemSetAccess: two members and two VAs here, the 5th is the map-back's. */
+	setenv("FAKECUDA_FAIL", "cuMemUnmap:2:CUDA_ERROR_UNKNOWN,cuMemSetAccess:5:CUDA_ERROR_UNKNOWN", 1);
+	h = team(0, m);
+	va[0] = mc_map(h);
+	va[1] = mc_map(h);
+	exp = h_state(0);
+	s = h_connect(0);
+	ck_assert_int_eq(quiesce(s), 0);
+	ck_assert_int_eq(flag_err(s, CUIP__REQUEST__BODY_PREPARE_MULTICAST, err, sizeof(err)), -EIO);
+	ck_assert_msg(strstr(err, "mapping the others back failed too: ") && strstr(err, "access of"), "%s", err);
+	ck_assert_int_eq(flag_err(s, CUIP__REQUEST__BODY_RESUME, err, sizeof(err)), -EBUSY);
+	for (size_t i = 0; i < 4; i++)
+		ck_assert_msg(stage(s, st[i], exp, err, sizeof(err)) == 0, "stage %d: %s", (int)st[i], err);
+	h_state_free(exp);
+	still_attached(s, m, va, 2);
+	close(s);
+}
+END_TEST
+
 /* The handle will not go: the object stays detached with its handle, its
  * devices and no binding; the REBUILD binds and maps it again. */
 START_TEST(failed_release_leaves_the_kept_handle_to_the_rebuild)
@@ -541,6 +574,7 @@ Suite *mc_suite(void)
 	tcase_add_test(tc, failed_unbind_fails_prepare_multicast_and_sets_the_object_back);
 	tcase_add_test(tc, failed_unmap_of_a_multicast_va_maps_the_others_back);
 	tcase_add_test(tc, failed_release_leaves_the_kept_handle_to_the_rebuild);
+	tcase_add_test(tc, failed_access_on_the_map_back_leaves_the_va_to_the_rebuild);
 	tcase_add_test(tc, failed_unmap_and_failed_map_back_leave_the_object_to_the_rebuild);
 	suite_add_tcase(s, tc);
 	return s;
