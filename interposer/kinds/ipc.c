@@ -752,6 +752,7 @@ static struct cuip_piece *piece_open(struct cuip_alloc *a, const struct ipc_hand
 /* Open (creator, serial) for the first time here: fetch, import, map. */
 static CUresult ipc_open_first(const struct ipc_handle *ih, CUdevice dev, CUdeviceptr *pdptr)
 {
+	struct cuip_piece *pc;
 	CUmemGenericAllocationHandle h = 0;
 	struct cuip_alloc *a;
 	char sock[108], err[256] = "";
@@ -812,8 +813,15 @@ static CUresult ipc_open_first(const struct ipc_handle *ih, CUdevice dev, CUdevi
 		a->ipc->slab = ih->flags & IPC_F_PIECE;
 		a->requested = a->ipc->slab ? 0 : ih->requested;
 	}
-	if (!a->ipc || (a->ipc->slab && !piece_open(a, ih)) || map_record(a, va, dev)) {
-		bool dead = cuip_alloc_unlink_if_dead(a);
+	pc = a->ipc && a->ipc->slab ? piece_open(a, ih) : NULL;
+	if (!a->ipc || (a->ipc->slab && !pc) || map_record(a, va, dev)) {
+		bool dead;
+
+		/* The open did not happen: a record that lives on (imported
+		 * through a ticket too) keeps no count of it. */
+		if (pc && --pc->opens == 0)
+			piece_remove(a, pc);
+		dead = cuip_alloc_unlink_if_dead(a);
 		cuip_state_drop();
 		if (dead) {
 			a->drv = 0; /* released below */

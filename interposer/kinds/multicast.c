@@ -739,6 +739,11 @@ static int mc_detach(struct cuip_alloc *a, char *err, size_t errlen)
 	a->mc->detached = true;
 	r = real.cuMemRelease(a->drv);
 	if (r != CUDA_SUCCESS) {
+		/* Kept: this process's REBUILD binds and maps it again. A team
+		 * does not rebuild around it (its cached export is gone, and
+		 * the importers, which released theirs, would add their
+		 * devices to an object that has them): such a rollback fails
+		 * and says the job must be restarted. */
 		a->mc->kept = true;
 		snprintf(err, errlen, "multicast object " ID_FMT ": releasing it failed: %s", ID(a), cuip_cuerr(r));
 		return -EIO;
