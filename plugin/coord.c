@@ -28,6 +28,7 @@
 #include "preflight.h"
 #include "proc.h"
 #include "sockdiag.h"
+#include "threads.h"
 
 typedef int (*step_fn)(struct cuip_group *g, struct cuip_part *p, const void *arg);
 typedef bool (*applies_fn)(const struct cuip_group *g, const struct cuip_part *p, const void *arg);
@@ -349,7 +350,7 @@ static bool monitor_start(struct monitor *mn)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&mn->cond, &ca);
 	pthread_condattr_destroy(&ca);
-	if (!pthread_create(&mn->th, NULL, monitor_main, mn))
+	if (!cuip_thread_create(&mn->th, NULL, monitor_main, mn))
 		return true;
 	pr_warn("%s: no monitor thread: no progress lines, no stall bound", mn->name);
 	pthread_cond_destroy(&mn->cond);
@@ -434,7 +435,7 @@ static void run_jobs(struct cuip_group *g, struct job *jobs, struct monitor *mon
 		if (!jobs[i].fn)
 			continue;
 		jobs[i].mon = mon;
-		if (pthread_create(&jobs[i].th, NULL, job_main, &jobs[i]))
+		if (cuip_thread_create(&jobs[i].th, NULL, job_main, &jobs[i]))
 			job_main(&jobs[i]);
 		else
 			jobs[i].started = true;

@@ -27,6 +27,7 @@
 #include "criulog.h"
 #include "proc.h"
 #include "sockdiag.h"
+#include "threads.h"
 
 #define TCP_LISTEN_STATE 10
 
@@ -183,7 +184,7 @@ int cuip_unix_listeners(pid_t pid, struct cuip_unix_sk **out, char *err, size_t 
 			return ret;
 		}
 	}
-	ret = pthread_create(&th, NULL, diag_thread, &j);
+	ret = cuip_thread_create(&th, NULL, diag_thread, &j);
 	if (ret) {
 		if (j.netns_fd >= 0)
 			close(j.netns_fd);

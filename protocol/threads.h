@@ -2,8 +2,9 @@
  * threads.h - starting a helper thread that takes no asynchronous signal
  * (threads.c): the interposer's threads run inside a job, the plugin's and
  * the image verifier's inside criu, and neither's signal handlers are
- * theirs to run. Used by interposer/core/thread.c, carrier/ and
- * protocol/images.c. No state.
+ * theirs to run. Used by interposer/core/thread.c, carrier/,
+ * protocol/images.c and the plugin's coordinator and sock_diag threads. No
+ * state.
  */
 #ifndef CUIP_THREADS_H
 #define CUIP_THREADS_H
