@@ -36,6 +36,13 @@ typedef bool (*applies_fn)(const struct cuip_group *g, const struct cuip_part *p
 /* The participant's failure, in its own words (p->err). */
 #define part_fail(p, ...) errfmt((p)->err, sizeof((p)->err), __VA_ARGS__)
 
+/* An allocation of the coordinator's own failed: g->err says for what. */
+static int out_of_memory(struct cuip_group *g, const char *what)
+{
+	errfmt(g->err, sizeof(g->err), "out of memory %s", what);
+	return -ENOMEM;
+}
+
 struct monitor;
 
 /*
@@ -330,35 +337,50 @@ static size_t monitor_baseline(struct monitor *mn)
 	return n;
 }
 
-/* Start the monitor of a data phase; false (and no thread) when it has
+/* Start the monitor of a data phase: 1 when it watches, 0 when it has
  * nothing to do (no meter, progress lines and the stall bound both off, no
- * participant) or no thread can be had. */
-static bool monitor_start(struct monitor *mn)
+ * participant) or could not start for progress lines only; a negative
+ * errno, with g->err set, when the phase's stall bound cannot be kept (no
+ * memory, no thread): the phase is not run unbounded. */
+static int monitor_start(struct monitor *mn)
 {
 	pthread_condattr_t ca;
 	struct cuip_group *g = mn->g;
+	int ret;
 
 	if (!mn->m || (!g->o->progress_ms && !g->o->stall_timeout_ms))
-		return false;
+		return 0;
 	mn->base = calloc(g->n ? g->n : 1, sizeof(*mn->base));
 	mn->seen = calloc(g->n ? g->n : 1, sizeof(*mn->seen));
-	if (!mn->base || !mn->seen || !monitor_baseline(mn) || (!lines_on(mn) && !g->o->stall_timeout_ms))
+	if (!mn->base || !mn->seen) {
+		ret = -ENOMEM;
 		goto fail;
+	}
+	if (!monitor_baseline(mn) || (!lines_on(mn) && !g->o->stall_timeout_ms)) {
+		ret = 0;
+		goto fail;
+	}
 	mn->t0 = mn->line_t = mn->move_t = mn->last_t = cuip_now();
 	pthread_mutex_init(&mn->lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&mn->cond, &ca);
 	pthread_condattr_destroy(&ca);
-	if (!cuip_thread_create(&mn->th, NULL, monitor_main, mn))
-		return true;
-	pr_warn("%s: no monitor thread: no progress lines, no stall bound", mn->name);
+	if (!(ret = -cuip_thread_create(&mn->th, NULL, monitor_main, mn)))
+		return 1;
 	pthread_cond_destroy(&mn->cond);
 	pthread_mutex_destroy(&mn->lock);
 fail:
 	free(mn->base);
 	free(mn->seen);
-	return false;
+	if (!ret)
+		return 0;
+	if (!g->o->stall_timeout_ms) {
+		pr_warn("%s: no progress lines (%s)", mn->name, strerror(-ret));
+		return 0;
+	}
+	errfmt(g->err, sizeof(g->err), "%s: cannot watch its stall bound: %s", mn->name, strerror(-ret));
+	return ret;
 }
 
 /* A request the monitor gave up fails, saying how far it had got; its
@@ -493,8 +515,10 @@ static int run_phase_metered(struct cuip_group *g, const char *name, step_fn fn,
 	bool watched;
 	int ret = 0;
 
-	if (!jobs)
+	if (!jobs) {
+		errfmt(g->err, sizeof(g->err), "out of memory starting %s", name);
 		return -ENOMEM;
+	}
 	if (g->on_phase && (ret = g->on_phase(g, name, false, 0))) {
 		free(jobs);
 		return ret;
@@ -511,7 +535,11 @@ static int run_phase_metered(struct cuip_group *g, const char *name, step_fn fn,
 		jobs[i] = (struct job){.g = g, .p = p, .fn = fn, .arg = arg};
 		parts++;
 	}
-	watched = monitor_start(&mn);
+	if ((ret = monitor_start(&mn)) < 0) {
+		free(jobs);
+		return ret;
+	}
+	watched = ret > 0;
 	run_jobs(g, jobs, watched ? &mn : NULL);
 	if (watched)
 		monitor_stop(&mn);
@@ -877,8 +905,10 @@ static int step_save(struct cuip_group *g, struct cuip_part *p, const void *arg)
 	int ret = 0;
 
 	ids = calloc(st->n_allocations, sizeof(*ids));
-	if (!ids)
+	if (!ids) {
+		part_fail(p, "out of memory listing the allocations to save");
 		return -ENOMEM;
+	}
 	p->expected_bytes = 0;
 	for (size_t i = 0; i < st->n_allocations; i++) {
 		if (!cuip_alloc_carried_by(st->allocations[i], st->self->id))
@@ -918,6 +948,7 @@ static int step_save(struct cuip_group *g, struct cuip_part *p, const void *arg)
 	}
 	pptrs = calloc(np ? (size_t)np : 1, sizeof(*pptrs));
 	if (!pptrs) {
+		part_fail(p, "out of memory listing the parent checkpoint's entries");
 		free(ids);
 		ret = -ENOMEM;
 		goto out;
@@ -1094,7 +1125,7 @@ static int preflight(struct cuip_group *g)
 	int ret;
 
 	if (!pp)
-		return -ENOMEM;
+		return out_of_memory(g, "starting PREFLIGHT");
 	for (size_t i = 0; i < g->n; i++) {
 		pp[i].pid = g->p[i].pid;
 		pp[i].st = g->p[i].st;
@@ -1105,7 +1136,8 @@ static int preflight(struct cuip_group *g)
 	if (!ret) {
 		struct where_memo *memo = calloc(1, sizeof(*memo));
 
-		ret = memo ? cuip_preflight_importers(pp, g->n, importer_where, memo, g->err, sizeof(g->err)) : -ENOMEM;
+		ret = memo ? cuip_preflight_importers(pp, g->n, importer_where, memo, g->err, sizeof(g->err))
+			   : out_of_memory(g, "checking the importers");
 		free(memo);
 	}
 	free(pp);
@@ -1131,7 +1163,7 @@ static int write_images(struct cuip_group *g)
 	int ret;
 
 	if (!ip)
-		return -ENOMEM;
+		return out_of_memory(g, "writing the images");
 	g->carried_bytes = 0;
 	for (size_t i = 0; i < g->n; i++) {
 		ip[i].st = g->p[i].st;
@@ -1466,7 +1498,7 @@ static int rebuild(struct cuip_group *g, const Cuip__Topology *const *topo, bool
 	int ret = 0;
 
 	if (!ps || !pps || !ids) {
-		ret = -ENOMEM;
+		ret = out_of_memory(g, "starting the rebuild");
 		goto out;
 	}
 	for (size_t i = 0; i < g->n; i++) {
@@ -1638,7 +1670,8 @@ int cuip_group_rollback(struct cuip_group *g)
 	if (!topo || !tp) {
 		free(topo);
 		free(tp);
-		return -ENOMEM;
+		g->rollback_failed = true;
+		return out_of_memory(g, "starting the rollback");
 	}
 	for (size_t i = 0; i < g->n; i++) {
 		any_torn |= g->p[i].torn_down;
@@ -1684,7 +1717,7 @@ int cuip_group_rebuild(struct cuip_group *g, const Cuip__Topology *const *topo)
 	int ret;
 
 	if (!ids)
-		return -ENOMEM;
+		return out_of_memory(g, "starting the restore");
 	for (size_t i = 0; i < g->n; i++)
 		ids[i] = topo[i]->state->self->id;
 	ret = connect_all(g, ids);

@@ -18,6 +18,7 @@
 
 static atomic_ulong counted, armed;
 static atomic_bool fired;
+static __thread bool exempt;
 
 void failalloc_arm(unsigned long n)
 {
@@ -36,9 +37,16 @@ unsigned long failalloc_count(void)
 	return atomic_load(&counted);
 }
 
+void failalloc_exempt_thread(void)
+{
+	exempt = true;
+}
+
 /* Whether this allocation is the one to fail. */
 static bool fail_now(void)
 {
+	if (exempt)
+		return false;
 	unsigned long k = atomic_fetch_add(&counted, 1) + 1, n = atomic_load(&armed);
 
 	if (!n || k != n)

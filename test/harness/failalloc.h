@@ -27,6 +27,9 @@ void failalloc_arm(unsigned long n);
 bool failalloc_fired(void);
 /* Allocations counted since the last arm. */
 unsigned long failalloc_count(void);
+/* The calling thread's allocations are neither counted nor failed from
+ * now on (a test's own servers beside the code under test). */
+void failalloc_exempt_thread(void);
 
 #ifndef CUIP_FAILALLOC_IMPL
 #define malloc(n)     failalloc_malloc(n)

@@ -11,7 +11,7 @@ set -u
 cd "$top_srcdir" || exit 1
 bad=0
 n=0
-for f in $(grep -rl --include='*.c' 'tcase_create(' plugin test images interposer 2>/dev/null | sort); do
+for f in $(grep -rl --include='*.c' 'tcase_create(' plugin test protocol carrier interposer 2>/dev/null | sort); do
 	created=$(grep -o 'tcase_create(' "$f" | wc -l)
 	timed=$(grep -o 'tcase_set_timeout(' "$f" | wc -l)
 	n=$((n + 1))
