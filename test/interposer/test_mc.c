@@ -417,22 +417,55 @@ static void still_attached(int s, struct member m[2], const CUdeviceptr *va, siz
 	}
 }
 
+/*
+ * A team of two (team()) whose object has nva VAs mapped here, and a
+ * PREPARE_MULTICAST that fails as `faults` (FAKECUDA_FAIL) make it: -EIO,
+ * its message in err. Returns the control connection; *exp (when given)
+ * is the state from before.
+ */
+static int prepare_multicast_fails(const char *faults, struct member m[2], CUdeviceptr *va, size_t nva,
+				   Cuip__ProcessState **exp, char *err, size_t errlen)
+{
+	CUmemGenericAllocationHandle h;
+	int s;
+
+	setenv("FAKECUDA_FAIL", faults, 1);
+	h = team(0, m);
+	for (size_t i = 0; i < nva; i++)
+		va[i] = mc_map(h);
+	if (exp)
+		*exp = h_state(0);
+	s = h_connect(0);
+	ck_assert_int_eq(quiesce(s), 0);
+	ck_assert_int_eq(flag_err(s, CUIP__REQUEST__BODY_PREPARE_MULTICAST, err, errlen), -EIO);
+	return s;
+}
+
+/* An object left detached: RESUME refuses, and the REBUILD's multicast
+ * stages (by the state from before, which is freed) bring it back. */
+static void left_to_the_rebuild(int s, Cuip__ProcessState *exp)
+{
+	static const Cuip__Stage st[] = {CUIP__STAGE__STAGE_MC_CREATORS, CUIP__STAGE__STAGE_MC_IMPORTERS,
+					 CUIP__STAGE__STAGE_MC_DEVICES, CUIP__STAGE__STAGE_MC_BINDINGS};
+	char err[512];
+
+	ck_assert_int_eq(flag_err(s, CUIP__REQUEST__BODY_RESUME, err, sizeof(err)), -EBUSY);
+	ck_assert_msg(strstr(err, "REBUILD first"), "%s", err);
+	for (size_t i = 0; i < 4; i++)
+		ck_assert_msg(stage(s, st[i], exp, err, sizeof(err)) == 0, "stage %d: %s", (int)st[i], err);
+	h_state_free(exp);
+}
+
 START_TEST(failed_unbind_fails_prepare_multicast_and_sets_the_object_back)
 {
 	struct member m[2];
-	CUmemGenericAllocationHandle h;
 	CUdeviceptr va;
 	char err[512];
 	int s;
 
 	/* The second unbind fails: the first binding is bound again, the VA
 	 * mapped again with its access. */
-	setenv("FAKECUDA_FAIL", "cuMulticastUnbind:2:CUDA_ERROR_UNKNOWN", 1);
-	h = team(0, m);
-	va = mc_map(h);
-	s = h_connect(0);
-	ck_assert_int_eq(quiesce(s), 0);
-	ck_assert_int_eq(flag_err(s, CUIP__REQUEST__BODY_PREPARE_MULTICAST, err, sizeof(err)), -EIO);
+	s = prepare_multicast_fails("cuMulticastUnbind:2:CUDA_ERROR_UNKNOWN", m, &va, 1, NULL, err, sizeof(err));
 	ck_assert_msg(strstr(err, "unbinding") && strstr(err, "its bindings and VAs were set back"), "%s", err);
 	still_attached(s, m, &va, 1);
 	close(s);
@@ -444,31 +477,18 @@ END_TEST
 START_TEST(failed_unmap_and_failed_map_back_leave_the_object_to_the_rebuild)
 {
 	struct member m[2];
-	CUmemGenericAllocationHandle h;
 	CUdeviceptr va[2];
 	Cuip__ProcessState *exp;
-	Cuip__Stage st[] = {CUIP__STAGE__STAGE_MC_CREATORS, CUIP__STAGE__STAGE_MC_IMPORTERS,
-			    CUIP__STAGE__STAGE_MC_DEVICES, CUIP__STAGE__STAGE_MC_BINDINGS};
 	char err[512];
 	int s;
 
 	/* cuMemMap: two members and two VAs here, the 5th is the map-back. */
-	setenv("FAKECUDA_FAIL", "cuMemUnmap:2:CUDA_ERROR_UNKNOWN,cuMemMap:5:CUDA_ERROR_UNKNOWN", 1);
-	h = team(0, m);
-	va[0] = mc_map(h);
-	va[1] = mc_map(h);
-	exp = h_state(0);
-	s = h_connect(0);
-	ck_assert_int_eq(quiesce(s), 0);
-	ck_assert_int_eq(flag_err(s, CUIP__REQUEST__BODY_PREPARE_MULTICAST, err, sizeof(err)), -EIO);
+	s = prepare_multicast_fails("cuMemUnmap:2:CUDA_ERROR_UNKNOWN,cuMemMap:5:CUDA_ERROR_UNKNOWN", m, va, 2, &exp,
+				    err, sizeof(err));
 	ck_assert_msg(strstr(err, "unmapping") && strstr(err, "mapping the others back failed too: ") &&
 			      strstr(err, "mapping at the original address"),
 		      "%s", err);
-	ck_assert_int_eq(flag_err(s, CUIP__REQUEST__BODY_RESUME, err, sizeof(err)), -EBUSY);
-	ck_assert_msg(strstr(err, "REBUILD first"), "%s", err);
-	for (size_t i = 0; i < 4; i++)
-		ck_assert_msg(stage(s, st[i], exp, err, sizeof(err)) == 0, "stage %d: %s", (int)st[i], err);
-	h_state_free(exp);
+	left_to_the_rebuild(s, exp);
 	still_attached(s, m, va, 2);
 	close(s);
 }
@@ -480,28 +500,16 @@ END_TEST
 START_TEST(failed_access_on_the_map_back_leaves_the_va_to_the_rebuild)
 {
 	struct member m[2];
-	CUmemGenericAllocationHandle h;
 	CUdeviceptr va[2];
 	Cuip__ProcessState *exp;
-	Cuip__Stage st[] = {CUIP__STAGE__STAGE_MC_CREATORS, CUIP__STAGE__STAGE_MC_IMPORTERS,
-			    CUIP__STAGE__STAGE_MC_DEVICES, CUIP__STAGE__STAGE_MC_BINDINGS};
 	char err[512];
 	int s;
 
 	/* cuMemSetAccess: two members and two VAs here, the 5th is the map-back's. */
-	setenv("FAKECUDA_FAIL", "cuMemUnmap:2:CUDA_ERROR_UNKNOWN,cuMemSetAccess:5:CUDA_ERROR_UNKNOWN", 1);
-	h = team(0, m);
-	va[0] = mc_map(h);
-	va[1] = mc_map(h);
-	exp = h_state(0);
-	s = h_connect(0);
-	ck_assert_int_eq(quiesce(s), 0);
-	ck_assert_int_eq(flag_err(s, CUIP__REQUEST__BODY_PREPARE_MULTICAST, err, sizeof(err)), -EIO);
+	s = prepare_multicast_fails("cuMemUnmap:2:CUDA_ERROR_UNKNOWN,cuMemSetAccess:5:CUDA_ERROR_UNKNOWN", m, va, 2,
+				    &exp, err, sizeof(err));
 	ck_assert_msg(strstr(err, "mapping the others back failed too: ") && strstr(err, "access of"), "%s", err);
-	ck_assert_int_eq(flag_err(s, CUIP__REQUEST__BODY_RESUME, err, sizeof(err)), -EBUSY);
-	for (size_t i = 0; i < 4; i++)
-		ck_assert_msg(stage(s, st[i], exp, err, sizeof(err)) == 0, "stage %d: %s", (int)st[i], err);
-	h_state_free(exp);
+	left_to_the_rebuild(s, exp);
 	still_attached(s, m, va, 2);
 	close(s);
 }
@@ -512,26 +520,14 @@ END_TEST
 START_TEST(failed_release_leaves_the_kept_handle_to_the_rebuild)
 {
 	struct member m[2];
-	CUmemGenericAllocationHandle h;
 	CUdeviceptr va;
 	Cuip__ProcessState *exp;
-	Cuip__Stage st[] = {CUIP__STAGE__STAGE_MC_CREATORS, CUIP__STAGE__STAGE_MC_IMPORTERS,
-			    CUIP__STAGE__STAGE_MC_DEVICES, CUIP__STAGE__STAGE_MC_BINDINGS};
 	char err[512];
 	int s;
 
-	setenv("FAKECUDA_FAIL", "cuMemRelease:1:CUDA_ERROR_UNKNOWN", 1);
-	h = team(0, m);
-	va = mc_map(h);
-	exp = h_state(0);
-	s = h_connect(0);
-	ck_assert_int_eq(quiesce(s), 0);
-	ck_assert_int_eq(flag_err(s, CUIP__REQUEST__BODY_PREPARE_MULTICAST, err, sizeof(err)), -EIO);
+	s = prepare_multicast_fails("cuMemRelease:1:CUDA_ERROR_UNKNOWN", m, &va, 1, &exp, err, sizeof(err));
 	ck_assert_msg(strstr(err, "releasing it failed"), "%s", err);
-	ck_assert_int_eq(flag_err(s, CUIP__REQUEST__BODY_RESUME, err, sizeof(err)), -EBUSY);
-	for (size_t i = 0; i < 4; i++)
-		ck_assert_msg(stage(s, st[i], exp, err, sizeof(err)) == 0, "stage %d: %s", (int)st[i], err);
-	h_state_free(exp);
+	left_to_the_rebuild(s, exp);
 	still_attached(s, m, &va, 1);
 	close(s);
 }
@@ -540,19 +536,12 @@ END_TEST
 START_TEST(failed_unmap_of_a_multicast_va_maps_the_others_back)
 {
 	struct member m[2];
-	CUmemGenericAllocationHandle h;
 	CUdeviceptr va[2];
 	char err[512];
 	int s;
 
 	/* Two VAs of one object; unmapping the second fails. */
-	setenv("FAKECUDA_FAIL", "cuMemUnmap:2:CUDA_ERROR_UNKNOWN", 1);
-	h = team(0, m);
-	va[0] = mc_map(h);
-	va[1] = mc_map(h);
-	s = h_connect(0);
-	ck_assert_int_eq(quiesce(s), 0);
-	ck_assert_int_eq(flag_err(s, CUIP__REQUEST__BODY_PREPARE_MULTICAST, err, sizeof(err)), -EIO);
+	s = prepare_multicast_fails("cuMemUnmap:2:CUDA_ERROR_UNKNOWN", m, va, 2, NULL, err, sizeof(err));
 	ck_assert_msg(strstr(err, "unmapping") && strstr(err, "the others were mapped back"), "%s", err);
 	still_attached(s, m, va, 2);
 	close(s);
