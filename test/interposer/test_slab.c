@@ -375,17 +375,55 @@ static void load_refused(int s, Cuip__CarrierEntry **e, size_t n, const char *fi
 	cuip__response__free_unpacked(r, NULL);
 }
 
+/* QUIESCE, then SAVE allocation id into CUIP_TMP/name (opened as *fd, its
+ * path in file): SAVE's answer, its status 0. */
+static Cuip__Response *quiesce_and_save(int s, Cuip__AllocId *id, const char *name, char *file, size_t flen, int *fd)
+{
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Quiesce q = CUIP__QUIESCE__INIT;
+	Cuip__Save sv = CUIP__SAVE__INIT;
+	Cuip__AllocId *ids[1] = {id};
+	Cuip__Response *saved;
+
+	q.timeout_ms = 5000;
+	req.body_case = CUIP__REQUEST__BODY_QUIESCE;
+	req.quiesce = &q;
+	h_ok_call(s, &req, -1, "QUIESCE");
+	snprintf(file, flen, "%s/%s", getenv("CUIP_TMP"), name);
+	*fd = open(file, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	ck_assert_int_ge(*fd, 0);
+	sv.allocs = ids;
+	sv.n_allocs = 1;
+	sv.file = (char *)name;
+	sv.chunk_size = 1 << 20;
+	req = (Cuip__Request)CUIP__REQUEST__INIT;
+	req.body_case = CUIP__REQUEST__BODY_SAVE;
+	req.save = &sv;
+	saved = h_call(s, &req, *fd);
+	ck_assert_msg(saved->status == 0, "SAVE: %s", saved->error ? saved->error : "");
+	return saved;
+}
+
+/* REBUILD of the creators' stage for process self. */
+static void rebuild_creators(int s, Cuip__ProcessId *self)
+{
+	Cuip__Request req = CUIP__REQUEST__INIT;
+	Cuip__Rebuild rb = CUIP__REBUILD__INIT;
+
+	rb.stage = CUIP__STAGE__STAGE_CREATORS;
+	rb.self = self;
+	req.body_case = CUIP__REQUEST__BODY_REBUILD;
+	req.rebuild = &rb;
+	h_ok_call(s, &req, -1, "REBUILD creators");
+}
+
 START_TEST(shared_slab_saves_live_pieces_only_and_loads_them_back)
 {
 	static const size_t sz[] = {4096, 3000, 65536, 777, 100};
 	enum { N = sizeof(sz) / sizeof(sz[0]) };
 	CUdeviceptr p[N];
 	CUipcMemHandle ih;
-	Cuip__Request req = CUIP__REQUEST__INIT;
-	Cuip__Quiesce q = CUIP__QUIESCE__INIT;
-	Cuip__Save sv = CUIP__SAVE__INIT;
 	Cuip__Response *st, *saved, *r;
-	Cuip__AllocId *ids[1];
 	Cuip__CarrierEntry *e[N + 1], moved;
 	const Cuip__Allocation *a;
 	char file[300];
@@ -408,23 +446,7 @@ START_TEST(shared_slab_saves_live_pieces_only_and_loads_them_back)
 	ck_assert_ptr_nonnull(a);
 	ck_assert_int_eq(a->owner, CUIP__OWNER__OWNER_SHARED);
 	ck_assert_uint_eq(a->n_pieces, N - 1);
-	q.timeout_ms = 5000;
-	req.body_case = CUIP__REQUEST__BODY_QUIESCE;
-	req.quiesce = &q;
-	h_ok_call(s, &req, -1, "QUIESCE");
-	snprintf(file, sizeof(file), "%s/carrier-slab.img", getenv("CUIP_TMP"));
-	fd = open(file, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	ck_assert_int_ge(fd, 0);
-	ids[0] = a->id;
-	sv.allocs = ids;
-	sv.n_allocs = 1;
-	sv.file = "carrier-slab.img";
-	sv.chunk_size = 1 << 20;
-	req = (Cuip__Request)CUIP__REQUEST__INIT;
-	req.body_case = CUIP__REQUEST__BODY_SAVE;
-	req.save = &sv;
-	saved = h_call(s, &req, fd);
-	ck_assert_msg(saved->status == 0, "SAVE: %s", saved->error ? saved->error : "");
+	saved = quiesce_and_save(s, a->id, "carrier-slab.img", file, sizeof(file), &fd);
 	ck_assert_uint_eq(saved->save->n_entries, N - 1); /* one per live piece */
 	ck_assert_uint_eq(saved->save->bytes, live);
 	ck_assert_uint_eq((uint64_t)lseek(fd, 0, SEEK_END), live); /* nothing of the free space */
@@ -451,18 +473,12 @@ START_TEST(shared_slab_saves_live_pieces_only_and_loads_them_back)
 	ck_assert_msg(r->status == 0, "LOAD: %s", r->error ? r->error : "");
 	ck_assert_uint_eq(r->load->bytes, live);
 	cuip__response__free_unpacked(r, NULL);
+	rebuild_creators(s, st->state->self);
 	{
-		Cuip__Rebuild rb = CUIP__REBUILD__INIT;
+		Cuip__Request req = CUIP__REQUEST__INIT;
 		Cuip__Verify v = CUIP__VERIFY__INIT;
 
-		rb.stage = CUIP__STAGE__STAGE_CREATORS;
-		rb.self = st->state->self;
-		req = (Cuip__Request)CUIP__REQUEST__INIT;
-		req.body_case = CUIP__REQUEST__BODY_REBUILD;
-		req.rebuild = &rb;
-		h_ok_call(s, &req, -1, "REBUILD creators");
 		v.expected = st->state;
-		req = (Cuip__Request)CUIP__REQUEST__INIT;
 		req.body_case = CUIP__REQUEST__BODY_VERIFY;
 		req.verify = &v;
 		h_ok_call(s, &req, -1, "VERIFY");
@@ -494,12 +510,7 @@ START_TEST(a_whole_allocation_named_twice_is_refused)
 	const size_t sz = 4u << 20;
 	CUdeviceptr p;
 	CUipcMemHandle ih;
-	Cuip__Request req = CUIP__REQUEST__INIT;
-	Cuip__Quiesce q = CUIP__QUIESCE__INIT;
-	Cuip__Save sv = CUIP__SAVE__INIT;
-	Cuip__Rebuild rb = CUIP__REBUILD__INIT;
 	Cuip__Response *st, *saved, *r;
-	Cuip__AllocId *ids[1];
 	Cuip__CarrierEntry *e[2];
 	char file[300];
 	int s, fd;
@@ -512,23 +523,7 @@ START_TEST(a_whole_allocation_named_twice_is_refused)
 	st = h_inspect(s);
 	ck_assert_uint_eq(st->state->n_allocations, 1);
 	ck_assert(!st->state->allocations[0]->slab);
-	q.timeout_ms = 5000;
-	req.body_case = CUIP__REQUEST__BODY_QUIESCE;
-	req.quiesce = &q;
-	h_ok_call(s, &req, -1, "QUIESCE");
-	snprintf(file, sizeof(file), "%s/carrier-whole.img", getenv("CUIP_TMP"));
-	fd = open(file, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	ck_assert_int_ge(fd, 0);
-	ids[0] = st->state->allocations[0]->id;
-	sv.allocs = ids;
-	sv.n_allocs = 1;
-	sv.file = "carrier-whole.img";
-	sv.chunk_size = 1 << 20;
-	req = (Cuip__Request)CUIP__REQUEST__INIT;
-	req.body_case = CUIP__REQUEST__BODY_SAVE;
-	req.save = &sv;
-	saved = h_call(s, &req, fd);
-	ck_assert_msg(saved->status == 0, "SAVE: %s", saved->error ? saved->error : "");
+	saved = quiesce_and_save(s, st->state->allocations[0]->id, "carrier-whole.img", file, sizeof(file), &fd);
 	ck_assert_uint_eq(saved->save->n_entries, 1);
 	ck_assert(!saved->save->entries[0]->has_alloc_offset);
 	h_flag(s, CUIP__REQUEST__BODY_PREPARE_UNICAST, "PREPARE_UNICAST");
@@ -538,12 +533,7 @@ START_TEST(a_whole_allocation_named_twice_is_refused)
 	ck_assert_msg(r->status == 0, "LOAD: %s", r->error ? r->error : "");
 	ck_assert_uint_eq(r->load->bytes, sz);
 	cuip__response__free_unpacked(r, NULL);
-	rb.stage = CUIP__STAGE__STAGE_CREATORS;
-	rb.self = st->state->self;
-	req = (Cuip__Request)CUIP__REQUEST__INIT;
-	req.body_case = CUIP__REQUEST__BODY_REBUILD;
-	req.rebuild = &rb;
-	h_ok_call(s, &req, -1, "REBUILD creators");
+	rebuild_creators(s, st->state->self);
 	h_flag(s, CUIP__REQUEST__BODY_RESUME, "RESUME");
 	close(s);
 	close(fd);
