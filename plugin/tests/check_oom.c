@@ -54,7 +54,8 @@ static void assert_all_running(const char *name, unsigned long n)
 /*
  * Run setup + fn clean (it must succeed), then with each of fn's
  * allocations failing in turn, each time on fresh participants; after()
- * checks the promise of a run that failed. Returns the clean run's count.
+ * checks each run's outcome against the path's promise. Returns the clean
+ * run's count.
  */
 static unsigned long exhaust(const char *name, void (*setup)(void), path_fn *fn, after_fn *after)
 {
@@ -68,6 +69,7 @@ static unsigned long exhaust(const char *name, void (*setup)(void), path_fn *fn,
 	total = failalloc_count();
 	ck_assert_msg(rc == 0, "%s, clean: %s", name, g.err);
 	ck_assert_msg(total > 0, "%s: no allocation counted: the injection reaches nothing", name);
+	after(rc);
 	group_done();
 	fakes_teardown();
 	for (unsigned long n = 1; n <= total; n++) {
