@@ -20,6 +20,7 @@
 
 #include "carrier.h"
 #include "cuip.h"
+#include "gate.h"
 #include "driver.h"
 #include "errfmt.h"
 #include "record.h"

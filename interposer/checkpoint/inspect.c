@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cuip.h"
+#include "gate.h"
 #include "importers.h"
 #include "inspect.h"
 #include "record.h"

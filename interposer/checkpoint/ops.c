@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "cuip.h"
+#include "gate.h"
 #include "drain.h"
 #include "driver.h"
 #include "inspect.h"

@@ -62,6 +62,7 @@
 #include <unistd.h>
 
 #include "cuip.h"
+#include "gate.h"
 #include "deadline.h"
 #include "qtable.h"
 

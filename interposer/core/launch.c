@@ -9,6 +9,7 @@
  */
 
 #include "cuip.h"
+#include "gate.h"
 #include "driver.h"
 #include "launchlist.h"
 

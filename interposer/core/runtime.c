@@ -46,6 +46,7 @@
 
 #include "client.h"
 #include "cuip.h"
+#include "gate.h"
 #include "driver.h"
 #include "importers.h"
 #include "runtime.h"

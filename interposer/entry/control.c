@@ -38,6 +38,7 @@
 
 #include "control.h"
 #include "cuip.h"
+#include "gate.h"
 #include "importers.h"
 #include "ops.h"
 #include "runtime.h"

@@ -51,6 +51,7 @@
 
 #include "client.h"
 #include "cuip.h"
+#include "gate.h"
 #include "driver.h"
 #include "peer.h"
 #include "pool.h"

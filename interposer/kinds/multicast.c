@@ -32,6 +32,7 @@
 
 #include "client.h"
 #include "cuip.h"
+#include "gate.h"
 #include "driver.h"
 #include "multicast.h"
 #include "record.h"

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cuip.h"
+#include "gate.h"
 #include "driver.h"
 #include "peer.h"
 #include "record.h"

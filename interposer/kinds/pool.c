@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "cuip.h"
+#include "gate.h"
 #include "driver.h"
 #include "pool.h"
 #include "record.h"

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "driver.h"
+#include "gate.h"
 #include "multicast.h"
 #include "qtable.h"
 #include "record.h"
