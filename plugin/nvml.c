@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -141,7 +142,7 @@ int cuip_nvml_has_context(pid_t pid, char *err, size_t errlen)
 	struct pollfd pf;
 	sigset_t s, old;
 	int fd[2], st, ret;
-	pid_t c;
+	pid_t c, parent;
 
 	if (pipe2(fd, O_CLOEXEC)) {
 		ret = -errno;
@@ -151,8 +152,12 @@ int cuip_nvml_has_context(pid_t pid, char *err, size_t errlen)
 	sigemptyset(&s);
 	sigaddset(&s, SIGCHLD);
 	sigprocmask(SIG_BLOCK, &s, &old);
+	parent = getpid();
 	c = fork();
 	if (c == 0) {
+		/* It does not outlive criu (killed by the guardian, say). */
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != parent)
+			_exit(1);
 		close(fd[0]);
 		a.ret = ask(pid, a.err, sizeof(a.err));
 		_exit(write(fd[1], &a, sizeof(a)) == (ssize_t)sizeof(a) ? 0 : 1);

@@ -15,19 +15,30 @@ static int status_of(int st)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+/* Milliseconds on CLOCK_MONOTONIC: a nap cut short by a signal does not
+ * cut the bound. */
+static unsigned long long now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (unsigned long long)t.tv_sec * 1000 + (unsigned long long)t.tv_nsec / 1000000;
+}
+
 int waitchild(pid_t pid, unsigned ms)
 {
 	struct timespec nap = {0, 10 * 1000 * 1000};
+	unsigned long long end = now_ms() + ms;
 	int st;
 
-	for (unsigned waited = 0;; waited += 10) {
+	for (;;) {
 		pid_t w = waitpid(pid, &st, WNOHANG);
 
 		if (w == pid)
 			return status_of(st);
 		if (w < 0 && errno != EINTR)
 			return -1;
-		if (waited >= ms)
+		if (now_ms() >= end)
 			break;
 		nanosleep(&nap, NULL);
 	}
