@@ -786,11 +786,15 @@ static int settle_devices(char *err, size_t errlen)
 	return 0;
 }
 
-static int pause_group(pid_t root)
+/*
+ * Discovery: walk the tree of root, hold the start gate of every process
+ * with the interposer, classify them (participants, CUDA processes, the
+ * interposer without CUDA) and learn the devices. -ENOTSUP (and S.disabled)
+ * when there is nothing of ours to do.
+ */
+static int discover_tree(pid_t root)
 {
-	int (*add_inv)(const char *) = (int (*)(const char *))criu_sym("add_inventory_plugin");
 	char err[1024] = "";
-	double t0 = cuip_now();
 	pid_t *tree;
 	int n, ret;
 
@@ -851,19 +855,13 @@ static int pause_group(pid_t root)
 		S.disabled = true;
 		return -ENOTSUP;
 	}
-	S.active = true;
-	S.g.o = &S.o;
-	S.g.imgdir = image_dir();
-	if (S.g.imgdir < 0) {
-		pr_err("CRIU did not give an image directory");
-		return -EBADF;
-	}
-	if (add_inv && add_inv(PLUGIN_NAME))
-		pr_warn("cannot record the plugin in CRIU's inventory; restore will not insist on it");
+	return 0;
+}
 
-	pr_info("dump of tree %d: %zu processes, %zu participants, %zu CUDA processes, %zu with the interposer but "
-		"no CUDA",
-		root, S.n_tree, S.g.n, S.n_nat, S.n_ordinary);
+/* Policy: a process another checkpoint has natively locked or checkpointed
+ * is not ours to touch; the dump is refused and fini leaves it alone. */
+static int refuse_foreign_native(void)
+{
 	for (size_t i = 0; i < S.n_nat; i++) {
 		if (S.nat[i].initial == CUIP_NATIVE_RUNNING)
 			continue;
@@ -875,6 +873,28 @@ static int pause_group(pid_t root)
 			S.nat[k].locked = S.nat[k].checkpointed = false;
 		return -EBUSY;
 	}
+	return 0;
+}
+
+/* What the dump needs before the first phase: the image directory, the
+ * plugin in CRIU's inventory, the parent checkpoint, the participants'
+ * sockets, and the guardian that rolls the job back if criu dies. */
+static int prepare_dump(void)
+{
+	int (*add_inv)(const char *) = (int (*)(const char *))criu_sym("add_inventory_plugin");
+	char err[1024] = "";
+	int ret;
+
+	S.g.o = &S.o;
+	S.g.imgdir = image_dir();
+	if (S.g.imgdir < 0) {
+		pr_err("CRIU did not give an image directory");
+		return -EBADF;
+	}
+	if (add_inv && add_inv(PLUGIN_NAME))
+		pr_warn("cannot record the plugin in CRIU's inventory; restore will not insist on it");
+	if ((ret = refuse_foreign_native()))
+		return ret;
 	if (S.g.n && (ret = open_parent(err, sizeof(err)))) {
 		pr_err("dump refused: %s", err);
 		return ret;
@@ -885,10 +905,48 @@ static int pause_group(pid_t root)
 	}
 	S.g.on_phase = on_phase;
 	ret = cuip_guardian_start_dump(&S.g, S.nat, S.n_nat, freeze_cgroup(), err, sizeof(err));
-	if (ret) {
+	if (ret)
 		pr_err("dump refused: %s; nothing could roll the job back if criu died", err);
-		return ret;
+	return ret;
+}
+
+/* Lock every CUDA process natively; on failure unlock them and roll the
+ * group's dump back. */
+static int lock_natives(void)
+{
+	char err[1024] = "", e2[512];
+	int ret;
+
+	ret = note("native-lock", false, err, sizeof(err));
+	if (!ret) {
+		ret = cuip_native_lock_all(S.nat, S.n_nat, lock_timeout_ms(), err, sizeof(err));
+		if (!ret)
+			ret = note("native-lock", true, err, sizeof(err));
 	}
+	if (!ret)
+		return 0;
+	pr_err("dump refused: %s (lock timeout %u ms, CUINTERPOSE_LOCK_TIMEOUT_MS)", err, lock_timeout_ms());
+	cuip_native_unlock_all(S.nat, S.n_nat, e2, sizeof(e2));
+	if (S.prepared && !cuip_group_rollback(&S.g))
+		S.prepared = false;
+	return ret;
+}
+
+/* PAUSE_DEVICES for the tree of root: discovery, the dump's preparation,
+ * the group's dump (or the native-only inventory), the native locks. */
+static int pause_group(pid_t root)
+{
+	double t0 = cuip_now();
+	int ret;
+
+	if ((ret = discover_tree(root)))
+		return ret;
+	S.active = true;
+	pr_info("dump of tree %d: %zu processes, %zu participants, %zu CUDA processes, %zu with the interposer but "
+		"no CUDA",
+		root, S.n_tree, S.g.n, S.n_nat, S.n_ordinary);
+	if ((ret = prepare_dump()))
+		return ret;
 	cuip_fault("discovery");
 	if (S.g.n) {
 		ret = cuip_group_dump(&S.g);
@@ -902,21 +960,8 @@ static int pause_group(pid_t root)
 	} else if ((ret = write_native_only_inventory())) {
 		return ret;
 	}
-
-	ret = note("native-lock", false, err, sizeof(err));
-	if (!ret) {
-		ret = cuip_native_lock_all(S.nat, S.n_nat, lock_timeout_ms(), err, sizeof(err));
-		if (!ret)
-			ret = note("native-lock", true, err, sizeof(err));
-	}
-	if (ret) {
-		char e2[512];
-		pr_err("dump refused: %s (lock timeout %u ms, CUINTERPOSE_LOCK_TIMEOUT_MS)", err, lock_timeout_ms());
-		cuip_native_unlock_all(S.nat, S.n_nat, e2, sizeof(e2));
-		if (S.prepared && !cuip_group_rollback(&S.g))
-			S.prepared = false;
+	if ((ret = lock_natives()))
 		return ret;
-	}
 	pr_info("PAUSE_DEVICES done: %zu participants, %zu CUDA processes locked, %" PRIu64 " bytes carried, %.3f s",
 		S.g.n, S.n_nat, S.g.carried_bytes, cuip_now() - t0);
 	return 0;
