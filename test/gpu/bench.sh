@@ -322,8 +322,16 @@ incr_dump() {
 	t0=$(date +%s.%N)
 	bounded_sync || fail "sync after the dump did not return within 600 s"
 	SYNC_S=$(echo "$(date +%s.%N) $t0" | awk '{printf "%.3f", $1 - $2}')
-	echo "$d: dump ${DUMP_S}s + sync ${SYNC_S}s; carriers store $(carriers_stored "$d") of $(carriers_apparent "$d") bytes"
-	grep -h "cuinterpose: \(SAVE\|incremental\)" "$d/dump.log" | sed 's/^.*cuinterpose: /  /'
+	echo "$d: dump ${DUMP_S}s + sync ${SYNC_S}s; carriers store $(carriers_stored "$d") of $(carriers_apparent "$d") bytes;" \
+		"criu's own images $(criu_images "$d") bytes ($(du -B1 -c "$d"/pages-*.img 2>/dev/null | tail -n 1 | cut -f1) of them pages)"
+	grep -h "cuinterpose: \(SAVE\|incremental\|PAUSE_DEVICES done\|native\)" "$d/dump.log" | sed 's/^.*cuinterpose: /  /'
+	grep -h "Dumping finished\|Freezing tasks into\|Unfreez" "$d/dump.log" | sed 's/^/  criu: /'
+}
+
+# criu_images DIR: bytes of everything in DIR but the carriers and the logs
+criu_images() {
+	find "$1" -maxdepth 1 -type f ! -name 'cuinterpose-carrier-*' ! -name '*.log' -printf '%s\n' |
+		awk '{s += $1} END {print s + 0}'
 }
 
 # sc_bench_incr NAME GIB: the LLM job through a chain of three dumps, each
