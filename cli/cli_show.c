@@ -355,76 +355,178 @@ static void usage(FILE *f)
 		   "  3 no cuinterpose images in DIR\n");
 }
 
-int cli_show(int argc, char **argv)
+/* The options into s and *dir: -1 to go on, or the exit status. */
+static int parse_args(int argc, char **argv, struct show *s, const char **dir)
 {
-	struct show s = {.verify = 1, .dirfd = -1};
-	ProtobufCMessage *m = NULL;
-	Cuip__Inventory *inv = NULL;
-	const char *dir = NULL;
-	char err[512] = "", idhex[40];
-	struct cuip_ckpt ck, par = {0};
-	int ret, status;
-
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--json")) {
-			s.json = 1;
+			s->json = 1;
 		} else if (!strcmp(argv[i], "--no-verify")) {
-			s.verify = 0;
+			s->verify = 0;
 		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			usage(stdout);
 			return 0;
-		} else if (!dir && argv[i][0] != '-') {
-			dir = argv[i];
+		} else if (!*dir && argv[i][0] != '-') {
+			*dir = argv[i];
 		} else if (argv[i][0] == '-') {
 			fprintf(stderr, "cuinterpose show: unknown option '%s'\n", argv[i]);
 			usage(stderr);
 			return 2;
 		} else {
-			fprintf(stderr, "cuinterpose show: one DIR at a time ('%s' after %s)\n", argv[i], dir);
+			fprintf(stderr, "cuinterpose show: one DIR at a time ('%s' after %s)\n", argv[i], *dir);
 			usage(stderr);
 			return 2;
 		}
 	}
-	if (!dir) {
+	if (!*dir) {
 		fprintf(stderr, "cuinterpose show: no DIR given\n");
 		usage(stderr);
 		return 2;
 	}
+	return -1;
+}
+
+/* How many topology or carrier images of ours dirfd holds (by name). */
+static int own_images(int dirfd)
+{
+	int n = 0, fd = dup(dirfd);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	struct dirent *de;
+
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return 0;
+	}
+	rewinddir(d);
+	while ((de = readdir(d))) {
+		int pid, end = 0;
+
+		if ((sscanf(de->d_name, "cuinterpose-%d.img%n", &pid, &end) == 1 ||
+		     sscanf(de->d_name, "cuinterpose-carrier-%d.img%n", &pid, &end) == 1) &&
+		    !de->d_name[end])
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
+/* The inventory's own lines (or JSON fields). */
+static void show_inventory(const struct show *s, const Cuip__Inventory *inv)
+{
+	char idhex[40], created[512];
+
+	hex(inv->checkpoint_id.data, inv->checkpoint_id.len, idhex, sizeof(idhex));
+	when(inv->has_created_unix_ns ? inv->created_unix_ns : 0, created, sizeof(created));
+	if (s->json) {
+		printf(",\"inventory\":{\"checkpoint_id\":\"%s\",\"created_unix_ns\":%" PRIu64
+		       ",\"created\":\"%s\",\"version\":",
+		       idhex, inv->created_unix_ns, created);
+		cli_jstr(inv->version ? inv->version : "");
+		printf(",\"carried_bytes\":%" PRIu64 ",\"parent\":", inv->carried_bytes);
+		if (inv->parent)
+			cli_jstr(inv->parent);
+		else
+			printf("null");
+		printf(",\"participants\":[");
+		for (size_t i = 0; i < inv->n_participants; i++)
+			printf("%s{\"pid\":%d,\"identity\":\"%016" PRIx64 "\"}", i ? "," : "",
+			       inv->participants[i]->pid, inv->participants[i]->id);
+		printf("]}");
+		return;
+	}
+	printf("inventory: id %s  created %s  by cuinterpose %s\n", idhex, created, inv->version ? inv->version : "?");
+	printf("           %zu participants, %" PRIu64 " carried bytes\n", inv->n_participants, inv->carried_bytes);
+	if (inv->parent)
+		printf("           incremental: parent checkpoint %s\n", inv->parent);
+	for (size_t i = 0; i < inv->n_participants; i++)
+		printf("  pid %d  identity %016" PRIx64 "\n", inv->participants[i]->pid, inv->participants[i]->id);
+}
+
+/* Each participant's topology, an incremental one's through its parent
+ * chain (where its inherited chunks are read and verified). */
+static void show_participants(struct show *s, const Cuip__Inventory *inv)
+{
+	struct cuip_ckpt par = {0};
+	const char *via = inv->parent;
+	bool have_par = inv->parent && read_parent(s, inv, &par, &via);
+	char err[512];
+
+	for (size_t i = 0; i < inv->n_participants; i++) {
+		char name[64];
+		Cuip__Topology *t, *flat = NULL;
+
+		snprintf(name, sizeof(name), CUIP_TOPOLOGY_FMT, inv->participants[i]->pid);
+		t = read_topology(s, name);
+		if (!t)
+			continue;
+		if (have_par && cuip_images_flatten(t, via, &par, &flat, err, sizeof(err)))
+			problem(s, "%s", err);
+		s->flat = flat != NULL;
+		s->no_parent = inv->parent && !flat;
+		show_topology(s, name, flat ? flat : t);
+		if (flat)
+			protobuf_c_message_free_unpacked(&flat->base, NULL);
+		protobuf_c_message_free_unpacked(&t->base, NULL);
+	}
+	if (have_par)
+		cuip_images_free(&par);
+}
+
+/* The verdict and the problems; the exit status (0 or 1). */
+static int show_verdict(const struct show *s)
+{
+	int status = s->n_problems ? 1 : 0;
+
+	if (s->json) {
+		printf(",\"verified\":%s,\"chunks_checked\":%" PRIu64 ",\"bytes_checked\":%" PRIu64
+		       ",\"ok\":%s,\"problems\":[",
+		       s->verify ? "true" : "false", s->chunks_checked, s->bytes_checked, status ? "false" : "true");
+		for (size_t i = 0; i < s->n_problems; i++) {
+			printf("%s", i ? "," : "");
+			cli_jstr(s->problems[i]);
+		}
+		printf("]}\n");
+	} else if (status) {
+		printf("\nFAIL: %zu problem(s); `criu restore` of this directory would be refused:\n", s->n_problems);
+		for (size_t i = 0; i < s->n_problems; i++)
+			printf("  %s\n", s->problems[i]);
+	} else if (s->verify) {
+		printf("\nOK: every image decodes and is consistent; %" PRIu64 " carrier bytes in %" PRIu64
+		       " chunks match their checksums\n",
+		       s->bytes_checked, s->chunks_checked);
+	} else {
+		printf("\nOK: every image decodes and is consistent (carrier checksums not verified)\n");
+	}
+	return status;
+}
+
+int cli_show(int argc, char **argv)
+{
+	struct show s = {.verify = 1, .dirfd = -1};
+	ProtobufCMessage *m = NULL;
+	const char *dir = NULL;
+	char err[512] = "";
+	struct cuip_ckpt ck;
+	int ret, status;
+
+	if ((ret = parse_args(argc, argv, &s, &dir)) >= 0)
+		return ret;
 	s.dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (s.dirfd < 0) {
 		fprintf(stderr, "cuinterpose show: cannot open %s: %s\n", dir, strerror(errno));
 		return 2;
 	}
-	if (faccessat(s.dirfd, CUIP_INVENTORY_IMG, F_OK, 0) && errno == ENOENT) {
-		/* Topology or carrier images without an inventory are a
-		 * damaged checkpoint, not a foreign one. */
-		int n = 0, fd = dup(s.dirfd);
-		DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-		struct dirent *de;
-
-		if (d)
-			rewinddir(d);
-		while (d && (de = readdir(d))) {
-			int pid, end = 0;
-			if ((sscanf(de->d_name, "cuinterpose-%d.img%n", &pid, &end) == 1 ||
-			     sscanf(de->d_name, "cuinterpose-carrier-%d.img%n", &pid, &end) == 1) &&
-			    !de->d_name[end])
-				n++;
-		}
-		if (d)
-			closedir(d);
-		else if (fd >= 0)
-			close(fd);
-		if (!n) {
-			fprintf(stderr,
-				"cuinterpose show: %s holds no cuinterpose images (%s missing): not a checkpoint of a "
-				"job running under cuinterpose, or not a CRIU image directory\n",
-				dir, CUIP_INVENTORY_IMG);
-			close(s.dirfd);
-			return 3;
-		}
+	/* Topology or carrier images without an inventory are a damaged
+	 * checkpoint, not a foreign one. */
+	if (faccessat(s.dirfd, CUIP_INVENTORY_IMG, F_OK, 0) && errno == ENOENT && !own_images(s.dirfd)) {
+		fprintf(stderr,
+			"cuinterpose show: %s holds no cuinterpose images (%s missing): not a checkpoint of a "
+			"job running under cuinterpose, or not a CRIU image directory\n",
+			dir, CUIP_INVENTORY_IMG);
+		close(s.dirfd);
+		return 3;
 	}
-
 	if (s.json) {
 		printf("{\"dir\":");
 		cli_jstr(dir);
@@ -443,59 +545,10 @@ int cli_show(int argc, char **argv)
 		if (s.json)
 			printf("]");
 	} else {
-		inv = (Cuip__Inventory *)m;
-		hex(inv->checkpoint_id.data, inv->checkpoint_id.len, idhex, sizeof(idhex));
-		when(inv->has_created_unix_ns ? inv->created_unix_ns : 0, err, sizeof(err));
-		if (s.json) {
-			printf(",\"inventory\":{\"checkpoint_id\":\"%s\",\"created_unix_ns\":%" PRIu64
-			       ",\"created\":\"%s\",\"version\":",
-			       idhex, inv->created_unix_ns, err);
-			cli_jstr(inv->version ? inv->version : "");
-			printf(",\"carried_bytes\":%" PRIu64 ",\"parent\":", inv->carried_bytes);
-			if (inv->parent)
-				cli_jstr(inv->parent);
-			else
-				printf("null");
+		show_inventory(&s, (Cuip__Inventory *)m);
+		if (s.json)
 			printf(",\"participants\":[");
-			for (size_t i = 0; i < inv->n_participants; i++)
-				printf("%s{\"pid\":%d,\"identity\":\"%016" PRIx64 "\"}", i ? "," : "",
-				       inv->participants[i]->pid, inv->participants[i]->id);
-			printf("]},\"participants\":[");
-		} else {
-			printf("inventory: id %s  created %s  by cuinterpose %s\n", idhex, err,
-			       inv->version ? inv->version : "?");
-			printf("           %zu participants, %" PRIu64 " carried bytes\n", inv->n_participants,
-			       inv->carried_bytes);
-			if (inv->parent)
-				printf("           incremental: parent checkpoint %s\n", inv->parent);
-			for (size_t i = 0; i < inv->n_participants; i++)
-				printf("  pid %d  identity %016" PRIx64 "\n", inv->participants[i]->pid,
-				       inv->participants[i]->id);
-		}
-		const char *via = inv->parent;
-		bool have_par = inv->parent && read_parent(&s, inv, &par, &via);
-
-		for (size_t i = 0; i < inv->n_participants; i++) {
-			char name[64];
-			Cuip__Topology *t, *flat = NULL;
-
-			snprintf(name, sizeof(name), CUIP_TOPOLOGY_FMT, inv->participants[i]->pid);
-			t = read_topology(&s, name);
-			if (!t)
-				continue;
-			/* An incremental checkpoint's inherited chunks are read
-			 * (and verified) where the parent chain holds them. */
-			if (have_par && cuip_images_flatten(t, via, &par, &flat, err, sizeof(err)))
-				problem(&s, "%s", err);
-			s.flat = flat != NULL;
-			s.no_parent = inv->parent && !flat;
-			show_topology(&s, name, flat ? flat : t);
-			if (flat)
-				protobuf_c_message_free_unpacked(&flat->base, NULL);
-			protobuf_c_message_free_unpacked(&t->base, NULL);
-		}
-		if (have_par)
-			cuip_images_free(&par);
+		show_participants(&s, (Cuip__Inventory *)m);
 		if (s.json)
 			printf("]");
 		/* The plugin's own cross-checks (identities, checkpoint ids,
@@ -508,28 +561,7 @@ int cli_show(int argc, char **argv)
 			cuip_images_free(&ck);
 		protobuf_c_message_free_unpacked(m, NULL);
 	}
-
-	status = s.n_problems ? 1 : 0;
-	if (s.json) {
-		printf(",\"verified\":%s,\"chunks_checked\":%" PRIu64 ",\"bytes_checked\":%" PRIu64
-		       ",\"ok\":%s,\"problems\":[",
-		       s.verify ? "true" : "false", s.chunks_checked, s.bytes_checked, status ? "false" : "true");
-		for (size_t i = 0; i < s.n_problems; i++) {
-			printf("%s", i ? "," : "");
-			cli_jstr(s.problems[i]);
-		}
-		printf("]}\n");
-	} else if (status) {
-		printf("\nFAIL: %zu problem(s); `criu restore` of this directory would be refused:\n", s.n_problems);
-		for (size_t i = 0; i < s.n_problems; i++)
-			printf("  %s\n", s.problems[i]);
-	} else if (s.verify) {
-		printf("\nOK: every image decodes and is consistent; %" PRIu64 " carrier bytes in %" PRIu64
-		       " chunks match their checksums\n",
-		       s.bytes_checked, s.chunks_checked);
-	} else {
-		printf("\nOK: every image decodes and is consistent (carrier checksums not verified)\n");
-	}
+	status = show_verdict(&s);
 	for (size_t i = 0; i < s.n_problems; i++)
 		free(s.problems[i]);
 	free(s.problems);
