@@ -170,17 +170,12 @@ static int same_ckpt(const ProtobufCBinaryData *a, const ProtobufCBinaryData *b)
 	return a->len == 16 && b->len == 16 && !memcmp(a->data, b->data, 16);
 }
 
-/* Carrier index of one topology against its own state and the files. */
-static int check_carriers(int dirfd, const char *tname, const Cuip__Topology *t, uint64_t *bytes, char *err,
-			  size_t errlen)
+/* A striped participant's files are its own, in order (no other name is
+ * ever opened). */
+static int check_stripe_names(const char *tname, const Cuip__Topology *t, char *err, size_t errlen)
 {
 	const Cuip__ProcessState *st = t->state;
-	char want[64];
 
-	cuip_carrier_name(st->self->pid, want, sizeof(want));
-	/* Striped: the files are the participant's, in order (no other name
-	 * is ever opened); each is there (checked after the entries, which
-	 * name the allocation and chunk a missing file holds). */
 	if (t->n_carrier_files > CUIP_CARRIER_FILES_MAX) {
 		errfmt(err, errlen, "%s: %zu carrier files, at most %d", tname, t->n_carrier_files,
 		       CUIP_CARRIER_FILES_MAX);
@@ -196,106 +191,112 @@ static int check_carriers(int dirfd, const char *tname, const Cuip__Topology *t,
 			return -EBADMSG;
 		}
 	}
-	for (size_t i = 0; i < t->n_carriers; i++) {
-		const Cuip__CarrierEntry *e = t->carriers[i];
-		const Cuip__Allocation *a = NULL;
-		uint64_t chunks;
-		struct stat sb;
+	return 0;
+}
 
-		if (!e->alloc || !e->file || strcmp(e->file, want)) {
-			errfmt(err, errlen, "%s: carrier entry %zu names file \"%s\", expected %s", tname, i,
-			       e->file ? e->file : "(none)", want);
-			return -EBADMSG;
-		}
-		for (size_t k = 0; k < st->n_allocations; k++) {
-			const Cuip__AllocId *id = st->allocations[k]->id;
-			if (id && id->creator == e->alloc->creator && id->serial == e->alloc->serial)
-				a = st->allocations[k];
-		}
-		if (!a || !cuip_alloc_carried_by(a, st->self->id)) {
-			errfmt(err, errlen,
-			       "%s: carrier entry for allocation %llx:%llu which this participant did not "
-			       "create as shared",
-			       tname, (unsigned long long)e->alloc->creator, (unsigned long long)e->alloc->serial);
-			return -EBADMSG;
-		}
-		if (!cuip_carrier_entry_fits(a, e)) {
-			if (a->slab)
-				errfmt(err, errlen,
-				       "%s: carrier entry for %llx:%llu holds %llu bytes at offset %#llx, which is no "
-				       "live piece of that slab",
-				       tname, (unsigned long long)e->alloc->creator,
-				       (unsigned long long)e->alloc->serial, (unsigned long long)e->size,
-				       (unsigned long long)e->alloc_offset);
-			else
-				errfmt(err, errlen,
-				       "%s: carrier entry for %llx:%llu holds %llu bytes, the allocation has %llu",
-				       tname, (unsigned long long)e->alloc->creator,
-				       (unsigned long long)e->alloc->serial, (unsigned long long)e->size,
-				       (unsigned long long)cuip_alloc_size(a));
-			return -EBADMSG;
-		}
-		if (!e->chunk_size) {
-			errfmt(err, errlen, "%s: carrier entry %zu has chunk size 0", tname, i);
-			return -EBADMSG;
-		}
-		chunks = (e->size + e->chunk_size - 1) / e->chunk_size;
-		if (e->n_crc32c != chunks) {
-			errfmt(err, errlen, "%s: carrier entry %zu has %zu checksums for %llu chunks", tname, i,
-			       e->n_crc32c, (unsigned long long)chunks);
-			return -EBADMSG;
-		}
-		/* Every byte of the entry lies in a file that holds it; a
-		 * striped entry's extents are whole chunks but the last. */
-		for (uint64_t pos = 0; pos < e->size;) {
-			const char *f;
-			uint64_t foff, run;
+/* Entry i names this participant's carrier, an allocation it carries, a
+ * size that fits it, and one checksum per chunk. */
+static int check_entry(const char *tname, const Cuip__Topology *t, size_t i, char *err, size_t errlen)
+{
+	const Cuip__ProcessState *st = t->state;
+	const Cuip__CarrierEntry *e = t->carriers[i];
+	const Cuip__Allocation *a = NULL;
+	char want[64];
+	uint64_t chunks;
 
-			if (cuip_entry_locate(t, e, pos, &f, &foff, &run) || !f || strchr(f, '/') ||
-			    (run < e->size - pos && (pos + run) % e->chunk_size)) {
-				errfmt(err, errlen,
-				       "%s: carrier entry %zu (allocation %llx:%llu): extents do not cover its %llu "
-				       "bytes in whole chunks (byte %llu)",
-				       tname, i, (unsigned long long)e->alloc->creator,
-				       (unsigned long long)e->alloc->serial, (unsigned long long)e->size,
-				       (unsigned long long)pos);
-				return -EBADMSG;
-			}
-			if (fstatat(dirfd, f, &sb, 0)) {
-				int ret = -errno;
-				errfmt(err, errlen, "%s: %s (allocation %llx:%llu chunk %llu)", f,
-				       errno == ENOENT ? "missing" : strerror(errno),
-				       (unsigned long long)e->alloc->creator, (unsigned long long)e->alloc->serial,
-				       (unsigned long long)(pos / e->chunk_size));
-				return ret;
-			}
-			if (foff + run < foff || (uint64_t)sb.st_size < foff + run) {
-				errfmt(err, errlen,
-				       "%s: truncated: %lld bytes, the index needs %llu (allocation %llx:%llu chunk "
-				       "%llu)",
-				       f, (long long)sb.st_size, (unsigned long long)(foff + run),
-				       (unsigned long long)e->alloc->creator, (unsigned long long)e->alloc->serial,
-				       (unsigned long long)((pos +
-							     ((uint64_t)sb.st_size > foff ? sb.st_size - foff : 0)) /
-							    e->chunk_size));
-				return -ENODATA;
-			}
-			pos += run;
-		}
-		*bytes += e->size;
+	cuip_carrier_name(st->self->pid, want, sizeof(want));
+	if (!e->alloc || !e->file || strcmp(e->file, want)) {
+		errfmt(err, errlen, "%s: carrier entry %zu names file \"%s\", expected %s", tname, i,
+		       e->file ? e->file : "(none)", want);
+		return -EBADMSG;
 	}
-	for (size_t k = 0; k < t->n_carrier_files; k++) {
-		struct stat sb;
+	for (size_t k = 0; k < st->n_allocations; k++) {
+		const Cuip__AllocId *id = st->allocations[k]->id;
+		if (id && id->creator == e->alloc->creator && id->serial == e->alloc->serial)
+			a = st->allocations[k];
+	}
+	if (!a || !cuip_alloc_carried_by(a, st->self->id)) {
+		errfmt(err, errlen,
+		       "%s: carrier entry for allocation %llx:%llu which this participant did not "
+		       "create as shared",
+		       tname, (unsigned long long)e->alloc->creator, (unsigned long long)e->alloc->serial);
+		return -EBADMSG;
+	}
+	if (!cuip_carrier_entry_fits(a, e)) {
+		if (a->slab)
+			errfmt(err, errlen,
+			       "%s: carrier entry for %llx:%llu holds %llu bytes at offset %#llx, which is no "
+			       "live piece of that slab",
+			       tname, (unsigned long long)e->alloc->creator, (unsigned long long)e->alloc->serial,
+			       (unsigned long long)e->size, (unsigned long long)e->alloc_offset);
+		else
+			errfmt(err, errlen, "%s: carrier entry for %llx:%llu holds %llu bytes, the allocation has %llu",
+			       tname, (unsigned long long)e->alloc->creator, (unsigned long long)e->alloc->serial,
+			       (unsigned long long)e->size, (unsigned long long)cuip_alloc_size(a));
+		return -EBADMSG;
+	}
+	if (!e->chunk_size) {
+		errfmt(err, errlen, "%s: carrier entry %zu has chunk size 0", tname, i);
+		return -EBADMSG;
+	}
+	chunks = (e->size + e->chunk_size - 1) / e->chunk_size;
+	if (e->n_crc32c != chunks) {
+		errfmt(err, errlen, "%s: carrier entry %zu has %zu checksums for %llu chunks", tname, i, e->n_crc32c,
+		       (unsigned long long)chunks);
+		return -EBADMSG;
+	}
+	return 0;
+}
 
-		if (fstatat(dirfd, t->carrier_files[k], &sb, 0)) {
+/* Every byte of entry i lies in a file of dirfd that holds it; a striped
+ * entry's extents are whole chunks but the last. */
+static int check_entry_extents(int dirfd, const char *tname, const Cuip__Topology *t, size_t i, char *err,
+			       size_t errlen)
+{
+	const Cuip__CarrierEntry *e = t->carriers[i];
+	struct stat sb;
+
+	for (uint64_t pos = 0; pos < e->size;) {
+		const char *f;
+		uint64_t foff, run;
+
+		if (cuip_entry_locate(t, e, pos, &f, &foff, &run) || !f || strchr(f, '/') ||
+		    (run < e->size - pos && (pos + run) % e->chunk_size)) {
+			errfmt(err, errlen,
+			       "%s: carrier entry %zu (allocation %llx:%llu): extents do not cover its %llu "
+			       "bytes in whole chunks (byte %llu)",
+			       tname, i, (unsigned long long)e->alloc->creator, (unsigned long long)e->alloc->serial,
+			       (unsigned long long)e->size, (unsigned long long)pos);
+			return -EBADMSG;
+		}
+		if (fstatat(dirfd, f, &sb, 0)) {
 			int ret = -errno;
-			errfmt(err, errlen, "%s: %s (stripe %zu of %zu of pid %d's carrier)", t->carrier_files[k],
-			       errno == ENOENT ? "missing" : strerror(errno), k, t->n_carrier_files,
-			       (int)st->self->pid);
+			errfmt(err, errlen, "%s: %s (allocation %llx:%llu chunk %llu)", f,
+			       errno == ENOENT ? "missing" : strerror(errno), (unsigned long long)e->alloc->creator,
+			       (unsigned long long)e->alloc->serial, (unsigned long long)(pos / e->chunk_size));
 			return ret;
 		}
+		if (foff + run < foff || (uint64_t)sb.st_size < foff + run) {
+			errfmt(err, errlen,
+			       "%s: truncated: %lld bytes, the index needs %llu (allocation %llx:%llu chunk "
+			       "%llu)",
+			       f, (long long)sb.st_size, (unsigned long long)(foff + run),
+			       (unsigned long long)e->alloc->creator, (unsigned long long)e->alloc->serial,
+			       (unsigned long long)((pos + ((uint64_t)sb.st_size > foff ? sb.st_size - foff : 0)) /
+						    e->chunk_size));
+			return -ENODATA;
+		}
+		pos += run;
 	}
-	/* Every carried allocation must have an entry. */
+	return 0;
+}
+
+/* Every carried allocation has its entries: one, or one per live piece of
+ * a slab. */
+static int check_coverage(const char *tname, const Cuip__Topology *t, char *err, size_t errlen)
+{
+	const Cuip__ProcessState *st = t->state;
+
 	for (size_t k = 0; k < st->n_allocations; k++) {
 		const Cuip__Allocation *a = st->allocations[k];
 		size_t found = 0;
@@ -319,6 +320,36 @@ static int check_carriers(int dirfd, const char *tname, const Cuip__Topology *t,
 		}
 	}
 	return 0;
+}
+
+/* Carrier index of one topology against its own state and the files. */
+static int check_carriers(int dirfd, const char *tname, const Cuip__Topology *t, uint64_t *bytes, char *err,
+			  size_t errlen)
+{
+	int ret;
+
+	if ((ret = check_stripe_names(tname, t, err, errlen)))
+		return ret;
+	for (size_t i = 0; i < t->n_carriers; i++) {
+		if ((ret = check_entry(tname, t, i, err, errlen)) ||
+		    (ret = check_entry_extents(dirfd, tname, t, i, err, errlen)))
+			return ret;
+		*bytes += t->carriers[i]->size;
+	}
+	/* Each stripe file is there (checked after the entries, which name
+	 * the allocation and chunk a missing file holds). */
+	for (size_t k = 0; k < t->n_carrier_files; k++) {
+		struct stat sb;
+
+		if (fstatat(dirfd, t->carrier_files[k], &sb, 0)) {
+			ret = -errno;
+			errfmt(err, errlen, "%s: %s (stripe %zu of %zu of pid %d's carrier)", t->carrier_files[k],
+			       ret == -ENOENT ? "missing" : strerror(-ret), k, t->n_carrier_files,
+			       (int)t->state->self->pid);
+			return ret;
+		}
+	}
+	return check_coverage(tname, t, err, errlen);
 }
 
 static int read_one(int dirfd, struct cuip_ckpt *c, char *err, size_t errlen)
