@@ -455,7 +455,7 @@ CUIP_API CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CU
 	if (fd < 0) {
 		pr_err("cannot mint a ticket for allocation %016llx:%llu: %s", (unsigned long long)snap.creator,
 		       (unsigned long long)snap.serial, strerror(-fd));
-		r = CUDA_ERROR_OPERATING_SYSTEM;
+		r = fd == -ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_OPERATING_SYSTEM;
 		goto out;
 	}
 	lock();
@@ -519,6 +519,8 @@ static CUresult import_ticket(CUmemGenericAllocationHandle *handle, const Cuip__
 	if (fd < 0) {
 		pr_err("import of allocation %016llx:%llu from pid %d: %s", (unsigned long long)creator,
 		       (unsigned long long)serial, t->creator->pid, err);
+		if (fd == -ENOMEM)
+			return CUDA_ERROR_OUT_OF_MEMORY;
 		return fd == -EMFILE || fd == -ENFILE ? CUDA_ERROR_OPERATING_SYSTEM : CUDA_ERROR_INVALID_VALUE;
 	}
 	r = real.cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
@@ -581,6 +583,12 @@ CUIP_API CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationH
 		return r;
 	if (shHandleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
 		ret = cuip_ticket_read((int)(uintptr_t)osHandle, &t);
+		if (ret == -ENOMEM) { /* the ticket is fine: this process ran out */
+			pr_err("import of descriptor %d refused: out of memory reading its ticket",
+			       (int)(uintptr_t)osHandle);
+			r = CUDA_ERROR_OUT_OF_MEMORY;
+			goto out;
+		}
 		if (ret < 0) {
 			pr_err("import refused: descriptor %d is a malformed cuinterpose ticket",
 			       (int)(uintptr_t)osHandle);
