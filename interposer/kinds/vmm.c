@@ -382,23 +382,48 @@ out:
 CUIP_API CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
 	uint64_t lo = ptr, hi = ptr + size;
+	struct cuip_mapping *staged = NULL;
+	size_t first, n = 0;
 	CUresult r = enter(real.cuMemSetAccess);
 
 	if (r != CUDA_SUCCESS)
 		return r;
 	lock();
-	r = real.cuMemSetAccess(ptr, size, desc, count);
-	if (r == CUDA_SUCCESS) {
-		for (size_t i = cuip_map_lower(lo); i < vmm.nmaps && vmm.maps[i]->va < hi; i++) {
-			struct cuip_mapping *m = vmm.maps[i];
-			uint64_t s = m->va > lo ? m->va : lo;
-			uint64_t t = m->va + m->size < hi ? m->va + m->size : hi;
-			for (size_t d = 0; d < count; d++)
-				if (cuip_access_set(m, s, t - s, &desc[d].location, desc[d].flags))
-					pr_err("out of memory recording access of mapping %#llx",
-					       (unsigned long long)m->va);
+	/* The mappings' new access is built before the driver is asked:
+	 * running out of memory then changes neither, and what the driver
+	 * grants is always recorded (a rebuild sets what is recorded). */
+	first = cuip_map_lower(lo);
+	while (first + n < vmm.nmaps && vmm.maps[first + n]->va < hi)
+		n++;
+	if (n && !(staged = calloc(n, sizeof(*staged)))) {
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+		goto unlock;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct cuip_mapping *m = vmm.maps[first + i];
+		uint64_t s = m->va > lo ? m->va : lo;
+		uint64_t t = m->va + m->size < hi ? m->va + m->size : hi;
+
+		if (cuip_access_copy(&staged[i], m)) {
+			r = CUDA_ERROR_OUT_OF_MEMORY;
+			goto drop;
+		}
+		for (size_t d = 0; d < count; d++) {
+			if (cuip_access_set(&staged[i], s, t - s, &desc[d].location, desc[d].flags)) {
+				r = CUDA_ERROR_OUT_OF_MEMORY;
+				goto drop;
+			}
 		}
 	}
+	r = real.cuMemSetAccess(ptr, size, desc, count);
+	if (r == CUDA_SUCCESS)
+		for (size_t i = 0; i < n; i++)
+			cuip_access_swap(vmm.maps[first + i], &staged[i]);
+drop:
+	for (size_t i = 0; i < n; i++)
+		free(staged[i].acc);
+	free(staged);
+unlock:
 	unlock();
 	cuip_gate_exit();
 	return r;
