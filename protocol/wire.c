@@ -437,6 +437,21 @@ static int take_fds(struct msghdr *mh, int *fds, size_t max, size_t *n)
 	return bad ? -EPROTO : 0;
 }
 
+/* Read past len bytes of a message that cannot be held: 0 or a negative errno. */
+static int skip(int sock, size_t len)
+{
+	uint8_t sink[4096];
+	int ret = 0;
+
+	while (len && !ret) {
+		size_t k = len < sizeof(sink) ? len : sizeof(sink);
+
+		ret = cuip_read_all(sock, sink, k);
+		len -= k;
+	}
+	return ret;
+}
+
 int cuip_msg_recvv(int sock, unsigned kind, const ProtobufCMessageDescriptor *desc, ProtobufCAllocator *alloc,
 		   ProtobufCMessage **out, int *fds, size_t maxfds, size_t *nfds, char *err, size_t errlen)
 {
@@ -496,7 +511,9 @@ int cuip_msg_recvv(int sock, unsigned kind, const ProtobufCMessageDescriptor *de
 	payload = malloc(f.len ? f.len : 1);
 	if (!payload) {
 		errfmt(err, errlen, "out of memory for a %u-byte %s", f.len, cuip_kind_name(kind));
-		ret = -ENOMEM;
+		ret = skip(sock, f.len);
+		if (!ret)
+			ret = -ENOMEM; /* read past: the next message is framed */
 		goto fail;
 	}
 	ret = cuip_read_all(sock, payload, f.len);

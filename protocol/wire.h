@@ -84,7 +84,10 @@ int cuip_decode(const void *buf, size_t len, unsigned kind, const ProtobufCMessa
  * received FD close-on-exec and closes it on any error, so a malformed
  * message leaks nothing; more than one FD is a protocol error.
  * Return 0 or a negative errno; -ECONNRESET means the peer closed cleanly
- * between messages.
+ * between messages. -ENOMEM from a send: nothing was sent (the message could
+ * not be encoded); from a receive: the message was read past whole (the
+ * stream stays framed) but could not be held or decoded, so the peer can
+ * still be answered.
  */
 int cuip_msg_send(int sock, unsigned kind, const ProtobufCMessage *msg, int fd);
 int cuip_msg_recv(int sock, unsigned kind, const ProtobufCMessageDescriptor *desc, ProtobufCAllocator *alloc,

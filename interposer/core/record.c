@@ -402,6 +402,37 @@ nomem:
 	return -ENOMEM;
 }
 
+/* to's access becomes a copy of m's (to any other mapping struct, to stage
+ * changes with cuip_access_set before the driver makes them). */
+int cuip_access_copy(struct cuip_mapping *to, const struct cuip_mapping *m)
+{
+	struct cuip_access *v = malloc((m->nacc ? m->nacc : 1) * sizeof(*v));
+
+	cuip_state_assert_held();
+	if (!v)
+		return -ENOMEM;
+	if (m->nacc)
+		memcpy(v, m->acc, m->nacc * sizeof(*v));
+	to->acc = v;
+	to->nacc = to->capacc = m->nacc;
+	return 0;
+}
+
+/* m takes the staged access; staged gets m's old one, for the caller to free. */
+void cuip_access_swap(struct cuip_mapping *m, struct cuip_mapping *staged)
+{
+	struct cuip_access *acc = m->acc;
+	size_t nacc = m->nacc, capacc = m->capacc;
+
+	cuip_state_assert_held();
+	m->acc = staged->acc;
+	m->nacc = staged->nacc;
+	m->capacc = staged->capacc;
+	staged->acc = acc;
+	staged->nacc = nacc;
+	staged->capacc = capacc;
+}
+
 /* A new mapping covering [lo, hi) of m, with m's access clipped to it. */
 struct cuip_mapping *cuip_map_part(const struct cuip_mapping *m, uint64_t lo, uint64_t hi)
 {

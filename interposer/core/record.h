@@ -216,5 +216,9 @@ void cuip_map_free(struct cuip_mapping *m);
 /* A new mapping covering [lo, hi) of m, with m's access clipped to it. */
 struct cuip_mapping *cuip_map_part(const struct cuip_mapping *m, uint64_t lo, uint64_t hi);
 int cuip_access_set(struct cuip_mapping *m, uint64_t va, uint64_t size, const CUmemLocation *loc, unsigned flags);
+/* Staging (cuMemSetAccess): a copy of m's access to change with
+ * cuip_access_set, then swapped in once the driver agreed. */
+int cuip_access_copy(struct cuip_mapping *to, const struct cuip_mapping *m);
+void cuip_access_swap(struct cuip_mapping *m, struct cuip_mapping *staged);
 
 #endif /* CUIP_RECORD_H */

@@ -17,8 +17,9 @@
  * threads rely on no lock an application thread could hold at that point.
  *
  * A malformed message, a failed send or a request before HANDSHAKE closes
- * the connection; wire.c closes any FD that came with it. All FDs are
- * close-on-exec.
+ * the connection; wire.c closes any FD that came with it. A request or a
+ * reply that cannot be held for want of memory is answered with -ENOMEM
+ * instead, and the connection stays. All FDs are close-on-exec.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -200,6 +201,18 @@ static int reply_status(int fd, int status, const char *msg)
 	return cuip_msg_send(fd, CUIP_KIND_RESPONSE, &r.base, -1);
 }
 
+/* A response, or where it cannot be encoded for want of memory (nothing
+ * was sent, wire.h) a bare -ENOMEM status in its place: the peer gets an
+ * answer to every request, and the connection stays framed. */
+static int send_response(int fd, const Cuip__Response *r, const int *fds, size_t nfds)
+{
+	int ret = cuip_msg_sendv(fd, CUIP_KIND_RESPONSE, &r->base, fds, nfds);
+
+	if (ret == -ENOMEM)
+		ret = reply_status(fd, -ENOMEM, "out of memory encoding the reply");
+	return ret;
+}
+
 static int do_handshake(struct conn *c, const Cuip__Handshake *hs)
 {
 	Cuip__Response r = CUIP__RESPONSE__INIT;
@@ -226,7 +239,7 @@ static int do_handshake(struct conn *c, const Cuip__Handshake *hs)
 	r.body_case = CUIP__RESPONSE__BODY_HANDSHAKE;
 	r.handshake = &h;
 	c->hs = true;
-	return cuip_msg_send(c->fd, CUIP_KIND_RESPONSE, &r.base, -1);
+	return send_response(c->fd, &r, NULL, 0);
 }
 
 /* One status per item and the FDs of the good ones, in order; a bad item
@@ -274,6 +287,8 @@ static int do_fetch_many(struct conn *c, const Cuip__FetchMany *fm)
 		if (!ret)
 			cuip_xc_served();
 	}
+	if (ret == -ENOMEM) /* nothing sent: as send_response */
+		ret = reply_status(c->fd, -ENOMEM, "out of memory encoding the reply");
 	return ret;
 }
 
@@ -289,6 +304,12 @@ static bool serve_one(int idx)
 
 	ret = cuip_msg_recvv(c->fd, CUIP_KIND_REQUEST, &cuip__request__descriptor, NULL, (ProtobufCMessage **)&req, fds,
 			     CUIP_OP_MAX_FDS, &nfds, err, sizeof(err));
+	if (ret == -ENOMEM) { /* read past (wire.h): answered, still framed */
+		char msg[320];
+
+		snprintf(msg, sizeof(msg), "pid %d: %s", (int)self.pid, err);
+		return reply_status(c->fd, -ENOMEM, msg) == 0;
+	}
 	if (ret) {
 		if (ret != -ECONNRESET)
 			pr_info("control connection closed: %s", err);
@@ -307,7 +328,8 @@ static bool serve_one(int idx)
 		ret = do_fetch_many(c, req->fetch_many);
 		break;
 	case CUIP__REQUEST__BODY_BYE:
-		reply_status(c->fd, 0, NULL);
+		if (reply_status(c->fd, 0, NULL) == -ENOMEM) /* nothing sent: as send_response */
+			reply_status(c->fd, -ENOMEM, "out of memory encoding the reply");
 		c->bye = true;
 		ret = -ECONNRESET;
 		break;
@@ -481,7 +503,7 @@ static void *op_main(void *arg)
 
 		resp = cuip_op_run(it->req, it->fds, it->nfds);
 		if (resp) {
-			if (cuip_msg_send(sock, CUIP_KIND_RESPONSE, &resp->base, -1))
+			if (send_response(sock, resp, NULL, 0))
 				shutdown(sock, SHUT_RDWR); /* ctl sees EOF and closes it */
 			cuip_response_free(resp);
 		} else {

@@ -383,23 +383,48 @@ out:
 CUIP_API CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
 	uint64_t lo = ptr, hi = ptr + size;
+	struct cuip_mapping *staged = NULL;
+	size_t first, n = 0;
 	CUresult r = enter(real.cuMemSetAccess);
 
 	if (r != CUDA_SUCCESS)
 		return r;
 	lock();
-	r = real.cuMemSetAccess(ptr, size, desc, count);
-	if (r == CUDA_SUCCESS) {
-		for (size_t i = cuip_map_lower(lo); i < vmm.nmaps && vmm.maps[i]->va < hi; i++) {
-			struct cuip_mapping *m = vmm.maps[i];
-			uint64_t s = m->va > lo ? m->va : lo;
-			uint64_t t = m->va + m->size < hi ? m->va + m->size : hi;
-			for (size_t d = 0; d < count; d++)
-				if (cuip_access_set(m, s, t - s, &desc[d].location, desc[d].flags))
-					pr_err("out of memory recording access of mapping %#llx",
-					       (unsigned long long)m->va);
+	/* The mappings' new access is built before the driver is asked:
+	 * running out of memory then changes neither, and what the driver
+	 * grants is always recorded (a rebuild sets what is recorded). */
+	first = cuip_map_lower(lo);
+	while (first + n < vmm.nmaps && vmm.maps[first + n]->va < hi)
+		n++;
+	if (n && !(staged = calloc(n, sizeof(*staged)))) {
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+		goto unlock;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct cuip_mapping *m = vmm.maps[first + i];
+		uint64_t s = m->va > lo ? m->va : lo;
+		uint64_t t = m->va + m->size < hi ? m->va + m->size : hi;
+
+		if (cuip_access_copy(&staged[i], m)) {
+			r = CUDA_ERROR_OUT_OF_MEMORY;
+			goto drop;
+		}
+		for (size_t d = 0; d < count; d++) {
+			if (cuip_access_set(&staged[i], s, t - s, &desc[d].location, desc[d].flags)) {
+				r = CUDA_ERROR_OUT_OF_MEMORY;
+				goto drop;
+			}
 		}
 	}
+	r = real.cuMemSetAccess(ptr, size, desc, count);
+	if (r == CUDA_SUCCESS)
+		for (size_t i = 0; i < n; i++)
+			cuip_access_swap(vmm.maps[first + i], &staged[i]);
+drop:
+	for (size_t i = 0; i < n; i++)
+		free(staged[i].acc);
+	free(staged);
+unlock:
 	unlock();
 	cuip_gate_exit();
 	return r;
@@ -456,7 +481,7 @@ CUIP_API CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CU
 	if (fd < 0) {
 		pr_err("cannot mint a ticket for allocation %016llx:%llu: %s", (unsigned long long)snap.creator,
 		       (unsigned long long)snap.serial, strerror(-fd));
-		r = CUDA_ERROR_OPERATING_SYSTEM;
+		r = fd == -ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_OPERATING_SYSTEM;
 		goto out;
 	}
 	lock();
@@ -520,6 +545,8 @@ static CUresult import_ticket(CUmemGenericAllocationHandle *handle, const Cuip__
 	if (fd < 0) {
 		pr_err("import of allocation %016llx:%llu from pid %d: %s", (unsigned long long)creator,
 		       (unsigned long long)serial, t->creator->pid, err);
+		if (fd == -ENOMEM)
+			return CUDA_ERROR_OUT_OF_MEMORY;
 		return fd == -EMFILE || fd == -ENFILE ? CUDA_ERROR_OPERATING_SYSTEM : CUDA_ERROR_INVALID_VALUE;
 	}
 	r = real.cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
@@ -582,6 +609,12 @@ CUIP_API CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationH
 		return r;
 	if (shHandleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
 		ret = cuip_ticket_read((int)(uintptr_t)osHandle, &t);
+		if (ret == -ENOMEM) { /* the ticket is fine: this process ran out */
+			pr_err("import of descriptor %d refused: out of memory reading its ticket",
+			       (int)(uintptr_t)osHandle);
+			r = CUDA_ERROR_OUT_OF_MEMORY;
+			goto out;
+		}
 		if (ret < 0) {
 			pr_err("import refused: descriptor %d is a malformed cuinterpose ticket",
 			       (int)(uintptr_t)osHandle);
