@@ -1,7 +1,9 @@
 /*
  * arena.c - see arena.h.
  */
+#include <assert.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "arena.h"
@@ -33,6 +35,7 @@ void *cuip_arena_alloc(struct cuip_arena *a, size_t size)
 	}
 	p = (char *)b->data + b->used;
 	b->used += size;
+	assert(b->used <= b->cap && (uintptr_t)p % _Alignof(max_align_t) == 0);
 	return p;
 }
 

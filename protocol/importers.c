@@ -2,6 +2,7 @@
  * importers.c - the per-export importer sets; see importers.h. Called by
  * xcache.c under xc_lock (and by the unit tests); no state of its own.
  */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -125,6 +126,7 @@ int cuip_importers_add(struct cuip_importers *s, const struct cuip_importer *p, 
 		s->e = e;
 		s->cap = cap;
 	}
+	assert(s->n < s->cap && s->cap <= CUIP_IMPORTERS_MAX);
 	s->e[s->n++] = *p;
 	return 1;
 }

@@ -4,6 +4,7 @@
  *
  * Stateless apart from the CRC table, built once under pthread_once.
  */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -191,7 +192,7 @@ const char *cuip_kind_name(unsigned kind)
 
 ssize_t cuip_encode(unsigned kind, const ProtobufCMessage *msg, uint8_t **out)
 {
-	size_t plen = protobuf_c_message_get_packed_size(msg);
+	size_t plen = protobuf_c_message_get_packed_size(msg), packed;
 	struct cuip_frame f;
 	uint8_t *buf;
 
@@ -200,7 +201,9 @@ ssize_t cuip_encode(unsigned kind, const ProtobufCMessage *msg, uint8_t **out)
 	buf = malloc(CUIP_FRAME_SIZE + plen + 1);
 	if (!buf)
 		return -ENOMEM;
-	protobuf_c_message_pack(msg, buf + CUIP_FRAME_SIZE);
+	packed = protobuf_c_message_pack(msg, buf + CUIP_FRAME_SIZE);
+	assert(packed == plen); /* protobuf-c packs exactly what it measured */
+	(void)packed;
 	f.magic = CUIP_MAGIC;
 	f.version = CUIP_FORMAT_VERSION;
 	f.kind = (uint16_t)kind;
