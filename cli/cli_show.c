@@ -41,6 +41,7 @@ struct show {
 	int dirfd;
 	char **problems;
 	size_t n_problems;
+	size_t n_lost; /* problems found but not described: out of memory */
 	uint64_t chunks_checked;
 	uint64_t bytes_checked;
 	size_t shown; /* topology images printed (JSON commas) */
@@ -63,7 +64,10 @@ static void problem(struct show *s, const char *fmt, ...)
 	va_end(ap);
 	nv = realloc(s->problems, (s->n_problems + 1) * sizeof(*nv));
 	if (!nv || !msg) {
+		/* Still counted: the verdict must not read OK. */
 		free(msg);
+		s->n_lost++;
+		fprintf(stderr, "cuinterpose show: out of memory describing a problem\n");
 		return;
 	}
 	s->problems = nv;
@@ -105,8 +109,12 @@ static long verify_entry(struct show *s, const Cuip__Topology *t, const Cuip__Ca
 	if (!e->chunk_size || !e->file || strchr(e->file, '/'))
 		return -1; /* already reported by the index checks */
 	buf = malloc(e->chunk_size);
-	if (!buf)
+	if (!buf) {
+		/* Not verified is not verified good. */
+		problem(s, "allocation %016" PRIx64 ":%" PRIu64 ": not verified: out of memory for a %u-byte chunk",
+			e->alloc->creator, e->alloc->serial, e->chunk_size);
 		return -1;
+	}
 	for (size_t ch = 0; ch < e->n_crc32c; ch++) {
 		uint64_t off = (uint64_t)ch * e->chunk_size, foff, run;
 		size_t len;
@@ -476,7 +484,7 @@ static void show_participants(struct show *s, const Cuip__Inventory *inv)
 /* The verdict and the problems; the exit status (0 or 1). */
 static int show_verdict(const struct show *s)
 {
-	int status = s->n_problems ? 1 : 0;
+	int status = s->n_problems || s->n_lost ? 1 : 0;
 
 	if (s->json) {
 		printf(",\"verified\":%s,\"chunks_checked\":%" PRIu64 ",\"bytes_checked\":%" PRIu64
@@ -488,7 +496,8 @@ static int show_verdict(const struct show *s)
 		}
 		printf("]}\n");
 	} else if (status) {
-		printf("\nFAIL: %zu problem(s); `criu restore` of this directory would be refused:\n", s->n_problems);
+		printf("\nFAIL: %zu problem(s); `criu restore` of this directory would be refused:\n",
+		       s->n_problems + s->n_lost);
 		for (size_t i = 0; i < s->n_problems; i++)
 			printf("  %s\n", s->problems[i]);
 	} else if (s->verify) {

@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdio.h>
 
 static atomic_ulong counted, armed;
 static atomic_bool fired;
@@ -79,4 +80,24 @@ char *failalloc_strdup(const char *s)
 char *failalloc_strndup(const char *s, size_t n)
 {
 	return fail_now() ? NULL : strndup(s, n);
+}
+
+static void report(void)
+{
+	fprintf(stderr, "failalloc: %lu allocations%s\n", failalloc_count(),
+		atomic_load(&armed) ? (failalloc_fired() ? ", the armed one failed" : ", the armed one not reached")
+				    : "");
+}
+
+/* A program built with the counters is armed from its environment:
+ * FAILALLOC_NTH=n fails its n-th allocation; with FAILALLOC_REPORT set it
+ * prints the count at exit (a test's clean run learns how many to try). */
+__attribute__((constructor)) static void arm_from_environment(void)
+{
+	const char *n = getenv("FAILALLOC_NTH");
+
+	if (n && *n)
+		failalloc_arm(strtoul(n, NULL, 10));
+	if (getenv("FAILALLOC_REPORT"))
+		atexit(report);
 }

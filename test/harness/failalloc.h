@@ -3,7 +3,9 @@
  * allocation fails, as SQLite's tests do): compiled in front of the code
  * under test with `-include`, it sends that code's malloc, calloc, realloc,
  * strdup and strndup through counters (failalloc.c). Free stays the C
- * library's. Nothing outside the tests is built with it. The three control
+ * library's. Nothing outside the tests is built with it. A program built
+ * with it is also armed from its environment (FAILALLOC_NTH, and
+ * FAILALLOC_REPORT for the count at exit; failalloc.c). The three control
  * functions keep default visibility, so that a shared object built with it
  * (interposer/'s libcuinterpose-oom, under -fvisibility=hidden) exports them
  * to the test that preloads it.
