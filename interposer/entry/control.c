@@ -201,16 +201,18 @@ static int reply_status(int fd, int status, const char *msg)
 	return cuip_msg_send(fd, CUIP_KIND_RESPONSE, &r.base, -1);
 }
 
-/* A response, or where it cannot be encoded for want of memory (nothing
- * was sent, wire.h) a bare -ENOMEM status in its place: the peer gets an
- * answer to every request, and the connection stays framed. */
-static int send_response(int fd, const Cuip__Response *r, const int *fds, size_t nfds)
+/* After a send that returned ret: where the reply could not be encoded
+ * for want of memory (nothing was sent, wire.h), a bare -ENOMEM status in
+ * its place, so that the peer gets an answer to every request and the
+ * connection stays framed. */
+static int or_enomem(int fd, int ret)
 {
-	int ret = cuip_msg_sendv(fd, CUIP_KIND_RESPONSE, &r->base, fds, nfds);
+	return ret == -ENOMEM ? reply_status(fd, -ENOMEM, "out of memory encoding the reply") : ret;
+}
 
-	if (ret == -ENOMEM)
-		ret = reply_status(fd, -ENOMEM, "out of memory encoding the reply");
-	return ret;
+static int send_response(int fd, const Cuip__Response *r)
+{
+	return or_enomem(fd, cuip_msg_send(fd, CUIP_KIND_RESPONSE, &r->base, -1));
 }
 
 static int do_handshake(struct conn *c, const Cuip__Handshake *hs)
@@ -239,7 +241,7 @@ static int do_handshake(struct conn *c, const Cuip__Handshake *hs)
 	r.body_case = CUIP__RESPONSE__BODY_HANDSHAKE;
 	r.handshake = &h;
 	c->hs = true;
-	return send_response(c->fd, &r, NULL, 0);
+	return send_response(c->fd, &r);
 }
 
 /* One status per item and the FDs of the good ones, in order; a bad item
@@ -287,9 +289,7 @@ static int do_fetch_many(struct conn *c, const Cuip__FetchMany *fm)
 		if (!ret)
 			cuip_xc_served();
 	}
-	if (ret == -ENOMEM) /* nothing sent: as send_response */
-		ret = reply_status(c->fd, -ENOMEM, "out of memory encoding the reply");
-	return ret;
+	return or_enomem(c->fd, ret);
 }
 
 /* Read and handle one request; false: close the connection. */
@@ -328,8 +328,7 @@ static bool serve_one(int idx)
 		ret = do_fetch_many(c, req->fetch_many);
 		break;
 	case CUIP__REQUEST__BODY_BYE:
-		if (reply_status(c->fd, 0, NULL) == -ENOMEM) /* nothing sent: as send_response */
-			reply_status(c->fd, -ENOMEM, "out of memory encoding the reply");
+		or_enomem(c->fd, reply_status(c->fd, 0, NULL));
 		c->bye = true;
 		ret = -ECONNRESET;
 		break;
@@ -503,7 +502,7 @@ static void *op_main(void *arg)
 
 		resp = cuip_op_run(it->req, it->fds, it->nfds);
 		if (resp) {
-			if (send_response(sock, resp, NULL, 0))
+			if (send_response(sock, resp))
 				shutdown(sock, SHUT_RDWR); /* ctl sees EOF and closes it */
 			cuip_response_free(resp);
 		} else {
