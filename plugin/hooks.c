@@ -58,6 +58,7 @@
 #include "native.h"
 #include "nvml.h"
 #include "options.h"
+#include "prefetch.h"
 #include "proc.h"
 #include "sockdiag.h"
 #include "startgate.h"
@@ -1229,6 +1230,7 @@ static int cuip_resume_devices_late(int pid)
 	if (!S.resumed) {
 		S.resumed = true;
 		S.resume_ret = resume_group(pid);
+		cuip_prefetch_stop("RESUME_DEVICES_LATE");
 		check_single_threaded("RESUME_DEVICES_LATE");
 		return S.resume_ret;
 	}
@@ -1311,6 +1313,21 @@ static int check_gpus(int dir)
 	return 0;
 }
 
+/* Read ahead the images this restore will read (prefetch.h). A checkpoint
+ * that cannot be read is left to resume_group to refuse; criu's pages are
+ * still read ahead. */
+static void start_prefetch(int dir)
+{
+	struct cuip_ckpt ck = {0};
+	char err[512];
+	int ret = S.o.prefetch_mb ? cuip_images_read(dir, &ck, err, sizeof(err)) : 0;
+
+	if (ret && ret != -ENOENT)
+		pr_debug("prefetch: carriers not read ahead: %s", err);
+	cuip_prefetch_start(dir, ret ? NULL : &ck, S.o.prefetch_mb);
+	cuip_images_free(&ck);
+}
+
 static int cuip_init(int stage)
 {
 	char err[512];
@@ -1350,6 +1367,8 @@ static int cuip_init(int stage)
 		}
 		if (!S.disabled && dir >= 0 && check_gpus(dir))
 			return -1;
+		if (!S.disabled && dir >= 0)
+			start_prefetch(dir);
 	}
 	if (stage == CR_PLUGIN_STAGE__DUMP)
 		seize_by_interrupt();
@@ -1436,6 +1455,7 @@ static void cuip_fini(int stage, int ret)
 	if (stage == CR_PLUGIN_STAGE__RESTORE && S.active)
 		cuip_guardian_end(ret ? "the restore failed; CRIU ends the restored tasks"
 				      : "commit: the restore is complete");
+	cuip_prefetch_stop("the end of the restore");
 	cuip_group_disconnect(&S.g);
 	cuip_devfiles_reset();
 	reset_state();

@@ -165,7 +165,7 @@ static int env_str(const char *name, const char *def, char *out, size_t len, cha
 
 int cuip_opts_load(struct cuip_opts *o, char *err, size_t errlen)
 {
-	char copies[32];
+	char copies[32], prefetch[32];
 	unsigned chunk;
 	int ret, n;
 
@@ -187,8 +187,24 @@ int cuip_opts_load(struct cuip_opts *o, char *err, size_t errlen)
 	    (ret = env_str("CUINTERPOSE_SOCKET_DIR", "", o->socket_dir, sizeof(o->socket_dir), err, errlen)) ||
 	    (ret = env_str("CUINTERPOSE_LIBCUDA", "libcuda.so.1", o->libcuda, sizeof(o->libcuda), err, errlen)) ||
 	    (ret = env_str("CUINTERPOSE_LOAD_COPIES", "async", copies, sizeof(copies), err, errlen)) ||
-	    (ret = env_str("CUINTERPOSE_PARENT", "", o->parent, sizeof(o->parent), err, errlen)))
+	    (ret = env_str("CUINTERPOSE_PARENT", "", o->parent, sizeof(o->parent), err, errlen)) ||
+	    (ret = env_str("CUINTERPOSE_PREFETCH_MB", "auto", prefetch, sizeof(prefetch), err, errlen)))
 		return ret;
+	if (strcmp(prefetch, "auto")) {
+		unsigned long long mb;
+		char *end;
+
+		errno = 0;
+		mb = strtoull(prefetch, &end, 10);
+		if (errno || *end || !isdigit((unsigned char)prefetch[0]) || mb > (1ull << 40)) {
+			errfmt(err, errlen, "CUINTERPOSE_PREFETCH_MB=\"%s\": want auto or a number of MiB (0: off)",
+			       prefetch);
+			return -EINVAL;
+		}
+		o->prefetch_mb = (int64_t)mb;
+	} else {
+		o->prefetch_mb = -1;
+	}
 	if (strcmp(copies, "async") && strcmp(copies, "sync")) {
 		errfmt(err, errlen, "CUINTERPOSE_LOAD_COPIES=\"%s\": want async or sync", copies);
 		return -EINVAL;

@@ -123,6 +123,33 @@ START_TEST(options_come_from_the_environment_and_bad_values_are_named)
 	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), -EINVAL);
 	ck_assert_str_eq(err, "CUINTERPOSE_LOAD_COPIES=\"synchronous\": want async or sync");
 	unsetenv("CUINTERPOSE_LOAD_COPIES");
+	/* the restore's read-ahead budget: auto (-1), MiB, 0 = off */
+	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), 0);
+	ck_assert_int_eq(o.prefetch_mb, -1);
+	setenv("CUINTERPOSE_PREFETCH_MB", "512", 1);
+	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), 0);
+	ck_assert_int_eq(o.prefetch_mb, 512);
+	setenv("CUINTERPOSE_PREFETCH_MB", "0", 1);
+	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), 0);
+	ck_assert_int_eq(o.prefetch_mb, 0);
+	setenv("CUINTERPOSE_PREFETCH_MB", "auto", 1);
+	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), 0);
+	ck_assert_int_eq(o.prefetch_mb, -1);
+	for (const char *const *v = (const char *const[]){"-1", "12x", "", " 5", "1099511627777", NULL}; *v; v++) {
+		char want[128];
+
+		setenv("CUINTERPOSE_PREFETCH_MB", *v, 1);
+		if (!**v) { /* empty: the default */
+			ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), 0);
+			ck_assert_int_eq(o.prefetch_mb, -1);
+			continue;
+		}
+		ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), -EINVAL);
+		snprintf(want, sizeof(want), "CUINTERPOSE_PREFETCH_MB=\"%s\": want auto or a number of MiB (0: off)",
+			 *v);
+		ck_assert_str_eq(err, want);
+	}
+	unsetenv("CUINTERPOSE_PREFETCH_MB");
 	unsetenv("CUINTERPOSE_LEAVE_RUNNING");
 	unsetenv("CUINTERPOSE_GPU_REMAP");
 }
