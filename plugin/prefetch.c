@@ -133,6 +133,31 @@ static bool gone(int criu_fd)
 	return criu_fd < 0 || poll(&pf, 1, 0) != 0;
 }
 
+static int by_fd(const void *a, const void *b)
+{
+	return *(const int *)a - *(const int *)b;
+}
+
+/* Close every descriptor but fds[0..n) and `also`: the reader must not
+ * hold criu's (its log, pipes and sockets a caller waits on). */
+static void keep_only(const int *fds, unsigned n, int also)
+{
+	static int keep[MAX_FILES + 1];
+	unsigned k = 0, lo = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		keep[k++] = fds[i];
+	if (also >= 0)
+		keep[k++] = also;
+	qsort(keep, k, sizeof(*keep), by_fd);
+	for (unsigned i = 0; i < k; i++) {
+		if ((unsigned)keep[i] > lo)
+			syscall(SYS_close_range, lo, (unsigned)keep[i] - 1, 0);
+		lo = (unsigned)keep[i] + 1;
+	}
+	syscall(SYS_close_range, lo, ~0U, 0);
+}
+
 static void reader(pid_t criu, const int *fds, unsigned n, uint64_t budget)
 {
 	struct counters *c = P.c;
@@ -145,7 +170,8 @@ static void reader(pid_t criu, const int *fds, unsigned n, uint64_t budget)
 	for (int i = 0; !__atomic_load_n(&c->go, __ATOMIC_ACQUIRE); i++)
 		if (i > REAP_WAIT_MS || gone(criu_fd) || nanosleep(&ms, NULL) < 0)
 			_exit(1);
-	cuip_fault("prefetch");
+	cuip_fault("prefetch"); /* logs: before criu's log is closed */
+	keep_only(fds, n, criu_fd);
 	for (unsigned i = 0; i < n && c->bytes < budget && !gone(criu_fd); i++)
 		read_file(c, fds[i], budget);
 	c->seconds = cuip_now() - P.t0;
