@@ -1196,6 +1196,7 @@ static int resume_group(pid_t root)
 		if (!ret)
 			ret = find_sockets(err, sizeof(err));
 		if (!ret) {
+			cuip_prefetch_stop("LOAD"); /* LOAD reads the rest itself */
 			ret = cuip_group_rebuild(&S.g, (const Cuip__Topology *const *)ck.topo);
 			if (ret)
 				snprintf(err, sizeof(err), "%s", S.g.err);
@@ -1313,18 +1314,18 @@ static int check_gpus(int dir)
 	return 0;
 }
 
-/* Read ahead the images this restore will read (prefetch.h). A checkpoint
- * that cannot be read is left to resume_group to refuse; criu's pages are
- * still read ahead. */
+/* Read ahead the carriers this restore will LOAD (prefetch.h). A
+ * checkpoint that cannot be read is left to resume_group to refuse. */
 static void start_prefetch(int dir)
 {
 	struct cuip_ckpt ck = {0};
 	char err[512];
 	int ret = S.o.prefetch_mb ? cuip_images_read(dir, &ck, err, sizeof(err)) : 0;
 
-	if (ret && ret != -ENOENT)
-		pr_debug("prefetch: carriers not read ahead: %s", err);
-	cuip_prefetch_start(dir, ret ? NULL : &ck, S.o.prefetch_mb);
+	if (ret)
+		pr_info("prefetch: nothing read ahead: %s", err);
+	else
+		cuip_prefetch_start(dir, &ck, S.o.prefetch_mb);
 	cuip_images_free(&ck);
 }
 

@@ -29,13 +29,16 @@
 #include "prefetch.h"
 #include "wire.h"
 
-/* What one mincore() and one readahead() cover. */
+/* What one mincore() and one read cover. */
 #define BLOCK (8ull << 20)
-/* The most files read ahead: criu's page images and every carrier. */
+/* The most carrier files read ahead. */
 #define MAX_FILES 1024
 /* How long a reader SIGKILLed may take to exit (it may be inside a read
  * the disk must finish first), and how long it waits for criu's go. */
 #define REAP_WAIT_MS 10000
+/* ioprio_set(2): IOPRIO_WHO_PROCESS; class BE (2) at level 7 */
+#define IOPRIO_WHO_PROCESS 1
+#define IOPRIO_BE_LOWEST   ((2 << 13) | 7)
 
 /* Written by the reader, read by criu once the reader is gone or stopped. */
 struct counters {
@@ -85,8 +88,25 @@ static uint64_t not_cached(int fd, uint64_t off, uint64_t len)
 	return n > len ? len : n;
 }
 
-/* Ask for the data ranges of one file, in order, while the budget lasts. */
-static void read_file(struct counters *c, int fd, uint64_t budget)
+/* Read [off, off + len) of fd into buf (and so into the page cache). */
+static void read_block(int fd, uint8_t *buf, uint64_t off, uint64_t len)
+{
+	while (len) {
+		ssize_t r = pread(fd, buf, len, (off_t)off);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return;
+		off += (uint64_t)r;
+		len -= (uint64_t)r;
+	}
+}
+
+/* Read the data ranges of one file, in order, while the budget lasts:
+ * one block at a time, so that the reader keeps one request in the disk's
+ * queue, beside criu's own. */
+static void read_file(struct counters *c, int fd, uint8_t *buf, uint64_t budget)
 {
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
 	struct stat st;
@@ -116,7 +136,7 @@ static void read_file(struct counters *c, int fd, uint64_t budget)
 				len = budget - c->bytes;
 			u = not_cached(fd, b, len);
 			if (u)
-				readahead(fd, (off64_t)b, len);
+				read_block(fd, buf, b, len);
 			c->uncached += u;
 			c->bytes += len;
 		}
@@ -163,6 +183,7 @@ static void reader(pid_t criu, const int *fds, unsigned n, uint64_t budget)
 	struct counters *c = P.c;
 	int criu_fd = (int)syscall(SYS_pidfd_open, criu, 0);
 	struct timespec ms = {0, 1000000};
+	uint8_t *buf;
 
 	prctl(PR_SET_NAME, "cuip-prefetch");
 	/* Until criu holds our pidfd (our pid cannot be reused before), and
@@ -172,8 +193,14 @@ static void reader(pid_t criu, const int *fds, unsigned n, uint64_t budget)
 			_exit(1);
 	cuip_fault("prefetch"); /* logs: before criu's log is closed */
 	keep_only(fds, n, criu_fd);
+	buf = mmap(NULL, BLOCK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (buf == MAP_FAILED)
+		_exit(1);
+	/* The lowest priority of the best-effort class, where the I/O
+	 * scheduler honours it: criu's reads go first. */
+	syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, IOPRIO_BE_LOWEST);
 	for (unsigned i = 0; i < n && c->bytes < budget && !gone(criu_fd); i++)
-		read_file(c, fds[i], budget);
+		read_file(c, fds[i], buf, budget);
 	c->seconds = cuip_now() - P.t0;
 	__atomic_store_n(&c->done, 1, __ATOMIC_RELEASE);
 	_exit(0);
@@ -218,11 +245,6 @@ struct list {
 	unsigned skipped;
 };
 
-static int by_name(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 /* Add `name` (relative to dirfd, or absolute) unless it is there already
  * (the same inode) or the budget is spent. */
 static void add(struct list *l, int dirfd, const char *name, uint64_t budget)
@@ -250,35 +272,6 @@ static void add(struct list *l, int dirfd, const char *name, uint64_t budget)
 		}
 	l->fds[l->n++] = fd;
 	l->bytes += (uint64_t)st.st_blocks * 512;
-}
-
-/* criu's page images, in name order. */
-static void add_pages(struct list *l, int dirfd, uint64_t budget)
-{
-	char *names[MAX_FILES];
-	unsigned n = 0;
-	struct dirent *e;
-	int d = dup(dirfd);
-	DIR *dir = d >= 0 ? fdopendir(d) : NULL;
-
-	if (!dir) {
-		if (d >= 0)
-			close(d);
-		return;
-	}
-	while ((e = readdir(dir)) && n < MAX_FILES) {
-		size_t len = strlen(e->d_name);
-
-		if (!strncmp(e->d_name, "pages-", 6) && len > 10 && !strcmp(e->d_name + len - 4, ".img") &&
-		    (names[n] = strdup(e->d_name)))
-			n++;
-	}
-	closedir(dir);
-	qsort(names, n, sizeof(*names), by_name);
-	for (unsigned i = 0; i < n; i++) {
-		add(l, dirfd, names[i], budget);
-		free(names[i]);
-	}
 }
 
 /* Every carrier file the participants' LOAD will open (coord.c step_load:
@@ -339,7 +332,6 @@ void cuip_prefetch_start(int dirfd, const struct cuip_ckpt *ck, int64_t budget_m
 		pr_warn("prefetch: out of memory for the file list: nothing read ahead");
 		return;
 	}
-	add_pages(l, dirfd, budget);
 	add_carriers(l, dirfd, ck, budget);
 	if (!l->n) {
 		pr_info("prefetch: no image to read ahead");
@@ -403,7 +395,7 @@ void cuip_prefetch_stop(const char *when)
 	c = *P.c;
 	if (c.done)
 		pr_info("prefetch: read ahead %" PRIu64 " bytes of %u files in %.3f s, %" PRIu64
-			" of them not cached before%s",
+			" of them not cached when it came to them%s",
 			c.bytes, c.files, c.seconds, c.uncached,
 			c.errors ? " (some files could not be looked at)" : "");
 	else if (stopped)

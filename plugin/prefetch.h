@@ -1,25 +1,30 @@
 /*
  * prefetch.h - a restore's images read ahead into the page cache.
  *
- * From cold storage a restore leaves the disk idle much of the time: each
- * restored process reads its own pages-*.img, one read at a time, and the
- * carriers wait for LOAD, which comes after criu's restore and the native
- * one. At the start of a restore (cuip_prefetch_start, from the hooks'
- * init) one reader process asks the kernel to read ahead, in the order
- * they will be needed, criu's page images and then every carrier file the
- * participants will LOAD (a chain's ancestors' files too): each file's data
- * only (holes are skipped), what is already cached is not asked for again,
- * and no more than a budget, so that read-ahead never evicts what it
- * brought in before its reader comes (CUINTERPOSE_PREFETCH_MB; by default
- * half the host's available memory; 0: off).
+ * From cold storage a restore leaves part of the disk idle: while criu
+ * restores the processes (each reads its own pages-*.img, one request at a
+ * time) and while the native restore runs, the carriers wait for LOAD.
+ * At the start of a restore (cuip_prefetch_start, from the hooks' init)
+ * one reader process reads the carrier files LOAD will read (a chain's
+ * ancestors' files too) into the page cache, in LOAD's order: each file's
+ * data only (holes are skipped), what is already cached not again, one
+ * block at a time at the lowest best-effort I/O priority, so that criu's
+ * own reads are not queued behind it, and no more than a budget, so that
+ * it never evicts what it brought in before LOAD comes
+ * (CUINTERPOSE_PREFETCH_MB; by default half the host's available memory;
+ * 0: off). It is stopped when LOAD starts, which reads the rest with all
+ * its threads. criu's page images are not read ahead: measured on the H200
+ * (test/gpu/RESULTS.md), a reader that asked the kernel for them and the
+ * carriers all at once queued criu's reads behind 11 GB and made the cold
+ * restore 1.19x slower.
  *
  * The reader is not criu's child: criu's restore waits for any of its
  * children (compel's wait4(-1, __WALL)) and calls one it did not expect an
  * error. A process in between forks it and exits at once; the reader then
  * belongs to init (or the nearest subreaper), which reaps it. criu holds
  * its pidfd, and the reader watches criu's: it ends when criu does, and
- * cuip_prefetch_stop (RESUME_DEVICES_LATE, when LOAD has read everything,
- * and fini) stops it if it still runs. It is advisory: it changes nothing
+ * cuip_prefetch_stop (before LOAD, at RESUME_DEVICES_LATE when there is
+ * none, and at fini) stops it if it still runs. It is advisory: it changes nothing
  * of what the restore reads or checks, and what goes wrong in it is
  * logged, never the restore's failure.
  *
@@ -35,7 +40,7 @@
 struct cuip_ckpt;
 
 /* budget_mb: the most MiB to read ahead, or -1 for half of MemAvailable.
- * ck: the checkpoint as cuip_images_read gave it (NULL: criu's pages only). */
+ * ck: the checkpoint as cuip_images_read gave it. */
 void cuip_prefetch_start(int dirfd, const struct cuip_ckpt *ck, int64_t budget_mb);
 
 /* Stop the reader if it still runs and reap it; `when` names the hook for

@@ -1,16 +1,17 @@
-# A restore reads its images ahead (plugin/prefetch.h): one reader asks the
-# kernel for criu's pages-*.img and the carrier files, data ranges only,
-# what is cached not again, within CUINTERPOSE_PREFETCH_MB. Five cycles of
+# A restore reads its carriers ahead (plugin/prefetch.h): one reader reads
+# the carrier files into the page cache while criu restores, data ranges
+# only, what is cached not again, within CUINTERPOSE_PREFETCH_MB, and is
+# stopped when LOAD starts. Five cycles of
 # the same two-process job, each restore checked byte for byte:
 #   1. the images pushed out of the page cache first: the reader looked at
 #      exactly the data bytes of those files (SEEK_DATA/SEEK_HOLE, counted
-#      here the same way) and found every carrier byte uncached;
+#      here the same way) and found carrier bytes uncached;
 #   2. a budget of 1 MiB: exactly 1 MiB looked at, none of it uncached (the
 #      images were just written); before it, a malformed budget refuses the
 #      restore naming the variable, and the next restore still works;
 #   3. CUINTERPOSE_PREFETCH_MB=0: no reader;
 #   4. the reader stopped (SIGSTOP) by fault injection: the restore finishes,
-#      the reader is killed at RESUME_DEVICES_LATE and reaped;
+#      the reader is killed when LOAD starts and is gone after the restore;
 #   5. the reader killed: the restore finishes, the log says how it ended.
 . "$srcdir/lib.sh"
 
@@ -79,22 +80,23 @@ check_job() {
 }
 
 cycle 1
-set -- "$T"/d1/pages-*.img "$T"/d1/cuinterpose-carrier-*.img
+set -- "$T"/d1/cuinterpose-carrier-*.img
 read -r nfiles bytes <<<"$(data "$@")"
-read -r _ carried <<<"$(data "$T"/d1/cuinterpose-carrier-*.img)"
-[ "$carried" -gt 0 ] || fail "no carrier bytes in $T/d1"
+[ "$bytes" -gt $((1 << 20)) ] || fail "$bytes carrier bytes in $T/d1: too few for the budget's cycle"
 evict "$@"
 res=$(fincore -b -n -o RES "$@" | awk '{s += $1} END {print s + 0}')
-note "cycle 1: restore ($nfiles files, $bytes data bytes, $carried of carriers, $res resident)"
+note "cycle 1: restore ($nfiles carrier files, $bytes data bytes, $res resident)"
 criu_restore "$T/d1" || fail "criu restore (cycle 1)"
 check_job 1
-l=$(line "$T/d1/restore.log" "read ahead [0-9]+ bytes of [0-9]+ files in [0-9.]+ s, [0-9]+ of them not cached before$")
+l=$(line "$T/d1/restore.log" "read ahead [0-9]+ bytes of [0-9]+ files in [0-9.]+ s, [0-9]+ of them not cached when it came to them$")
 read -r got files uncached <<<"$(sed -E 's/.*read ahead ([0-9]+) bytes of ([0-9]+) files .* s, ([0-9]+) of them.*/\1 \2 \3/' <<<"$l")"
 [ "$got" = "$bytes" ] || fail "the reader looked at $got bytes, the images hold $bytes data bytes: $l"
 [ "$files" = "$nfiles" ] || fail "the reader finished $files files, not $nfiles: $l"
 if [ "$res" = 0 ]; then
-	[ "$uncached" -ge "$carried" ] && [ "$uncached" -le "$bytes" ] ||
-		fail "with the images out of the page cache, $uncached bytes were asked for (carriers: $carried; all: $bytes)"
+	# (less than all: the kernel's own read-ahead behind each of the
+	# reader's reads brings in part of its next block)
+	[ "$uncached" -gt 0 ] && [ "$uncached" -le "$bytes" ] ||
+		fail "with the carriers out of the page cache, $uncached of their $bytes bytes were found uncached"
 else
 	note "the page cache kept $res bytes of the images (file system: $(stat -f -c %T "$T")): not checking what was uncached"
 fi
@@ -108,7 +110,7 @@ grep -q 'CUINTERPOSE_PREFETCH_MB="-5": want auto or a number of MiB' "$T/d2/rest
 CUINTERPOSE_PREFETCH_MB=1 criu_restore "$T/d2" || fail "criu restore (cycle 2)"
 check_job 2
 line "$T/d2/restore.log" "reader [0-9]+ reads ahead [0-9]+ files, [0-9]+ bytes on disk \(budget 1 MiB" >/dev/null
-line "$T/d2/restore.log" "read ahead 1048576 bytes of [0-9]+ files in [0-9.]+ s, 0 of them not cached before$" >/dev/null
+line "$T/d2/restore.log" "read ahead 1048576 bytes of [0-9]+ files in [0-9.]+ s, 0 of them not cached when it came to them$" >/dev/null
 reader_gone "$T/d2/restore.log"
 
 cycle 3
@@ -121,7 +123,7 @@ cycle 4
 CUINTERPOSE_FAULT=stop@prefetch criu_restore "$T/d4" || fail "criu restore with the reader stopped"
 check_job 4
 grep -q "fault injection (CUINTERPOSE_FAULT): stop at prefetch" "$T/d4/restore.log" || fail "the fault was not injected"
-line "$T/d4/restore.log" "reader [0-9]+ still reading at RESUME_DEVICES_LATE after 0 of [0-9]+ bytes \([0-9.]+ s\): stopped$" >/dev/null
+line "$T/d4/restore.log" "reader [0-9]+ still reading at LOAD after 0 of [0-9]+ bytes \([0-9.]+ s\): stopped$" >/dev/null
 reader_gone "$T/d4/restore.log"
 
 cycle 5
