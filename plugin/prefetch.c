@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -31,6 +32,8 @@
 
 /* What one mincore() and one read cover. */
 #define BLOCK (8ull << 20)
+/* Threads of the reader: each keeps one read in the disk's queue. */
+#define READERS 4
 /* The most carrier files read ahead. */
 #define MAX_FILES 1024
 /* How long a reader SIGKILLed may take to exit (it may be inside a read
@@ -44,7 +47,7 @@
 struct counters {
 	uint64_t bytes;	   /* data bytes looked at, cached or not */
 	uint64_t uncached; /* of them, asked to be read (not in the page cache) */
-	uint32_t files;	   /* files finished */
+	uint32_t files;	   /* files begun */
 	uint32_t errors;   /* files the reader could not look at */
 	double seconds;	   /* from the clone to the last request */
 	pid_t pid;	   /* the reader, set by the process that forks it */
@@ -67,7 +70,7 @@ static struct {
  * them when that cannot be told). */
 static uint64_t not_cached(int fd, uint64_t off, uint64_t len)
 {
-	static unsigned char vec[BLOCK / 4096 + 1];
+	unsigned char vec[BLOCK / 4096 + 1];
 	long page = sysconf(_SC_PAGESIZE);
 	uint64_t pages = (len + page - 1) / page, n = 0;
 	void *m;
@@ -103,46 +106,93 @@ static void read_block(int fd, uint8_t *buf, uint64_t off, uint64_t len)
 	}
 }
 
-/* Read the data ranges of one file, in order, while the budget lasts:
- * one block at a time, so that the reader keeps one request in the disk's
- * queue, beside criu's own. */
-static void read_file(struct counters *c, int fd, uint8_t *buf, uint64_t budget)
+/* The reader's cursor over the files' data, block by block, in order. */
+static struct {
+	pthread_mutex_t mu;
+	const int *fds;
+	unsigned n, i; /* files, the current one */
+	bool opened;   /* size of file i known */
+	off_t size;    /* of file i */
+	off_t off;     /* next byte to hand out */
+	off_t end;     /* of the data range off is in (off == end: find the next) */
+	uint64_t budget;
+	int criu_fd;
+} R = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static bool gone(int criu_fd);
+
+/* The next block to read, or false when none is left (all handed out, the
+ * budget spent, or criu gone). Counts files and bytes handed out. */
+static bool next_block(struct counters *c, int *fd, uint64_t *off, uint64_t *len)
 {
-	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-	struct stat st;
-	off_t off = 0;
+	off_t page = (off_t)sysconf(_SC_PAGESIZE);
+	bool got = false;
 
-	if (fstat(fd, &st)) {
-		c->errors++;
-		return;
-	}
-	while (off < st.st_size && c->bytes < budget) {
-		off_t data = lseek(fd, off, SEEK_DATA), hole;
+	pthread_mutex_lock(&R.mu);
+	while (!got && R.i < R.n && c->bytes < R.budget && !gone(R.criu_fd)) {
+		int f = R.fds[R.i];
+		off_t data;
+		struct stat st;
 
-		if (data < 0 && errno == ENXIO)
-			break; /* only a hole is left */
-		if (data < 0)
-			data = off; /* no SEEK_DATA here: all of it is data */
-		hole = lseek(fd, data, SEEK_HOLE);
-		if (hole < 0 || hole > st.st_size)
-			hole = st.st_size;
-		data -= data % (off_t)page;
-		for (uint64_t b = (uint64_t)data; b < (uint64_t)hole && c->bytes < budget; b += BLOCK) {
-			uint64_t len = (uint64_t)hole - b, u;
-
-			if (len > BLOCK)
-				len = BLOCK;
-			if (len > budget - c->bytes)
-				len = budget - c->bytes;
-			u = not_cached(fd, b, len);
-			if (u)
-				read_block(fd, buf, b, len);
-			c->uncached += u;
-			c->bytes += len;
+		if (!R.opened) {
+			R.opened = true;
+			c->files++;
+			R.off = R.end = 0;
+			if (fstat(f, &st)) {
+				c->errors++;
+				st.st_size = 0; /* nothing of it is read */
+			}
+			R.size = st.st_size;
 		}
-		off = hole;
+		if (R.off < R.end) {
+			*fd = f;
+			*off = (uint64_t)R.off;
+			*len = (uint64_t)(R.end - R.off);
+			if (*len > BLOCK)
+				*len = BLOCK;
+			if (*len > R.budget - c->bytes)
+				*len = R.budget - c->bytes;
+			R.off += (off_t)*len;
+			c->bytes += *len;
+			got = true;
+			continue;
+		}
+		data = R.off < R.size ? lseek(f, R.off, SEEK_DATA) : -1;
+		if (data < 0 && R.off < R.size && errno != ENXIO)
+			data = R.off; /* no SEEK_DATA here: all of it is data */
+		if (data < 0) {	      /* only a hole is left: the next file */
+			R.i++;
+			R.opened = false;
+			continue;
+		}
+		R.end = lseek(f, data, SEEK_HOLE);
+		if (R.end < 0 || R.end > R.size)
+			R.end = R.size;
+		R.off = data - data % page;
 	}
-	c->files++;
+	pthread_mutex_unlock(&R.mu);
+	return got;
+}
+
+/* One of the reader's threads: blocks not in the page cache are read into
+ * its own buffer (and so into the page cache). */
+static void *read_blocks(void *arg)
+{
+	struct counters *c = arg;
+	uint8_t *buf = mmap(NULL, BLOCK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint64_t off, len, u;
+	int fd;
+
+	if (buf == MAP_FAILED)
+		return NULL;
+	while (next_block(c, &fd, &off, &len)) {
+		u = not_cached(fd, off, len);
+		if (u)
+			read_block(fd, buf, off, len);
+		__atomic_add_fetch(&c->uncached, u, __ATOMIC_RELAXED);
+	}
+	munmap(buf, BLOCK);
+	return NULL;
 }
 
 /* Whether criu has ended (the reader outlives it otherwise). */
@@ -183,7 +233,8 @@ static void reader(pid_t criu, const int *fds, unsigned n, uint64_t budget)
 	struct counters *c = P.c;
 	int criu_fd = (int)syscall(SYS_pidfd_open, criu, 0);
 	struct timespec ms = {0, 1000000};
-	uint8_t *buf;
+	pthread_t t[READERS];
+	unsigned k;
 
 	prctl(PR_SET_NAME, "cuip-prefetch");
 	/* Until criu holds our pidfd (our pid cannot be reused before), and
@@ -193,14 +244,18 @@ static void reader(pid_t criu, const int *fds, unsigned n, uint64_t budget)
 			_exit(1);
 	cuip_fault("prefetch"); /* logs: before criu's log is closed */
 	keep_only(fds, n, criu_fd);
-	buf = mmap(NULL, BLOCK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (buf == MAP_FAILED)
-		_exit(1);
 	/* The lowest priority of the best-effort class, where the I/O
 	 * scheduler honours it: criu's reads go first. */
 	syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, IOPRIO_BE_LOWEST);
-	for (unsigned i = 0; i < n && c->bytes < budget && !gone(criu_fd); i++)
-		read_file(c, fds[i], buf, budget);
+	R.fds = fds;
+	R.n = n;
+	R.budget = budget;
+	R.criu_fd = criu_fd;
+	for (k = 0; k < READERS - 1 && !pthread_create(&t[k], NULL, read_blocks, c); k++)
+		;
+	read_blocks(c);
+	while (k--)
+		pthread_join(t[k], NULL);
 	c->seconds = cuip_now() - P.t0;
 	__atomic_store_n(&c->done, 1, __ATOMIC_RELEASE);
 	_exit(0);
@@ -225,7 +280,7 @@ static pid_t spawn(const int *fds, unsigned n, uint64_t budget)
 	if (mid < 0)
 		return -errno;
 	if (mid == 0) {
-		r = (pid_t)syscall(SYS_clone, (unsigned long)SIGCHLD, 0UL, 0UL, 0UL, 0UL); /* a fork */
+		r = fork(); /* glibc's: the reader starts threads */
 		if (r == 0)
 			reader(criu, fds, n, budget);
 		P.c->pid = r > 0 ? r : -errno;
