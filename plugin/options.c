@@ -188,7 +188,7 @@ int cuip_opts_load(struct cuip_opts *o, char *err, size_t errlen)
 	    (ret = env_str("CUINTERPOSE_LIBCUDA", "libcuda.so.1", o->libcuda, sizeof(o->libcuda), err, errlen)) ||
 	    (ret = env_str("CUINTERPOSE_LOAD_COPIES", "async", copies, sizeof(copies), err, errlen)) ||
 	    (ret = env_str("CUINTERPOSE_PARENT", "", o->parent, sizeof(o->parent), err, errlen)) ||
-	    (ret = env_str("CUINTERPOSE_PREFETCH_MB", "auto", prefetch, sizeof(prefetch), err, errlen)))
+	    (ret = env_str("CUINTERPOSE_PREFETCH_MB", "0", prefetch, sizeof(prefetch), err, errlen)))
 		return ret;
 	if (strcmp(prefetch, "auto")) {
 		unsigned long long mb;

@@ -34,7 +34,7 @@ struct cuip_opts {
 	int verbose;		     /* CUINTERPOSE_VERBOSE: per-participant lines at info level */
 	int leave_running;	     /* CUINTERPOSE_LEAVE_RUNNING: -1 = ask CRIU */
 	int load_sync;		     /* CUINTERPOSE_LOAD_COPIES=sync: LOAD's copies synchronous */
-	int64_t prefetch_mb;	     /* CUINTERPOSE_PREFETCH_MB: restore read-ahead budget; -1 = auto */
+	int64_t prefetch_mb;	     /* CUINTERPOSE_PREFETCH_MB: restore read-ahead budget; -1 = auto, 0 = off */
 	char socket_dir[PATH_MAX];   /* CUINTERPOSE_SOCKET_DIR, as seen inside the participants */
 	char libcuda[PATH_MAX];	     /* CUINTERPOSE_LIBCUDA: driver library for native checkpoint */
 	char parent[PATH_MAX];	     /* CUINTERPOSE_PARENT: dump incrementally against this checkpoint */

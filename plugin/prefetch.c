@@ -379,7 +379,7 @@ void cuip_prefetch_start(int dirfd, const struct cuip_ckpt *ck, int64_t budget_m
 	cuip_prefetch_stop("a new restore");
 	if (!budget) {
 		pr_info("prefetch: off (%s)",
-			budget_mb < 0 ? "no MemAvailable in /proc/meminfo" : "CUINTERPOSE_PREFETCH_MB=0");
+			budget_mb < 0 ? "no MemAvailable in /proc/meminfo" : "CUINTERPOSE_PREFETCH_MB unset or 0");
 		return;
 	}
 	l = calloc(1, sizeof(*l));

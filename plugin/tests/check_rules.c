@@ -123,9 +123,9 @@ START_TEST(options_come_from_the_environment_and_bad_values_are_named)
 	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), -EINVAL);
 	ck_assert_str_eq(err, "CUINTERPOSE_LOAD_COPIES=\"synchronous\": want async or sync");
 	unsetenv("CUINTERPOSE_LOAD_COPIES");
-	/* the restore's read-ahead budget: auto (-1), MiB, 0 = off */
+	/* the restore's read-ahead budget: off (0) unless asked, auto (-1), MiB */
 	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), 0);
-	ck_assert_int_eq(o.prefetch_mb, -1);
+	ck_assert_int_eq(o.prefetch_mb, 0);
 	setenv("CUINTERPOSE_PREFETCH_MB", "512", 1);
 	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), 0);
 	ck_assert_int_eq(o.prefetch_mb, 512);
@@ -141,7 +141,7 @@ START_TEST(options_come_from_the_environment_and_bad_values_are_named)
 		setenv("CUINTERPOSE_PREFETCH_MB", *v, 1);
 		if (!**v) { /* empty: the default */
 			ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), 0);
-			ck_assert_int_eq(o.prefetch_mb, -1);
+			ck_assert_int_eq(o.prefetch_mb, 0);
 			continue;
 		}
 		ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), -EINVAL);

@@ -1,7 +1,7 @@
-# A restore reads its carriers ahead (plugin/prefetch.h): one reader reads
-# the carrier files into the page cache while criu restores, data ranges
-# only, what is cached not again, within CUINTERPOSE_PREFETCH_MB, and is
-# stopped when LOAD starts. Five cycles of
+# With CUINTERPOSE_PREFETCH_MB, a restore reads its carriers ahead
+# (plugin/prefetch.h): one reader reads the carrier files into the page
+# cache while criu restores, data ranges only, what is cached not again,
+# within the budget, and is stopped when LOAD starts. Five cycles of
 # the same two-process job, each restore checked byte for byte:
 #   1. the images pushed out of the page cache first: the reader looked at
 #      exactly the data bytes of those files (SEEK_DATA/SEEK_HOLE, counted
@@ -9,7 +9,7 @@
 #   2. a budget of 1 MiB: exactly 1 MiB looked at, none of it uncached (the
 #      images were just written); before it, a malformed budget refuses the
 #      restore naming the variable, and the next restore still works;
-#   3. CUINTERPOSE_PREFETCH_MB=0: no reader;
+#   3. the default (off) and CUINTERPOSE_PREFETCH_MB=0: no reader;
 #   4. the reader stopped (SIGSTOP) by fault injection: the restore finishes,
 #      the reader is killed when LOAD starts and is gone after the restore;
 #   5. the reader killed: the restore finishes, the log says how it ended.
@@ -86,7 +86,7 @@ read -r nfiles bytes <<<"$(data "$@")"
 evict "$@"
 res=$(fincore -b -n -o RES "$@" | awk '{s += $1} END {print s + 0}')
 note "cycle 1: restore ($nfiles carrier files, $bytes data bytes, $res resident)"
-criu_restore "$T/d1" || fail "criu restore (cycle 1)"
+CUINTERPOSE_PREFETCH_MB=auto criu_restore "$T/d1" || fail "criu restore (cycle 1)"
 check_job 1
 l=$(line "$T/d1/restore.log" "read ahead [0-9]+ bytes of [0-9]+ files in [0-9.]+ s, [0-9]+ of them not cached when it came to them$")
 read -r got files uncached <<<"$(sed -E 's/.*read ahead ([0-9]+) bytes of ([0-9]+) files .* s, ([0-9]+) of them.*/\1 \2 \3/' <<<"$l")"
@@ -113,21 +113,24 @@ line "$T/d2/restore.log" "reader [0-9]+ reads ahead [0-9]+ files, [0-9]+ bytes o
 line "$T/d2/restore.log" "read ahead 1048576 bytes of [0-9]+ files in [0-9.]+ s, 0 of them not cached when it came to them$" >/dev/null
 reader_gone "$T/d2/restore.log"
 
-cycle 3
-CUINTERPOSE_PREFETCH_MB=0 criu_restore "$T/d3" || fail "criu restore (cycle 3)"
-check_job 3
-line "$T/d3/restore.log" "off \(CUINTERPOSE_PREFETCH_MB=0\)$" >/dev/null
-! grep -q "prefetch: reader" "$T/d3/restore.log" || fail "a reader ran with CUINTERPOSE_PREFETCH_MB=0"
+for v in "" 0; do
+	cycle 3
+	CUINTERPOSE_PREFETCH_MB=$v criu_restore "$T/d3" || fail "criu restore (cycle 3, CUINTERPOSE_PREFETCH_MB='$v')"
+	check_job 3
+	line "$T/d3/restore.log" "off \(CUINTERPOSE_PREFETCH_MB unset or 0\)$" >/dev/null
+	! grep -q "prefetch: reader" "$T/d3/restore.log" || fail "a reader ran with CUINTERPOSE_PREFETCH_MB='$v'"
+	rm -rf "$T/d3"
+done
 
 cycle 4
-CUINTERPOSE_FAULT=stop@prefetch criu_restore "$T/d4" || fail "criu restore with the reader stopped"
+CUINTERPOSE_PREFETCH_MB=auto CUINTERPOSE_FAULT=stop@prefetch criu_restore "$T/d4" || fail "criu restore with the reader stopped"
 check_job 4
 grep -q "fault injection (CUINTERPOSE_FAULT): stop at prefetch" "$T/d4/restore.log" || fail "the fault was not injected"
 line "$T/d4/restore.log" "reader [0-9]+ still reading at LOAD after 0 of [0-9]+ bytes \([0-9.]+ s\): stopped$" >/dev/null
 reader_gone "$T/d4/restore.log"
 
 cycle 5
-CUINTERPOSE_FAULT=kill@prefetch criu_restore "$T/d5" || fail "criu restore with the reader killed"
+CUINTERPOSE_PREFETCH_MB=64 CUINTERPOSE_FAULT=kill@prefetch criu_restore "$T/d5" || fail "criu restore with the reader killed"
 check_job 5
 line "$T/d5/restore.log" "reader [0-9]+ ended before it was done, after 0 of [0-9]+ bytes; criu and LOAD read the rest themselves$" >/dev/null
 reader_gone "$T/d5/restore.log"

@@ -33,8 +33,8 @@
 #                                directory's file system
 #
 # BENCH_KINDS="ours base" (default) picks the sides; ratio rows need both in
-# one run. "nopf" (bench-llm) is ours without the restore's read-ahead
-# (CUINTERPOSE_PREFETCH_MB=0). "rel" (bench-llm) is ours with CUINTERPOSE_RELEASE=torch (the
+# one run. "pf" (bench-llm) is ours with the restore's read-ahead
+# (CUINTERPOSE_PREFETCH_MB=auto). "rel" (bench-llm) is ours with CUINTERPOSE_RELEASE=torch (the
 # caching allocator emptied before each dump): its rows put the carried
 # bytes against torch.cuda.memory_allocated() (target <= 1.2x) and its cold
 # restore against upstream's (target <= 0.35x). BENCH_LLM_FREED=1: the job
@@ -163,8 +163,8 @@ sc_bench_llm() {
 	[ "$kind" = base ] && pre=0 pl=$T/base-plugins || pre=1 pl=$T/plugins
 	why=$(room $((mib + 1024)) $([ "$kind" = base ] && echo $((mib * 2 + 4096)) || echo 4096))
 	[ -n "$why" ] && { echo "$why" >"$T/why"; exit 4; }
-	# "nopf": ours without the restore's read-ahead (plugin/prefetch.h)
-	[ "$kind" = nopf ] && export CUINTERPOSE_PREFETCH_MB=0
+	# "pf": ours with the restore's read-ahead (plugin/prefetch.h)
+	[ "$kind" = pf ] && export CUINTERPOSE_PREFETCH_MB=auto
 	READY_TIMEOUT=600 start_fw "$name" llm 1 "$pre" $([ "$kind" = rel ] && echo CUINTERPOSE_RELEASE=torch) \
 		-- $([ -n "${BENCH_LLM_FREED:-}" ] && echo --cache-mib 256 --temp-mib || echo --cache-mib) "$mib" ||
 		fail "start: $(tail -n 2 "$T/$name/job.log" | tr '\n' ' ')"
@@ -276,12 +276,12 @@ rel_rows() {
 	fi
 }
 
-# nopf_rows PREFIX: the restore's read-ahead against none, same job, same
-# run (bench-llm "nopf": ours with CUINTERPOSE_PREFETCH_MB=0)
-nopf_rows() {
-	local o=$T/$1-ours n=$T/$1-nopf
-	[ -f "$o/bench-cold" ] && [ -f "$n/bench-cold" ] || return 0
-	result "$1-prefetch" DONE "$(awk 'FILENAME ~ /ours\/bench-cold$/ {r = $2; mib = $5} FILENAME ~ /nopf\/bench-cold$/ {nr = $2} FILENAME ~ /ours\/bench$/ {w = $2} FILENAME ~ /nopf\/bench$/ {nw = $2} FILENAME ~ /plain-cold$/ {c = mib * 1048576 / ($2 * 1e9)} END {printf "cold restore with the read-ahead %.2fs, without %.2fs (%.2f); against the plain parallel cold read of its %s MiB (%.2fs): %.2fx with, %.2fx without; warm restore %.2fs with, %.2fs without", r, nr, r / nr, mib, c, r / c, nr / c, w, nw}' "$o/bench-cold" "$n/bench-cold" "$o/bench" "$n/bench" "$o/plain-cold")"
+# pf_rows PREFIX: the restore's read-ahead against none, same job, same
+# run (bench-llm "pf": ours with CUINTERPOSE_PREFETCH_MB=auto)
+pf_rows() {
+	local o=$T/$1-ours p=$T/$1-pf
+	[ -f "$o/bench-cold" ] && [ -f "$p/bench-cold" ] || return 0
+	result "$1-prefetch" DONE "$(awk 'FILENAME ~ /pf\/bench-cold$/ {r = $2} FILENAME ~ /ours\/bench-cold$/ {nr = $2; mib = $5} FILENAME ~ /pf\/bench$/ {w = $2} FILENAME ~ /ours\/bench$/ {nw = $2} FILENAME ~ /plain-cold$/ {c = mib * 1048576 / ($2 * 1e9)} END {printf "cold restore with the read-ahead %.2fs, without %.2fs (%.2f); against the plain parallel cold read of its %s MiB (%.2fs): %.2fx with, %.2fx without; warm restore %.2fs with, %.2fs without", r, nr, r / nr, mib, c, r / c, nr / c, w, nw}' "$p/bench-cold" "$o/bench-cold" "$p/bench" "$o/bench" "$o/plain-cold")"
 }
 
 # bench_one SCENARIO PREFIX KIND GIB: run it, turn a skip or failure into a row
@@ -302,7 +302,7 @@ run_bench_sizes() {
 	shift 3
 	part_start "$part"
 	for g in "$@"; do
-		for k in ours base rel nopf; do
+		for k in ours base rel pf; do
 			bench_kind $k || continue
 			if [ $k = base ] && [ ! -f "$BASE_PLUGIN" ]; then
 				result "$part-${g}G-base" SKIP "no baseline/cuda_plugin.so in the bundle"
@@ -312,7 +312,7 @@ run_bench_sizes() {
 		done
 		bench_rows "$part-${g}G" "$part-${g}G-ours" "$part-${g}G-base" "$target"
 		bench_kind rel && rel_rows "$part-${g}G"
-		bench_kind nopf && nopf_rows "$part-${g}G"
+		bench_kind pf && pf_rows "$part-${g}G"
 	done
 	part_end "$part"
 }
