@@ -8,7 +8,6 @@
  */
 #include "config.h"
 
-#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +28,7 @@
 
 #include "agent.h"
 #include "guardian.h"
+#include "proc.h"
 #include "criulog.h"
 #include "wire.h"
 
@@ -418,33 +418,6 @@ static void __attribute__((noreturn)) lost(const char *why)
 	rollback_dump(why);
 }
 
-/* Close what criu had open but the guardian must not hold (a container
- * runtime waits for EOF on criu's sockets and pipes). */
-static void close_inherited(const int *keep, size_t n)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *de;
-	int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-
-	while (d && (de = readdir(d))) {
-		int fd = atoi(de->d_name);
-		bool k = de->d_name[0] < '0' || de->d_name[0] > '9' || fd == dirfd(d) || fd == devnull;
-
-		for (size_t i = 0; i < n; i++)
-			k |= keep[i] == fd;
-		if (k)
-			continue;
-		if (fd <= 2 && devnull >= 0)
-			dup2(devnull, fd);
-		else
-			close(fd);
-	}
-	if (d)
-		closedir(d);
-	if (devnull > 2)
-		close(devnull);
-}
-
 static void __attribute__((noreturn)) guardian_main(void)
 {
 	struct sigaction dfl = {.sa_handler = SIG_DFL};
@@ -470,7 +443,7 @@ static void __attribute__((noreturn)) guardian_main(void)
 	keep[3] = W.pidfd;
 	if (W.pidfd < 0 || getppid() == W.criu)
 		_exit(1);
-	close_inherited(keep, 4);
+	cuip_proc_close_inherited(keep, 4);
 	if (W.restore) {
 		W.tree_fd = calloc(W.n_tree ? W.n_tree : 1, sizeof(int));
 		if (!W.tree_fd)

@@ -1,16 +1,14 @@
 /*
- * prefetch.c - a restore's images read ahead; see prefetch.h. The list of
+ * prefetch.c - a restore's carriers read ahead; see prefetch.h. The list of
  * files is made in criu (before the clone), the reading in the reader.
  */
 #include "config.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -28,6 +26,7 @@
 #include "fault.h"
 #include "images.h"
 #include "prefetch.h"
+#include "proc.h"
 #include "wire.h"
 
 /* What one mincore() and one read cover. */
@@ -60,7 +59,6 @@ static struct {
 	int pidfd; /* the reader's: it is not criu's child */
 	struct counters *c;
 	uint64_t want; /* bytes on disk of the files given to it, at most the budget */
-	unsigned nfiles;
 	double t0;
 } P = {.pidfd = -1};
 
@@ -203,31 +201,6 @@ static bool gone(int criu_fd)
 	return criu_fd < 0 || poll(&pf, 1, 0) != 0;
 }
 
-static int by_fd(const void *a, const void *b)
-{
-	return *(const int *)a - *(const int *)b;
-}
-
-/* Close every descriptor but fds[0..n) and `also`: the reader must not
- * hold criu's (its log, pipes and sockets a caller waits on). */
-static void keep_only(const int *fds, unsigned n, int also)
-{
-	static int keep[MAX_FILES + 1];
-	unsigned k = 0, lo = 0;
-
-	for (unsigned i = 0; i < n; i++)
-		keep[k++] = fds[i];
-	if (also >= 0)
-		keep[k++] = also;
-	qsort(keep, k, sizeof(*keep), by_fd);
-	for (unsigned i = 0; i < k; i++) {
-		if ((unsigned)keep[i] > lo)
-			syscall(SYS_close_range, lo, (unsigned)keep[i] - 1, 0);
-		lo = (unsigned)keep[i] + 1;
-	}
-	syscall(SYS_close_range, lo, ~0U, 0);
-}
-
 static void reader(pid_t criu, const int *fds, unsigned n, uint64_t budget)
 {
 	struct counters *c = P.c;
@@ -235,6 +208,7 @@ static void reader(pid_t criu, const int *fds, unsigned n, uint64_t budget)
 	struct timespec ms = {0, 1000000};
 	pthread_t t[READERS];
 	unsigned k;
+	int *keep;
 
 	prctl(PR_SET_NAME, "cuip-prefetch");
 	/* Until criu holds our pidfd (our pid cannot be reused before), and
@@ -243,7 +217,13 @@ static void reader(pid_t criu, const int *fds, unsigned n, uint64_t budget)
 		if (i > REAP_WAIT_MS || gone(criu_fd) || nanosleep(&ms, NULL) < 0)
 			_exit(1);
 	cuip_fault("prefetch"); /* logs: before criu's log is closed */
-	keep_only(fds, n, criu_fd);
+	keep = calloc(n + 1, sizeof(*keep));
+	if (!keep)
+		_exit(1);
+	memcpy(keep, fds, n * sizeof(*keep));
+	keep[n] = criu_fd;
+	cuip_proc_close_inherited(keep, n + 1);
+	free(keep);
 	/* The lowest priority of the best-effort class, where the I/O
 	 * scheduler honours it: criu's reads go first. */
 	syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, IOPRIO_BE_LOWEST);
@@ -414,7 +394,6 @@ void cuip_prefetch_start(int dirfd, const struct cuip_ckpt *ck, int64_t budget_m
 		__atomic_store_n(&P.c->go, 1, __ATOMIC_RELEASE);
 		P.pid = r;
 		P.want = l->bytes < budget ? l->bytes : budget;
-		P.nfiles = l->n;
 		pr_info("prefetch: reader %d reads ahead %u files, %" PRIu64 " bytes on disk (budget %" PRIu64
 			" MiB%s)",
 			(int)P.pid, l->n, P.want, budget >> 20,

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -461,4 +462,29 @@ int cuip_proc_stale_link_remaps(pid_t pid, char *buf, size_t len)
 			snprintf(buf, len, "/dev/shm/%s", de->d_name);
 	closedir(d);
 	return count;
+}
+
+void cuip_proc_close_inherited(const int *keep, size_t n)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+	int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+	while (d && (de = readdir(d))) {
+		int fd = atoi(de->d_name);
+		bool k = de->d_name[0] < '0' || de->d_name[0] > '9' || fd == dirfd(d) || fd == devnull;
+
+		for (size_t i = 0; i < n; i++)
+			k |= keep[i] == fd;
+		if (k)
+			continue;
+		if (fd <= 2 && devnull >= 0)
+			dup2(devnull, fd);
+		else
+			close(fd);
+	}
+	if (d)
+		closedir(d);
+	if (devnull > 2)
+		close(devnull);
 }

@@ -76,6 +76,12 @@ int cuip_proc_unlinked_shm(pid_t pid, char *buf, size_t len);
  * -errno. */
 int cuip_proc_stale_link_remaps(pid_t pid, char *buf, size_t len);
 
+/* In a process forked from criu (the guardian, the prefetch reader): close
+ * every descriptor but keep[0..n), standard ones pointed at /dev/null, so
+ * that nothing criu had open is held (a container runtime waits for EOF
+ * on criu's sockets and pipes). */
+void cuip_proc_close_inherited(const int *keep, size_t n);
+
 /* SIGKILL every process in `pids`. */
 void cuip_proc_kill_all(const pid_t *pids, size_t n);
 
