@@ -61,7 +61,10 @@ reader_gone() {
 	local r
 	r=$(grep -oE "prefetch: reader [0-9]+ reads ahead" "$1" | awk '{print $3}')
 	[ -n "$r" ] || fail "no reader started in $1"
-	[ ! -e "/proc/$r" ] || fail "reader $r still exists after the restore: $(cat /proc/$r/status | head -n 3)"
+	# dead: gone, or a zombie its new parent (init) has not reaped yet
+	[ ! -e "/proc/$r" ] || grep -q "^State:.*Z" "/proc/$r/status" 2>/dev/null ||
+		[ "$(cat "/proc/$r/comm" 2>/dev/null)" != cuip-prefetch ] ||
+		fail "reader $r still runs after the restore: $(head -n 3 "/proc/$r/status")"
 }
 
 start_job 2
