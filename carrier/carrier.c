@@ -76,6 +76,7 @@
 #include "sha256.h"
 #include "threads.h"
 #include "wire.h"
+#include "zchunk.h"
 
 #define MIB  (1024ull * 1024)
 #define PAGE 4096ull
@@ -161,9 +162,16 @@ struct worker {
 	pthread_t tid;
 	void *stack; /* mmap'd with a guard page; NULL for thread 0 */
 	bool started;
-	double copy_s, io_s, crc_s, pin_s, hash_s;
-	uint64_t holes;	    /* save: zero bytes left as holes */
-	uint64_t inherited; /* save: bytes of chunks the parent has, not written */
+	double copy_s, io_s, crc_s, pin_s, hash_s, zip_s;
+	uint64_t holes;		      /* save: zero bytes left as holes */
+	uint64_t inherited;	      /* save: bytes of chunks the parent has, not written */
+	uint64_t zip_raw, zip_stored; /* chunks stored compressed: raw and frame bytes */
+	/* Compressed chunks (x->zws_len > 0): the thread's codec workspace,
+	 * mapped when it starts, unmapped in teardown(): a frame buffer
+	 * (zbuf, x->zbuf_len bytes) and a zstd context in the rest. */
+	void *zws;
+	void *zctx;
+	uint8_t *zbuf;
 };
 
 struct xfer {
@@ -195,8 +203,12 @@ struct xfer {
 	unsigned running; /* threads other than the caller still working */
 	int rc;		  /* first error */
 	char msg[ERRMSG];
-	double copy_s, io_s, crc_s, pin_s, hash_s; /* summed after the threads are joined */
-	uint64_t holes, inherited;		   /* summed after the threads are joined */
+	double copy_s, io_s, crc_s, pin_s, hash_s, zip_s; /* summed after the threads are joined */
+	uint64_t holes, inherited, zip_raw, zip_stored;	  /* summed after the threads are joined */
+	/* Compressed chunks: each thread's codec workspace (0: none, no chunk
+	 * is compressed), its frame buffer's share; save compresses. */
+	size_t zws_len, zbuf_len;
+	bool zsave;
 	/* save: each file's carrier ends at fend; sparse once it was cut at
 	 * its first item's offset (a regular file), so a zero run need not be
 	 * written (set before the threads start). */
@@ -595,13 +607,37 @@ static bool same_as_parent(const struct carrier_item *it, uint64_t k)
 	       !memcmp(it->sha + k * CARRIER_HASH_LEN, it->parent_sha + k * CARRIER_HASH_LEN, CARRIER_HASH_LEN);
 }
 
+/* Chunk k (l bytes at p) of item it, stored compressed where that is
+ * worth it: the frame's length in w->zbuf, or 0 (store it raw). Zero
+ * chunks stay raw: they are holes already. */
+static size_t zip_chunk(struct worker *w, struct carrier_item *it, uint64_t k, const uint8_t *p, uint64_t l)
+{
+	double t;
+	size_t z;
+
+	if (all_zero(p, l))
+		return 0;
+	t = now();
+	z = cuip_zchunk_compress(w->zctx, w->x->cfg->compress_level, w->zbuf, w->x->zbuf_len, p, l);
+	w->zip_s += now() - t;
+	if (z) {
+		it->stored[k] = (uint32_t)z;
+		w->zip_raw += l;
+		w->zip_stored += z;
+	}
+	return z;
+}
+
 /* The slot's copies are done: checksum each item's chunks and write the
  * slice out, CRC_BLOCK bytes at a time right after they were checksummed,
  * so that the write reads them from the cache rather than DRAM a second
  * time. The CRC of a chunk continues across blocks (same values). An item
  * with hashes gets each chunk's SHA-256 in the same pass; one with a parent
  * writes a chunk only once its hash is known, and not at all when it
- * equals the parent's (inherited: the file keeps a hole there). */
+ * equals the parent's (inherited: the file keeps a hole there). With
+ * compression a chunk of at least HOLE_UNIT bytes is also held: once
+ * checksummed (still in the cache) it is compressed, and its frame written
+ * at the start of its place when that is worth it (the rest a hole). */
 static int save_finish(struct worker *w, struct slot *sl)
 {
 	struct xfer *x = w->x;
@@ -623,9 +659,11 @@ static int save_finish(struct worker *w, struct slot *sl)
 		p = buf + boff;
 		for (uint64_t o = 0, k = off / it->chunk_size; !rc && o < len; o += it->chunk_size, k++) {
 			uint64_t l = len - o < it->chunk_size ? len - o : it->chunk_size;
-			bool hold = it->parent_sha && x->sparse[file]; /* write once the hash is known */
+			bool zip = x->zsave && it->stored && x->sparse[file] && l >= HOLE_UNIT;
+			bool hold = (it->parent_sha || zip) && x->sparse[file]; /* write once the chunk is judged */
 			struct cuip_sha256 h;
 			uint32_t c = 0;
+			size_t z;
 
 			if (it->sha)
 				cuip_sha256_init(&h);
@@ -654,15 +692,23 @@ static int save_finish(struct worker *w, struct slot *sl)
 			if (rc || !hold)
 				continue;
 			/* Held: what precedes the chunk goes out, then the chunk
-			 * unless the parent has it. */
-			t = now();
+			 * unless the parent has it, compressed where that pays. */
 			if (same_as_parent(it, k)) {
+				t = now();
 				if (boff + o > written)
 					rc = write_run(fd, x->sparse[file], buf + written, boff + o - written,
 						       sl->s.foff + written, &w->holes);
 				it->inherited[k] = 1;
 				w->inherited += l;
+			} else if (zip && (z = zip_chunk(w, it, k, p + o, l))) {
+				t = now();
+				if (boff + o > written)
+					rc = write_run(fd, x->sparse[file], buf + written, boff + o - written,
+						       sl->s.foff + written, &w->holes);
+				if (!rc)
+					rc = pwrite_all(fd, w->zbuf, z, sl->s.foff + boff + o);
 			} else {
+				t = now();
 				rc = write_run(fd, x->sparse[file], buf + written, boff + o + l - written,
 					       sl->s.foff + written, &w->holes);
 			}
@@ -776,9 +822,59 @@ static void bad_chunk(struct xfer *x, size_t i, uint64_t off, uint64_t o, uint64
 	     base + off + o + l - 1, foff + o, file_name(x, it->file, fb, sizeof(fb)), c, it->crc[k]);
 }
 
+/* Chunk k of item i, stored compressed in z bytes, does not come out as
+ * its l bytes (ret -EBADMSG), or its stored length cannot be (-EINVAL). */
+static void bad_frame(struct xfer *x, size_t i, uint64_t off, uint64_t o, uint64_t l, uint64_t k, uint32_t z, int ret)
+{
+	const struct carrier_item *it = &x->items[i];
+	char nb[32], fb[32];
+
+	fail(x, -EBADMSG,
+	     "carrier %s: %s: chunk %" PRIu64 " (file offset %" PRIu64 " of %s) %s %" PRIu32 " bytes for its %" PRIu64
+	     " (%s)",
+	     pass_name(x->pass), item_name(it, i, nb, sizeof(nb)), (it->name_offset + off + o) / it->chunk_size,
+	     it->offset + off + o, file_name(x, it->file, fb, sizeof(fb)),
+	     ret == -EINVAL ? "is stored compressed in" : "does not decompress from its", z, l,
+	     ret == -EINVAL ? "corrupt carrier index" : "corrupt carrier image");
+}
+
+/* Read chunk k of item i (bytes [o, o + l) of its piece at byte off of the
+ * item, at p), stored compressed in z bytes at file offset foff: the
+ * frame into the thread's buffer, decompressed into place. 0, -ENODATA
+ * (*got bytes were there), a read's -errno, or -EBADMSG (failed here). */
+static int load_frame(struct worker *w, size_t i, uint64_t off, uint64_t o, uint64_t l, uint64_t k, uint8_t *p,
+		      uint64_t foff, uint64_t *got, double *io_s)
+{
+	const struct carrier_item *it = &w->x->items[i];
+	uint32_t z = it->stored[k];
+	double t;
+	int rc;
+
+	if (!cuip_zchunk_stored_ok(z, l)) {
+		bad_frame(w->x, i, off, o, l, k, z, -EINVAL);
+		return -EBADMSG;
+	}
+	t = now();
+	rc = pread_all(w->x->fds[it->file], w->zbuf, z, foff, got);
+	*io_s += now() - t;
+	if (rc)
+		return rc;
+	t = now();
+	rc = cuip_zchunk_decompress(w->zctx, p, l, w->zbuf, z);
+	w->zip_s += now() - t;
+	if (rc) {
+		bad_frame(w->x, i, off, o, l, k, z, rc);
+		return -EBADMSG;
+	}
+	w->zip_raw += l;
+	w->zip_stored += z;
+	return 0;
+}
+
 /* Read the slot's slice and check every item's chunks, CRC_BLOCK bytes at
  * a time right after they were read (still in the cache); a chunk is
- * judged once all of it is read. Nothing touches the device. */
+ * judged once all of it is read. A compressed chunk is read and
+ * decompressed whole, then checked. Nothing touches the device. */
 static int load_read(struct worker *w, struct slot *sl)
 {
 	struct xfer *x = w->x;
@@ -800,16 +896,31 @@ static int load_read(struct worker *w, struct slot *sl)
 			uint64_t l = len - o < it->chunk_size ? len - o : it->chunk_size;
 			uint32_t c = 0;
 
-			for (uint64_t b = 0; !rc && b < l; b += CRC_BLOCK) {
+			if (it->stored && it->stored[k]) {
+				have = boff + o; /* a short read ends at have + got */
+				rc = load_frame(w, i, off, o, l, k, buf + boff + o, sl->s.foff + boff + o, &got, &io_s);
+				if (rc == -EBADMSG)
+					reported = true;
+				if (rc)
+					break;
+				have = boff + o + l;
+				t = now();
+				c = cuip_crc32c(0, p + o, l);
+				crc_s += now() - t;
+			}
+			for (uint64_t b = 0; !rc && b < l && !(it->stored && it->stored[k]); b += CRC_BLOCK) {
 				uint64_t m = l - b < CRC_BLOCK ? l - b : CRC_BLOCK, end = boff + o + b + m;
 
 				if (end > have) {
 					/* Read ahead a block: one pread() serves a
-					 * run of small items. */
+					 * run of small items; never into a chunk
+					 * that may be stored compressed. */
 					uint64_t to = have + CRC_BLOCK > end ? have + CRC_BLOCK : end;
 
 					if (to > sl->s.len)
 						to = sl->s.len;
+					if (it->stored && to > boff + o + l)
+						to = boff + o + l;
 					t = now();
 					rc = pread_all(fd, buf + have, to - have, sl->s.foff + have, &got);
 					io_s += now() - t;
@@ -998,9 +1109,33 @@ static void release_slots(struct worker *w)
 	}
 }
 
+/* The thread's codec workspace, where chunks are (or may be) stored
+ * compressed: mapped, not allocated (LOAD runs with the application's
+ * threads frozen). Kept across passes; teardown() unmaps it. */
+static int zip_workspace(struct worker *w)
+{
+	struct xfer *x = w->x;
+	uint8_t *p;
+
+	if (!x->zws_len || w->zws)
+		return 0;
+	p = mmap(NULL, x->zws_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
+		fail(x, -ENOMEM, "carrier %s: cannot map %zu bytes for compressed chunks: %s", pass_name(x->pass),
+		     x->zws_len, strerror(errno));
+		return -1;
+	}
+	w->zws = p;
+	w->zbuf = p;
+	w->zctx = x->zsave ? cuip_zchunk_cctx(p + x->zbuf_len, x->zws_len - x->zbuf_len)
+			   : cuip_zchunk_dctx(p + x->zbuf_len, x->zws_len - x->zbuf_len);
+	assert(w->zctx); /* sized for it by zip_plan() */
+	return 0;
+}
+
 static void work(struct worker *w)
 {
-	if (pin_slots(w))
+	if (pin_slots(w) || zip_workspace(w))
 		return;
 	if (w->x->pass == PASS_SAVE)
 		save_worker(w);
@@ -1123,9 +1258,12 @@ static int run_pass(struct xfer *x, enum pass pass)
 		x->holes += w->holes;
 		x->inherited += w->inherited;
 		x->hash_s += w->hash_s;
+		x->zip_s += w->zip_s;
+		x->zip_raw += w->zip_raw;
+		x->zip_stored += w->zip_stored;
 		w->copy_s = w->io_s = w->crc_s = w->pin_s = 0;
-		w->holes = w->inherited = 0;
-		w->hash_s = 0;
+		w->holes = w->inherited = w->zip_raw = w->zip_stored = 0;
+		w->hash_s = w->zip_s = 0;
 	}
 	if (!x->rc && x->done != x->total)
 		fail(x, -EIO, "carrier %s: moved %" PRIu64 " bytes, expected %" PRIu64, pass_name(pass), x->done,
@@ -1292,11 +1430,41 @@ static struct xfer *xfer_new(const struct carrier_ops *ops, const struct carrier
 	return x;
 }
 
-/* Free every staging buffer and stream (after their copies finished). */
+/* Compressed chunks: each thread's workspace, sized for the largest chunk
+ * that is (save: may be) stored compressed; none where no chunk is. */
+static void zip_plan(struct xfer *x, bool load)
+{
+	uint64_t chunk = 0;
+
+	x->zsave = !load && x->cfg->compress;
+	for (size_t i = 0; i < x->n; i++) {
+		const struct carrier_item *it = &x->items[i];
+		bool any = false;
+
+		for (uint64_t k = 0; it->stored && !any && k < it->ncrc; k++)
+			any = load ? it->stored[k] != 0 : x->zsave;
+		if (any && it->chunk_size > chunk)
+			chunk = it->chunk_size;
+	}
+	if (!chunk)
+		return;
+	x->zbuf_len = ((load ? chunk : cuip_zchunk_bound(chunk)) + 7) & ~(size_t)7;
+	x->zws_len = x->zbuf_len + (load ? cuip_zchunk_dctx_size() : cuip_zchunk_cctx_size(x->cfg->compress_level));
+}
+
+/* Free every staging buffer and stream (after their copies finished), and
+ * the codec workspaces. */
 static void teardown(struct xfer *x)
 {
 	const struct carrier_ops *ops = x->ops;
 
+	for (unsigned i = 0; i < x->nthreads; i++) {
+		struct worker *w = &x->workers[i];
+
+		if (w->zws)
+			munmap(w->zws, x->zws_len);
+		w->zws = w->zctx = w->zbuf = NULL;
+	}
 	for (unsigned i = 0; i < x->nslots; i++) {
 		struct slot *sl = &x->slots[i];
 
@@ -1369,6 +1537,9 @@ static void fill_stats(const struct xfer *x, struct carrier_stats *st, double t0
 	st->hole_bytes = x->holes;
 	st->inherited_bytes = x->inherited;
 	st->hash_seconds = x->hash_s;
+	st->zip_bytes = x->zip_raw;
+	st->zip_stored = x->zip_stored;
+	st->zip_seconds = x->zip_s;
 }
 
 static bool ops_ok(const struct carrier_ops *o)
@@ -1567,6 +1738,7 @@ static int transfer(const struct carrier_ops *ops, const struct carrier_config *
 	}
 	x->pass = load ? PASS_LOAD : PASS_SAVE;
 	plan(x);
+	zip_plan(x, load);
 	for (unsigned i = 0; i < x->nthreads; i++) {
 		struct worker *w = &x->workers[i];
 
@@ -1767,6 +1939,8 @@ int carrier_stripe_split(const struct carrier_item *items, size_t n, size_t nfil
 				e->sha = it->sha + off / it->chunk_size * CARRIER_HASH_LEN;
 			if (it->inherited)
 				e->inherited = it->inherited + off / it->chunk_size;
+			if (it->stored)
+				e->stored = it->stored + off / it->chunk_size;
 			if (it->parent_sha && off / it->chunk_size < it->n_parent_sha) {
 				e->parent_sha = it->parent_sha + off / it->chunk_size * CARRIER_HASH_LEN;
 				e->n_parent_sha = it->n_parent_sha - off / it->chunk_size;
@@ -1938,7 +2112,8 @@ int carrier_load_striped(const struct carrier_ops *ops, const struct carrier_con
 						       .file = e->file,
 						       .crc = it->crc ? it->crc + off / it->chunk_size : NULL,
 						       .ncrc = carrier_nchunks(e->size, it->chunk_size),
-						       .name_offset = it->name_offset + off};
+						       .name_offset = it->name_offset + off,
+						       .stored = it->stored ? it->stored + off / it->chunk_size : NULL};
 			j++;
 			off += e->size;
 		}
@@ -2049,6 +2224,13 @@ int carrier_config_init(struct carrier_config *cfg, char *err, size_t errlen)
 		return -EINVAL;
 	}
 	cfg->hash = !v || strcmp(v, "off");
+	v = getenv("CUINTERPOSE_CARRIER_COMPRESS");
+	if (cuip_zchunk_parse(v, &cfg->compress_level, &cfg->compress)) {
+		errfmt(err, errlen,
+		       "CUINTERPOSE_CARRIER_COMPRESS=%s: expected \"off\", \"zstd\" or \"zstd:LEVEL\" (%d..%d)", v,
+		       CUIP_ZCHUNK_LEVEL_MIN, CUIP_ZCHUNK_LEVEL_MAX);
+		return -EINVAL;
+	}
 	return 0;
 }
 

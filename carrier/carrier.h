@@ -121,6 +121,12 @@ struct carrier_item {
 	const uint8_t *parent_sha;
 	size_t n_parent_sha;
 	uint8_t *inherited;
+	/* Compressed chunks (zchunk.h), one entry per chunk (ncrc of them).
+	 * save: caller's zeroed array, where cfg->compress is on, filled with
+	 * the bytes each chunk was stored in (0: raw); NULL: all raw. load:
+	 * from the entry, NULL = all raw; a stored length must be below its
+	 * chunk's (else -EBADMSG). */
+	uint32_t *stored;
 };
 
 #define CARRIER_HASH_LEN 32 /* SHA-256 */
@@ -147,6 +153,10 @@ struct carrier_config {
 	int hash;		/* save: the caller hashes each chunk (carrier_item.sha), which makes
 				   the checkpoint a parent for incremental ones
 				   [CUINTERPOSE_CARRIER_HASH=sha256|off, sha256] */
+	int compress;		/* save: store each chunk of an item with a `stored` array as a zstd
+				   frame where that saves space (zchunk.h), at compress_level
+				   [CUINTERPOSE_CARRIER_COMPRESS=off|zstd|zstd:LEVEL, off] */
+	int compress_level;
 	/* Progress, called on the calling thread with no lock held, at most
 	 * once per progress_every bytes and once at the end (0: never). With
 	 * verify_first the total counts both passes. */
@@ -183,6 +193,10 @@ struct carrier_stats {
 	uint64_t hole_bytes;	  /* save: zero runs left as holes in the files (not written) */
 	uint64_t inherited_bytes; /* save: chunks equal to the parent's, not written */
 	double hash_seconds;	  /* save: summed over threads: computing SHA-256 */
+	uint64_t zip_bytes;	  /* chunks stored compressed: their raw bytes (save: written so;
+				     load: read so) */
+	uint64_t zip_stored;	  /* ... and their frames' bytes */
+	double zip_seconds;	  /* summed over threads: compressing (save), decompressing (load) */
 };
 
 /*

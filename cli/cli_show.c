@@ -31,6 +31,7 @@
 
 #include "cli.h"
 #include "images.h"
+#include "zchunk.h"
 
 /* Corrupt chunks listed per carrier entry before "... and N more". */
 #define SHOW_MAX_BAD 8
@@ -108,7 +109,8 @@ static long verify_entry(struct show *s, const Cuip__Topology *t, const Cuip__Ca
 
 	if (!e->chunk_size || !e->file || strchr(e->file, '/'))
 		return -1; /* already reported by the index checks */
-	buf = malloc(e->chunk_size);
+	/* A compressed chunk's frame goes behind the chunk (less than it). */
+	buf = malloc((size_t)e->chunk_size * (e->n_stored ? 2 : 1));
 	if (!buf) {
 		/* Not verified is not verified good. */
 		problem(s, "allocation %016" PRIx64 ":%" PRIu64 ": not verified: out of memory for a %u-byte chunk",
@@ -120,6 +122,7 @@ static long verify_entry(struct show *s, const Cuip__Topology *t, const Cuip__Ca
 		size_t len;
 		ssize_t got;
 		uint32_t crc;
+		bool frame, undecodable;
 
 		if (off >= e->size)
 			break;
@@ -147,26 +150,42 @@ static long verify_entry(struct show *s, const Cuip__Topology *t, const Cuip__Ca
 				break;
 			}
 		}
-		got = pread(fd, buf, len, (off_t)foff);
+		frame = ch < e->n_stored && e->stored[ch];
+		undecodable = false;
+		if (frame) {
+			size_t zgot;
+			int ret = cuip_zchunk_read(fd, foff, len, e->stored[ch], buf, buf + e->chunk_size, NULL, &zgot);
+
+			undecodable = ret == -EBADMSG;
+			got = undecodable || !ret ? (ssize_t)len : -1;
+		} else {
+			got = pread(fd, buf, len, (off_t)foff);
+		}
 		if (got != (ssize_t)len) {
 			problem(s,
 				"%s: truncated: allocation %016" PRIx64 ":%" PRIu64 " chunk %zu (bytes %" PRIu64
 				"..%" PRIu64 ") is not there; the dump did not complete or the file was cut",
-				f, e->alloc->creator, e->alloc->serial, ch, foff, foff + len);
+				f, e->alloc->creator, e->alloc->serial, ch, foff, foff + (frame ? e->stored[ch] : len));
 			nbad = nbad ? nbad : 1;
 			break;
 		}
-		crc = cuip_crc32c(0, buf, len);
+		crc = undecodable ? 0 : cuip_crc32c(0, buf, len);
 		s->chunks_checked++;
 		s->bytes_checked += len;
-		if (crc != e->crc32c[ch]) {
-			if (nbad < SHOW_MAX_BAD) {
+		if (undecodable || crc != e->crc32c[ch]) {
+			if (nbad < SHOW_MAX_BAD && undecodable) {
+				bad[nbad] = ch;
+				problem(s,
+					"%s: corrupt: allocation %016" PRIx64 ":%" PRIu64 " chunk %zu (bytes %" PRIu64
+					"..%" PRIu64 "): its zstd frame does not decompress to the chunk's %zu bytes",
+					f, e->alloc->creator, e->alloc->serial, ch, foff, foff + e->stored[ch], len);
+			} else if (nbad < SHOW_MAX_BAD) {
 				bad[nbad] = ch;
 				problem(s,
 					"%s: corrupt: allocation %016" PRIx64 ":%" PRIu64 " chunk %zu (bytes %" PRIu64
 					"..%" PRIu64 "): crc32c %08x, index says %08x",
-					f, e->alloc->creator, e->alloc->serial, ch, foff, foff + len, crc,
-					e->crc32c[ch]);
+					f, e->alloc->creator, e->alloc->serial, ch, foff,
+					foff + (frame ? e->stored[ch] : len), crc, e->crc32c[ch]);
 			}
 			nbad++;
 		}
@@ -193,18 +212,30 @@ static void show_carriers(struct show *s, const Cuip__Topology *t)
 	for (size_t i = 0; i < t->n_carriers; i++) {
 		const Cuip__CarrierEntry *e = t->carriers[i];
 		uint64_t chunks = e->chunk_size ? (e->size + e->chunk_size - 1) / e->chunk_size : 0;
-		uint64_t bad[SHOW_MAX_BAD], inh = 0;
+		uint64_t bad[SHOW_MAX_BAD], inh = 0, zchunks = 0, zstored = 0, zraw = 0;
 		long nbad = 0;
 		const char *verdict = "not verified";
+		char err[512];
 
 		for (size_t k = 0; e->has_inherited && k < e->inherited.len; k++)
 			inh += (uint64_t)__builtin_popcount(e->inherited.data[k]);
+		for (size_t k = 0; k < e->n_stored; k++)
+			if (e->stored[k]) {
+				zchunks++;
+				zstored += e->stored[k];
+				zraw += e->size - k * (uint64_t)e->chunk_size < e->chunk_size
+						? e->size - k * (uint64_t)e->chunk_size
+						: e->chunk_size;
+			}
 
 		if (!e->alloc) {
 			problem(s, "carrier entry %zu names no allocation", i);
 			continue;
 		}
-		if (s->verify) {
+		if (cuip_entry_check_stored("topology", e, i, err, sizeof(err))) {
+			problem(s, "%s", err);
+			verdict = "UNREADABLE";
+		} else if (s->verify) {
 			nbad = verify_entry(s, t, e, bad);
 			verdict = nbad == 0 ? "OK" : nbad < 0 ? "UNREADABLE" : "CORRUPT";
 		}
@@ -222,6 +253,9 @@ static void show_carriers(struct show *s, const Cuip__Topology *t)
 			if (e->has_alloc_offset)
 				printf(",\"piece_offset\":%" PRIu64, e->alloc_offset);
 			printf(",\"hashed\":%s,\"inherited_chunks\":%" PRIu64, e->has_sha256 ? "true" : "false", inh);
+			printf(",\"compressed_chunks\":%" PRIu64 ",\"compressed_bytes\":%" PRIu64
+			       ",\"compressed_stored\":%" PRIu64,
+			       zchunks, zraw, zstored);
 			if (e->n_extents) {
 				printf(",\"extents\":[");
 				for (size_t k = 0; k < e->n_extents; k++)
@@ -241,6 +275,10 @@ static void show_carriers(struct show *s, const Cuip__Topology *t)
 			if (inh)
 				printf("    %" PRIu64 " of %" PRIu64 " chunks inherited from the parent checkpoint\n",
 				       inh, chunks);
+			if (zchunks)
+				printf("    %" PRIu64 " of %" PRIu64 " chunks stored compressed (zstd): %" PRIu64
+				       " bytes in %" PRIu64 "\n",
+				       zchunks, chunks, zraw, zstored);
 			if (e->n_extents > 1 || (e->n_extents == 1 && e->extents[0]->file))
 				printf("    striped: %zu extents over %zu files\n", e->n_extents, t->n_carrier_files);
 		}

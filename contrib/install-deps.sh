@@ -33,7 +33,7 @@ CRIU_SRC_DIR=${CUINTERPOSE_CRIU_SRC:-${CRIU_PREFIX}/src/criu-${CRIU_VERSION}}
 
 PACKAGES=(
 	build-essential autoconf automake libtool pkg-config
-	libprotobuf-c-dev protobuf-c-compiler libnl-3-dev libnl-genl-3-dev
+	libprotobuf-c-dev protobuf-c-compiler libnl-3-dev libnl-genl-3-dev libzstd-dev
 	check libsubunit-dev clang-format iproute2 util-linux procps
 	# the SHA-256 unit test's reference (libcrypto; not linked by the product)
 	libssl-dev

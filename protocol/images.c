@@ -20,6 +20,7 @@
 #include "errfmt.h"
 #include "images.h"
 #include "threads.h"
+#include "zchunk.h"
 
 void cuip_carrier_name(pid_t vpid, char *buf, size_t len)
 {
@@ -244,6 +245,29 @@ static int check_entry(const char *tname, const Cuip__Topology *t, size_t i, cha
 		errfmt(err, errlen, "%s: carrier entry %zu has %zu checksums for %llu chunks", tname, i, e->n_crc32c,
 		       (unsigned long long)chunks);
 		return -EBADMSG;
+	}
+	return cuip_entry_check_stored(tname, e, i, err, errlen);
+}
+
+int cuip_entry_check_stored(const char *tname, const Cuip__CarrierEntry *e, size_t i, char *err, size_t errlen)
+{
+	uint64_t chunks = e->chunk_size ? (e->size + e->chunk_size - 1) / e->chunk_size : 0;
+
+	if (e->n_stored && e->n_stored != chunks) {
+		errfmt(err, errlen, "%s: carrier entry %zu has %zu stored lengths for %llu chunks", tname, i,
+		       e->n_stored, (unsigned long long)chunks);
+		return -EBADMSG;
+	}
+	for (size_t k = 0; k < e->n_stored; k++) {
+		uint64_t len =
+			e->size - k * e->chunk_size < e->chunk_size ? e->size - k * e->chunk_size : e->chunk_size;
+
+		if (!cuip_zchunk_stored_ok(e->stored[k], len)) {
+			errfmt(err, errlen,
+			       "%s: carrier entry %zu stores chunk %zu in %u bytes, which is not less than its %llu",
+			       tname, i, k, e->stored[k], (unsigned long long)len);
+			return -EBADMSG;
+		}
 	}
 	return 0;
 }
@@ -528,9 +552,24 @@ static int flatten_entry(const char *tname, const Cuip__Topology *t, Cuip__Carri
 			 size_t errlen)
 {
 	Cuip__CarrierExtent **v = NULL;
+	uint64_t chunks = (e->size + e->chunk_size - 1) / e->chunk_size;
+	uint32_t *stored = NULL;
 	size_t n = 0;
 	int ret = 0;
 
+	/* Compressed chunks keep their lengths: the parent's where inherited. */
+	if (e->n_stored || pe->n_stored) {
+		stored = calloc(chunks ? chunks : 1, sizeof(*stored));
+		if (!stored) {
+			errfmt(err, errlen, "%s: out of memory following the parent checkpoint", tname);
+			return -ENOMEM;
+		}
+	}
+	for (uint64_t k = 0; stored && k < chunks; k++) {
+		const Cuip__CarrierEntry *from = inherits(e, k) ? pe : e;
+
+		stored[k] = k < from->n_stored ? from->stored[k] : 0;
+	}
 	for (uint64_t k = 0, pos = 0; !ret && pos < e->size; k++, pos += e->chunk_size) {
 		bool par = inherits(e, k);
 		const char *f;
@@ -576,11 +615,17 @@ static int flatten_entry(const char *tname, const Cuip__Topology *t, Cuip__Carri
 	}
 	if (ret) {
 		free_extents(v, n);
+		free(stored);
 		return ret;
 	}
 	free_extents(e->extents, e->n_extents);
 	e->extents = v;
 	e->n_extents = n;
+	if (stored) {
+		free(e->stored);
+		e->stored = stored;
+		e->n_stored = chunks;
+	}
 	return 0;
 }
 
@@ -911,8 +956,62 @@ static void verify_fail(struct verify *v, size_t u, int ret, const char *msg)
 	pthread_mutex_unlock(&v->mu);
 }
 
+/* A verification thread's buffers: buf (VERIFY_BLOCK bytes) for raw
+ * chunks; for compressed ones, a chunk and its frame (zbuf, grown to
+ * need) and a decompressing context. */
+struct vbufs {
+	uint8_t *buf;
+	uint8_t *zbuf;
+	size_t zcap;
+	void *dws;
+	void *dctx;
+};
+
+/* Check compressed chunk ch (len bytes, stored in z at foff of fd). */
+static int verify_frame(struct vbufs *b, int fd, const char *f, uint64_t foff, size_t len, uint32_t z, uint32_t want,
+			const Cuip__CarrierEntry *e, size_t ch, char *msg, size_t msglen)
+{
+	unsigned long long cr = e->alloc->creator, se = e->alloc->serial;
+	size_t got;
+	int ret;
+
+	if (len + z > b->zcap) {
+		uint8_t *nb = realloc(b->zbuf, len + z);
+
+		if (!nb) {
+			errfmt(msg, msglen, "out of memory for a %zu-byte compressed chunk", len);
+			return -ENOMEM;
+		}
+		b->zbuf = nb;
+		b->zcap = len + z;
+	}
+	if (!b->dctx) {
+		b->dws = malloc(cuip_zchunk_dctx_size());
+		b->dctx = b->dws ? cuip_zchunk_dctx(b->dws, cuip_zchunk_dctx_size()) : NULL;
+		if (!b->dctx) {
+			errfmt(msg, msglen, "out of memory for a decompressing context");
+			return -ENOMEM;
+		}
+	}
+	ret = cuip_zchunk_read(fd, foff, len, z, b->zbuf, b->zbuf + len, b->dctx, &got);
+	if (ret == -ENODATA || (ret && ret != -EBADMSG)) {
+		errfmt(msg, msglen, "%s: %s at byte %llu (allocation %llx:%llu chunk %zu)", f,
+		       ret == -ENODATA ? "truncated" : strerror(-ret), (unsigned long long)(foff + got), cr, se, ch);
+		return ret;
+	}
+	if (ret || cuip_crc32c(0, b->zbuf, len) != want) {
+		errfmt(msg, msglen,
+		       "%s: corrupt: %s in chunk %zu (bytes %llu..%llu, stored compressed in %u) of allocation "
+		       "%llx:%llu",
+		       f, ret ? "a frame that does not decompress" : "checksum mismatch", ch, (unsigned long long)foff,
+		       (unsigned long long)(foff + z), z, cr, se);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
 /* Check one chunk: 0, or a negative errno with msg filled. */
-static int verify_unit(struct verify *v, const struct vunit *w, uint8_t *buf, const char **open_name, int *fd,
+static int verify_unit(struct verify *v, const struct vunit *w, struct vbufs *b, const char **open_name, int *fd,
 		       char *msg, size_t msglen)
 {
 	const Cuip__Topology *t = v->c->topo[w->topo];
@@ -943,10 +1042,20 @@ static int verify_unit(struct verify *v, const struct vunit *w, uint8_t *buf, co
 			return ret;
 		}
 	}
+	if (ch < e->n_stored && e->stored[ch]) {
+		if (!cuip_zchunk_stored_ok(e->stored[ch], len)) {
+			errfmt(msg, msglen,
+			       "carrier entry of allocation %llx:%llu stores chunk %zu in %u bytes of its %zu", cr, se,
+			       ch, e->stored[ch], len);
+			return -EBADMSG;
+		}
+		return verify_frame(b, *fd, f, foff, len, e->stored[ch], e->crc32c[ch], e, ch, msg, msglen);
+	}
 	/* In blocks of VERIFY_BLOCK whatever the chunk size (the image's own,
 	 * up to 4 GiB): the threads' buffers stay small. */
 	for (size_t done = 0; done < len; done += (size_t)got) {
 		size_t want = len - done < VERIFY_BLOCK ? len - done : VERIFY_BLOCK;
+		uint8_t *buf = b->buf;
 
 		got = pread(*fd, buf, want, (off_t)(foff + done));
 		if (got < 0 && errno == EINTR) {
@@ -972,7 +1081,7 @@ static int verify_unit(struct verify *v, const struct vunit *w, uint8_t *buf, co
 static void *verify_main(void *arg)
 {
 	struct verify *v = arg;
-	uint8_t *buf = malloc(VERIFY_BLOCK);
+	struct vbufs b = {.buf = malloc(VERIFY_BLOCK)};
 	const char *open_name = NULL;
 	char msg[512];
 	int fd = -1;
@@ -988,17 +1097,19 @@ static void *verify_main(void *arg)
 			break;
 		}
 		pthread_mutex_unlock(&v->mu);
-		if (!buf) {
+		if (!b.buf) {
 			verify_fail(v, u, -ENOMEM, "out of memory for a verification buffer");
 			break;
 		}
-		ret = verify_unit(v, &v->units[u], buf, &open_name, &fd, msg, sizeof(msg));
+		ret = verify_unit(v, &v->units[u], &b, &open_name, &fd, msg, sizeof(msg));
 		if (ret)
 			verify_fail(v, u, ret, msg);
 	}
 	if (fd >= 0)
 		close(fd);
-	free(buf);
+	free(b.buf);
+	free(b.zbuf);
+	free(b.dws);
 	return NULL;
 }
 

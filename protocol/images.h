@@ -134,4 +134,11 @@ void cuip_carrier_stripe_name(pid_t vpid, unsigned k, char *buf, size_t len);
 int cuip_entry_locate(const Cuip__Topology *t, const Cuip__CarrierEntry *e, uint64_t pos, const char **file,
 		      uint64_t *foff, uint64_t *run);
 
+/*
+ * Entry i of topology image tname: its stored lengths (compressed chunks,
+ * zchunk.h) absent or one per chunk, each less than its chunk. 0, or
+ * -EBADMSG with err filled. The image checks run it; cuinterpose show too.
+ */
+int cuip_entry_check_stored(const char *tname, const Cuip__CarrierEntry *e, size_t i, char *err, size_t errlen);
+
 #endif /* CUIP_IMAGES_H */

@@ -170,14 +170,15 @@ static void log_stats(const char *what, size_t n, const struct carrier_stats *st
 {
 	pr_info("%s %zu carrier entries, %llu bytes: %.3f s (%.0f MB/s) after %.3f s of mapping; %u threads, "
 		"%u buffers of %llu KiB (%llu KiB pinned%s); summed over the threads: pin %.2f s, copy wait %.2f s, "
-		"file I/O %.2f s, crc %.2f s, sha256 %.2f s; %llu zero bytes left as holes, %llu bytes left to the "
-		"parent checkpoint",
+		"file I/O %.2f s, crc %.2f s, sha256 %.2f s, zstd %.2f s; %llu zero bytes left as holes, %llu bytes "
+		"left to the parent checkpoint, %llu bytes of chunks stored compressed in %llu",
 		what, n, (unsigned long long)st->bytes, st->seconds,
 		st->seconds > 0 ? (double)st->bytes / st->seconds / 1e6 : 0.0, prep_s, st->threads, st->buffers,
 		(unsigned long long)(st->buffer_bytes >> 10), (unsigned long long)(st->staging_bytes >> 10),
 		sync ? ", synchronous copies" : "", st->pin_seconds, st->copy_wait_seconds, st->io_seconds,
-		st->crc_seconds, st->hash_seconds, (unsigned long long)st->hole_bytes,
-		(unsigned long long)st->inherited_bytes);
+		st->crc_seconds, st->hash_seconds, st->zip_seconds, (unsigned long long)st->hole_bytes,
+		(unsigned long long)st->inherited_bytes, (unsigned long long)st->zip_bytes,
+		(unsigned long long)st->zip_stored);
 }
 
 /* ---- SAVE ------------------------------------------------------------------ */
@@ -199,12 +200,19 @@ static const Cuip__CarrierEntry *parent_entry(const Cuip__Save *s, const struct 
 	return NULL;
 }
 
-/* The entry's hash and inherited fields from a saved item (arena memory);
- * inherited only when some chunk is the parent's. False: out of memory. */
+/* The entry's hash, inherited and stored fields from a saved item (arena
+ * memory); inherited only when some chunk is the parent's, stored only
+ * when some chunk is compressed. False: out of memory. */
 static bool entry_hashes(Cuip__CarrierEntry *e, const struct carrier_item *it)
 {
 	uint8_t *bits;
 	bool any = false;
+
+	for (size_t k = 0; it->stored && k < it->ncrc && !e->n_stored; k++)
+		if (it->stored[k]) {
+			e->stored = it->stored;
+			e->n_stored = it->ncrc;
+		}
 
 	if (it->sha) {
 		e->has_sha256 = 1;
@@ -368,6 +376,11 @@ static int carry_save(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__Sa
 					if (!it->inherited)
 						goto nomem;
 				}
+			}
+			if (cfg.compress) {
+				it->stored = cuip_zalloc(sizeof(uint32_t) * (it->ncrc ? it->ncrc : 1));
+				if (!it->stored)
+					goto nomem;
 			}
 			total += it->size;
 		}
@@ -669,6 +682,16 @@ item:
 		items[i].offset = e->offset;
 		items[i].crc = e->crc32c;
 		items[i].ncrc = e->n_crc32c;
+		if (e->n_stored && e->n_stored != e->n_crc32c) {
+			errfmt(err, errlen,
+			       "allocation " ID_FMT
+			       ": carrier entry %zu has %zu stored lengths for %zu chunks (corrupt "
+			       "carrier index)",
+			       ID(a), i, e->n_stored, e->n_crc32c);
+			ret = -EINVAL;
+			goto out;
+		}
+		items[i].stored = e->n_stored ? e->stored : NULL;
 		if (carrier_extents_from_entry(&items[i], e))
 			goto nomem;
 		total += e->size;

@@ -1400,6 +1400,171 @@ START_TEST(config_from_environment)
 	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), -EINVAL);
 	ck_assert_msg(strstr(err, "CUINTERPOSE_CARRIER_HASH=md5: expected \"sha256\" or \"off\""), "%s", err);
 	unsetenv("CUINTERPOSE_CARRIER_HASH");
+	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), 0);
+	ck_assert_int_eq(c.compress, 0);
+	setenv("CUINTERPOSE_CARRIER_COMPRESS", "zstd", 1);
+	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), 0);
+	ck_assert_int_eq(c.compress, 1);
+	ck_assert_int_eq(c.compress_level, 1);
+	setenv("CUINTERPOSE_CARRIER_COMPRESS", "zstd:-3", 1);
+	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), 0);
+	ck_assert_int_eq(c.compress_level, -3);
+	setenv("CUINTERPOSE_CARRIER_COMPRESS", "off", 1);
+	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), 0);
+	ck_assert_int_eq(c.compress, 0);
+	for (const char *const *v = (const char *const[]){"lz4", "zstd:", "zstd:20", "zstd:1x", "zstd:-8", NULL}; *v;
+	     v++) {
+		setenv("CUINTERPOSE_CARRIER_COMPRESS", *v, 1);
+		ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), -EINVAL);
+		ck_assert_msg(strstr(err, "CUINTERPOSE_CARRIER_COMPRESS=") && strstr(err, *v) &&
+				      strstr(err, "expected \"off\", \"zstd\" or \"zstd:LEVEL\" (-7..19)"),
+			      "%s: %s", *v, err);
+	}
+	unsetenv("CUINTERPOSE_CARRIER_COMPRESS");
+}
+END_TEST
+
+/* Bytes zstd packs well (runs and a small alphabet) that are not zero. */
+static void compressible_fill(uint8_t *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(1 + (i / 64 + seed) % 5 + (i % 512 == 0 ? i / 512 % 3 : 0));
+}
+
+/*
+ * Compressed chunks: a chunk of at least 64 KiB that zstd shrinks is
+ * stored as its frame (stored length < chunk, fewer disk blocks), one
+ * that it cannot shrink (random bytes), a zero one and a short tail stay
+ * raw (0). CRCs are the raw bytes'. Loads, verify-first, striped or not,
+ * give every byte back; a damaged frame, an impossible stored length and
+ * a file cut inside a frame are refused naming the chunk.
+ */
+START_TEST(compressed_chunks_round_trip_and_damage_is_refused)
+{
+	struct carrier_config c = cfg_make(1 * MIB, 256 * KIB, 3);
+	static const uint64_t size[] = {MIB + 100, 512 * KIB, 512 * KIB};
+	uint32_t *stored[3], *sstored[3], zsum = 0;
+	uint64_t off[3];
+	struct carrier_stats st;
+	struct dev src, dst;
+	char err[512] = "";
+	int fd = scratch_fd(), fds[2] = {scratch_fd(), scratch_fd()};
+	struct stat sb;
+	uint8_t byte;
+
+	dev_init(&src, size, 3, 0);
+	compressible_fill(src.mem[0], size[0], 1);
+	memset(src.mem[2], 0, size[2]);
+	compressible_fill(src.mem[2] + 256 * KIB, 256 * KIB, 2); /* chunk 0 zero, chunk 1 packs */
+	for (int i = 0; i < 3; i++) {
+		src.items[i].chunk_size = 256 * KIB;
+		stored[i] = calloc(src.items[i].ncrc, sizeof(uint32_t));
+		sstored[i] = calloc(src.items[i].ncrc, sizeof(uint32_t));
+		src.items[i].stored = stored[i];
+	}
+	c.compress = 1;
+	c.compress_level = 1;
+	ck_assert_msg(carrier_save(&stub_ops, &c, fd, 0, src.items, 3, &st, err, sizeof(err)) == 0, "%s", err);
+	for (int k = 0; k < 4; k++) {
+		ck_assert_uint_gt(stored[0][k], 0);
+		ck_assert_uint_lt(stored[0][k], 256 * KIB - 4 * KIB);
+		zsum += stored[0][k];
+	}
+	for (int i = 0; i < 3; i++)
+		off[i] = src.items[i].offset;
+	ck_assert_uint_eq(stored[0][4], 0); /* a 100-byte tail */
+	ck_assert_uint_eq(stored[1][0], 0); /* random bytes */
+	ck_assert_uint_eq(stored[1][1], 0);
+	ck_assert_uint_eq(stored[2][0], 0); /* zero: a hole already */
+	ck_assert_uint_gt(stored[2][1], 0);
+	zsum += stored[2][1];
+	ck_assert_uint_eq(st.zip_bytes, 5 * 256 * KIB);
+	ck_assert_uint_eq(st.zip_stored, zsum);
+	for (int i = 0; i < 3; i++)
+		for (size_t k = 0; k < carrier_nchunks(size[i], 256 * KIB); k++) {
+			uint64_t l = size[i] - k * 256 * KIB < 256 * KIB ? size[i] - k * 256 * KIB : 256 * KIB;
+
+			ck_assert_uint_eq(src.crc[i][k], ref_crc32c(src.mem[i] + k * 256 * KIB, l));
+		}
+	ck_assert_int_eq(fstat(fd, &sb), 0);
+	ck_assert_uint_eq((uint64_t)sb.st_size, size[0] + size[1] + size[2]);
+	/* Random bytes and frames, a page each for the tail's and the frames' ends. */
+	ck_assert_msg((uint64_t)sb.st_blocks * 512 <= size[1] + zsum + 7 * 4 * KIB, "%lld blocks for %u frame bytes",
+		      (long long)sb.st_blocks, zsum);
+
+	/* Back, in one pass and verify-first. */
+	for (int vf = 0; vf < 2; vf++) {
+		dev_like(&dst, &src, 0xee);
+		for (int i = 0; i < 3; i++)
+			dst.items[i].stored = stored[i];
+		c.verify_first = vf;
+		ck_assert_msg(carrier_load(&stub_ops, &c, fd, dst.items, 3, &st, err, sizeof(err)) == 0, "%s", err);
+		for (int i = 0; i < 3; i++)
+			ck_assert_int_eq(memcmp(dst.mem[i], src.mem[i], size[i]), 0);
+		ck_assert_uint_eq(st.zip_bytes, 5 * 256 * KIB * (vf ? 2 : 1));
+		dev_free(&dst);
+	}
+	c.verify_first = 0;
+
+	/* Striped: each extent's stored lengths are its own chunks'. */
+	for (int i = 0; i < 3; i++)
+		src.items[i].stored = sstored[i];
+	ck_assert_msg(carrier_save_striped(&stub_ops, &c, fds, 2, 0, src.items, 3, &st, err, sizeof(err)) == 0, "%s",
+		      err);
+	ck_assert_int_eq(memcmp(sstored[0], stored[0], 5 * sizeof(uint32_t)), 0);
+	ck_assert_uint_eq(st.zip_bytes, 5 * 256 * KIB);
+	dev_like(&dst, &src, 0xee);
+	for (int i = 0; i < 3; i++) {
+		dst.items[i].stored = sstored[i];
+		dst.items[i].ext = src.items[i].ext;
+		dst.items[i].next = src.items[i].next;
+	}
+	ck_assert_msg(carrier_load_striped(&stub_ops, &c, fds, 2, dst.items, 3, NULL, err, sizeof(err)) == 0, "%s",
+		      err);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(memcmp(dst.mem[i], src.mem[i], size[i]), 0);
+		dst.items[i].ext = NULL;
+	}
+	carrier_items_free_extents(src.items, 3);
+	dev_free(&dst);
+
+	/* A damaged frame: chunk 1 of item 0. */
+	dev_like(&dst, &src, 0xee);
+	for (int i = 0; i < 3; i++) {
+		dst.items[i].stored = stored[i];
+		dst.items[i].offset = src.items[i].offset = off[i];
+	}
+	ck_assert_int_eq(pread(fd, &byte, 1, (off_t)(src.items[0].offset + 256 * KIB + stored[0][1] / 2)), 1);
+	byte ^= 0xff;
+	ck_assert_int_eq(pwrite(fd, &byte, 1, (off_t)(src.items[0].offset + 256 * KIB + stored[0][1] / 2)), 1);
+	ck_assert_int_eq(carrier_load(&stub_ops, &c, fd, dst.items, 3, NULL, err, sizeof(err)), -EBADMSG);
+	ck_assert_msg(strstr(err, "alloc 0: chunk 1 ") && strstr(err, "corrupt carrier image"), "%s", err);
+	byte ^= 0xff;
+	ck_assert_int_eq(pwrite(fd, &byte, 1, (off_t)(src.items[0].offset + 256 * KIB + stored[0][1] / 2)), 1);
+
+	/* A stored length the chunk cannot have. */
+	dst.items[0].stored = (uint32_t[5]){stored[0][0], 256 * KIB, stored[0][2], stored[0][3], 0};
+	ck_assert_int_eq(carrier_load(&stub_ops, &c, fd, dst.items, 3, NULL, err, sizeof(err)), -EBADMSG);
+	ck_assert_msg(strstr(err, "alloc 0: chunk 1 ") && strstr(err, "is stored compressed in 262144 bytes for its "
+								      "262144 (corrupt carrier index)"),
+		      "%s", err);
+	dst.items[0].stored = stored[0];
+
+	/* The file cut inside item 2's frame: refused before any read. */
+	ck_assert_int_eq(ftruncate(fd, (off_t)(src.items[2].offset + 256 * KIB + stored[2][1] / 2)), 0);
+	ck_assert_int_eq(carrier_load(&stub_ops, &c, fd, dst.items, 3, NULL, err, sizeof(err)), -ENODATA);
+	ck_assert_msg(strstr(err, "alloc 2: ") && strstr(err, "chunk 1 is missing: truncated carrier image"), "%s",
+		      err);
+	dev_free(&dst);
+	assert_no_leak();
+	for (int i = 0; i < 3; i++) {
+		free(stored[i]);
+		free(sstored[i]);
+	}
+	dev_free(&src);
+	close(fd);
+	close(fds[0]);
+	close(fds[1]);
 }
 END_TEST
 
@@ -1455,6 +1620,7 @@ static Suite *suite(int needs_root)
 	tcase_add_test(t, zero_runs_left_as_holes_read_back_as_zeros);
 	tcase_add_test(t, zero_runs_punched_where_the_file_cannot_shrink);
 	tcase_add_test(t, parent_chunks_are_not_written_and_a_load_through_both_files_is_whole);
+	tcase_add_test(t, compressed_chunks_round_trip_and_damage_is_refused);
 	tcase_add_test(t, roundtrip_chunk_not_dividing_buffer);
 	tcase_add_test(t, roundtrip_staging_smaller_than_chunk);
 	tcase_add_test(t, several_files_roundtrip_and_refusals);

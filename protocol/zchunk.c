@@ -1,0 +1,152 @@
+/*
+ * zchunk.c - compressed carrier chunks (contract in zchunk.h).
+ */
+#define ZSTD_STATIC_LINKING_ONLY /* static contexts: no allocation in LOAD */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include "zchunk.h"
+
+#define PAGE 4096u
+
+/*
+ * zstd calls these tracing hooks where someone defines them (weak
+ * references in its archive). libcuinterpose.so links the archive and must
+ * need nothing outside glibc, nor call into whatever a job happens to
+ * define under these names: ours say "no tracing" (0), and end is never
+ * called then. zstd's own declarations are in a header it does not install.
+ */
+unsigned long long ZSTD_trace_compress_begin(const void *cctx);
+void ZSTD_trace_compress_end(unsigned long long ctx, const void *trace);
+unsigned long long ZSTD_trace_decompress_begin(const void *dctx);
+void ZSTD_trace_decompress_end(unsigned long long ctx, const void *trace);
+
+unsigned long long ZSTD_trace_compress_begin(const void *cctx)
+{
+	return 0;
+}
+
+void ZSTD_trace_compress_end(unsigned long long ctx, const void *trace)
+{
+}
+
+unsigned long long ZSTD_trace_decompress_begin(const void *dctx)
+{
+	return 0;
+}
+
+void ZSTD_trace_decompress_end(unsigned long long ctx, const void *trace)
+{
+}
+
+int cuip_zchunk_parse(const char *v, int *level, int *on)
+{
+	char *end;
+	long n;
+
+	*level = 0;
+	*on = 0;
+	if (!v || !*v || !strcmp(v, "off"))
+		return 0;
+	if (!strcmp(v, "zstd")) {
+		*level = 1;
+		*on = 1;
+		return 0;
+	}
+	if (strncmp(v, "zstd:", 5) || !v[5])
+		return -EINVAL;
+	errno = 0;
+	n = strtol(v + 5, &end, 10);
+	if (errno || *end || n < CUIP_ZCHUNK_LEVEL_MIN || n > CUIP_ZCHUNK_LEVEL_MAX)
+		return -EINVAL;
+	*level = (int)n;
+	*on = 1;
+	return 0;
+}
+
+size_t cuip_zchunk_cctx_size(int level)
+{
+	return ZSTD_estimateCCtxSize(level);
+}
+
+size_t cuip_zchunk_dctx_size(void)
+{
+	return ZSTD_estimateDCtxSize();
+}
+
+size_t cuip_zchunk_bound(size_t len)
+{
+	return ZSTD_compressBound(len);
+}
+
+void *cuip_zchunk_cctx(void *ws, size_t len)
+{
+	return ZSTD_initStaticCCtx(ws, len);
+}
+
+void *cuip_zchunk_dctx(void *ws, size_t len)
+{
+	return ZSTD_initStaticDCtx(ws, len);
+}
+
+size_t cuip_zchunk_compress(void *cctx, int level, void *dst, size_t cap, const void *src, size_t len)
+{
+	size_t z = ZSTD_compressCCtx(cctx, dst, cap, src, len, level);
+
+	/* Worth a page and a sixteenth: less would save no block, or cost
+	 * the restore a decompression for nothing. */
+	if (ZSTD_isError(z) || z + PAGE > len || z > len - len / 16)
+		return 0;
+	return z;
+}
+
+int cuip_zchunk_decompress(void *dctx, void *dst, size_t len, const void *src, size_t z)
+{
+	size_t r = ZSTD_decompressDCtx(dctx, dst, len, src, z);
+
+	return ZSTD_isError(r) || r != len ? -EBADMSG : 0;
+}
+
+static int pread_full(int fd, void *buf, size_t len, uint64_t off, size_t *got)
+{
+	*got = 0;
+	while (*got < len) {
+		ssize_t r = pread(fd, (char *)buf + *got, len - *got, (off_t)(off + *got));
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			return -ENODATA;
+		*got += (size_t)r;
+	}
+	return 0;
+}
+
+int cuip_zchunk_read(int fd, uint64_t foff, size_t len, uint32_t stored, void *out, void *scratch, void *dctx,
+		     size_t *got)
+{
+	ZSTD_DCtx *own = NULL;
+	int ret;
+
+	if (!stored)
+		return pread_full(fd, out, len, foff, got);
+	if (!cuip_zchunk_stored_ok(stored, len))
+		return -EBADMSG;
+	ret = pread_full(fd, scratch, stored, foff, got);
+	if (ret)
+		return ret;
+	if (!dctx) {
+		own = ZSTD_createDCtx();
+		if (!own)
+			return -ENOMEM;
+		dctx = own;
+	}
+	ret = cuip_zchunk_decompress(dctx, out, len, scratch, stored);
+	ZSTD_freeDCtx(own);
+	return ret;
+}
