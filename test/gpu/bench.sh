@@ -34,7 +34,10 @@
 #
 # BENCH_KINDS="ours base" (default) picks the sides; ratio rows need both in
 # one run. "pf" (bench-llm) is ours with the restore's read-ahead
-# (CUINTERPOSE_PREFETCH_MB=auto). "rel" (bench-llm) is ours with CUINTERPOSE_RELEASE=torch (the
+# (CUINTERPOSE_PREFETCH_MB=auto). "zs" (bench-llm) is ours with compressed
+# carrier chunks (CUINTERPOSE_CARRIER_COMPRESS=zstd in the job's
+# environment); its rows put images, dump and restore, warm and cold,
+# against ours without. "rel" (bench-llm) is ours with CUINTERPOSE_RELEASE=torch (the
 # caching allocator emptied before each dump): its rows put the carried
 # bytes against torch.cuda.memory_allocated() (target <= 1.2x) and its cold
 # restore against upstream's (target <= 0.35x). BENCH_LLM_FREED=1: the job
@@ -166,6 +169,7 @@ sc_bench_llm() {
 	# "pf": ours with the restore's read-ahead (plugin/prefetch.h)
 	[ "$kind" = pf ] && export CUINTERPOSE_PREFETCH_MB=auto
 	READY_TIMEOUT=600 start_fw "$name" llm 1 "$pre" $([ "$kind" = rel ] && echo CUINTERPOSE_RELEASE=torch) \
+		$([ "$kind" = zs ] && echo CUINTERPOSE_CARRIER_COMPRESS=zstd CUINTERPOSE_LOG=2) \
 		-- $([ -n "${BENCH_LLM_FREED:-}" ] && echo --cache-mib 256 --temp-mib || echo --cache-mib) "$mib" ||
 		fail "start: $(tail -n 2 "$T/$name/job.log" | tr '\n' ' ')"
 	cmd 300 verify || fail "verify before: $CMDERR"
@@ -284,6 +288,18 @@ pf_rows() {
 	result "$1-prefetch" DONE "$(awk 'FILENAME ~ /pf\/bench-cold$/ {r = $2} FILENAME ~ /ours\/bench-cold$/ {nr = $2; mib = $5} FILENAME ~ /pf\/bench$/ {w = $2} FILENAME ~ /ours\/bench$/ {nw = $2} FILENAME ~ /plain-cold$/ {c = mib * 1048576 / ($2 * 1e9)} END {printf "cold restore with the read-ahead %.2fs, without %.2fs (%.2f); against the plain parallel cold read of its %s MiB (%.2fs): %.2fx with, %.2fx without; warm restore %.2fs with, %.2fs without", r, nr, r / nr, mib, c, r / c, nr / c, w, nw}' "$p/bench-cold" "$o/bench-cold" "$p/bench" "$o/bench" "$o/plain-cold")"
 }
 
+# zs_rows PREFIX: compressed carrier chunks against none, same job, same
+# run (bench-llm "zs": ours with CUINTERPOSE_CARRIER_COMPRESS=zstd)
+zs_rows() {
+	local o=$T/$1-ours z=$T/$1-zs m sfx
+	for m in warm cold; do
+		sfx=$([ $m = cold ] && echo -cold)
+		[ -f "$o/bench$sfx" ] && [ -f "$z/bench$sfx" ] || continue
+		result "$1-zstd$sfx" DONE "$(awk -v m=$m 'NR == FNR {d = $1 + $8; r = $2; i = $5; next} {printf "%s: with zstd images %s MiB, dump%s %.2fs, restore %.2fs, total %.2fs; without %s MiB, %.2fs, %.2fs, %.2fs (total %.2f)", m, i, m == "cold" ? " until durable" : "", d, r, d + r, $5, $1 + $8, $2, $1 + $8 + $2, (d + r) / ($1 + $8 + $2)}' "$z/bench$sfx" "$o/bench$sfx")"
+	done
+	grep -h "stored compressed" "$z"/*.log 2>/dev/null | head -n 2 | sed 's/^.*cuinterpose[^:]*: /  /'
+}
+
 # bench_one SCENARIO PREFIX KIND GIB: run it, turn a skip or failure into a row
 bench_one() {
 	local sc=$1 name=$2-$3 kind=$3 gib=$4
@@ -302,7 +318,7 @@ run_bench_sizes() {
 	shift 3
 	part_start "$part"
 	for g in "$@"; do
-		for k in ours base rel pf; do
+		for k in ours base rel pf zs; do
 			bench_kind $k || continue
 			if [ $k = base ] && [ ! -f "$BASE_PLUGIN" ]; then
 				result "$part-${g}G-base" SKIP "no baseline/cuda_plugin.so in the bundle"
@@ -313,6 +329,7 @@ run_bench_sizes() {
 		bench_rows "$part-${g}G" "$part-${g}G-ours" "$part-${g}G-base" "$target"
 		bench_kind rel && rel_rows "$part-${g}G"
 		bench_kind pf && pf_rows "$part-${g}G"
+		bench_kind zs && zs_rows "$part-${g}G"
 	done
 	part_end "$part"
 }
