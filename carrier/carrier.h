@@ -11,8 +11,11 @@
  * bytes gets a CRC32C computed on the staging buffer. Extra host memory is
  * bounded by the staging size (default 224 MiB, less for a smaller carrier:
  * its own size or two chunks) whatever the carrier size.
- * The file holds raw bytes only; the caller records each item's offset,
- * size, chunk_size and CRCs as a Cuip__CarrierEntry in the topology image.
+ * The file holds each chunk's raw bytes at its place, or (compression on,
+ * where it pays) one zstd frame at the start of the place and a hole after
+ * it; the caller records each item's offset, size, chunk_size, CRCs (of the
+ * raw bytes) and stored lengths as a Cuip__CarrierEntry in the topology
+ * image.
  *
  * Load verifies every chunk before it is copied to the device: a corrupt
  * chunk is never written to device memory (with verify_first, nothing is

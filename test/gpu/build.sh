@@ -56,7 +56,7 @@ cc fakecuda-ckpt "$top/test/fakecuda/ckpt.c"
 $CC $(mkv AM_CFLAGS_BASE) -o "$out/e2e_reaper" "$top/test/e2e/e2e_reaper.c"
 # The benchmarks: scale-bench drives workers with the plugin's own coordinator
 # and native module (static libraries of the build), carrier-bench the carrier.
-PBC=$(pkg-config --cflags --libs libprotobuf-c)
+PBC="$(pkg-config --cflags --libs libprotobuf-c) -lzstd"
 cc scale-bench -I"$b" -I"$top/plugin" -I"$top/protocol" -I"$b/protocol" "$top/test/bench/scale-bench.c" \
 	"$b/plugin/.libs/libcuipplugin.a" "$b/protocol/.libs/libcuiproto.a" $PBC $(pkg-config --libs libnl-3.0) -lpthread
 $CC $CFLAGS -O2 -I"$top/carrier" -I"$top/protocol" -I"$b/protocol" -o "$out/carrier-bench" \
