@@ -495,8 +495,9 @@ static int check_group(const struct load_key *k, size_t n, char *err, size_t err
 }
 
 /*
- * Before anything is recreated: a record the carrier saves in parts (a
- * slab) comes in one entry per part, each naming the part's offset and
+ * Before anything is recreated: every entry's stored lengths (compressed
+ * chunks) are absent or one per chunk; a record the carrier saves in parts
+ * (a slab) comes in one entry per part, each naming the part's offset and
  * size, none twice, none missing; any other in one entry. first[i]: the
  * entry whose temporary mapping holds entry i's record (LOAD maps a record
  * at its first entry, and loads the further parts into that mapping).
@@ -520,6 +521,13 @@ static int load_plan(const Cuip__Load *l, size_t *first, char *err, size_t errle
 		long p;
 
 		first[i] = i;
+		if (e->n_stored && e->n_stored != e->n_crc32c) {
+			errfmt(err, errlen,
+			       "carrier entry %zu has %zu stored lengths for %zu chunks (corrupt carrier index)", i,
+			       e->n_stored, e->n_crc32c);
+			ret = -EINVAL;
+			break;
+		}
 		if (!a || a->creator != self.id)
 			continue; /* LOAD's own checks */
 		if (cuip_alloc_split(a, &np)) {
@@ -682,15 +690,6 @@ item:
 		items[i].offset = e->offset;
 		items[i].crc = e->crc32c;
 		items[i].ncrc = e->n_crc32c;
-		if (e->n_stored && e->n_stored != e->n_crc32c) {
-			errfmt(err, errlen,
-			       "allocation " ID_FMT
-			       ": carrier entry %zu has %zu stored lengths for %zu chunks (corrupt "
-			       "carrier index)",
-			       ID(a), i, e->n_stored, e->n_crc32c);
-			ret = -EINVAL;
-			goto out;
-		}
 		items[i].stored = e->n_stored ? e->stored : NULL;
 		if (carrier_extents_from_entry(&items[i], e))
 			goto nomem;

@@ -11,6 +11,12 @@
  * with a shared slab of small cuMemAlloc pieces (4096 bytes at offset 0,
  * 100 bytes at 0x2000) and one carrier entry per piece; slab-moved names the
  * second piece at a wrong offset, slab-missing leaves its entry out.
+ *
+ * `mkimages DIR zstd|zstd-count|zstd-len`: the first checkpoint with chunk 0
+ * of allocation 1 stored compressed (one zstd frame at the start of its
+ * place, zeros after it, its length in the entry's `stored`); zstd-count
+ * gives the entry 2 stored lengths for its 3 chunks, zstd-len claims chunk
+ * 1 (raw) stored in all of its 4096 bytes.
  */
 #include "config.h"
 
@@ -19,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <zstd.h>
 
 #include "images.h"
 
@@ -105,7 +113,9 @@ int main(int argc, char **argv)
 	Cuip__AllocProps props[2] = {CUIP__ALLOC_PROPS__INIT, CUIP__ALLOC_PROPS__INIT};
 	Cuip__Allocation al[2][2], *alp[2][2];
 	Cuip__CarrierEntry ce[2] = {CUIP__CARRIER_ENTRY__INIT, CUIP__CARRIER_ENTRY__INIT}, *cep[2];
-	uint32_t crcs[2][4];
+	uint32_t crcs[2][4], stored[3] = {0};
+	const char *mode = argc == 3 ? argv[2] : "";
+	uint8_t frame[2 * CHUNK];
 	struct cuip_img_proc p[2];
 	uint8_t ckpt[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, buf[CHUNK];
 	char err[256] = "", carrier[64];
@@ -113,11 +123,11 @@ int main(int argc, char **argv)
 	int dirfd, fd;
 
 	if (argc < 2 || argc > 3 || (dirfd = open(argv[1], O_RDONLY | O_DIRECTORY)) < 0) {
-		fprintf(stderr, "usage: mkimages DIR [slab|slab-moved|slab-missing]\n");
+		fprintf(stderr, "usage: mkimages DIR [slab|slab-moved|slab-missing|zstd|zstd-count|zstd-len]\n");
 		return 2;
 	}
-	if (argc == 3)
-		return write_slab(dirfd, argv[2]);
+	if (!strncmp(mode, "slab", 4))
+		return write_slab(dirfd, mode);
 	cuip_carrier_name(100, carrier, sizeof(carrier));
 	fd = openat(dirfd, carrier, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 	if (fd < 0)
@@ -144,11 +154,29 @@ int main(int argc, char **argv)
 			for (size_t i = 0; i < len; i++)
 				buf[i] = (uint8_t)((o + i) * ids[k].serial);
 			crcs[k][ce[k].n_crc32c++] = cuip_crc32c(0, buf, len);
+			if (!strncmp(mode, "zstd", 4) && k == 0 && o == 0) {
+				size_t z = ZSTD_compress(frame, sizeof(frame), buf, len, 1);
+
+				if (ZSTD_isError(z) || z >= len)
+					return 1;
+				stored[0] = (uint32_t)z;
+				memcpy(buf, frame, z);
+				memset(buf + z, 0, len - z);
+			}
 			if (write(fd, buf, len) != (ssize_t)len)
 				return 1;
 		}
 		off += sizes[k];
 		cep[k] = &ce[k];
+	}
+	if (!strncmp(mode, "zstd", 4)) {
+		ce[0].stored = stored;
+		ce[0].n_stored = strcmp(mode, "zstd-count") ? 3 : 2;
+		if (!strcmp(mode, "zstd-len"))
+			stored[1] = CHUNK;
+	} else if (*mode) {
+		fprintf(stderr, "mkimages: unknown mode %s\n", mode);
+		return 2;
 	}
 	close(fd);
 	for (int k = 0; k < 2; k++) {

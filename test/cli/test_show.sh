@@ -2,7 +2,9 @@
 # test_show.sh: `cuinterpose show` decodes a checkpoint's images and
 # verifies every carrier chunk: a good checkpoint passes (exit 0), and a
 # flipped byte, a cut carrier, a missing topology image or a damaged
-# inventory are each named (file, allocation, chunk) with exit 1; a
+# inventory are each named (file, allocation, chunk) with exit 1, and so
+# are a compressed chunk's damaged frame and stored lengths the index cannot
+# have (a compressed chunk that is whole passes); a
 # directory without cuinterpose images exits 3, usage errors 2. Images are
 # written by mkimages (the plugin's own writer), so no CRIU is needed.
 set -u
@@ -65,6 +67,33 @@ printf 'XXXX' | dd of="$T/d/cuinterpose-inventory.img" bs=1 seek=20 conv=notrunc
 [ "$(show "$T/d")" = 1 ] || fail "a damaged inventory exits 0"
 grep -q "cuinterpose-inventory.img" "$T/out" || fail "the damaged inventory is not named"
 grep -q "== cuinterpose-100.img" "$T/out" || fail "topologies not decoded without an inventory"
+
+# Compressed chunks: chunk 0 of allocation 1 is a zstd frame.
+zfresh() { rm -rf "$T/d" && mkdir "$T/d" && ./mkimages "$T/d" "$1" || fail "mkimages $1"; }
+zfresh zstd
+[ "$(show "$T/d")" = 0 ] || fail "a checkpoint with a compressed chunk is refused"
+grep -q "1111111111111111:1  $CARRIER  offset 0  size 12288  chunks 3 x 4096  checksums 3  OK" "$T/out" ||
+	fail "the compressed entry is not verified OK"
+grep -q "    1 of 3 chunks stored compressed (zstd): 4096 bytes in [0-9]*" "$T/out" || fail "the compressed chunk is not listed"
+[ "$(show "$T/d" --json)" = 0 ] || fail "--json of a compressed chunk"
+grep -q '"compressed_chunks":1,"compressed_bytes":4096,"compressed_stored":[1-9]' "$T/out" || fail "json: compressed chunk"
+# Its frame's magic number damaged.
+printf 'Z' | dd of="$T/d/$CARRIER" bs=1 seek=1 conv=notrunc 2>/dev/null
+[ "$(show "$T/d")" = 1 ] || fail "a damaged frame exits 0"
+grep -q "$CARRIER: corrupt: allocation 1111111111111111:1 chunk 0 (bytes 0\.\.[0-9]*): its zstd frame does not decompress to the chunk's 4096 bytes" "$T/out" ||
+	fail "the damaged frame is not named"
+grep -q "1111111111111111:2 .* OK$" "$T/out" || fail "the intact allocation is not OK beside a damaged frame"
+# An index whose stored lengths cannot be: the plugin's checks refuse it too.
+zfresh zstd-count
+[ "$(show "$T/d")" = 1 ] || fail "2 stored lengths for 3 chunks exit 0"
+grep -q "carrier entry 0 has 2 stored lengths for 3 chunks" "$T/out" || fail "the stored count is not named"
+grep -q "restore would refuse: cuinterpose-100.img: carrier entry 0 has 2 stored lengths for 3 chunks" "$T/out" ||
+	fail "the plugin's own check of the stored count is not reported"
+zfresh zstd-len
+[ "$(show "$T/d")" = 1 ] || fail "a chunk stored in all its bytes exits 0"
+grep -q "carrier entry 0 stores chunk 1 in 4096 bytes, which is not less than its 4096" "$T/out" ||
+	fail "the impossible stored length is not named"
+grep -q "1111111111111111:1 .* UNREADABLE$" "$T/out" || fail "the entry with an impossible length is not UNREADABLE"
 
 mkdir "$T/empty"
 [ "$(show "$T/empty")" = 3 ] || fail "a directory without images"

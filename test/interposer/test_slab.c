@@ -503,8 +503,9 @@ START_TEST(shared_slab_saves_live_pieces_only_and_loads_them_back)
 END_TEST
 
 /* A whole allocation (not a slab) comes in one entry: a second entry for
- * it is refused before anything is recreated, and the LOAD right after
- * brings its bytes back. */
+ * it, or stored lengths (compressed chunks) not one per chunk, are refused
+ * before anything is recreated, and the LOAD right after brings its bytes
+ * back. */
 START_TEST(a_whole_allocation_named_twice_is_refused)
 {
 	const size_t sz = 4u << 20;
@@ -529,6 +530,16 @@ START_TEST(a_whole_allocation_named_twice_is_refused)
 	h_flag(s, CUIP__REQUEST__BODY_PREPARE_UNICAST, "PREPARE_UNICAST");
 	e[0] = e[1] = saved->save->entries[0];
 	load_refused(s, e, 2, file, -EINVAL, "carrier entry 1 is a second entry for it");
+	{
+		uint32_t two[2] = {0, 0};
+
+		e[0]->stored = two;
+		e[0]->n_stored = 2;
+		load_refused(s, e, 1, file, -EINVAL,
+			     "carrier entry 0 has 2 stored lengths for 4 chunks (corrupt carrier index)");
+		e[0]->stored = NULL;
+		e[0]->n_stored = 0;
+	}
 	r = load_call(s, e, 1, file);
 	ck_assert_msg(r->status == 0, "LOAD: %s", r->error ? r->error : "");
 	ck_assert_uint_eq(r->load->bytes, sz);
