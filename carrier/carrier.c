@@ -761,26 +761,6 @@ static void save_worker(struct worker *w)
 
 /* ---- load and verify ------------------------------------------------------ */
 
-static int pread_all(int fd, uint8_t *p, uint64_t len, uint64_t off, uint64_t *got)
-{
-	*got = 0;
-	while (len) {
-		ssize_t r = pread(fd, p, len, (off_t)off);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			return -ENODATA;
-		p += r;
-		off += r;
-		len -= r;
-		*got += r;
-	}
-	return 0;
-}
-
 /* A short read of the slot's slice ended at file offset `at`: name the
  * item whose bytes are missing. */
 static void short_read(struct xfer *x, const struct slot *sl, uint64_t at)
@@ -855,7 +835,7 @@ static int load_frame(struct worker *w, size_t i, uint64_t off, uint64_t o, uint
 		return -EBADMSG;
 	}
 	t = now();
-	rc = pread_all(w->x->fds[it->file], w->zbuf, z, foff, got);
+	rc = cuip_pread_all(w->x->fds[it->file], w->zbuf, z, foff, got);
 	*io_s += now() - t;
 	if (rc)
 		return rc;
@@ -922,7 +902,7 @@ static int load_read(struct worker *w, struct slot *sl)
 					if (it->stored && to > boff + o + l)
 						to = boff + o + l;
 					t = now();
-					rc = pread_all(fd, buf + have, to - have, sl->s.foff + have, &got);
+					rc = cuip_pread_all(fd, buf + have, to - have, sl->s.foff + have, &got);
 					io_s += now() - t;
 					if (rc)
 						break;

@@ -153,7 +153,7 @@ static long verify_entry(struct show *s, const Cuip__Topology *t, const Cuip__Ca
 		frame = ch < e->n_stored && e->stored[ch];
 		undecodable = false;
 		if (frame) {
-			size_t zgot;
+			uint64_t zgot;
 			int ret = cuip_zchunk_read(fd, foff, len, e->stored[ch], buf, buf + e->chunk_size, NULL, &zgot);
 
 			undecodable = ret == -EBADMSG;

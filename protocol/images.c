@@ -972,7 +972,7 @@ static int verify_frame(struct vbufs *b, int fd, const char *f, uint64_t foff, s
 			const Cuip__CarrierEntry *e, size_t ch, char *msg, size_t msglen)
 {
 	unsigned long long cr = e->alloc->creator, se = e->alloc->serial;
-	size_t got;
+	uint64_t got;
 	int ret;
 
 	if (len + z > b->zcap) {

@@ -357,6 +357,25 @@ int cuip_read_all(int fd, void *buf, size_t len)
 	return 0;
 }
 
+int cuip_pread_all(int fd, void *buf, uint64_t len, uint64_t off, uint64_t *got)
+{
+	uint8_t *p = buf;
+
+	*got = 0;
+	while (*got < len) {
+		ssize_t n = pread(fd, p + *got, len - *got, (off_t)(off + *got));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -ENODATA;
+		*got += (uint64_t)n;
+	}
+	return 0;
+}
+
 /* ---- socket transport -------------------------------------------------- */
 
 int cuip_msg_sendv(int sock, unsigned kind, const ProtobufCMessage *msg, const int *fds, size_t nfds)

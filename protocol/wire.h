@@ -110,6 +110,9 @@ int cuip_msg_recvv(int sock, unsigned kind, const ProtobufCMessageDescriptor *de
 /* Write all of buf to fd (restarting on EINTR / short writes); read all. */
 int cuip_write_all(int fd, const void *buf, size_t len);
 int cuip_read_all(int fd, void *buf, size_t len);
+/* Read len bytes at offset off (restarting on EINTR / short reads): 0,
+ * -ENODATA where the file ends first, or -errno; *got the bytes read. */
+int cuip_pread_all(int fd, void *buf, uint64_t len, uint64_t off, uint64_t *got);
 
 /*
  * Image files: written to "<name>.tmp" then renamed, so a reader never sees

@@ -5,9 +5,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <zstd.h>
 
+#include "wire.h"
 #include "zchunk.h"
 
 #define PAGE 4096u
@@ -110,34 +110,17 @@ int cuip_zchunk_decompress(void *dctx, void *dst, size_t len, const void *src, s
 	return ZSTD_isError(r) || r != len ? -EBADMSG : 0;
 }
 
-static int pread_full(int fd, void *buf, size_t len, uint64_t off, size_t *got)
-{
-	*got = 0;
-	while (*got < len) {
-		ssize_t r = pread(fd, (char *)buf + *got, len - *got, (off_t)(off + *got));
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			return -ENODATA;
-		*got += (size_t)r;
-	}
-	return 0;
-}
-
 int cuip_zchunk_read(int fd, uint64_t foff, size_t len, uint32_t stored, void *out, void *scratch, void *dctx,
-		     size_t *got)
+		     uint64_t *got)
 {
 	ZSTD_DCtx *own = NULL;
 	int ret;
 
 	if (!stored)
-		return pread_full(fd, out, len, foff, got);
+		return cuip_pread_all(fd, out, len, foff, got);
 	if (!cuip_zchunk_stored_ok(stored, len))
 		return -EBADMSG;
-	ret = pread_full(fd, scratch, stored, foff, got);
+	ret = cuip_pread_all(fd, scratch, stored, foff, got);
 	if (ret)
 		return ret;
 	if (!dctx) {

@@ -68,6 +68,6 @@ static inline int cuip_zchunk_stored_ok(uint32_t stored, uint64_t len)
  * the bytes it had), -EBADMSG (the frame is corrupt) or a read's -errno.
  */
 int cuip_zchunk_read(int fd, uint64_t foff, size_t len, uint32_t stored, void *out, void *scratch, void *dctx,
-		     size_t *got);
+		     uint64_t *got);
 
 #endif
