@@ -219,7 +219,7 @@ static void show_carriers(struct show *s, const Cuip__Topology *t)
 
 		for (size_t k = 0; e->has_inherited && k < e->inherited.len; k++)
 			inh += (uint64_t)__builtin_popcount(e->inherited.data[k]);
-		for (size_t k = 0; k < e->n_stored; k++)
+		for (size_t k = 0; k < e->n_stored && k < chunks; k++)
 			if (e->stored[k]) {
 				zchunks++;
 				zstored += e->stored[k];

@@ -466,7 +466,7 @@ static bool entry_inherits(const Cuip__CarrierEntry *e)
 
 /* The parent's entry for the same bytes as e (allocation and slab offset). */
 static const Cuip__CarrierEntry *parent_entry(const struct cuip_ckpt *par, const Cuip__CarrierEntry *e,
-					      const Cuip__Topology **pt)
+					      const Cuip__Topology **pt, size_t *at)
 {
 	for (size_t i = 0; i < par->n; i++)
 		for (size_t k = 0; k < par->topo[i]->n_carriers; k++) {
@@ -477,6 +477,7 @@ static const Cuip__CarrierEntry *parent_entry(const struct cuip_ckpt *par, const
 			    (p->has_alloc_offset ? p->alloc_offset : 0) ==
 				    (e->has_alloc_offset ? e->alloc_offset : 0)) {
 				*pt = par->topo[i];
+				*at = k;
 				return p;
 			}
 		}
@@ -558,7 +559,7 @@ static int flatten_entry(const char *tname, const Cuip__Topology *t, Cuip__Carri
 	int ret = 0;
 
 	/* Compressed chunks keep their lengths: the parent's where inherited. */
-	if (e->n_stored || pe->n_stored) {
+	if (e->n_stored || (pe && pe->n_stored)) {
 		stored = calloc(chunks ? chunks : 1, sizeof(*stored));
 		if (!stored) {
 			errfmt(err, errlen, "%s: out of memory following the parent checkpoint", tname);
@@ -652,6 +653,7 @@ static int flatten_topology(const char *tname, Cuip__Topology *t, const char *di
 		Cuip__CarrierEntry *e = t->carriers[i];
 		const Cuip__Topology *pt = NULL;
 		const Cuip__CarrierEntry *pe;
+		size_t pk = 0;
 		uint64_t chunks;
 
 		/* cuinterpose show flattens topologies no reader checked. */
@@ -662,7 +664,7 @@ static int flatten_topology(const char *tname, Cuip__Topology *t, const char *di
 			break;
 		}
 		chunks = (e->size + e->chunk_size - 1) / e->chunk_size;
-		pe = entry_inherits(e) ? parent_entry(par, e, &pt) : NULL;
+		pe = entry_inherits(e) ? parent_entry(par, e, &pt, &pk) : NULL;
 		if (entry_inherits(e) && (e->inherited.len != (chunks + 7) / 8 || e->sha256.len != chunks * 32)) {
 			errfmt(err, errlen,
 			       "%s: carrier entry %zu inherits chunks but has %zu hash and %zu bitmap bytes for %llu "
@@ -677,7 +679,9 @@ static int flatten_topology(const char *tname, Cuip__Topology *t, const char *di
 			       "parent",
 			       tname, (unsigned long long)e->alloc->creator, (unsigned long long)e->alloc->serial, dir);
 			ret = -ESTALE;
-		} else {
+		} else if (!(ret = cuip_entry_check_stored(tname, e, i, err, errlen)) &&
+			   !(ret = pe ? cuip_entry_check_stored(dir, pe, pk, err, errlen) : 0)) {
+			/* Checked first: the flattened entry has one stored length per chunk. */
 			ret = flatten_entry(tname, t, e, dir, pt, pe, &fl, err, errlen);
 		}
 	}

@@ -6,8 +6,9 @@
 #    store at most 2 MiB of the 30 MiB they index, the interposer leaves
 #    all but that 1 MiB chunk to the parent, show verifies every chunk
 #    through the chain.
-#  - A third dump after another write, against the second, kills the job;
-#    the restore reads each chunk where the chain holds it (three
+#  - A third dump after another write and a new shared allocation (whose
+#    entry inherits nothing), against the second, kills the job; show
+#    verifies it through the chain, the restore reads each chunk where the chain holds it (three
 #    directories) and the job finds its bytes, addresses and last write.
 #  - Refused before anything is touched: a dump whose parent chain lacks a
 #    link (the job keeps running, show names the missing directory), a
@@ -53,15 +54,18 @@ grep -q "incremental: parent checkpoint $T/d1" "$T/show2.txt" || fail "show d2 n
 grep -q "chunks inherited from the parent" "$T/show2.txt" || fail "show d2 lists no inherited chunks"
 [ "$(grep -c '  OK$' "$T/show2.txt")" = "$n1" ] || fail "show d2 did not verify the $n1 entries: $(cat "$T/show2.txt")"
 cmd 2 write 0 2
+cmd 2 fresh
 cmd 2 verify 2
 
-note "dump 3: against d2, the job stops"
+note "dump 3: against d2, the job stops (one allocation new since d2 inherits nothing)"
 pids=$(job_pids)
 CUINTERPOSE_PARENT=$T/d2 criu_dump "$T/d3" || fail "criu dump 3: $(tail -5 "$T/d3/dump.log")"
 wait_gone $pids || fail "dumped processes still alive"
 sto=0
 for f in "$T"/d3/cuinterpose-carrier-*.img; do sto=$((sto + $(stored "$f"))); done
-[ "$sto" -le $((2 << 20)) ] || fail "d3: the carrier files store $sto bytes for one changed chunk"
+[ "$sto" -le $((4 << 20)) ] || fail "d3: the carrier files store $sto bytes for one changed chunk and a new 2 MiB allocation"
+"$CLI" show "$T/d3" >"$T/show3.txt" 2>&1 || fail "show d3: $(cat "$T/show3.txt")"
+grep -q "incremental: parent checkpoint $T/d2" "$T/show3.txt" || fail "show d3 names no parent"
 note "restore from d3 (chain d3 -> d2 -> d1)"
 criu_restore "$T/d3" || fail "criu restore d3"
 cmd 2 verify 2

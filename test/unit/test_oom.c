@@ -7,7 +7,9 @@
  * crash or leak (the sanitizer build checks leaks), and the images on disk
  * stay readable afterwards. Paths: framing (encode, send and receive over a
  * socket), writing a checkpoint with a parent, reading it back through its
- * parent chain with verification and flattening, the importer sets.
+ * parent chain with verification and flattening (also of an entry that
+ * inherits nothing), the importer sets. Flattening refuses stored lengths
+ * an entry (the child's or its parent's) cannot have.
  */
 #include <check.h>
 #include <errno.h>
@@ -244,6 +246,102 @@ static int read_child(char *err, size_t errlen)
 	return rc;
 }
 
+/* The child with a second allocation beside the one that inherits chunk 0,
+ * written whole (its entry inherits nothing): flattening keeps it in its
+ * own file, both chunks as one run, and looks up no parent entry for it. */
+static int flatten_own(char *err, size_t errlen)
+{
+	struct cuip_ckpt c, par;
+	Cuip__Topology *flat = NULL, two;
+	Cuip__CarrierEntry fresh, *both[2];
+	Cuip__AllocId id2 = CUIP__ALLOC_ID__INIT;
+	const char *via;
+	int rc;
+
+	rc = cuip_images_read(cfd, &c, err, errlen);
+	if (rc)
+		return rc;
+	two = *c.topo[0];
+	fresh = *c.topo[0]->carriers[0];
+	id2.creator = 0xc1;
+	id2.serial = 2;
+	fresh.alloc = &id2;
+	fresh.has_inherited = 0;
+	fresh.n_extents = 0;
+	both[0] = c.topo[0]->carriers[0];
+	both[1] = &fresh;
+	two.carriers = both;
+	two.n_carriers = 2;
+	rc = cuip_images_read_parent(cfd, c.inv, &par, &via, err, errlen);
+	if (!rc) {
+		rc = cuip_images_flatten(&two, pdir, &par, &flat, err, errlen);
+		cuip_images_free(&par);
+	}
+	if (!rc) {
+		ck_assert_uint_eq(flat->n_carriers, 2);
+		ck_assert_uint_eq(flat->carriers[0]->extents[0]->file, 1); /* chunk 0: the parent's file */
+		ck_assert_uint_eq(flat->carriers[1]->n_extents, 1);	   /* both chunks, one run of its own file */
+		ck_assert_uint_eq(flat->carriers[1]->extents[0]->file, 0);
+		ck_assert_uint_eq(flat->carriers[1]->extents[0]->size, SIZE);
+		ck_assert_uint_eq(flat->carriers[1]->n_stored, 0);
+		cuip__topology__free_unpacked(flat, NULL);
+	}
+	cuip_images_free(&c);
+	return rc;
+}
+
+/* Flatten the child after giving the child's (or the parent's) entry n
+ * stored lengths for its 2 chunks; returns flatten's answer. */
+static int flatten_stored(int parent, size_t n, char *err, size_t errlen)
+{
+	static uint32_t lens[3] = {4096, 0, 0};
+	struct cuip_ckpt c, par;
+	Cuip__Topology *flat = NULL;
+	const char *via;
+	int rc;
+
+	ck_assert_int_eq(cuip_images_read(cfd, &c, err, errlen), 0);
+	ck_assert_int_eq(cuip_images_read_parent(cfd, c.inv, &par, &via, err, errlen), 0);
+	Cuip__CarrierEntry *e = parent ? par.topo[0]->carriers[0] : c.topo[0]->carriers[0];
+	size_t had = e->n_stored;
+	uint32_t *was = e->stored;
+
+	e->n_stored = n;
+	e->stored = lens;
+	rc = cuip_images_flatten(c.topo[0], pdir, &par, &flat, err, errlen);
+	e->n_stored = had;
+	e->stored = was;
+	if (flat) {
+		ck_assert_uint_eq(flat->carriers[0]->n_stored, 2);
+		/* chunk 0 is inherited: its length is the parent's */
+		ck_assert_uint_eq(flat->carriers[0]->stored[0], parent ? 4096 : 0);
+		ck_assert_uint_eq(flat->carriers[0]->stored[1], 0);
+		cuip__topology__free_unpacked(flat, NULL);
+	}
+	cuip_images_free(&par);
+	cuip_images_free(&c);
+	return rc;
+}
+
+START_TEST(flattening_an_entry_that_inherits_nothing_survives_each_failed_allocation)
+{
+	exhaust("flatten own", flatten_own, NULL);
+}
+END_TEST
+
+START_TEST(flattening_refuses_stored_lengths_of_the_wrong_count)
+{
+	char err[512];
+
+	ck_assert_msg(flatten_stored(1, 2, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(flatten_stored(0, 2, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(flatten_stored(0, 3, err, sizeof(err)), -EBADMSG);
+	ck_assert_msg(strstr(err, "carrier entry 0 has 3 stored lengths for 2 chunks"), "%s", err);
+	ck_assert_int_eq(flatten_stored(1, 1, err, sizeof(err)), -EBADMSG);
+	ck_assert_msg(strstr(err, pdir) && strstr(err, "carrier entry 0 has 1 stored lengths for 2 chunks"), "%s", err);
+}
+END_TEST
+
 START_TEST(framing_survives_each_failed_allocation)
 {
 	fx_init(&cr, 0xc1, 101);
@@ -318,6 +416,8 @@ int main(void)
 	tcase_add_checked_fixture(t, setup, teardown);
 	tcase_add_test(t, writing_a_checkpoint_with_a_parent_survives_each_failed_allocation);
 	tcase_add_test(t, reading_a_chain_survives_each_failed_allocation);
+	tcase_add_test(t, flattening_an_entry_that_inherits_nothing_survives_each_failed_allocation);
+	tcase_add_test(t, flattening_refuses_stored_lengths_of_the_wrong_count);
 	tcase_add_test(t, importer_sets_survive_each_failed_allocation);
 	suite_add_tcase(s, t);
 	sr = srunner_create(s);
