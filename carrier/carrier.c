@@ -846,8 +846,11 @@ static int load_frame(struct worker *w, size_t i, uint64_t off, uint64_t o, uint
 		bad_frame(w->x, i, off, o, l, k, z, rc);
 		return -EBADMSG;
 	}
-	w->zip_raw += l;
-	w->zip_stored += z;
+	/* Counted once per restore: the verify-first pass reads them again. */
+	if (w->x->pass != PASS_VERIFY) {
+		w->zip_raw += l;
+		w->zip_stored += z;
+	}
 	return 0;
 }
 
@@ -1429,7 +1432,8 @@ static void zip_plan(struct xfer *x, bool load)
 	if (!chunk)
 		return;
 	x->zbuf_len = ((load ? chunk : cuip_zchunk_bound(chunk)) + 7) & ~(size_t)7;
-	x->zws_len = x->zbuf_len + (load ? cuip_zchunk_dctx_size() : cuip_zchunk_cctx_size(x->cfg->compress_level));
+	x->zws_len =
+		x->zbuf_len + (load ? cuip_zchunk_dctx_size() : cuip_zchunk_cctx_size(x->cfg->compress_level, chunk));
 }
 
 /* Free every staging buffer and stream (after their copies finished), and

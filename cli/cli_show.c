@@ -118,10 +118,10 @@ static long verify_entry(struct show *s, const Cuip__Topology *t, const Cuip__Ca
 		return -1;
 	}
 	for (size_t ch = 0; ch < e->n_crc32c; ch++) {
-		uint64_t off = (uint64_t)ch * e->chunk_size, foff, run;
+		uint64_t off = (uint64_t)ch * e->chunk_size, foff, run, got;
 		size_t len;
-		ssize_t got;
 		uint32_t crc;
+		int ret;
 		bool frame, undecodable;
 
 		if (off >= e->size)
@@ -151,17 +151,15 @@ static long verify_entry(struct show *s, const Cuip__Topology *t, const Cuip__Ca
 			}
 		}
 		frame = ch < e->n_stored && e->stored[ch];
-		undecodable = false;
-		if (frame) {
-			uint64_t zgot;
-			int ret = cuip_zchunk_read(fd, foff, len, e->stored[ch], buf, buf + e->chunk_size, NULL, &zgot);
-
-			undecodable = ret == -EBADMSG;
-			got = undecodable || !ret ? (ssize_t)len : -1;
-		} else {
-			got = pread(fd, buf, len, (off_t)foff);
+		ret = cuip_zchunk_read(fd, foff, len, frame ? e->stored[ch] : 0, buf, buf + e->chunk_size, NULL, &got);
+		undecodable = ret == -EBADMSG;
+		if (ret && !undecodable && ret != -ENODATA) {
+			problem(s, "%s: allocation %016" PRIx64 ":%" PRIu64 " chunk %zu cannot be read: %s", f,
+				e->alloc->creator, e->alloc->serial, ch, strerror(-ret));
+			nbad = -1;
+			break;
 		}
-		if (got != (ssize_t)len) {
+		if (ret == -ENODATA) {
 			problem(s,
 				"%s: truncated: allocation %016" PRIx64 ":%" PRIu64 " chunk %zu (bytes %" PRIu64
 				"..%" PRIu64 ") is not there; the dump did not complete or the file was cut",

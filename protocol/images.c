@@ -300,6 +300,12 @@ static int check_entry_extents(int dirfd, const char *tname, const Cuip__Topolog
 			       (unsigned long long)e->alloc->serial, (unsigned long long)(pos / e->chunk_size));
 			return ret;
 		}
+		if (!S_ISREG(sb.st_mode)) {
+			errfmt(err, errlen, "%s: not a regular file (allocation %llx:%llu chunk %llu)", f,
+			       (unsigned long long)e->alloc->creator, (unsigned long long)e->alloc->serial,
+			       (unsigned long long)(pos / e->chunk_size));
+			return -EBADMSG;
+		}
 		if (foff + run < foff || (uint64_t)sb.st_size < foff + run) {
 			errfmt(err, errlen,
 			       "%s: truncated: %lld bytes, the index needs %llu (allocation %llx:%llu chunk "

@@ -31,9 +31,9 @@
  */
 int cuip_zchunk_parse(const char *v, int *level, int *on);
 
-/* Bytes of workspace a compressing context for `level` needs, and one
- * decompressing context. */
-size_t cuip_zchunk_cctx_size(int level);
+/* Bytes of workspace a compressing context for `level` needs for chunks of
+ * at most `chunk` bytes, and one decompressing context. */
+size_t cuip_zchunk_cctx_size(int level, size_t chunk);
 size_t cuip_zchunk_dctx_size(void);
 /* Room a compressed chunk of len bytes may need before it is judged. */
 size_t cuip_zchunk_bound(size_t len);

@@ -1,7 +1,7 @@
 #!/bin/sh
 # test_show.sh: `cuinterpose show` decodes a checkpoint's images and
 # verifies every carrier chunk: a good checkpoint passes (exit 0), and a
-# flipped byte, a cut carrier, a missing topology image or a damaged
+# flipped byte, a cut or unreadable carrier, a missing topology image or a damaged
 # inventory are each named (file, allocation, chunk) with exit 1, and so
 # are a compressed chunk's damaged frame and stored lengths the index cannot
 # have (a compressed chunk that is whole passes); a
@@ -54,6 +54,18 @@ truncate -s 8192 "$T/d/$CARRIER"
 grep -q "$CARRIER: truncated: allocation 1111111111111111:1 chunk 2" "$T/out" || fail "truncation not named"
 grep -q "restore would refuse: $CARRIER: truncated: 8192 bytes, the index needs 12288" "$T/out" ||
 	fail "the plugin's own check is not reported"
+
+# A carrier that cannot be read at all (a directory in its place): the
+# read's error is named, not taken for a cut file.
+fresh
+rm "$T/d/$CARRIER" && mkdir "$T/d/$CARRIER"
+[ "$(show "$T/d")" = 1 ] || fail "an unreadable carrier exits 0"
+grep -q "$CARRIER: allocation 1111111111111111:1 chunk 0 cannot be read: Is a directory" "$T/out" ||
+	fail "the read error is not named"
+grep -q "1111111111111111:1 .* UNREADABLE$" "$T/out" || fail "the unreadable allocation is not UNREADABLE"
+grep -q "restore would refuse: $CARRIER: not a regular file (allocation 1111111111111111:1 chunk 0)" "$T/out" ||
+	fail "the plugin's own check does not name a carrier that is no file"
+grep -q "truncated" "$T/out" && fail "an unreadable carrier is called truncated"
 
 # A missing topology image.
 fresh
