@@ -285,7 +285,8 @@ rel_rows() {
 pf_rows() {
 	local o=$T/$1-ours p=$T/$1-pf
 	[ -f "$o/bench-cold" ] && [ -f "$p/bench-cold" ] || return 0
-	result "$1-prefetch" DONE "$(awk 'FILENAME ~ /pf\/bench-cold$/ {r = $2} FILENAME ~ /ours\/bench-cold$/ {nr = $2; mib = $5} FILENAME ~ /pf\/bench$/ {w = $2} FILENAME ~ /ours\/bench$/ {nw = $2} FILENAME ~ /plain-cold$/ {c = mib * 1048576 / ($2 * 1e9)} END {printf "cold restore with the read-ahead %.2fs, without %.2fs (%.2f); against the plain parallel cold read of its %s MiB (%.2fs): %.2fx with, %.2fx without; warm restore %.2fs with, %.2fs without", r, nr, r / nr, mib, c, r / c, nr / c, w, nw}' "$p/bench-cold" "$o/bench-cold" "$p/bench" "$o/bench" "$o/plain-cold")"
+	# the warm files exist only where BENCH_CACHE has "warm"
+	result "$1-prefetch" DONE "$(awk 'FILENAME ~ /pf\/bench-cold$/ {r = $2} FILENAME ~ /ours\/bench-cold$/ {nr = $2; mib = $5} FILENAME ~ /pf\/bench$/ {w = $2} FILENAME ~ /ours\/bench$/ {nw = $2} FILENAME ~ /plain-cold$/ {c = mib * 1048576 / ($2 * 1e9)} END {printf "cold restore with the read-ahead %.2fs, without %.2fs (%.2f); against the plain parallel cold read of its %s MiB (%.2fs): %.2fx with, %.2fx without", r, nr, r / nr, mib, c, r / c, nr / c; if (w != "") printf "; warm restore %.2fs with, %.2fs without", w, nw}' "$p/bench-cold" "$o/bench-cold" $(ls "$p/bench" "$o/bench" 2>/dev/null) "$o/plain-cold")"
 }
 
 # zs_rows PREFIX: compressed carrier chunks against none, same job, same
