@@ -2,7 +2,7 @@
 # forked.sh - processes forked from CUDA processes, through checkpoints, on
 # the GPU machine, with a bundle (test/gpu/bundle.sh):
 #
-#   bundle/scripts/forked.sh [--out DIR] [--only dl-persist,dl-fresh,compile,dl-precopy,dl-release,base]
+#   bundle/scripts/forked.sh [--out DIR] [--only dl-persist,dl-fresh,compile,dl-precopy,dl-release,dl-incr,base]
 #
 # Each job is frameworks/trainjob.py (a deterministic PyTorch training job),
 # started as the README says (`cuinterpose run --`), and run twice: straight
@@ -20,6 +20,12 @@
 #   dl-release  dl-fresh's loader with CUINTERPOSE_RELEASE=torch: the caching
 #               allocator emptied before each dump (each row gives the MiB
 #               carried against torch's allocated and reserved at the pause)
+#   dl-incr     dl-persist's job dumped with --leave-running at pause 1 and at
+#               pause 2 (ten optimizer steps later) twice: against the first
+#               (CUINTERPOSE_PARENT) and whole. The incremental dump's written
+#               bytes against the 1 MiB blocks that differ between the two
+#               whole dumps' carrier files (target: at most those plus 5% of
+#               the carried bytes); the losses against the uninterrupted run
 #   base        dl-persist through CRIU's upstream cuda_plugin, no interposer
 # Results: one line per job (PASS/FAIL/what upstream did) in DIR/summary.txt,
 # the criu logs under DIR/JOB/. Every criu call is bounded (bin/bounded).
@@ -28,7 +34,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 S=$(cd "$(dirname "$0")" && pwd)
 BUNDLE=$(cd "$S/.." && pwd)
 OUT=
-ONLY=dl-persist,dl-fresh,compile,dl-precopy,dl-release,base
+ONLY=dl-persist,dl-fresh,compile,dl-precopy,dl-release,dl-incr,base
 while [ $# -gt 0 ]; do
 	case $1 in
 	--out) OUT=$2; shift ;;
@@ -87,13 +93,13 @@ wait_file() {
 
 alive() { kill -0 "$1" 2>/dev/null; }
 
-# criu_do dump|restore DIR PLUGINDIR: bounded, logs kept in $OUT
+# criu_do dump|restore DIR PLUGINDIR: bounded (LEAVE=1: the job runs on)
 criu_do() {
 	local what=$1 d=$2 pl=$3 rc t0
 	t0=$(date +%s.%N)
 	if [ "$what" = dump ]; then
 		PATH=$T/shimbin:$PATH "$BOUNDED" 300 "$CRIU" dump -t "$JOBPID" -D "$d" -L "$pl" --link-remap -v4 \
-			-o dump.log
+			-o dump.log ${LEAVE:+--leave-running}
 	else
 		PATH=$T/shimbin:$PATH "$BOUNDED" 300 "$CRIU" restore -D "$d" -L "$pl" --restore-detached -v4 \
 			-o restore.log
@@ -202,6 +208,71 @@ scenario() {
 	result "$name" PASS "$(wc -l <"$T/$name/losses") losses bit-identical to the uninterrupted run; ${PRE:+precopy s:$PRE; }dump s:$DUMPS; restore s:$RESTORES; MiB carried/allocated/reserved:$CARRIED; children at the pauses: $(cut -d' ' -f4- "$T/$name/paused.1" | wc -w), $(cut -d' ' -f4- "$T/$name/paused.2" | wc -w)${hb:+; forked helper: $hb before, $HA after}$( [ -f "$T/$name/nvml.log" ] && echo "; nvml helper: $(tail -n 1 "$T/$name/nvml.log")")"
 }
 
+# incr NAME ARGS...: the dl-incr measurement (see the top)
+incr() {
+	local name=$1 ref=$1-ref d1 d2 d2f line r
+	shift
+	say "== $name: reference run"
+	job "$ref" 1 "$@"
+	wait_file "$T/$ref/done" 600 || { result "$name" FAIL "reference run: $(tail -n 3 "$OUT/$ref.job.log" | tr '\n' ' ')"; return; }
+	wait "$JOBPID" 2>/dev/null
+	say "== $name: dumps at pauses 1 and 2, the job running on"
+	job "$name" 1 --pause-every 10 "$@"
+	d1=$T/$name/d1 d2=$T/$name/d2 d2f=$T/$name/d2f
+	mkdir -p "$d1" "$d2" "$d2f" "$OUT/$name"
+	incr_fail() {
+		result "$name" FAIL "$1"
+		pkill -9 -s "$(ps -o sid= -p "$JOBPID" 2>/dev/null | tr -d ' ')" 2>/dev/null
+	}
+	wait_file "$T/$name/paused.1" 600 || { incr_fail "no first pause: $(tail -n 3 "$OUT/$name.job.log" | tr '\n' ' ')"; return; }
+	JOBPID=$(awk '{print $1}' "$T/$name/pids")
+	LEAVE=1 criu_do dump "$d1" "$T/plugins" || { incr_fail "dump 1: $(grep -m2 Error "$d1/dump.log" | tr '\n' ' ')"; return; }
+	touch "$T/$name/go.1"
+	wait_file "$T/$name/paused.2" 600 || { incr_fail "no second pause: $(tail -n 3 "$OUT/$name.job.log" | tr '\n' ' ')"; return; }
+	LEAVE=1 CUINTERPOSE_PARENT=$d1 criu_do dump "$d2" "$T/plugins" ||
+		{ incr_fail "dump 2 against dump 1: $(grep -m2 Error "$d2/dump.log" | tr '\n' ' ')"; return; }
+	local s2=$SECS
+	LEAVE=1 criu_do dump "$d2f" "$T/plugins" || { incr_fail "dump 2, whole: $(grep -m2 Error "$d2f/dump.log" | tr '\n' ' ')"; return; }
+	touch "$T/$name/go.2"
+	cp "$d1/dump.log" "$OUT/$name/dump.1.log"
+	cp "$d2/dump.log" "$OUT/$name/dump.2.log"
+	wait_file "$T/$name/done" 600 || { incr_fail "did not finish after the dumps: $(tail -n 3 "$OUT/$name.job.log" | tr '\n' ' ')"; return; }
+	cmp -s "$T/$ref/losses" "$T/$name/losses" ||
+		{ result "$name" FAIL "losses differ from the uninterrupted run: $(diff "$T/$ref/losses" "$T/$name/losses" | head -n 4 | tr '\n' ' ')"; return; }
+	# "SAVE: LEFT of CARRIED carried bytes left to the parent checkpoint D, WRITTEN written"
+	line=$(grep -ho "SAVE: [0-9]* of [0-9]* carried bytes left to the parent checkpoint [^,]*, [0-9]* written" "$d2/dump.log" | tail -n 1)
+	[ -n "$line" ] || { result "$name" FAIL "dump 2 has no SAVE summary against its parent"; return; }
+	r=$(python3 - "$d1" "$d2f" $(echo "$line" | awk '{print $2, $4, $(NF - 1)}') "$s2" <<'PY'
+import glob, os, sys
+d1, d2f, left, carried, written, secs = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6]), sys.argv[6]
+B = 1 << 20
+total = changed = zero = 0
+for f2 in sorted(glob.glob(os.path.join(d2f, "cuinterpose-carrier-*.img"))):
+    f1 = os.path.join(d1, os.path.basename(f2))
+    a = open(f1, "rb") if os.path.exists(f1) else None
+    with open(f2, "rb") as b:
+        while True:
+            y = b.read(B)
+            if not y:
+                break
+            x = a.read(B) if a else b""
+            total += 1
+            changed += x != y
+            zero += y.count(0) == len(y)
+    if a:
+        a.close()
+limit = changed * B + carried // 20
+print("MET" if written <= limit else "MISSED",
+      "dump 2 wrote %d of %d carried bytes (%.1f%%; %d left to dump 1) in %s s; the whole dumps' carrier "
+      "files differ in %d of %d 1 MiB blocks (%.1f%%, %d zero): target <= %d bytes (changed + 5%%)"
+      % (written, carried, 100.0 * written / max(carried, 1), left, secs, changed, total,
+         100.0 * changed / max(total, 1), zero, limit), sep="\t")
+PY
+)
+	result "$name" "${r%%$'\t'*}" "${r#*$'\t'}"
+	rm -rf "$d1" "$d2" "$d2f"
+}
+
 # The helper's answer after a restore: asked in the second cycle's pause.
 want dl-persist && scenario dl-persist 1 "$T/plugins" --workers 2 --persistent --fork-helper --nvml-helper
 want dl-fresh && scenario dl-fresh 1 "$T/plugins" --workers 2
@@ -211,6 +282,7 @@ want compile && scenario compile 1 "$T/plugins" --workers 0 --compile
 # each dump against a live pre-copy made at the pause (workers and helpers alive)
 want dl-precopy && PRECOPY=1 scenario dl-precopy 1 "$T/plugins" --workers 2 --persistent --fork-helper --nvml-helper
 want dl-release && JOBENV=CUINTERPOSE_RELEASE=torch scenario dl-release 1 "$T/plugins" --workers 2
+want dl-incr && incr dl-incr --workers 2 --persistent
 want base && scenario base 0 "$T/base-plugins" --workers 2 --persistent --fork-helper --nvml-helper
 echo "== summary"
 cat "$OUT/summary.txt"
