@@ -48,7 +48,14 @@
 # until `sync` returns, the restore starts from a dropped page cache), each
 # against upstream in the same mode, and cold against the plain parallel
 # cold read of the images' bytes (PLAINIO_COLD, BENCH_IO_THREADS_COLD,
-# default 16) as the ceiling. For every dump and restore: seconds, the peak extra RSS of EVERY
+# default 16) as the ceiling. "capped" is cold with the restore run in a
+# cgroup v2 whose memory.max is BENCH_CAP_MIB (4096): criu, the restored
+# job and the page cache of their reads must fit, so images larger than
+# that are larger than the memory the restore may use (as in a container
+# with a memory limit); criu restores with --manage-cgroups=ignore so the
+# job stays inside. "vf" (bench-llm) is ours verifying every carrier before
+# LOAD (CUINTERPOSE_CARRIER_VERIFY=first: each byte read twice); its capped
+# row goes beside ours and upstream's. For every dump and restore: seconds, the peak extra RSS of EVERY
 # process of the job (rss.sh: VmHWM after clear_refs over the RSS before the
 # dump; restore against the same process's RSS before the dump), and for
 # ours the carrier's SAVE/LOAD GB/s from the plugin's log lines, against the
@@ -70,6 +77,7 @@
 BENCH_LLM_GIB=${BENCH_LLM_GIB:-2 8 32}
 BENCH_SHARE_GIB=${BENCH_SHARE_GIB:-4}
 BENCH_KINDS=${BENCH_KINDS:-ours base}
+BENCH_CAP_MIB=${BENCH_CAP_MIB:-4096}
 BENCH_IO_THREADS=${BENCH_IO_THREADS:-1 4 8 16}
 # the samples as time series too (NAME/rss-d/PID.series.txt, in logs.tar.gz)
 export RSS_SERIES=${RSS_SERIES:-1}
@@ -114,13 +122,52 @@ measured() {
 	local name=$1 kind=$2 d=$3
 	echo "  extra RSS per process, MiB (pid value): dump $(rss_extra "$T/$name/rss-d" | tr '\n' ' ')restore $(rss_extra "$T/$name/rss-r" | tr '\n' ' ')"
 	echo "$DS $RS $(rss_max "$T/$name/rss-d") $(rss_max "$T/$name/rss-r") $IMG \
-$(carrier_rate "$d/dump.log" SAVE) $(carrier_rate "$d/restore.log" LOAD) ${SYNC_S:-0}" >"$T/$name/bench$([ "${CACHE:-warm}" = cold ] && echo -cold)"
+$(carrier_rate "$d/dump.log" SAVE) $(carrier_rate "$d/restore.log" LOAD) ${SYNC_S:-0}" >"$T/$name/bench$([ "${CACHE:-warm}" != warm ] && echo "-$CACHE")"
 }
 
 # sync, bounded: storage that stops accepting writes is named, not waited on
 bounded_sync() { timeout 600 sync || { echo "sync did not return within 600 s (storage hung?)" >&2; return 1; }; }
 # drop_caches: what a node has after a reboot (root)
 drop_caches() { bounded_sync && echo 3 >/proc/sys/vm/drop_caches; }
+
+# cap_enter: this shell (so the criu it starts and what criu restores) into
+# a memory cgroup limited to BENCH_CAP_MIB (cgroup v2 memory.max, or v1
+# memory.limit_in_bytes); cap_leave lifts the limit and takes the shell
+# back (the restored job stays there, unlimited). A cgroup of its own per
+# scenario (its peak and kill counts are this restore's); empty ones of
+# earlier scenarios are removed.
+cap_enter() {
+	if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+		rmdir /sys/fs/cgroup/cuip-bench-cap.* 2>/dev/null
+		CGV=2 CG=/sys/fs/cgroup/cuip-bench-cap.$BASHPID CG_FROM=/sys/fs/cgroup$(awk -F: '$1 == "0" {print $3}' /proc/self/cgroup)
+		grep -qw memory /sys/fs/cgroup/cgroup.subtree_control ||
+			echo +memory >/sys/fs/cgroup/cgroup.subtree_control || return 1
+		mkdir -p "$CG" && echo $((BENCH_CAP_MIB << 20)) >"$CG/memory.max" || return 1
+		echo 0 >"$CG/memory.swap.max" 2>/dev/null
+	elif [ -d /sys/fs/cgroup/memory ]; then
+		rmdir /sys/fs/cgroup/memory/cuip-bench-cap.* 2>/dev/null
+		CGV=1 CG=/sys/fs/cgroup/memory/cuip-bench-cap.$BASHPID
+		CG_FROM=/sys/fs/cgroup/memory$(awk -F: '$2 == "memory" {print $3}' /proc/self/cgroup)
+		mkdir -p "$CG" && echo $((BENCH_CAP_MIB << 20)) >"$CG/memory.limit_in_bytes" || return 1
+		echo 0 >"$CG/memory.max_usage_in_bytes"
+	else
+		echo "no memory cgroup (v2 or v1) under /sys/fs/cgroup"
+		return 1
+	fi
+	echo "$BASHPID" >"$CG/cgroup.procs"
+}
+cap_leave() {
+	local peak oom
+	if [ "$CGV" = 2 ]; then
+		echo max >"$CG/memory.max"
+		peak=$(cat "$CG/memory.peak" 2>/dev/null) oom=$(awk '$1 == "oom_kill" {print $2}' "$CG/memory.events")
+	else
+		echo -1 >"$CG/memory.limit_in_bytes"
+		peak=$(cat "$CG/memory.max_usage_in_bytes") oom=$(awk '$1 == "oom_kill" {print $2}' "$CG/memory.oom_control")
+	fi
+	echo "$BASHPID" >"$CG_FROM/cgroup.procs"
+	echo "capped restore: the cgroup's peak $((${peak:-0} >> 20)) MiB of $BENCH_CAP_MIB, ${oom:-?} process(es) killed for memory"
+}
 
 # dump_restore NAME KIND DIR PLUGINDIR "PIDS" [DUMP ARGS]: one dump and one
 # restore with every process's RSS sampled; the images are dropped and the
@@ -133,7 +180,7 @@ dump_restore() {
 		fail "criu dump failed: $(grep -E 'Error|cuinterpose:.*(refus|fail)|cuda_plugin.*fail' "$d/dump.log" | tail -n 2 | tr '\n' ' ')"
 	DS=$SECS
 	SYNC_S=0
-	if [ "${CACHE:-warm}" = cold ]; then
+	if [ "${CACHE:-warm}" != warm ]; then
 		# durable: the dump is over when its bytes are on the disk
 		local t0=$(date +%s.%N)
 		bounded_sync || fail "sync after the dump did not return within 600 s"
@@ -144,9 +191,17 @@ dump_restore() {
 	rss_stop "$T/$name/rss-d"
 	IMG=$(du -sm "$d" | cut -f1)
 	echo "images: $IMG MiB stored, $(du -sm --apparent-size "$d" | cut -f1) MiB apparent (the difference: holes)"
-	[ "${CACHE:-warm}" = cold ] && { drop_caches || fail "cannot drop the page cache (not root?)"; }
+	[ "${CACHE:-warm}" != warm ] && { drop_caches || fail "cannot drop the page cache (not root?)"; }
 	rss_start "$T/$name/rss-r" "$T/$name/rss-d" $pids
-	CRIU_TIMEOUT=550 criu_do restore "$d" "$pl" ||
+	local rc capargs=()
+	if [ "${CACHE:-warm}" = capped ]; then
+		cap_enter || fail "cannot set up the capped cgroup $CG"
+		capargs=(--manage-cgroups=ignore)
+	fi
+	CRIU_TIMEOUT=$([ "${CACHE:-warm}" = capped ] && echo 240 || echo 550) criu_do restore "$d" "$pl" ${capargs[@]+"${capargs[@]}"}
+	rc=$?
+	[ "${CACHE:-warm}" = capped ] && cap_leave
+	[ $rc = 0 ] ||
 		fail "criu restore failed: $(grep -E 'Error|cuinterpose:.*(refus|fail)|cuda_plugin.*fail' "$d/restore.log" | tail -n 2 | tr '\n' ' ')"
 	RS=$SECS
 	sleep 0.5
@@ -170,6 +225,7 @@ sc_bench_llm() {
 	[ "$kind" = pf ] && export CUINTERPOSE_PREFETCH_MB=auto
 	READY_TIMEOUT=600 start_fw "$name" llm 1 "$pre" $([ "$kind" = rel ] && echo CUINTERPOSE_RELEASE=torch) \
 		$([ "$kind" = zs ] && echo CUINTERPOSE_CARRIER_COMPRESS=zstd CUINTERPOSE_LOG=2) \
+		$([ "$kind" = vf ] && echo CUINTERPOSE_CARRIER_VERIFY=first) \
 		-- $([ -n "${BENCH_LLM_FREED:-}" ] && echo --cache-mib 256 --temp-mib || echo --cache-mib) "$mib" ||
 		fail "start: $(tail -n 2 "$T/$name/job.log" | tr '\n' ' ')"
 	cmd 300 verify || fail "verify before: $CMDERR"
@@ -289,6 +345,23 @@ pf_rows() {
 	result "$1-prefetch" DONE "$(awk 'FILENAME ~ /pf\/bench-cold$/ {r = $2} FILENAME ~ /ours\/bench-cold$/ {nr = $2; mib = $5} FILENAME ~ /pf\/bench$/ {w = $2} FILENAME ~ /ours\/bench$/ {nw = $2} FILENAME ~ /plain-cold$/ {c = mib * 1048576 / ($2 * 1e9)} END {printf "cold restore with the read-ahead %.2fs, without %.2fs (%.2f); against the plain parallel cold read of its %s MiB (%.2fs): %.2fx with, %.2fx without", r, nr, r / nr, mib, c, r / c, nr / c; if (w != "") printf "; warm restore %.2fs with, %.2fs without", w, nw}' "$p/bench-cold" "$o/bench-cold" $(ls "$p/bench" "$o/bench" 2>/dev/null) "$o/plain-cold")"
 }
 
+# capped_rows PREFIX: the capped restores (BENCH_CACHE "capped") of each kind
+# beside its uncapped cold one; a kind without one failed (see its row)
+capped_rows() {
+	local p=$1 k f line=
+	case " ${BENCH_CACHE:-warm cold} " in *" capped "*) ;; *) return 0 ;; esac
+	for k in ours vf base; do
+		bench_kind $k || continue
+		f=$T/$p-$k/bench-capped
+		if [ -f "$f" ]; then
+			line="$line$k $(awk 'NR == FNR {r = $2; i = $5; l = $7; next} {c = $2} END {printf "%.2fs (uncapped cold %s; images %s MiB, LOAD %s GB/s)", r, c == "" ? "-" : sprintf("%.2fs", c), i, l}' "$f" $(ls "$T/$p-$k/bench-cold" 2>/dev/null)); "
+		else
+			line="${line}$k no capped restore (its row says why); "
+		fi
+	done
+	result "$p-capped" DONE "restore in a cgroup of memory.max $BENCH_CAP_MIB MiB: $line"
+}
+
 # zs_rows PREFIX: compressed carrier chunks against none, same job, same
 # run (bench-llm "zs": ours with CUINTERPOSE_CARRIER_COMPRESS=zstd)
 zs_rows() {
@@ -319,7 +392,7 @@ run_bench_sizes() {
 	shift 3
 	part_start "$part"
 	for g in "$@"; do
-		for k in ours base rel pf zs; do
+		for k in ours base rel pf zs vf; do
 			bench_kind $k || continue
 			if [ $k = base ] && [ ! -f "$BASE_PLUGIN" ]; then
 				result "$part-${g}G-base" SKIP "no baseline/cuda_plugin.so in the bundle"
@@ -331,6 +404,7 @@ run_bench_sizes() {
 		bench_kind rel && rel_rows "$part-${g}G"
 		bench_kind pf && pf_rows "$part-${g}G"
 		bench_kind zs && zs_rows "$part-${g}G"
+		capped_rows "$part-${g}G"
 	done
 	part_end "$part"
 }
