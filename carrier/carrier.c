@@ -846,7 +846,8 @@ static int load_frame(struct worker *w, size_t i, uint64_t off, uint64_t o, uint
 		bad_frame(w->x, i, off, o, l, k, z, rc);
 		return -EBADMSG;
 	}
-	/* Counted once per restore: the verify-first pass reads them again. */
+	/* Counted once per restore: after a verify-first pass, LOAD reads
+	 * them again (its decompression time is summed over both). */
 	if (w->x->pass != PASS_VERIFY) {
 		w->zip_raw += l;
 		w->zip_stored += z;

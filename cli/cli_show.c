@@ -141,7 +141,9 @@ static long verify_entry(struct show *s, const Cuip__Topology *t, const Cuip__Ca
 			if (fd >= 0)
 				close(fd);
 			file = f;
-			fd = openat(s->dirfd, f, O_RDONLY | O_CLOEXEC);
+			/* Not waiting in open for a FIFO's writer (in a carrier's
+			 * place; its read then fails, ESPIPE, and is named). */
+			fd = openat(s->dirfd, f, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 			if (fd < 0) {
 				problem(s, "%s: %s (allocation %016" PRIx64 ":%" PRIu64 " chunk %zu)", f,
 					errno == ENOENT ? "missing" : strerror(errno), e->alloc->creator,

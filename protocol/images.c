@@ -490,6 +490,17 @@ static const Cuip__CarrierEntry *parent_entry(const struct cuip_ckpt *par, const
 	return NULL;
 }
 
+/* The stored lengths of entry k of the parent's topology pt (in dir). */
+static int check_parent_stored(const char *dir, const Cuip__Topology *pt, const Cuip__CarrierEntry *pe, size_t k,
+			       char *err, size_t errlen)
+{
+	char name[PATH_MAX + 64];
+
+	snprintf(name, sizeof(name), "parent checkpoint %s, topology of pid %d", dir,
+		 pt->state && pt->state->self ? (int)pt->state->self->pid : 0);
+	return cuip_entry_check_stored(name, pe, k, err, errlen);
+}
+
 /* The files one flattened topology reads: its own first, then the
  * ancestors' (absolute paths), each once. */
 struct files {
@@ -686,7 +697,7 @@ static int flatten_topology(const char *tname, Cuip__Topology *t, const char *di
 			       tname, (unsigned long long)e->alloc->creator, (unsigned long long)e->alloc->serial, dir);
 			ret = -ESTALE;
 		} else if (!(ret = cuip_entry_check_stored(tname, e, i, err, errlen)) &&
-			   !(ret = pe ? cuip_entry_check_stored(dir, pe, pk, err, errlen) : 0)) {
+			   !(ret = pe ? check_parent_stored(dir, pt, pe, pk, err, errlen) : 0)) {
 			/* Checked first: the flattened entry has one stored length per chunk. */
 			ret = flatten_entry(tname, t, e, dir, pt, pe, &fl, err, errlen);
 		}

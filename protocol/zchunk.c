@@ -69,11 +69,24 @@ int cuip_zchunk_parse(const char *v, int *level, int *on)
 
 size_t cuip_zchunk_cctx_size(int level, size_t chunk)
 {
-	/* Chunks are bounded: a level's window need not exceed one (at 19, 17
-	 * MiB per thread for 1 MiB chunks instead of the 90 MiB of an
-	 * unbounded input). ZSTD_compressCCtx picks its parameters from the
-	 * same bound, the chunk's length. */
-	return ZSTD_estimateCCtxSize_usingCParams(ZSTD_getCParams(level, chunk, 0));
+	/* zstd picks its parameters by each input's own length, from one table
+	 * for inputs up to 16 KiB, 128 KiB, 256 KiB and one beyond, each then
+	 * cut down to the length: within a table the largest input needs the
+	 * most, but a smaller table can need more than a larger one (level 4:
+	 * a 128 KiB input more than a 256 KiB one). So the most over the
+	 * tables' top lengths below the chunk and the chunk itself: at level
+	 * 19, 17 MiB per thread for 1 MiB chunks against the 81 MiB of an
+	 * unbounded input. */
+	static const size_t top[] = {16u << 10, 128u << 10, 256u << 10};
+	size_t need = ZSTD_estimateCCtxSize_usingCParams(ZSTD_getCParams(level, chunk, 0));
+
+	for (size_t i = 0; i < sizeof(top) / sizeof(top[0]); i++)
+		if (top[i] < chunk) {
+			size_t n = ZSTD_estimateCCtxSize_usingCParams(ZSTD_getCParams(level, top[i], 0));
+
+			need = n > need ? n : need;
+		}
+	return need;
 }
 
 size_t cuip_zchunk_dctx_size(void)

@@ -26,6 +26,7 @@
 #include "sha256.h"
 #include "stub.h"
 #include "util.h"
+#include "zchunk.h"
 
 #define KIB 1024ull
 #define MIB (1024ull * 1024)
@@ -1432,6 +1433,48 @@ static void compressible_fill(uint8_t *p, size_t n, unsigned seed)
 }
 
 /*
+ * A compressing context in a workspace of cuip_zchunk_cctx_size(level,
+ * chunk) compresses every length a chunk of that size can have, at every
+ * level: zstd's parameters follow each input's own length, and a shorter
+ * input can need more (level 4: 128 KiB more than 256 KiB). A failure
+ * there would store the chunk raw, silently.
+ */
+START_TEST(compressing_contexts_fit_every_level_and_length)
+{
+	static const size_t chunks[] = {64 * KIB, 200 * KIB, 256 * KIB, MIB};
+	static const size_t lens[] = {64 * KIB + 1, 100 * KIB, 128 * KIB, 128 * KIB + 1, 256 * KIB, MIB};
+	uint8_t *src = malloc(MIB), *dst = malloc(cuip_zchunk_bound(MIB));
+
+	ck_assert_ptr_nonnull(src);
+	ck_assert_ptr_nonnull(dst);
+	compressible_fill(src, MIB, 7);
+	for (int level = CUIP_ZCHUNK_LEVEL_MIN; level <= CUIP_ZCHUNK_LEVEL_MAX; level++)
+		for (size_t c = 0; c < sizeof(chunks) / sizeof(chunks[0]); c++) {
+			size_t ws_len = cuip_zchunk_cctx_size(level, chunks[c]);
+			void *ws = malloc(ws_len), *cctx;
+
+			ck_assert_ptr_nonnull(ws);
+			cctx = cuip_zchunk_cctx(ws, ws_len);
+			ck_assert_ptr_nonnull(cctx);
+			for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]) && lens[l] <= chunks[c]; l++) {
+				size_t z = cuip_zchunk_compress(cctx, level, dst, cuip_zchunk_bound(lens[l]), src,
+								lens[l]);
+
+				ck_assert_msg(
+					z > 0 && z < lens[l] / 4,
+					"level %d, %zu-byte chunks: %zu bytes compress to %zu in a %zu-byte workspace",
+					level, chunks[c], lens[l], z, ws_len);
+			}
+			free(ws);
+		}
+	/* The bound the sizing avoids: an unbounded input at level 19. */
+	ck_assert_uint_lt(cuip_zchunk_cctx_size(19, MIB), cuip_zchunk_cctx_size(19, 64 * MIB) / 2);
+	free(src);
+	free(dst);
+}
+END_TEST
+
+/*
  * Compressed chunks: a chunk of at least 64 KiB that zstd shrinks is
  * stored as its frame (stored length < chunk, fewer disk blocks), one
  * that it cannot shrink (random bytes), a zero one and a short tail stay
@@ -1622,6 +1665,7 @@ static Suite *suite(int needs_root)
 	tcase_add_test(t, zero_runs_punched_where_the_file_cannot_shrink);
 	tcase_add_test(t, parent_chunks_are_not_written_and_a_load_through_both_files_is_whole);
 	tcase_add_test(t, compressed_chunks_round_trip_and_damage_is_refused);
+	tcase_add_test(t, compressing_contexts_fit_every_level_and_length);
 	tcase_add_test(t, roundtrip_chunk_not_dividing_buffer);
 	tcase_add_test(t, roundtrip_staging_smaller_than_chunk);
 	tcase_add_test(t, several_files_roundtrip_and_refusals);

@@ -1,7 +1,8 @@
 #!/bin/sh
 # test_show.sh: `cuinterpose show` decodes a checkpoint's images and
 # verifies every carrier chunk: a good checkpoint passes (exit 0), and a
-# flipped byte, a cut or unreadable carrier, a missing topology image or a damaged
+# flipped byte, a cut carrier or one that is no file (a directory, a FIFO),
+# a missing topology image or a damaged
 # inventory are each named (file, allocation, chunk) with exit 1, and so
 # are a compressed chunk's damaged frame and stored lengths the index cannot
 # have (a compressed chunk that is whole passes); a
@@ -66,6 +67,15 @@ grep -q "1111111111111111:1 .* UNREADABLE$" "$T/out" || fail "the unreadable all
 grep -q "restore would refuse: $CARRIER: not a regular file (allocation 1111111111111111:1 chunk 0)" "$T/out" ||
 	fail "the plugin's own check does not name a carrier that is no file"
 grep -q "truncated" "$T/out" && fail "an unreadable carrier is called truncated"
+# A FIFO in its place: named at once, not waited on for a writer.
+fresh
+rm "$T/d/$CARRIER" && mkfifo "$T/d/$CARRIER"
+rc=$(timeout 60 "$cli" show "$T/d" >"$T/out" 2>&1; echo $?)
+[ "$rc" = 124 ] && fail "show waited on a FIFO in the carrier's place"
+[ "$rc" = 1 ] || fail "a FIFO in the carrier's place exits $rc"
+grep -q "$CARRIER: allocation 1111111111111111:1 chunk 0 cannot be read: Illegal seek" "$T/out" ||
+	fail "the FIFO's read error is not named"
+grep -q "restore would refuse: $CARRIER: not a regular file" "$T/out" || fail "the plugin's check passes a FIFO"
 
 # A missing topology image.
 fresh
