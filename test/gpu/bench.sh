@@ -49,7 +49,7 @@
 # against upstream in the same mode, and cold against the plain parallel
 # cold read of the images' bytes (PLAINIO_COLD, BENCH_IO_THREADS_COLD,
 # default 16) as the ceiling. "capped" is cold with the restore run in a
-# cgroup v2 whose memory.max is BENCH_CAP_MIB (4096): criu, the restored
+# memory cgroup (v2 or v1) limited to BENCH_CAP_MIB (4096): criu, the restored
 # job and the page cache of their reads must fit, so images larger than
 # that are larger than the memory the restore may use (as in a container
 # with a memory limit); criu restores with --manage-cgroups=ignore so the
@@ -193,14 +193,16 @@ dump_restore() {
 	echo "images: $IMG MiB stored, $(du -sm --apparent-size "$d" | cut -f1) MiB apparent (the difference: holes)"
 	[ "${CACHE:-warm}" != warm ] && { drop_caches || fail "cannot drop the page cache (not root?)"; }
 	rss_start "$T/$name/rss-r" "$T/$name/rss-d" $pids
-	local rc capargs=()
+	local rc
 	if [ "${CACHE:-warm}" = capped ]; then
 		cap_enter || fail "cannot set up the capped cgroup $CG"
-		capargs=(--manage-cgroups=ignore)
+		CRIU_TIMEOUT=240 criu_do restore "$d" "$pl" --manage-cgroups=ignore
+		rc=$?
+		cap_leave
+	else
+		CRIU_TIMEOUT=550 criu_do restore "$d" "$pl"
+		rc=$?
 	fi
-	CRIU_TIMEOUT=$([ "${CACHE:-warm}" = capped ] && echo 240 || echo 550) criu_do restore "$d" "$pl" ${capargs[@]+"${capargs[@]}"}
-	rc=$?
-	[ "${CACHE:-warm}" = capped ] && cap_leave
 	[ $rc = 0 ] ||
 		fail "criu restore failed: $(grep -E 'Error|cuinterpose:.*(refus|fail)|cuda_plugin.*fail' "$d/restore.log" | tail -n 2 | tr '\n' ' ')"
 	RS=$SECS

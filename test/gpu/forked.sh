@@ -165,17 +165,39 @@ cycle() {
 	return 0
 }
 
+# ended PID: the process is gone or a zombie (a child not yet waited for)
+ended() { local st; st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1); [ -z "$st" ] || [ "$st" = Z ]; }
+
+# reference NAME PRELOAD ARGS...: the uninterrupted run of scenario NAME (its
+# losses in $T/NAME-ref), its exit waited for at most 60 s after its last
+# step; false with WHY otherwise
+reference() {
+	local ref=$1-ref pre=$2 i
+	shift 2
+	say "== ${ref%-ref}: reference run"
+	job "$ref" "$pre" "$@"
+	wait_file "$T/$ref/done" 600 || { WHY="reference run: $(tail -n 3 "$OUT/$ref.job.log" | tr '\n' ' ')"; return 1; }
+	for ((i = 0; i < 1200; i++)); do ended "$JOBPID" && break; sleep 0.05; done
+	ended "$JOBPID" || { kill -9 "$JOBPID"; WHY="reference run: still running 60 s after its last step"; return 1; }
+	wait "$JOBPID" 2>/dev/null
+	return 0
+}
+
+# same_losses NAME: its losses equal its reference run's; false with WHY
+same_losses() {
+	cmp -s "$T/$1-ref/losses" "$T/$1/losses" && return 0
+	WHY="losses differ from the uninterrupted run: $(diff "$T/$1-ref/losses" "$T/$1/losses" | head -n 4 | tr '\n' ' ')"
+	return 1
+}
+
 # scenario NAME PRELOAD PLUGINDIR ARGS...: reference run, then two cycles
 scenario() {
-	local name=$1 pre=$2 pl=$3 ref=$1-ref hb ha
+	local name=$1 pre=$2 pl=$3 hb ha
 	shift 3
 	FAILED=FAIL
 	[ "$name" = base ] && FAILED=UPSTREAM-FAILS
 	DUMPS= RESTORES= WHY= RESTORED= CARRIED= PRE=
-	say "== $name: reference run"
-	job "$ref" "$pre" "$@"
-	wait_file "$T/$ref/done" 600 || { result "$name" $FAILED "reference run: $(tail -n 3 "$OUT/$ref.job.log" | tr '\n' ' ')"; return; }
-	wait "$JOBPID" 2>/dev/null
+	reference "$name" "$pre" "$@" || { result "$name" $FAILED "$WHY"; return; }
 	say "== $name: two checkpoint cycles"
 	job "$name" "$pre" --pause-every 10 "$@"
 	wait_file "$T/$name/paused.1" 600 || { result "$name" $FAILED "no first pause: $(tail -n 3 "$OUT/$name.job.log" | tr '\n' ' ')"; return; }
@@ -201,21 +223,15 @@ scenario() {
 		result "$name" $FAILED "the forked helper answered cuInit '$hb' before the dump and '$HA' after the restores"
 		return
 	fi
-	if ! cmp -s "$T/$ref/losses" "$T/$name/losses"; then
-		result "$name" $FAILED "losses differ from the uninterrupted run: $(diff "$T/$ref/losses" "$T/$name/losses" | head -n 4 | tr '\n' ' ')"
-		return
-	fi
+	same_losses "$name" || { result "$name" $FAILED "$WHY"; return; }
 	result "$name" PASS "$(wc -l <"$T/$name/losses") losses bit-identical to the uninterrupted run; ${PRE:+precopy s:$PRE; }dump s:$DUMPS; restore s:$RESTORES; MiB carried/allocated/reserved:$CARRIED; children at the pauses: $(cut -d' ' -f4- "$T/$name/paused.1" | wc -w), $(cut -d' ' -f4- "$T/$name/paused.2" | wc -w)${hb:+; forked helper: $hb before, $HA after}$( [ -f "$T/$name/nvml.log" ] && echo "; nvml helper: $(tail -n 1 "$T/$name/nvml.log")")"
 }
 
 # incr NAME ARGS...: the dl-incr measurement (see the top)
 incr() {
-	local name=$1 ref=$1-ref d1 d2 d2f line r
+	local name=$1 d1 d2 d2f line r
 	shift
-	say "== $name: reference run"
-	job "$ref" 1 "$@"
-	wait_file "$T/$ref/done" 600 || { result "$name" FAIL "reference run: $(tail -n 3 "$OUT/$ref.job.log" | tr '\n' ' ')"; return; }
-	wait "$JOBPID" 2>/dev/null
+	reference "$name" 1 "$@" || { result "$name" FAIL "$WHY"; return; }
 	say "== $name: dumps at pauses 1 and 2, the job running on"
 	job "$name" 1 --pause-every 10 "$@"
 	d1=$T/$name/d1 d2=$T/$name/d2 d2f=$T/$name/d2f
@@ -237,8 +253,7 @@ incr() {
 	cp "$d1/dump.log" "$OUT/$name/dump.1.log"
 	cp "$d2/dump.log" "$OUT/$name/dump.2.log"
 	wait_file "$T/$name/done" 600 || { incr_fail "did not finish after the dumps: $(tail -n 3 "$OUT/$name.job.log" | tr '\n' ' ')"; return; }
-	cmp -s "$T/$ref/losses" "$T/$name/losses" ||
-		{ result "$name" FAIL "losses differ from the uninterrupted run: $(diff "$T/$ref/losses" "$T/$name/losses" | head -n 4 | tr '\n' ' ')"; return; }
+	same_losses "$name" || { result "$name" FAIL "$WHY"; return; }
 	# "SAVE: LEFT of CARRIED carried bytes left to the parent checkpoint D, WRITTEN written"
 	line=$(grep -ho "SAVE: [0-9]* of [0-9]* carried bytes left to the parent checkpoint [^,]*, [0-9]* written" "$d2/dump.log" | tail -n 1)
 	[ -n "$line" ] || { result "$name" FAIL "dump 2 has no SAVE summary against its parent"; return; }
