@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -77,6 +78,13 @@ struct meter {
 	uint64_t (*total)(const struct cuip_group *g, const struct cuip_part *p, const void *arg);
 	int64_t (*done)(const struct cuip_group *g, const struct cuip_part *p, const void *arg);
 	bool delta; /* done counts from an arbitrary origin: subtract its start value */
+	/* Optional, SAVE: how p's bytes were decided so far (scanned on the
+	 * device, copied to the host); false when p does not say. */
+	bool (*detail)(const struct cuip_group *g, const struct cuip_part *p, const void *arg, uint64_t *scanned,
+		       uint64_t *copied);
+	/* Optional: what the phase's summary line adds after its rate (from
+	 * the replies, once the phase is over); "" for nothing. */
+	void (*summary)(const struct cuip_group *g, const void *arg, char *buf, size_t len);
 };
 
 static const struct meter replies_only = {.total = NULL, .done = NULL};
@@ -122,6 +130,19 @@ static void fmt_bytes(uint64_t b, char *buf, size_t len)
 		snprintf(buf, len, "%.1f MiB", (double)b / (1ull << 20));
 	else
 		snprintf(buf, len, "%.1f KiB", (double)b / 1024);
+}
+
+/* Decimal units, as the rates: "112.6 GB". */
+static void fmt_dec(uint64_t b, char *buf, size_t len)
+{
+	if (b >= 1000000000ull)
+		snprintf(buf, len, "%.1f GB", b / 1e9);
+	else if (b >= 1000000ull)
+		snprintf(buf, len, "%.1f MB", b / 1e6);
+	else if (b >= 1000ull)
+		snprintf(buf, len, "%.1f kB", b / 1e3);
+	else
+		snprintf(buf, len, "%" PRIu64 " bytes", b);
 }
 
 static void fmt_rate(double bps, char *buf, size_t len)
@@ -173,9 +194,34 @@ static bool monitor_sample(const struct monitor *mn, uint64_t *done)
 	return true;
 }
 
+/* What the progress line adds after its time: how the participants that
+ * say so decided their bytes ("" when none does). */
+static void monitor_detail(const struct monitor *mn, char *buf, size_t len)
+{
+	uint64_t scanned = 0, copied = 0;
+	char s_s[32], c_s[32];
+	bool any = false;
+
+	buf[0] = 0;
+	for (size_t i = 0; mn->m->detail && i < mn->g->n; i++) {
+		uint64_t s, c;
+
+		if (monitor_on(mn, &mn->g->p[i]) && mn->m->detail(mn->g, &mn->g->p[i], mn->arg, &s, &c)) {
+			scanned += s;
+			copied += c;
+			any = true;
+		}
+	}
+	if (!any)
+		return;
+	fmt_bytes(scanned, s_s, sizeof(s_s));
+	fmt_bytes(copied, c_s, sizeof(c_s));
+	snprintf(buf, len, " (decided; %s scanned on the device, %s copied to the host)", s_s, c_s);
+}
+
 static void monitor_line(struct monitor *mn, double now)
 {
-	char done_s[32], total_s[32], rate_s[32];
+	char done_s[32], total_s[32], rate_s[32], detail[160];
 	uint64_t done;
 
 	fmt_bytes(mn->total, total_s, sizeof(total_s));
@@ -186,8 +232,9 @@ static void monitor_line(struct monitor *mn, double now)
 	}
 	fmt_bytes(done, done_s, sizeof(done_s));
 	fmt_rate(now > mn->last_t ? (double)(done - mn->last) / (now - mn->last_t) : 0.0, rate_s, sizeof(rate_s));
-	pr_info("%s in progress: %s of %s (%u%%), %s, %.1f s", mn->name, done_s, total_s,
-		(unsigned)(done * 100 / mn->total), rate_s, now - mn->t0);
+	monitor_detail(mn, detail, sizeof(detail));
+	pr_info("%s in progress: %s of %s (%u%%), %s, %.1f s%s", mn->name, done_s, total_s,
+		(unsigned)(done * 100 / mn->total), rate_s, now - mn->t0, detail);
 	mn->last = done;
 	mn->last_t = now;
 }
@@ -511,6 +558,7 @@ static int run_phase_metered(struct cuip_group *g, const char *name, step_fn fn,
 	struct monitor mn = {.g = g, .name = name, .applies = applies, .arg = arg, .m = m, .jobs = jobs};
 	size_t parts = 0, records = 0;
 	uint64_t bytes = 0;
+	char extra[256] = "";
 	double t0 = cuip_now(), dt;
 	bool watched;
 	int ret = 0;
@@ -548,11 +596,13 @@ static int run_phase_metered(struct cuip_group *g, const char *name, step_fn fn,
 	for (size_t i = 0; i < g->n; i++)
 		assert_flags(&g->p[i]);
 	dt = cuip_now() - t0;
+	if (m && m->summary)
+		m->summary(g, arg, extra, sizeof(extra));
 	if (bytes)
-		pr_info("%s: %zu participants, %zu records, %" PRIu64 " bytes, %.3f s, %.1f MB/s%s", name, parts,
-			records, bytes, dt, dt > 0 ? (double)bytes / dt / 1e6 : 0.0, ret ? " (FAILED)" : "");
+		pr_info("%s: %zu participants, %zu records, %" PRIu64 " bytes, %.3f s, %.1f MB/s%s%s", name, parts,
+			records, bytes, dt, dt > 0 ? (double)bytes / dt / 1e6 : 0.0, extra, ret ? " (FAILED)" : "");
 	else
-		pr_info("%s: %zu participants, %zu records, %.3f s%s", name, parts, records, dt,
+		pr_info("%s: %zu participants, %zu records, %.3f s%s%s", name, parts, records, dt, extra,
 			ret ? " (FAILED)" : "");
 	if (g->after_phase)
 		g->after_phase(g, name, ret);
@@ -900,7 +950,7 @@ static int step_save(struct cuip_group *g, struct cuip_part *p, const void *arg)
 	Cuip__Response *resp = NULL;
 	Cuip__CarrierEntry *pents = NULL, **pptrs = NULL;
 	char *file = p->carrier_names[0];
-	int fds[CUIP_CARRIER_FILES_MAX];
+	int fds[CUIP_CARRIER_FILES_MAX + 1]; /* the carrier files, then the progress page */
 	size_t n = 0, nent = 0, nfds = 0, k;
 	int ret = 0;
 
@@ -959,7 +1009,25 @@ static int step_save(struct cuip_group *g, struct cuip_part *p, const void *arg)
 	save.n_parents = (size_t)np;
 	req.body_case = CUIP__REQUEST__BODY_SAVE;
 	req.save = &save;
-	ret = callv(g, p, &req, fds, nfds, g->o->data_timeout_ms, &resp);
+	/* The progress page goes after the carrier files, within what the
+	 * interposer takes with one request (CUIP_OP_MAX_FDS, the files' most). */
+	p->progress_sent = p->progress && nfds < CUIP_CARRIER_FILES_MAX;
+	if (p->progress_sent) {
+		save.has_progress_page = save.progress_page = 1;
+		fds[nfds] = p->progress_fd;
+	}
+	ret = callv(g, p, &req, fds, nfds + p->progress_sent, g->o->data_timeout_ms, &resp);
+	if (ret == -EBADF && p->progress_sent) {
+		/* An interposer older than the progress page (a job started
+		 * before the upgrade) counts it as one more carrier file and
+		 * refuses before anything is written: again without it; its
+		 * progress is then the carrier files' blocks. */
+		pr_debug("pid %d: SAVE refused with its progress page (%s); saving without it", p->pid, p->err);
+		p->progress_sent = false;
+		save.has_progress_page = save.progress_page = 0;
+		p->err[0] = 0;
+		ret = callv(g, p, &req, fds, nfds, g->o->data_timeout_ms, &resp);
+	}
 	free(ids);
 	if (ret)
 		goto out;
@@ -1034,11 +1102,29 @@ static uint64_t save_total(const struct cuip_group *g, const struct cuip_part *p
 	return t;
 }
 
+/* p's progress page once p writes it (its magic set), else NULL. */
+static const struct cuip_save_progress *save_page(const struct cuip_part *p)
+{
+	return p->progress && cuip_progress_load(&p->progress->magic) == CUIP_PROGRESS_MAGIC ? p->progress : NULL;
+}
+
+/*
+ * The bytes of p decided so far: from its progress page when it writes one
+ * (chunks the device scan found zero or unchanged, plus bytes copied:
+ * a scan that writes nothing still moves), else the blocks its carrier
+ * files hold. moved_by() keeps either within p's total.
+ */
 static int64_t save_done(const struct cuip_group *g, const struct cuip_part *p, const void *arg)
 {
+	const struct cuip_save_progress *pg = save_page(p);
 	unsigned k = carrier_files_for(g->o, save_total(g, p, arg));
 	int64_t done = 0;
 
+	if (pg) {
+		uint64_t d = cuip_progress_load(&pg->done);
+
+		return d > INT64_MAX ? INT64_MAX : (int64_t)d;
+	}
 	for (unsigned f = 0; f < k; f++) {
 		char file[64];
 		struct stat sb;
@@ -1050,7 +1136,111 @@ static int64_t save_done(const struct cuip_group *g, const struct cuip_part *p, 
 	return done;
 }
 
-static const struct meter save_meter = {.total = save_total, .done = save_done};
+static bool save_detail(const struct cuip_group *g, const struct cuip_part *p, const void *arg, uint64_t *scanned,
+			uint64_t *copied)
+{
+	const struct cuip_save_progress *pg = save_page(p);
+	uint64_t t = save_total(g, p, arg);
+
+	if (!pg)
+		return false;
+	*scanned = cuip_progress_load(&pg->scanned);
+	*copied = cuip_progress_load(&pg->copied);
+	*scanned = *scanned > t ? t : *scanned;
+	*copied = *copied > t ? t : *copied;
+	return true;
+}
+
+/* SAVE's summary: what the replies say was scanned on the device, copied
+ * to the host and found all zero, summed over the participants that say. */
+static void save_summary(const struct cuip_group *g, const void *arg, char *buf, size_t len)
+{
+	uint64_t sum[3] = {0};
+	bool has[3] = {false};
+	static const char *const what[3] = {"scanned on the device", "copied to the host", "all zero"};
+	size_t l = 0;
+
+	buf[0] = 0;
+	for (size_t i = 0; i < g->n; i++) {
+		const Cuip__SaveReply *sr = g->p[i].save ? g->p[i].save->save : NULL;
+
+		if (!sr || g->p[i].status || !has_carriers(g, &g->p[i], arg))
+			continue;
+		if (sr->has_scanned_bytes)
+			has[0] = true, sum[0] += sr->scanned_bytes;
+		if (sr->has_copied_bytes)
+			has[1] = true, sum[1] += sr->copied_bytes;
+		if (sr->has_zero_bytes)
+			has[2] = true, sum[2] += sr->zero_bytes;
+	}
+	for (int k = 0; k < 3 && l < len; k++) {
+		char b[32];
+
+		if (!has[k])
+			continue;
+		fmt_dec(sum[k], b, sizeof(b));
+		l += (size_t)snprintf(buf + l, len - l, ", %s %s", b, what[k]);
+	}
+}
+
+static const struct meter save_meter = {
+	.total = save_total, .done = save_done, .detail = save_detail, .summary = save_summary};
+
+/*
+ * SAVE's progress pages (protocol/progress.h): one memfd for each
+ * participant that saves, mapped read-only here, passed with its SAVE; set
+ * before the phase's monitor starts and released after it stopped. One
+ * that cannot be made is only a coarser meter.
+ */
+static void progress_open(struct cuip_group *g)
+{
+	for (size_t i = 0; i < g->n; i++) {
+		struct cuip_part *p = &g->p[i];
+		void *m = MAP_FAILED;
+		int fd, err;
+
+		p->progress = NULL;
+		p->progress_sent = false;
+		if (!has_carriers(g, p, NULL))
+			continue;
+		fd = memfd_create("cuinterpose-progress", MFD_CLOEXEC);
+		if (fd >= 0 && !ftruncate(fd, CUIP_PROGRESS_PAGE))
+			m = mmap(NULL, CUIP_PROGRESS_PAGE, PROT_READ, MAP_SHARED, fd, 0);
+		if (m == MAP_FAILED) {
+			err = errno;
+			if (fd >= 0)
+				close(fd);
+			pr_warn("pid %d: no SAVE progress page (%s): its progress counts the carrier files' blocks",
+				p->pid, strerror(err));
+			continue;
+		}
+		p->progress = m;
+		p->progress_fd = fd;
+	}
+}
+
+static void progress_close(struct cuip_group *g)
+{
+	for (size_t i = 0; i < g->n; i++) {
+		struct cuip_part *p = &g->p[i];
+
+		if (!p->progress)
+			continue;
+		munmap((void *)p->progress, CUIP_PROGRESS_PAGE);
+		close(p->progress_fd);
+		p->progress = NULL;
+	}
+}
+
+static int save_phase(struct cuip_group *g)
+{
+	int ret;
+
+	progress_open(g);
+	ret = run_phase_metered(g, "SAVE", step_save, has_carriers, NULL, &save_meter);
+	progress_close(g);
+	return ret;
+}
 
 /* Name a process identity outside the group: an importer's allocation
  * records its creator's pid (as the creator sees itself), placed in our pid
@@ -1269,7 +1459,7 @@ int cuip_group_dump(struct cuip_group *g)
 	if ((ret = quiesce_with_retries(g)) ||
 	    (ret = run_phase(g, "PREPARE_MULTICAST", step_flag, NULL,
 			     (void *)(intptr_t)CUIP__REQUEST__BODY_PREPARE_MULTICAST)) ||
-	    (ret = run_phase_metered(g, "SAVE", step_save, has_carriers, NULL, &save_meter)) ||
+	    (ret = save_phase(g)) ||
 	    (ret = write_images(g)) ||
 	    (ret = run_phase(g, "PREPARE_UNICAST", step_flag, NULL,
 			     (void *)(intptr_t)CUIP__REQUEST__BODY_PREPARE_UNICAST))) {

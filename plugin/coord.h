@@ -21,6 +21,7 @@
 
 #include "images.h"
 #include "options.h"
+#include "progress.h"
 #include "wire.h"
 
 struct cuip_part {
@@ -44,6 +45,15 @@ struct cuip_part {
 	size_t n_carrier_files;
 	char carrier_names[CUIP_CARRIER_FILES_MAX][48];
 	uint64_t expected_bytes; /* sum of the carried allocations */
+	/* SAVE's progress page (protocol/progress.h): a memfd the plugin
+	 * maps read-only and passes after the carrier files; the participant
+	 * writes how far its SAVE is. Set before the SAVE phase starts and
+	 * cleared after its monitor stopped (so the monitor reads it without
+	 * a lock); NULL: none (no memfd, or not a SAVE). progress_fd is valid
+	 * only with progress set. progress_sent: this SAVE request carried it. */
+	const struct cuip_save_progress *progress;
+	int progress_fd;
+	bool progress_sent;
 	bool quiesced;		 /* QUIESCE was sent: the gate may be closed */
 	bool torn_down;		 /* multicast or unicast detached: rebuild needed */
 	bool unicast_down;	 /* PREPARE_UNICAST was sent: LOAD and unicast stages too */

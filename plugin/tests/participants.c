@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -82,7 +83,23 @@ static const char *req_name(const Cuip__Request *r)
 	return cuip_request_name(r->body_case);
 }
 
-static void handle_save(struct fake *f, const Cuip__Save *s, int fd, Cuip__Response *resp, Cuip__SaveReply *sr)
+/* The progress page (protocol/progress.h), when SAVE brings one: written
+ * as a SAVE that scanned and copied everything would. */
+static void fill_progress(int page, uint64_t total)
+{
+	struct cuip_save_progress *pg =
+		mmap(NULL, CUIP_PROGRESS_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, page, 0);
+
+	ck_assert_ptr_ne(pg, MAP_FAILED);
+	cuip_progress_store(&pg->scanned, total);
+	cuip_progress_store(&pg->copied, total);
+	cuip_progress_store(&pg->done, total);
+	cuip_progress_store(&pg->magic, CUIP_PROGRESS_MAGIC);
+	munmap(pg, CUIP_PROGRESS_PAGE);
+}
+
+static void handle_save(struct fake *f, const Cuip__Save *s, int fd, int page, Cuip__Response *resp,
+			Cuip__SaveReply *sr)
 {
 	uint64_t total = 0;
 
@@ -126,6 +143,11 @@ static void handle_save(struct fake *f, const Cuip__Save *s, int fd, Cuip__Respo
 		total += size;
 	}
 	sr->bytes = total - (uint64_t)f->save_short;
+	if (page >= 0) {
+		fill_progress(page, total);
+		sr->has_scanned_bytes = sr->has_copied_bytes = 1;
+		sr->scanned_bytes = sr->copied_bytes = total;
+	}
 	resp->body_case = CUIP__RESPONSE__BODY_SAVE;
 	resp->save = sr;
 }
@@ -179,11 +201,19 @@ static void serve(struct fake *f, int c)
 		Cuip__SaveReply sr = CUIP__SAVE_REPLY__INIT;
 		char err[128];
 		const char *name;
-		int fd = -1, bye;
+		int fds[2] = {-1, -1}, fd = -1, page = -1, bye;
+		size_t nfds = 0;
 
-		if (cuip_msg_recv(c, CUIP_KIND_REQUEST, &cuip__request__descriptor, NULL, &m, &fd, err, sizeof(err)))
+		/* a SAVE's progress page comes after its carrier file */
+		if (cuip_msg_recvv(c, CUIP_KIND_REQUEST, &cuip__request__descriptor, NULL, &m, fds, 2, &nfds, err,
+				   sizeof(err)))
 			break;
+		fd = nfds ? fds[0] : -1;
 		req = (Cuip__Request *)m;
+		if (nfds > 1 && req->body_case == CUIP__REQUEST__BODY_SAVE && req->save->progress_page)
+			page = fds[1];
+		else if (nfds > 1)
+			close(fds[1]);
 		name = req_name(req);
 		if (f->nlog < 64)
 			snprintf(f->log[f->nlog++], sizeof(f->log[0]), "%s", name);
@@ -196,6 +226,8 @@ static void serve(struct fake *f, int c)
 			protobuf_c_message_free_unpacked(m, NULL);
 			if (fd >= 0)
 				close(fd);
+			if (page >= 0)
+				close(page);
 			break;
 		}
 		if (f->trickle_on && !strcmp(f->trickle_on, name))
@@ -232,7 +264,7 @@ static void serve(struct fake *f, int c)
 			resp.state = &f->fx.st;
 		} else if (req->body_case == CUIP__REQUEST__BODY_SAVE) {
 			ck_assert_int_ge(fd, 0);
-			handle_save(f, req->save, fd, &resp, &sr);
+			handle_save(f, req->save, fd, page, &resp, &sr);
 		} else if (req->body_case == CUIP__REQUEST__BODY_LOAD) {
 			ck_assert_int_ge(fd, 0);
 			for (size_t i = 0; i < req->load->n_entries; i++)
@@ -251,6 +283,8 @@ static void serve(struct fake *f, int c)
 		}
 		if (fd >= 0)
 			close(fd);
+		if (page >= 0)
+			close(page);
 		protobuf_c_message_free_unpacked(m, NULL);
 		if (bye)
 			break;
