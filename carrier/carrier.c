@@ -72,6 +72,7 @@
 
 #include "carrier.h"
 #include "deadline.h"
+#include "devscan.h"
 #include "errfmt.h"
 #include "sha256.h"
 #include "threads.h"
@@ -166,6 +167,7 @@ struct worker {
 	uint64_t holes;		      /* save: zero bytes left as holes */
 	uint64_t inherited;	      /* save: bytes of chunks the parent has, not written */
 	uint64_t zip_raw, zip_stored; /* chunks stored compressed: raw and frame bytes */
+	uint64_t zero;		      /* save on the host: bytes of chunks found all zero */
 	/* Compressed chunks (x->zws_len > 0): the thread's codec workspace,
 	 * mapped when it starts, unmapped in teardown(): a frame buffer
 	 * (zbuf, x->zbuf_len bytes) and a zstd context in the rest. */
@@ -205,6 +207,15 @@ struct xfer {
 	char msg[ERRMSG];
 	double copy_s, io_s, crc_s, pin_s, hash_s, zip_s; /* summed after the threads are joined */
 	uint64_t holes, inherited, zip_raw, zip_stored;	  /* summed after the threads are joined */
+	uint64_t zero_host;				  /* summed after the threads are joined */
+	/* Chunks decided before the pipeline (set before the threads start):
+	 * save, the device scan's zero and unchanged chunks; load, the zero
+	 * chunks a memset set. skips: the slices leave them out; skipped:
+	 * their bytes, counted as done by every pass. */
+	bool devscanned, skips;
+	uint64_t skipped;
+	struct devscan_report scan;
+	uint64_t zero_set; /* load: bytes set by memset */
 	/* Compressed chunks: each thread's codec workspace (0: none, no chunk
 	 * is compressed), its frame buffer's share; save compresses. */
 	size_t zws_len, zbuf_len;
@@ -282,6 +293,20 @@ static const char *pass_name(enum pass p)
 	return p == PASS_SAVE ? "save" : p == PASS_VERIFY ? "verify" : "load";
 }
 
+/* Whether chunk k of item it was decided before the pipeline (skipped by it). */
+static bool skipped(const struct xfer *x, const struct carrier_item *it, uint64_t k)
+{
+	return x->skips && ((it->zero && it->zero[k]) || (x->pass == PASS_SAVE && it->inherited && it->inherited[k]));
+}
+
+static bool any_skipped(const struct xfer *x, const struct carrier_item *it)
+{
+	for (uint64_t k = 0; x->skips && k < it->ncrc; k++)
+		if (skipped(x, it, k))
+			return true;
+	return false;
+}
+
 /* Bytes of item it per slice: whole chunks, at most one buffer. */
 static uint64_t slice_max(const struct xfer *x, const struct carrier_item *it)
 {
@@ -308,6 +333,12 @@ static void cut(const struct xfer *x, size_t i, uint64_t off, struct slice *s)
 	s->off = off;
 	s->foff = it->offset + off;
 	s->len = left < m ? left : m;
+	/* A decided chunk ends the slice (next_slice starts past it). */
+	for (uint64_t o = it->chunk_size; x->skips && o < s->len; o += it->chunk_size)
+		if (skipped(x, it, (off + o) / it->chunk_size)) {
+			s->len = o;
+			break;
+		}
 	if (s->len < left)
 		return;
 	for (size_t j = i + 1; j < x->n; j++) {
@@ -315,7 +346,8 @@ static void cut(const struct xfer *x, size_t i, uint64_t off, struct slice *s)
 
 		if (jt->file != it->file || !jt->size)
 			continue;
-		if (jt->offset != next || x->item_ctx[j] != x->item_ctx[i] || jt->size > x->buf_bytes - s->len)
+		if (jt->offset != next || x->item_ctx[j] != x->item_ctx[i] || jt->size > x->buf_bytes - s->len ||
+		    any_skipped(x, jt))
 			break;
 		s->len += jt->size;
 		next += jt->size;
@@ -331,6 +363,8 @@ static bool next_slice(const struct xfer *x, size_t f, size_t *ci, uint64_t *co,
 	while (*ci < x->n) {
 		const struct carrier_item *it = &x->items[*ci];
 
+		while (*co < it->size && skipped(x, it, *co / it->chunk_size))
+			*co += it->chunk_size;
 		if (it->file != f || *co >= it->size) {
 			(*ci)++;
 			*co = 0;
@@ -416,8 +450,14 @@ static bool claim(struct xfer *x, struct slice *s)
 
 static void account(struct xfer *x, uint64_t bytes)
 {
+	struct cuip_save_progress *pg = x->pass == PASS_SAVE ? x->cfg->progress_page : NULL;
+
 	pthread_mutex_lock(&x->lock);
 	x->done += bytes;
+	if (pg) {
+		cuip_progress_store(&pg->copied, x->done);
+		cuip_progress_store(&pg->done, x->skipped + x->done);
+	}
 	pthread_cond_broadcast(&x->cond);
 	pthread_mutex_unlock(&x->lock);
 }
@@ -485,7 +525,7 @@ static void report(struct xfer *x, bool final)
 	if (!c->progress || !c->progress_every)
 		return;
 	pthread_mutex_lock(&x->lock);
-	done = x->p_base + x->done;
+	done = x->p_base + x->skipped + x->done;
 	pthread_mutex_unlock(&x->lock);
 	if (done < x->p_next && !final)
 		return;
@@ -660,12 +700,14 @@ static int save_finish(struct worker *w, struct slot *sl)
 		for (uint64_t o = 0, k = off / it->chunk_size; !rc && o < len; o += it->chunk_size, k++) {
 			uint64_t l = len - o < it->chunk_size ? len - o : it->chunk_size;
 			bool zip = x->zsave && it->stored && x->sparse[file] && l >= HOLE_UNIT;
-			bool hold = (it->parent_sha || zip) && x->sparse[file]; /* write once the chunk is judged */
+			/* write once the chunk is judged (the device scan judged it already) */
+			bool hold = ((it->parent_sha && !x->devscanned) || zip) && x->sparse[file];
+			bool sha = it->sha && !x->devscanned;
 			struct cuip_sha256 h;
 			uint32_t c = 0;
 			size_t z;
 
-			if (it->sha)
+			if (sha)
 				cuip_sha256_init(&h);
 			for (uint64_t b = 0; !rc && b < l; b += CRC_BLOCK) {
 				uint64_t m = l - b < CRC_BLOCK ? l - b : CRC_BLOCK, end = boff + o + b + m;
@@ -673,7 +715,7 @@ static int save_finish(struct worker *w, struct slot *sl)
 				t = now();
 				c = cuip_crc32c(c, p + o + b, m);
 				crc_s += now() - t;
-				if (it->sha) {
+				if (sha) {
 					t = now();
 					cuip_sha256_update(&h, p + o + b, m);
 					hash_s += now() - t;
@@ -687,13 +729,19 @@ static int save_finish(struct worker *w, struct slot *sl)
 				written = end;
 			}
 			it->crc[k] = c;
-			if (it->sha)
+			if (sha)
 				cuip_sha256_final(&h, it->sha + k * CARRIER_HASH_LEN);
+			/* Judged on the host: a zero chunk is recorded as such (a
+			 * load sets it with a memset), never as inherited. */
+			if (it->zero && !x->devscanned && all_zero(p + o, l)) {
+				it->zero[k] = 1;
+				w->zero += l;
+			}
 			if (rc || !hold)
 				continue;
 			/* Held: what precedes the chunk goes out, then the chunk
 			 * unless the parent has it, compressed where that pays. */
-			if (same_as_parent(it, k)) {
+			if (!(it->zero && it->zero[k]) && same_as_parent(it, k)) {
 				t = now();
 				if (boff + o > written)
 					rc = write_run(fd, x->sparse[file], buf + written, boff + o - written,
@@ -1245,13 +1293,14 @@ static int run_pass(struct xfer *x, enum pass pass)
 		x->zip_s += w->zip_s;
 		x->zip_raw += w->zip_raw;
 		x->zip_stored += w->zip_stored;
+		x->zero_host += w->zero;
 		w->copy_s = w->io_s = w->crc_s = w->pin_s = 0;
-		w->holes = w->inherited = w->zip_raw = w->zip_stored = 0;
+		w->holes = w->inherited = w->zip_raw = w->zip_stored = w->zero = 0;
 		w->hash_s = w->zip_s = 0;
 	}
-	if (!x->rc && x->done != x->total)
-		fail(x, -EIO, "carrier %s: moved %" PRIu64 " bytes, expected %" PRIu64, pass_name(pass), x->done,
-		     x->total);
+	if (!x->rc && x->done + x->skipped != x->total)
+		fail(x, -EIO, "carrier %s: moved %" PRIu64 " bytes and decided %" PRIu64 " before, expected %" PRIu64,
+		     pass_name(pass), x->done, x->skipped, x->total);
 	return x->rc;
 }
 
@@ -1299,7 +1348,7 @@ static void plan(struct xfer *x)
 	 * even share of all the bytes per slot up to RUN_BYTES (so that every
 	 * slot has work), whichever is more; large items get what they got
 	 * before runs existed. */
-	share = (x->total + SLOTS_PER_THREAD * threads - 1) / (SLOTS_PER_THREAD * threads);
+	share = (x->total - x->skipped + SLOTS_PER_THREAD * threads - 1) / (SLOTS_PER_THREAD * threads);
 	share = share < RUN_BYTES ? (share + PAGE - 1) / PAGE * PAGE : RUN_BYTES;
 	buf = biggest > share ? biggest : share;
 	if (buf > want)
@@ -1314,7 +1363,7 @@ static void plan(struct xfer *x)
 	/* Staging sized to need: never more pinned than the bytes carried
 	 * (in pages), or than two buffers of one chunk where that is more.
 	 * Smaller buffers first (down to a chunk), then fewer threads. */
-	cap = (x->total + PAGE - 1) / PAGE * PAGE;
+	cap = (x->total - x->skipped + PAGE - 1) / PAGE * PAGE;
 	if (cap < SLOTS_PER_THREAD * need)
 		cap = SLOTS_PER_THREAD * need;
 	if ((uint64_t)SLOTS_PER_THREAD * threads * buf > cap) {
@@ -1520,7 +1569,12 @@ static void fill_stats(const struct xfer *x, struct carrier_stats *st, double t0
 	st->crc_seconds = x->crc_s;
 	st->pin_seconds = x->pin_s;
 	st->hole_bytes = x->holes;
-	st->inherited_bytes = x->inherited;
+	st->inherited_bytes = x->inherited + x->scan.inherited;
+	st->scan_device = x->devscanned;
+	st->scanned_bytes = x->scan.scanned;
+	st->scan_seconds = x->scan.seconds;
+	st->copied_bytes = x->pass == PASS_LOAD ? 0 : x->done;
+	st->zero_bytes = x->pass == PASS_LOAD ? x->zero_set : x->scan.zero + x->zero_host;
 	st->hash_seconds = x->hash_s;
 	st->zip_bytes = x->zip_raw;
 	st->zip_stored = x->zip_stored;
@@ -1702,10 +1756,166 @@ static int save_end(struct xfer *x)
 	return 0;
 }
 
+/* ---- decided before the pipeline ------------------------------------------ */
+
+/* The device scan's progress: to the plugin's page and the caller's callback. */
+static void scan_progress(void *arg, uint64_t scanned, uint64_t decided)
+{
+	struct xfer *x = arg;
+	struct cuip_save_progress *pg = x->cfg->progress_page;
+
+	if (pg) {
+		cuip_progress_store(&pg->scanned, scanned);
+		cuip_progress_store(&pg->done, decided);
+	}
+	if (x->cfg->progress && x->cfg->progress_every)
+		x->cfg->progress(x->cfg->progress_arg, decided, x->p_grand);
+}
+
+/*
+ * Save: where every item asks for it (zero and dhash arrays) and the
+ * configuration allows it, the device scan decides the zero and unchanged
+ * chunks, which the slices then leave out. A device that cannot scan
+ * leaves the save to the host (scan_fallback says why); one that fails
+ * while scanning fails the save.
+ */
+static void save_scan(struct xfer *x, char *why, size_t whylen)
+{
+	CUcontext *ctxs;
+	bool asked = x->cfg->device_scan && x->n;
+	char msg[ERRMSG];
+	int rc;
+
+	for (size_t i = 0; asked && i < x->n; i++)
+		asked = !x->items[i].size || (x->items[i].zero && x->items[i].dhash);
+	if (!asked || x->rc)
+		return;
+	ctxs = malloc(sizeof(*ctxs) * x->n);
+	if (!ctxs) {
+		fail(x, -ENOMEM, "carrier save: out of memory for the device scan");
+		return;
+	}
+	for (size_t i = 0; i < x->n; i++)
+		ctxs[i] = x->ctxs[x->item_ctx[i]];
+	rc = carrier_devscan(x->ops, x->items, x->n, ctxs, scan_progress, x, &x->scan, msg, sizeof(msg));
+	free(ctxs);
+	if (rc == -ENOTSUP) {
+		size_t l = strnlen(msg, whylen - 1);
+
+		memcpy(why, msg, l); /* cut to fit: a reason, not an error */
+		why[l] = '\0';
+		return;
+	}
+	if (rc) {
+		fail(x, rc, "carrier save: %s", msg);
+		return;
+	}
+	x->devscanned = true;
+	x->skips = true;
+	x->skipped = x->scan.zero + x->scan.inherited;
+}
+
+/*
+ * Load: the chunks the index records as zero, where the driver can set
+ * them, are left out of the slices (and of a verify pass). Each must
+ * carry the CRC of zeros: an index that marks a chunk zero whose CRC says
+ * otherwise is corrupt, and is refused before the device is touched.
+ */
+static void load_plan_zero(struct xfer *x)
+{
+	uint64_t bytes = 0;
+
+	for (size_t i = 0; i < x->n && !x->rc; i++) {
+		const struct carrier_item *it = &x->items[i];
+
+		for (uint64_t k = 0; it->zero && k < it->ncrc; k++) {
+			uint64_t l = it->size - k * it->chunk_size < it->chunk_size ? it->size - k * it->chunk_size
+										    : it->chunk_size;
+			char nb[32];
+
+			if (!it->zero[k])
+				continue;
+			if (it->crc[k] != carrier_zero_crc(l)) {
+				fail(x, -EBADMSG,
+				     "carrier load: %s: chunk %" PRIu64 " is recorded as all zero but its CRC32C is "
+				     "%08x, not that of zeros (%08x): corrupt carrier index",
+				     item_name(it, i, nb, sizeof(nb)), (it->name_offset / it->chunk_size) + k,
+				     it->crc[k], carrier_zero_crc(l));
+				return;
+			}
+			bytes += l;
+		}
+	}
+	if (!bytes || !x->ops->memset_d8_async)
+		return;
+	x->skips = true;
+	x->skipped = bytes;
+}
+
+/* Load: set the zero chunks on the device (after setup(): one memset per
+ * run of them, on the first slot's stream of the item's context, then one
+ * wait per context). */
+static int load_zero(struct xfer *x)
+{
+	const struct carrier_ops *ops = x->ops;
+	CUresult rc = CUDA_SUCCESS;
+	char nb[32];
+
+	if (!x->skips)
+		return 0;
+	for (size_t i = 0; i < x->n && rc == CUDA_SUCCESS; i++) {
+		const struct carrier_item *it = &x->items[i];
+		CUstream st = x->slots[0].streams[x->item_ctx[i]];
+
+		if (!it->zero)
+			continue;
+		rc = ops->ctx_set_current(x->ctxs[x->item_ctx[i]]);
+		for (uint64_t k = 0; rc == CUDA_SUCCESS && k < it->ncrc;) {
+			uint64_t e = k;
+
+			if (!it->zero[k]) {
+				k++;
+				continue;
+			}
+			while (e < it->ncrc && it->zero[e])
+				e++;
+			{
+				uint64_t off = k * it->chunk_size, end = e * it->chunk_size;
+
+				if (end > it->size)
+					end = it->size;
+				rc = ops->memset_d8_async(it->va + off, 0, end - off, st);
+				if (rc != CUDA_SUCCESS) {
+					fail(x, -EIO,
+					     "carrier load: %s: cuMemsetD8Async of the zero chunks %" PRIu64 "-%" PRIu64
+					     " failed: %s (%d)",
+					     item_name(it, i, nb, sizeof(nb)), (it->name_offset / it->chunk_size) + k,
+					     (it->name_offset / it->chunk_size) + e - 1, cu_name(ops, rc), rc);
+					return x->rc;
+				}
+				x->zero_set += end - off;
+			}
+			k = e;
+		}
+	}
+	for (size_t c = 0; c < x->nctx && rc == CUDA_SUCCESS; c++) {
+		rc = ops->ctx_set_current(x->ctxs[c]);
+		if (rc == CUDA_SUCCESS)
+			rc = ops->stream_synchronize(x->slots[0].streams[c]);
+	}
+	if (rc == CUDA_SUCCESS)
+		rc = ops->ctx_set_current(x->ctxs[0]);
+	if (rc != CUDA_SUCCESS)
+		fail(x, -EIO, "carrier load: setting the zero chunks on the device failed: %s (%d)", cu_name(ops, rc),
+		     rc);
+	return x->rc;
+}
+
 /* Shared driver of both directions once arguments are checked. */
 static int transfer(const struct carrier_ops *ops, const struct carrier_config *cfg, const int *fds, size_t nfds,
 		    struct carrier_item *items, size_t n, bool load, struct carrier_stats *st, char *err, size_t errlen)
 {
+	char scan_why[sizeof(st->scan_fallback)] = "";
 	double t0 = now(), setup_s;
 	CUcontext saved = NULL;
 	bool have_saved;
@@ -1722,6 +1932,11 @@ static int transfer(const struct carrier_ops *ops, const struct carrier_config *
 		return -ENOMEM;
 	}
 	x->pass = load ? PASS_LOAD : PASS_SAVE;
+	x->p_grand = x->total * (load && cfg->verify_first ? 2 : 1);
+	if (load)
+		load_plan_zero(x);
+	else
+		save_scan(x, scan_why, sizeof(scan_why));
 	plan(x);
 	zip_plan(x, load);
 	for (unsigned i = 0; i < x->nthreads; i++) {
@@ -1732,16 +1947,19 @@ static int transfer(const struct carrier_ops *ops, const struct carrier_config *
 		for (unsigned s = 0; s < SLOTS_PER_THREAD; s++)
 			w->slot[s] = &x->slots[i * SLOTS_PER_THREAD + s];
 	}
-	rc = x->rc; /* from xfer_new: an item without a context */
+	rc = x->rc; /* from xfer_new (an item without a context), the scan or the zero chunks' index */
 	if (!rc)
 		rc = setup(x);
+	if (!rc && load)
+		rc = load_zero(x);
 	setup_s = now() - t0;
 	if (!rc && x->nctx) {
 		x->workers[0].cur = x->ctxs[0];
 		x->workers[0].has_cur = true;
 	}
-	x->p_grand = x->total * (load && cfg->verify_first ? 2 : 1);
 	x->p_next = cfg->progress_every;
+	if (!load && cfg->progress_page)
+		cuip_progress_store(&cfg->progress_page->magic, CUIP_PROGRESS_MAGIC);
 	if (!rc && load && cfg->verify_first)
 		rc = run_pass(x, PASS_VERIFY);
 	x->p_base = x->p_grand - x->total;
@@ -1759,6 +1977,8 @@ static int transfer(const struct carrier_ops *ops, const struct carrier_config *
 	if (rc)
 		errfmt(err, errlen, "%s", x->msg);
 	fill_stats(x, st, t0, setup_s);
+	if (st)
+		snprintf(st->scan_fallback, sizeof(st->scan_fallback), "%s", scan_why);
 	pthread_cond_destroy(&x->cond);
 	pthread_mutex_destroy(&x->lock);
 	munmap(x, x->map_len);
@@ -1926,8 +2146,19 @@ int carrier_stripe_split(const struct carrier_item *items, size_t n, size_t nfil
 				e->inherited = it->inherited + off / it->chunk_size;
 			if (it->stored)
 				e->stored = it->stored + off / it->chunk_size;
-			if (it->parent_sha && off / it->chunk_size < it->n_parent_sha) {
-				e->parent_sha = it->parent_sha + off / it->chunk_size * CARRIER_HASH_LEN;
+			if (it->zero)
+				e->zero = it->zero + off / it->chunk_size;
+			if (it->dhash)
+				e->dhash = it->dhash + off / it->chunk_size * CARRIER_DHASH_LEN;
+			e->dhash_key[0] = it->dhash_key[0];
+			e->dhash_key[1] = it->dhash_key[1];
+			if ((it->parent_sha || it->parent_dhash) && off / it->chunk_size < it->n_parent_sha) {
+				if (it->parent_sha)
+					e->parent_sha = it->parent_sha + off / it->chunk_size * CARRIER_HASH_LEN;
+				if (it->parent_dhash)
+					e->parent_dhash = it->parent_dhash + off / it->chunk_size * CARRIER_DHASH_LEN;
+				if (it->parent_crc)
+					e->parent_crc = it->parent_crc + off / it->chunk_size;
 				e->n_parent_sha = it->n_parent_sha - off / it->chunk_size;
 			}
 			if (parent)
@@ -2098,7 +2329,8 @@ int carrier_load_striped(const struct carrier_ops *ops, const struct carrier_con
 						       .crc = it->crc ? it->crc + off / it->chunk_size : NULL,
 						       .ncrc = carrier_nchunks(e->size, it->chunk_size),
 						       .name_offset = it->name_offset + off,
-						       .stored = it->stored ? it->stored + off / it->chunk_size : NULL};
+						       .stored = it->stored ? it->stored + off / it->chunk_size : NULL,
+						       .zero = it->zero ? it->zero + off / it->chunk_size : NULL};
 			j++;
 			off += e->size;
 		}
@@ -2204,11 +2436,12 @@ int carrier_config_init(struct carrier_config *cfg, char *err, size_t errlen)
 	cfg->threads = (unsigned)threads;
 	cfg->verify_first = v && !strcmp(v, "first");
 	v = getenv("CUINTERPOSE_CARRIER_HASH");
-	if (v && *v && strcmp(v, "sha256") && strcmp(v, "off")) {
-		errfmt(err, errlen, "CUINTERPOSE_CARRIER_HASH=%s: expected \"sha256\" or \"off\"", v);
+	if (v && *v && strcmp(v, "device") && strcmp(v, "sha256") && strcmp(v, "off")) {
+		errfmt(err, errlen, "CUINTERPOSE_CARRIER_HASH=%s: expected \"device\", \"sha256\" or \"off\"", v);
 		return -EINVAL;
 	}
-	cfg->hash = !v || strcmp(v, "off");
+	cfg->hash = !v || !*v || strcmp(v, "off");
+	cfg->device_scan = !v || !*v || !strcmp(v, "device");
 	v = getenv("CUINTERPOSE_CARRIER_COMPRESS");
 	if (cuip_zchunk_parse(v, &cfg->compress_level, &cfg->compress)) {
 		errfmt(err, errlen,
@@ -2241,6 +2474,13 @@ int carrier_ops_resolve(struct carrier_ops *ops, void *(*lookup)(void *arg, cons
 		SYM(get_error_name, "cuGetErrorName", true),
 		SYM(mem_host_register, "cuMemHostRegister_v2", true),
 		SYM(mem_host_unregister, "cuMemHostUnregister", true),
+		SYM(module_load_data, "cuModuleLoadData", true),
+		SYM(module_unload, "cuModuleUnload", true),
+		SYM(module_get_function, "cuModuleGetFunction", true),
+		SYM(launch_kernel, "cuLaunchKernel", true),
+		SYM(mem_alloc, "cuMemAlloc_v2", true),
+		SYM(mem_free, "cuMemFree_v2", true),
+		SYM(memset_d8_async, "cuMemsetD8Async", true),
 #undef SYM
 	};
 

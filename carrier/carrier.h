@@ -39,11 +39,13 @@
 #ifndef CUIP_CARRIER_H
 #define CUIP_CARRIER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cuda.h>
 
 #include "cuinterpose.pb-c.h"
+#include "progress.h"
 #include "wire.h"
 
 /*
@@ -69,6 +71,18 @@ struct carrier_ops {
 	 * touch + register reached 9.5 GB/s at 16; test/gpu/pinrate.py). */
 	CUresult (*mem_host_register)(void *p, size_t bytes, unsigned flags); /* [cuMemHostRegister_v2] optional */
 	CUresult (*mem_host_unregister)(void *p);			      /* [cuMemHostUnregister] optional */
+	/* The device scan (devscan.h) and zero chunks at load: all optional;
+	 * without the first six a save decides on the host, without
+	 * memset_d8_async a load reads zero chunks from the file's holes. */
+	CUresult (*module_load_data)(CUmodule *m, const void *image);		      /* [cuModuleLoadData] */
+	CUresult (*module_unload)(CUmodule m);					      /* [cuModuleUnload] */
+	CUresult (*module_get_function)(CUfunction *f, CUmodule m, const char *name); /* [cuModuleGetFunction] */
+	CUresult (*launch_kernel)(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+				  unsigned bz, unsigned shmem, CUstream s, void **params,
+				  void **extra);					   /* [cuLaunchKernel] */
+	CUresult (*mem_alloc)(CUdeviceptr *p, size_t bytes);				   /* [cuMemAlloc_v2] */
+	CUresult (*mem_free)(CUdeviceptr p);						   /* [cuMemFree_v2] */
+	CUresult (*memset_d8_async)(CUdeviceptr p, unsigned char v, size_t n, CUstream s); /* [cuMemsetD8Async] */
 };
 
 /*
@@ -130,9 +144,26 @@ struct carrier_item {
 	 * from the entry, NULL = all raw; a stored length must be below its
 	 * chunk's (else -EBADMSG). */
 	uint32_t *stored;
+	/* Device scan (save; devscan.h), all optional. zero: caller's zeroed
+	 * array of ncrc bytes, set to 1 for each chunk that is all zero
+	 * (found on the device, or on the host when the device cannot scan:
+	 * such a chunk is never written); at load, from the entry, the chunks
+	 * a device memset sets (NULL: none). dhash: caller's array of ncrc x
+	 * CARRIER_DHASH_LEN bytes, each chunk's two hashes under dhash_key,
+	 * filled when the device scanned (stats->scan_device). parent_dhash
+	 * and parent_crc: the parent checkpoint's hashes (same keys) and
+	 * CRCs of the same chunks (n_parent_sha of them; needs dhash and
+	 * inherited): a chunk whose hashes equal its parent's is decided on
+	 * the device, never copied, and takes the parent's CRC. */
+	uint8_t *zero;
+	uint8_t *dhash;
+	uint64_t dhash_key[2];
+	const uint8_t *parent_dhash;
+	const uint32_t *parent_crc;
 };
 
-#define CARRIER_HASH_LEN 32 /* SHA-256 */
+#define CARRIER_HASH_LEN  32 /* SHA-256 */
+#define CARRIER_DHASH_LEN 16 /* the device scan's two hashes, little-endian */
 
 /* Chunks (CRC values) for `size` bytes: ceil(size / chunk_size). */
 static inline uint64_t carrier_nchunks(uint64_t size, uint32_t chunk_size)
@@ -153,9 +184,10 @@ struct carrier_config {
 				   and the online CPUs [CUINTERPOSE_CARRIER_THREADS, 0] */
 	int verify_first;	/* load: read and check the whole carrier before copying anything to
 				   the device (reads twice) [CUINTERPOSE_CARRIER_VERIFY=first, off] */
-	int hash;		/* save: the caller hashes each chunk (carrier_item.sha), which makes
-				   the checkpoint a parent for incremental ones
-				   [CUINTERPOSE_CARRIER_HASH=sha256|off, sha256] */
+	int hash;		/* save: the caller hashes each chunk (carrier_item.dhash on the
+				   device, else .sha on the host), which makes the checkpoint a
+				   parent for incremental ones [CUINTERPOSE_CARRIER_HASH=
+				   device|sha256|off, device] */
 	int compress;		/* save: store each chunk of an item with a `stored` array as a zstd
 				   frame where that saves space (zchunk.h), at compress_level
 				   [CUINTERPOSE_CARRIER_COMPRESS=off|zstd|zstd:LEVEL, off] */
@@ -166,6 +198,13 @@ struct carrier_config {
 	uint64_t progress_every;
 	void (*progress)(void *arg, uint64_t done, uint64_t total);
 	void *progress_arg;
+	/* save: the page where the process publishes its progress for the
+	 * plugin (protocol/progress.h); NULL: none. */
+	struct cuip_save_progress *progress_page;
+	/* save: decide zero and unchanged chunks on the device where it can
+	 * run the chunk scan (devscan.h): CUINTERPOSE_CARRIER_HASH=device (the
+	 * default); sha256 and off copy and judge every byte on the host. */
+	int device_scan;
 	/* Optional names of the files, indexed like the fds, for messages
 	 * (NULL: "file N"). */
 	const char *const *file_names;
@@ -200,6 +239,17 @@ struct carrier_stats {
 				     load: read so) */
 	uint64_t zip_stored;	  /* ... and their frames' bytes */
 	double zip_seconds;	  /* summed over threads: compressing (save), decompressing (load) */
+	/* save: the device scan, when it ran (scan_device): bytes it read on
+	 * the device and its wall time; bytes copied to the host (all the
+	 * bytes on a host save); bytes of chunks found all zero. load: zero
+	 * chunks set by a device memset. */
+	bool scan_device;
+	uint64_t scanned_bytes;
+	double scan_seconds;
+	uint64_t copied_bytes;
+	uint64_t zero_bytes;
+	/* save: why the device did not scan, when a scan was asked for ("" otherwise) */
+	char scan_fallback[160];
 };
 
 /*

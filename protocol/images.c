@@ -246,6 +246,21 @@ static int check_entry(const char *tname, const Cuip__Topology *t, size_t i, cha
 		       (unsigned long long)chunks);
 		return -EBADMSG;
 	}
+	if ((e->has_zero && e->zero.len != (chunks + 7) / 8) ||
+	    (e->has_dhash && (e->dhash.len != chunks * 16 || !e->has_dhash_key || e->dhash_key.len != 16))) {
+		errfmt(err, errlen,
+		       "%s: carrier entry %zu has %zu zero-chunk bitmap bytes and %zu device hash bytes (key %zu) for "
+		       "%llu chunks",
+		       tname, i, e->has_zero ? e->zero.len : 0, e->has_dhash ? e->dhash.len : 0,
+		       e->has_dhash_key ? e->dhash_key.len : 0, (unsigned long long)chunks);
+		return -EBADMSG;
+	}
+	for (uint64_t k = 0; e->has_zero && e->has_inherited && k < chunks && k / 8 < e->inherited.len; k++)
+		if ((e->zero.data[k / 8] >> (k % 8)) & (e->inherited.data[k / 8] >> (k % 8)) & 1) {
+			errfmt(err, errlen, "%s: carrier entry %zu marks chunk %llu both zero and inherited", tname, i,
+			       (unsigned long long)k);
+			return -EBADMSG;
+		}
 	return cuip_entry_check_stored(tname, e, i, err, errlen);
 }
 
@@ -462,6 +477,37 @@ static bool inherits(const Cuip__CarrierEntry *e, uint64_t k)
 	return e->has_inherited && k / 8 < e->inherited.len && (e->inherited.data[k / 8] >> (k % 8)) & 1;
 }
 
+/*
+ * A chunk's content identity: the device's two hashes (16 bytes, under
+ * the entry's dhash_key) where the entry has them for every chunk, else
+ * its SHA-256 (32 bytes). Two entries' chunks compare only under the same
+ * function: both device hashes with the same keys, or both SHA-256.
+ */
+static bool has_dhash(const Cuip__CarrierEntry *e, uint64_t chunks)
+{
+	return e->has_dhash && e->dhash.len == chunks * 16 && e->has_dhash_key && e->dhash_key.len == 16;
+}
+
+static bool has_ident(const Cuip__CarrierEntry *e, uint64_t chunks)
+{
+	return has_dhash(e, chunks) || e->sha256.len == chunks * 32;
+}
+
+static bool idents_comparable(const Cuip__CarrierEntry *e, const Cuip__CarrierEntry *pe, uint64_t chunks)
+{
+	if (has_dhash(e, chunks))
+		return has_dhash(pe, chunks) && !memcmp(e->dhash_key.data, pe->dhash_key.data, 16);
+	return e->sha256.len == chunks * 32 && pe->sha256.len == chunks * 32;
+}
+
+/* Chunk k of e and of pe hold the same bytes (idents_comparable). */
+static bool same_chunk(const Cuip__CarrierEntry *e, const Cuip__CarrierEntry *pe, uint64_t chunks, uint64_t k)
+{
+	if (has_dhash(e, chunks))
+		return !memcmp(e->dhash.data + k * 16, pe->dhash.data + k * 16, 16);
+	return !memcmp(e->sha256.data + k * 32, pe->sha256.data + k * 32, 32);
+}
+
 static bool entry_inherits(const Cuip__CarrierEntry *e)
 {
 	for (size_t i = 0; e->has_inherited && i < e->inherited.len; i++)
@@ -594,8 +640,7 @@ static int flatten_entry(const char *tname, const Cuip__Topology *t, Cuip__Carri
 		uint64_t foff, run, len = e->size - pos < e->chunk_size ? e->size - pos : e->chunk_size;
 		int ix;
 
-		if (par &&
-		    (memcmp(e->sha256.data + k * 32, pe->sha256.data + k * 32, 32) || e->crc32c[k] != pe->crc32c[k])) {
+		if (par && (!same_chunk(e, pe, chunks, k) || e->crc32c[k] != pe->crc32c[k])) {
 			errfmt(err, errlen,
 			       "%s: allocation %llx:%llu chunk %llu is inherited, but the parent checkpoint %s holds "
 			       "other bytes there (changed parent)",
@@ -682,14 +727,14 @@ static int flatten_topology(const char *tname, Cuip__Topology *t, const char *di
 		}
 		chunks = (e->size + e->chunk_size - 1) / e->chunk_size;
 		pe = entry_inherits(e) ? parent_entry(par, e, &pt, &pk) : NULL;
-		if (entry_inherits(e) && (e->inherited.len != (chunks + 7) / 8 || e->sha256.len != chunks * 32)) {
+		if (entry_inherits(e) && (e->inherited.len != (chunks + 7) / 8 || !has_ident(e, chunks))) {
 			errfmt(err, errlen,
-			       "%s: carrier entry %zu inherits chunks but has %zu hash and %zu bitmap bytes for %llu "
-			       "chunks",
-			       tname, i, e->sha256.len, e->inherited.len, (unsigned long long)chunks);
+			       "%s: carrier entry %zu inherits chunks but has %zu SHA-256, %zu device hash and %zu "
+			       "bitmap bytes for %llu chunks",
+			       tname, i, e->sha256.len, e->dhash.len, e->inherited.len, (unsigned long long)chunks);
 			ret = -EBADMSG;
 		} else if (entry_inherits(e) && (!pe || pe->size != e->size || pe->chunk_size != e->chunk_size ||
-						 pe->sha256.len != e->sha256.len)) {
+						 !idents_comparable(e, pe, chunks))) {
 			errfmt(err, errlen,
 			       "%s: allocation %llx:%llu inherits chunks from the parent checkpoint %s, which holds no "
 			       "such chunks (no such allocation, another size or chunk size, or no hashes): changed "

@@ -16,9 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include "carrier.h"
+#include "chunkscan.h"
 #include "cuip.h"
 #include "gate.h"
 #include "driver.h"
@@ -179,13 +182,29 @@ static void log_stats(const char *what, size_t n, const struct carrier_stats *st
 		st->crc_seconds, st->hash_seconds, st->zip_seconds, (unsigned long long)st->hole_bytes,
 		(unsigned long long)st->inherited_bytes, (unsigned long long)st->zip_bytes,
 		(unsigned long long)st->zip_stored);
+	if (st->scan_device)
+		pr_info("%s: %llu bytes scanned on the device in %.3f s (%.1f GB/s), %llu copied to the host, %llu in "
+			"zero chunks, %llu unchanged",
+			what, (unsigned long long)st->scanned_bytes, st->scan_seconds,
+			st->scan_seconds > 0 ? (double)st->scanned_bytes / st->scan_seconds / 1e9 : 0.0,
+			(unsigned long long)st->copied_bytes, (unsigned long long)st->zero_bytes,
+			(unsigned long long)st->inherited_bytes);
+	else if (st->scan_fallback[0])
+		pr_warn("%s on the host, every byte copied: the device cannot run the chunk scan (%s)", what,
+			st->scan_fallback);
 }
 
 /* ---- SAVE ------------------------------------------------------------------ */
 
+/* Whether parent entry p holds device hashes (and their keys) for n chunks. */
+static bool has_dhash(const Cuip__CarrierEntry *p, size_t n)
+{
+	return p->has_dhash && p->dhash.len == n * CARRIER_DHASH_LEN && p->has_dhash_key && p->dhash_key.len == 16;
+}
+
 /* The parent checkpoint's entry for the same bytes as item `it` (same
- * allocation, slab offset, size and chunk size, with hashes), or NULL:
- * then every chunk is written. */
+ * allocation, slab offset, size and chunk size, with hashes of either
+ * kind and one CRC per chunk), or NULL: then every chunk is written. */
 static const Cuip__CarrierEntry *parent_entry(const Cuip__Save *s, const struct cuip_alloc *a, uint64_t aoff,
 					      const struct carrier_item *it)
 {
@@ -194,44 +213,100 @@ static const Cuip__CarrierEntry *parent_entry(const Cuip__Save *s, const struct 
 
 		if (p->alloc && p->alloc->creator == a->creator && p->alloc->serial == a->serial &&
 		    (p->has_alloc_offset ? p->alloc_offset : 0) == aoff && p->size == it->size &&
-		    p->chunk_size == it->chunk_size && p->sha256.len == it->ncrc * CARRIER_HASH_LEN)
+		    p->chunk_size == it->chunk_size && p->n_crc32c == it->ncrc &&
+		    (p->sha256.len == it->ncrc * CARRIER_HASH_LEN || has_dhash(p, it->ncrc)))
 			return p;
 	}
 	return NULL;
 }
 
-/* The entry's hash, inherited and stored fields from a saved item (arena
- * memory); inherited only when some chunk is the parent's, stored only
- * when some chunk is compressed. False: out of memory. */
-static bool entry_hashes(Cuip__CarrierEntry *e, const struct carrier_item *it)
+static uint64_t get_le64(const uint8_t *p)
 {
-	uint8_t *bits;
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Two keys for the device hashes of a checkpoint without a parent:
+ * uniform in [1, 2^61 - 2], from the kernel's random source (the
+ * collision bound of chunkscan.h holds for keys the job cannot know). */
+static int fresh_keys(uint64_t key[2])
+{
+	for (int i = 0; i < 2; i++) {
+		uint64_t r;
+
+		if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))
+			return -errno;
+		key[i] = 1 + r % (CUIP_P61 - 2);
+	}
+	return 0;
+}
+
+/* A bitmap of the chunks whose byte in v[0..n) is set (arena memory), or
+ * NULL when none is; *len its bytes. False: out of memory. */
+static bool bitmap_of(const uint8_t *v, size_t n, uint8_t **out, size_t *len)
+{
 	bool any = false;
 
+	*out = NULL;
+	*len = 0;
+	for (size_t k = 0; v && k < n && !any; k++)
+		any = v[k] != 0;
+	if (!any)
+		return true;
+	*out = cuip_zalloc((n + 7) / 8);
+	if (!*out)
+		return false;
+	for (size_t k = 0; k < n; k++)
+		if (v[k])
+			(*out)[k / 8] |= (uint8_t)(1u << (k % 8));
+	*len = (n + 7) / 8;
+	return true;
+}
+
+/* The entry's hash, inherited, zero and stored fields from a saved item
+ * (arena memory): the device hashes and their keys where the device
+ * scanned, else the host's SHA-256; inherited and zero only when some
+ * chunk is so, stored only when some chunk is compressed. False: out of
+ * memory. */
+static bool entry_hashes(Cuip__CarrierEntry *e, const struct carrier_item *it, bool device)
+{
 	for (size_t k = 0; it->stored && k < it->ncrc && !e->n_stored; k++)
 		if (it->stored[k]) {
 			e->stored = it->stored;
 			e->n_stored = it->ncrc;
 		}
 
-	if (it->sha) {
+	if (device && it->dhash) {
+		uint8_t *key = cuip_zalloc(16);
+
+		if (!key)
+			return false;
+		put_le64(key, it->dhash_key[0]);
+		put_le64(key + 8, it->dhash_key[1]);
+		e->has_dhash = e->has_dhash_key = 1;
+		e->dhash.data = it->dhash;
+		e->dhash.len = it->ncrc * CARRIER_DHASH_LEN;
+		e->dhash_key.data = key;
+		e->dhash_key.len = 16;
+	} else if (it->sha) {
 		e->has_sha256 = 1;
 		e->sha256.data = it->sha;
 		e->sha256.len = it->ncrc * CARRIER_HASH_LEN;
 	}
-	for (size_t k = 0; it->inherited && k < it->ncrc; k++)
-		any |= it->inherited[k] != 0;
-	if (!any)
-		return true;
-	bits = cuip_zalloc((it->ncrc + 7) / 8);
-	if (!bits)
+	if (!bitmap_of(it->inherited, it->ncrc, &e->inherited.data, &e->inherited.len) ||
+	    !bitmap_of(it->zero, it->ncrc, &e->zero.data, &e->zero.len))
 		return false;
-	for (size_t k = 0; k < it->ncrc; k++)
-		if (it->inherited[k])
-			bits[k / 8] |= (uint8_t)(1u << (k % 8));
-	e->has_inherited = 1;
-	e->inherited.data = bits;
-	e->inherited.len = (it->ncrc + 7) / 8;
+	e->has_inherited = e->inherited.data != NULL;
+	e->has_zero = e->zero.data != NULL;
 	return true;
 }
 
@@ -277,27 +352,46 @@ static int carry_save(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__Sa
 	struct carrier_ops ops;
 	struct carrier_config cfg;
 	struct carrier_stats stats;
+	struct cuip_save_progress *page = NULL;
 	Cuip__SaveReply *sr;
 	char why[512] = "", name[96];
 	size_t n = s->n_allocs, ni = 0;
-	uint64_t total = 0;
+	uint64_t total = 0, key[2] = {0, 0};
 	double t0, t1;
 	int ret;
 
 	cuip_state_assert_held();
+	/* The progress page, when the plugin sent one, comes after the carriers. */
+	if (s->progress_page && nfds) {
+		void *m = mmap(NULL, CUIP_PROGRESS_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fds[--nfds], 0);
+
+		if (m == MAP_FAILED) {
+			errfmt(err, errlen, "SAVE's progress page cannot be mapped: %s", strerror(errno));
+			return -EBADF;
+		}
+		page = m;
+	}
 	if (!nfds || (nfds > 1 && s->n_files != nfds)) {
 		errfmt(err, errlen, "SAVE came with %zu carrier files for %zu names", nfds, s->n_files);
-		return -EBADF;
+		ret = -EBADF;
+		goto unmap;
 	}
 	if (s->chunk_size == 0 || s->chunk_size > CARRIER_CHUNK_MAX) {
 		errfmt(err, errlen, "SAVE chunk size %u is out of range", s->chunk_size);
-		return -EINVAL;
+		ret = -EINVAL;
+		goto unmap;
 	}
 	ret = carrier_setup(&ops, &cfg, why, sizeof(why));
 	if (ret) {
 		errfmt(err, errlen, "carrier: %s", why);
-		return ret;
+		goto unmap;
 	}
+	ret = fresh_keys(key);
+	if (ret) {
+		errfmt(err, errlen, "no random keys for the chunk hashes: %s", strerror(-ret));
+		goto unmap;
+	}
+	cfg.progress_page = page;
 	t0 = mono_s();
 	/* One carrier item per allocation, or per live piece of a slab (freed
 	 * pieces are not saved). */
@@ -361,20 +455,34 @@ static int carry_save(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__Sa
 			it->chunk_size = s->chunk_size;
 			it->ncrc = carrier_nchunks(it->size, s->chunk_size);
 			it->crc = cuip_zalloc(sizeof(uint32_t) * (it->ncrc ? it->ncrc : 1));
-			if (!it->crc || !it->name)
+			it->zero = cuip_zalloc(it->ncrc ? it->ncrc : 1);
+			if (!it->crc || !it->name || !it->zero)
 				goto nomem;
+			/* Hashes of both kinds are asked for: the carrier fills the
+			 * device's where the device scans, else the host's. */
 			if (cfg.hash || s->n_parents) {
 				const Cuip__CarrierEntry *pe = parent_entry(s, a, off, it);
 
 				it->sha = cuip_zalloc(CARRIER_HASH_LEN * (it->ncrc ? it->ncrc : 1));
-				if (!it->sha)
+				it->dhash = cuip_zalloc(CARRIER_DHASH_LEN * (it->ncrc ? it->ncrc : 1));
+				if (!it->sha || !it->dhash)
 					goto nomem;
+				it->dhash_key[0] = key[0];
+				it->dhash_key[1] = key[1];
 				if (pe) {
-					it->parent_sha = pe->sha256.data;
 					it->n_parent_sha = it->ncrc;
 					it->inherited = cuip_zalloc(it->ncrc ? it->ncrc : 1);
 					if (!it->inherited)
 						goto nomem;
+					if (pe->sha256.len == it->ncrc * CARRIER_HASH_LEN)
+						it->parent_sha = pe->sha256.data;
+					if (has_dhash(pe, it->ncrc)) {
+						/* the parent's keys: the same function */
+						it->dhash_key[0] = get_le64(pe->dhash_key.data);
+						it->dhash_key[1] = get_le64(pe->dhash_key.data + 8);
+						it->parent_dhash = pe->dhash.data;
+						it->parent_crc = pe->crc32c;
+					}
 				}
 			}
 			if (cfg.compress) {
@@ -421,7 +529,8 @@ static int carry_save(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__Sa
 		e->chunk_size = items[i].chunk_size;
 		e->crc32c = items[i].crc;
 		e->n_crc32c = items[i].ncrc;
-		if (carrier_extents_to_entry(&items[i], e, cuip_zalloc) || !entry_hashes(e, &items[i]))
+		if (carrier_extents_to_entry(&items[i], e, cuip_zalloc) ||
+		    !entry_hashes(e, &items[i], stats.scan_device))
 			goto nomem;
 		if (cuip_alloc_split(as[i], &(size_t){0})) {
 			e->has_alloc_offset = 1;
@@ -432,6 +541,10 @@ static int carry_save(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__Sa
 	sr->bytes = total;
 	sr->has_inherited_bytes = 1;
 	sr->inherited_bytes = stats.inherited_bytes;
+	sr->has_scanned_bytes = sr->has_copied_bytes = sr->has_zero_bytes = 1;
+	sr->scanned_bytes = stats.scanned_bytes;
+	sr->copied_bytes = stats.copied_bytes;
+	sr->zero_bytes = stats.zero_bytes;
 	*out = sr;
 	goto out;
 nomem:
@@ -441,6 +554,9 @@ out:
 	carry_end(maps, n, items, ni);
 	free(as);
 	free(aoff);
+unmap:
+	if (page)
+		munmap(page, CUIP_PROGRESS_PAGE);
 	return ret;
 }
 
@@ -564,6 +680,7 @@ static int carry_load(const Cuip__Load *l, const int *fds, size_t nfds, Cuip__Lo
 	struct carrier_item *items = NULL;
 	struct tmpmap *maps = NULL;
 	size_t *first = NULL;
+	uint8_t **zero = NULL; /* per entry: its zero chunks, one byte each */
 	struct carrier_ops ops;
 	struct carrier_config cfg;
 	struct carrier_stats stats;
@@ -607,7 +724,8 @@ static int carry_load(const Cuip__Load *l, const int *fds, size_t nfds, Cuip__Lo
 	items = calloc(n ? n : 1, sizeof(*items));
 	maps = calloc(n ? n : 1, sizeof(*maps));
 	first = calloc(n ? n : 1, sizeof(*first));
-	if (!items || !maps || !first)
+	zero = calloc(n ? n : 1, sizeof(*zero));
+	if (!items || !maps || !first || !zero)
 		goto nomem;
 	ret = load_plan(l, first, err, errlen);
 	if (ret)
@@ -691,6 +809,24 @@ item:
 		items[i].crc = e->crc32c;
 		items[i].ncrc = e->n_crc32c;
 		items[i].stored = e->n_stored ? e->stored : NULL;
+		items[i].zero = NULL;
+		if (e->has_zero) {
+			if (e->zero.len != (e->n_crc32c + 7) / 8) {
+				errfmt(err, errlen,
+				       "allocation " ID_FMT
+				       ": carrier entry %zu has %zu zero-chunk bitmap bytes for %zu "
+				       "chunks (corrupt carrier index)",
+				       ID(a), i, e->zero.len, e->n_crc32c);
+				ret = -EINVAL;
+				goto out;
+			}
+			zero[i] = calloc(e->n_crc32c ? e->n_crc32c : 1, 1);
+			if (!zero[i])
+				goto nomem;
+			for (size_t k = 0; k < e->n_crc32c; k++)
+				zero[i][k] = (e->zero.data[k / 8] >> (k % 8)) & 1;
+			items[i].zero = zero[i];
+		}
 		if (carrier_extents_from_entry(&items[i], e))
 			goto nomem;
 		total += e->size;
@@ -704,6 +840,9 @@ item:
 		goto out;
 	}
 	log_stats("loaded", n, &stats, t1 - t0, l->sync_copies);
+	if (stats.zero_bytes)
+		pr_info("loaded: %llu bytes of zero chunks set by a device memset, not read",
+			(unsigned long long)stats.zero_bytes);
 	lr = cuip_zalloc(sizeof(*lr));
 	if (!lr)
 		goto nomem;
@@ -716,6 +855,9 @@ nomem:
 	ret = -ENOMEM;
 out:
 	carry_end(maps, n, items, n);
+	for (size_t i = 0; zero && i < n; i++)
+		free(zero[i]);
+	free(zero);
 	free(first);
 	return ret;
 }
