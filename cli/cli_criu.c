@@ -5,7 +5,9 @@
  * It builds the criu command line the job needs, prints it shell-quoted,
  * runs it bounded in time, follows the plugin's lines in criu's log to keep
  * one status line on a terminal, and prints the plugin's summary from the
- * log at the end (on failure also criu's last errors and the log's path).
+ * log at the end (on failure also criu's last errors and the log's path),
+ * the job's pause last ("cuinterpose: pause: CUDA calls held H s, threads
+ * frozen F s", hooks.c).
  * The flags it picks, and why (README, "One-line checkpoint"):
  *   -L DIR         the plugin's directory (--libdir, default the installed
  *                  one) when it is not criu's default, /usr/lib/criu
@@ -776,12 +778,15 @@ static bool phase_line(const char *m)
 }
 
 /* "SAVE in progress: 3.2 GiB of 16.0 GiB (20%), 2.1 GB/s, 1.5 s" (coord.c)
- * becomes "SAVE 3.2 GiB of 16.0 GiB (20%), 2.1 GB/s"; other lines stay. */
+ * becomes "SAVE 3.2 GiB of 16.0 GiB (20%), 2.1 GB/s"; with SAVE's detail
+ * " (decided; 1.0 GiB scanned on the device, 0.1 GiB copied to the host)"
+ * that follows, ", 1.0 GiB scanned on the device, 0.1 GiB copied to the
+ * host"; other lines stay. */
 static void follow_line(struct front *f, struct follow *fo, char *line)
 {
-	static const char in_prog[] = " in progress: ";
+	static const char in_prog[] = " in progress: ", decided[] = " (decided; ";
 	const int n = (int)sizeof(in_prog) - 1;
-	char *m = strstr(line, MARK), *prog, *last;
+	char *m = strstr(line, MARK), *prog, *last, *detail = NULL;
 	int g;
 
 	if (m && sscanf(m + strlen(MARK), "guardian pid %d watches", &g) == 1)
@@ -789,10 +794,15 @@ static void follow_line(struct front *f, struct follow *fo, char *line)
 	if (!m || !phase_line(m += strlen(MARK)))
 		return;
 	prog = strstr(m, in_prog);
+	if (prog && (detail = strstr(prog, decided))) {
+		*detail = 0; /* the time is the last piece before it */
+		detail += sizeof(decided) - 1;
+		detail[strcspn(detail, ")")] = 0;
+	}
 	last = prog ? strrchr(prog, ',') : NULL;
 	if (last && last[strspn(last, ", 0123456789.")] == 's')
-		snprintf(fo->phase, sizeof(fo->phase), "%.*s %.*s", (int)(prog - m), m, (int)(last - prog - n),
-			 prog + n);
+		snprintf(fo->phase, sizeof(fo->phase), "%.*s %.*s%s%s", (int)(prog - m), m, (int)(last - prog - n),
+			 prog + n, detail ? ", " : "", detail ? detail : "");
 	else
 		snprintf(fo->phase, sizeof(fo->phase), "%s", m);
 	if (prog) /* at once: a tick may read several of them */
@@ -933,7 +943,7 @@ static void keep_error(char errs[ERR_LINES][512], int *n, const char *line)
 
 static void print_summary(const struct front *f, int status)
 {
-	char errs[ERR_LINES][512], *line = NULL;
+	char errs[ERR_LINES][512], pause[512] = "", *line = NULL;
 	int nerr = 0, shown = 0, plugin = 0;
 	size_t cap = 0;
 	ssize_t len;
@@ -945,7 +955,10 @@ static void print_summary(const struct front *f, int status)
 		line[strcspn(line, "\n")] = 0;
 		keep_error(errs, &nerr, line);
 		plugin += m != NULL;
-		if (m && summary_line(m + strlen(MARK)) && shown++ < SUMMARY_MAX)
+		/* the job's pause (hooks.c, pause_line): last, whatever the count */
+		if (m && !strncmp(m + strlen(MARK), "pause: ", 7))
+			snprintf(pause, sizeof(pause), "%s", m);
+		else if (m && summary_line(m + strlen(MARK)) && shown++ < SUMMARY_MAX)
 			fprintf(stderr, "%s\n", m);
 	}
 	free(line);
@@ -953,6 +966,8 @@ static void print_summary(const struct front *f, int status)
 		fclose(in);
 	if (shown > SUMMARY_MAX)
 		fprintf(stderr, "cuinterpose %s: ... %d more summary lines in the log\n", f->name, shown - SUMMARY_MAX);
+	if (pause[0])
+		fprintf(stderr, "%s\n", pause);
 	if (!in)
 		fprintf(stderr, "cuinterpose %s: criu wrote no log (%s: %s)\n", f->name, f->log, strerror(errno));
 	else if (!plugin)

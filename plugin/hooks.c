@@ -90,6 +90,8 @@ static struct {
 	struct cuip_img_parent parent_img; /* its directory (parent_dir) and id */
 	char parent_dir[PATH_MAX];
 	char parent_rel[PATH_MAX];
+	/* The job's pause (cuip_now() seconds, 0: not yet), see pause_line(). */
+	double held_t0, held_t1, frozen_t0;
 } S;
 
 /* ---- CRIU internals, all optional ---------------------------------------- */
@@ -421,7 +423,12 @@ static int on_phase(struct cuip_group *g, const char *phase, bool after, int sta
 	int ret = cuip_guardian_phase(g, phase, after);
 	char begin[80];
 
-	(void)status;
+	if (!after && !strcmp(phase, "QUIESCE")) {
+		S.held_t0 = cuip_now(); /* the gate closes with this request */
+		S.held_t1 = 0;
+	} else if (after && !status && !strcmp(phase, "RESUME") && S.held_t0) {
+		S.held_t1 = cuip_now(); /* every gate is open again */
+	}
 	if (!after) {
 		snprintf(begin, sizeof(begin), "begin:%s", phase);
 		cuip_fault(begin);
@@ -918,6 +925,8 @@ static int lock_natives(void)
 	char err[1024] = "", e2[512];
 	int ret;
 
+	if (!S.held_t0 && S.n_nat)
+		S.held_t0 = cuip_now(); /* a tree without participants: the lock holds its CUDA calls */
 	ret = note("native-lock", false, err, sizeof(err));
 	if (!ret) {
 		ret = cuip_native_lock_all(S.nat, S.n_nat, lock_timeout_ms(), err, sizeof(err));
@@ -978,6 +987,8 @@ static int cuip_pause_devices(int pid)
 			return S.pause_ret = -1;
 		S.pause_ret = pause_group(pid);
 		check_single_threaded("PAUSE_DEVICES");
+		if (!S.pause_ret && S.active)
+			S.frozen_t0 = cuip_now(); /* criu seizes the root when this returns */
 		return S.pause_ret;
 	}
 	if (S.pause_ret)
@@ -1069,6 +1080,8 @@ static int restore_in_place(void)
 		pr_err("native restore in place failed: %s; the job cannot continue", err);
 		return ret;
 	}
+	if (!S.g.n && S.held_t0)
+		S.held_t1 = cuip_now(); /* no gate: the native unlock lets CUDA calls run */
 	if (!S.prepared)
 		return 0;
 	ret = thaw_interposer_threads(&th, err, sizeof(err));
@@ -1434,6 +1447,50 @@ static int cuip_update_vma_map(const char *path, const uint64_t addr, const uint
 	return 1;
 }
 
+/*
+ * The job's pause, one line at the end of a dump that froze the tree:
+ * "pause: CUDA calls held H s, threads frozen F s".
+ *
+ * CUDA calls held: from the start of the QUIESCE phase that closed the
+ * participants' gates (the last one, after QUIESCE retries; in a tree
+ * without participants, from the start of the native lock) until every
+ * gate was open again (the RESUME of a rollback or of the in-place
+ * restore that --leave-running and a failed dump do; without
+ * participants, the native unlock), or else until this line: the end of
+ * the dump, after which criu kills the tree. A call made in that span
+ * waits at the gate; calls in flight when QUIESCE came ran to their end.
+ *
+ * Threads frozen: from the end of the first PAUSE_DEVICES (criu seizes the
+ * tree's root right after it returns, and each child as it walks the tree,
+ * after its own PAUSE_DEVICES; the whole tree is stopped by the first
+ * CHECKPOINT_DEVICES) until this line in fini, which criu calls once the
+ * images are written, just before it kills the tree or lets it run. Not
+ * counted: the moments criu takes after fini to unlock the network and
+ * kill or release the tasks.
+ *
+ * A dump that kills the tree ends both at this line, and held begins first
+ * (QUIESCE runs inside PAUSE_DEVICES): there held >= frozen. The line says
+ * which end the held span had.
+ */
+static void pause_line(bool lr, int ret)
+{
+	double now = cuip_now(), held = 0;
+	char h[64];
+
+	if (!S.frozen_t0)
+		return;
+	if (S.held_t0)
+		held = (S.held_t1 ? S.held_t1 : now) - S.held_t0;
+	if (S.held_t0)
+		snprintf(h, sizeof(h), "CUDA calls held %.2f s", held);
+	else
+		snprintf(h, sizeof(h), "CUDA calls not held");
+	pr_info("pause: %s, threads frozen %.2f s%s", h, now - S.frozen_t0,
+		S.held_t1     ? "; CUDA calls ran again before the dump ended"
+		: !ret && !lr ? "; the job ends with the dump"
+			      : "");
+}
+
 static void cuip_fini(int stage, int ret)
 {
 	if (stage == CR_PLUGIN_STAGE__DUMP && S.active) {
@@ -1452,6 +1509,7 @@ static void cuip_fini(int stage, int ret)
 		cuip_guardian_end(ret  ? "the dump failed and criu restored the job in place"
 				  : lr ? "commit: --leave-running, the job was restored in place"
 				       : "commit: the dump succeeded and CRIU ends the dumped tasks");
+		pause_line(lr, ret);
 	}
 	if (stage == CR_PLUGIN_STAGE__RESTORE && S.active)
 		cuip_guardian_end(ret ? "the restore failed; CRIU ends the restored tasks"
