@@ -1394,12 +1394,19 @@ START_TEST(config_from_environment)
 	unsetenv("CUINTERPOSE_CARRIER_HASH");
 	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), 0);
 	ck_assert_int_eq(c.hash, 1);
+	ck_assert_int_eq(c.device_scan, 1);
+	setenv("CUINTERPOSE_CARRIER_HASH", "sha256", 1);
+	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), 0);
+	ck_assert_int_eq(c.hash, 1);
+	ck_assert_int_eq(c.device_scan, 0);
 	setenv("CUINTERPOSE_CARRIER_HASH", "off", 1);
 	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), 0);
 	ck_assert_int_eq(c.hash, 0);
+	ck_assert_int_eq(c.device_scan, 0);
 	setenv("CUINTERPOSE_CARRIER_HASH", "md5", 1);
 	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), -EINVAL);
-	ck_assert_msg(strstr(err, "CUINTERPOSE_CARRIER_HASH=md5: expected \"sha256\" or \"off\""), "%s", err);
+	ck_assert_msg(strstr(err, "CUINTERPOSE_CARRIER_HASH=md5: expected \"device\", \"sha256\" or \"off\""), "%s",
+		      err);
 	unsetenv("CUINTERPOSE_CARRIER_HASH");
 	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), 0);
 	ck_assert_int_eq(c.compress, 0);
