@@ -7,8 +7,9 @@
  * they keep are record.c's; the carrier's SAVE and LOAD of the bytes are
  * carry.c's.
  *
- * Ownership (FEATURES.md): handle type 0 stays native and untracked (the
- * application gets the driver's handle); a POSIX-capable allocation is
+ * Ownership (docs/architecture.md, "Which memory goes which way"): handle
+ * type 0 stays native and untracked (the application gets the driver's
+ * handle); a POSIX-capable allocation is
  * tracked from creation, private (OWNER_NATIVE) until its first export or
  * import, then shared for life; FABRIC or mixed handle types are tracked
  * as unsupported, with the reason. Private tracked ones are carried like
@@ -58,12 +59,10 @@ static uint32_t raw_imports; /* live raw (non-ticket) imports, in raw_tab */
 
 /* ---- raw imports --------------------------------------------------------- */
 
-static void raw_add(CUmemGenericAllocationHandle h)
+/* Count h in r, a node the import took before it called the driver (so
+ * that counting cannot fail once the driver has imported). */
+static void raw_add(struct raw_import *r, CUmemGenericAllocationHandle h)
 {
-	struct raw_import *r = malloc(sizeof(*r));
-
-	if (!r)
-		return;
 	r->h = h;
 	r->next = raw_tab[h & 255];
 	raw_tab[h & 255] = r;
@@ -601,6 +600,7 @@ CUIP_API CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationH
 							 CUmemAllocationHandleType shHandleType)
 {
 	CUmemGenericAllocationHandle h;
+	struct raw_import *node;
 	Cuip__Ticket *t = NULL;
 	int ret;
 	CUresult r = enter(real.cuMemImportFromShareableHandle);
@@ -628,18 +628,30 @@ CUIP_API CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationH
 			goto out;
 		}
 	}
-	r = real.cuMemImportFromShareableHandle(handle, osHandle, shHandleType);
-	if (r != CUDA_SUCCESS)
+	/* Raw import: passed through, but counted until released (preflight
+	 * refuses a checkpoint while one is live). The count's node is taken
+	 * first: an import that could not be counted would let a dump through
+	 * with memory it cannot carry, so out of memory refuses the import
+	 * before the driver makes it (nothing to undo). */
+	node = malloc(sizeof(*node));
+	if (!node) {
+		pr_err("import of a raw (non-ticket) handle refused: out of memory counting it");
+		r = CUDA_ERROR_OUT_OF_MEMORY;
 		goto out;
+	}
+	r = real.cuMemImportFromShareableHandle(handle, osHandle, shHandleType);
+	if (r != CUDA_SUCCESS) {
+		free(node);
+		goto out;
+	}
 	h = *handle;
 	if (cuip_is_logical(h)) {
+		free(node);
 		r = refuse_collision(h);
 		goto out;
 	}
-	/* Raw import: passed through, but counted until released (preflight
-	 * refuses a checkpoint while one is live). */
 	lock();
-	raw_add(h);
+	raw_add(node, h);
 	unlock();
 out:
 	cuip_gate_exit();

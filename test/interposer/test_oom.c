@@ -16,7 +16,8 @@
  * something was torn down), its bytes are checked at the same addresses and
  * INSPECT must show the expected records; the path then works again. Paths:
  * creating, mapping, sharing and unmapping an allocation; importing
- * another process's ticket; INSPECT; a whole checkpoint cycle over the
+ * another process's ticket; importing a raw driver FD (counted or refused,
+ * never lost); INSPECT; a whole checkpoint cycle over the
  * control socket (a shared and a private allocation). Leaks are the
  * sanitizer build's to find. Counts may vary by a few allocations between
  * runs (the interposer's threads), so an armed allocation that a run did
@@ -346,6 +347,82 @@ START_TEST(importing_a_ticket_survives_each_failed_allocation)
 	close(imp_ticket);
 	ck_assert_int_eq(write(sock, "q", 1), 1);
 	ck_assert_int_eq(h_wait(child), 0);
+}
+END_TEST
+
+/* ---- a raw import (a driver FD that is no ticket) ------------------------------------ */
+
+/*
+ * The plugin refuses a dump while the process holds a raw import, by
+ * INSPECT's counters.raw_imports: an import that succeeds must be counted
+ * whatever ran out, and one that cannot be counted must not succeed. The
+ * FD is the driver's own export of an allocation made behind the
+ * interposer's back.
+ */
+static int raw_fd = -1;
+static CUmemGenericAllocationHandle raw_src, raw_imp;
+
+static uint32_t raw_count(void)
+{
+	Cuip__Response *r = inspect_self();
+	uint32_t n;
+
+	ck_assert(r->state->counters->has_raw_imports);
+	n = r->state->counters->raw_imports;
+	cuip__response__free_unpacked(r, NULL);
+	return n;
+}
+
+static int raw_path(char *err, size_t errlen)
+{
+	CUresult r;
+
+	raw_imp = 0;
+	r = cuMemImportFromShareableHandle(&raw_imp, (void *)(uintptr_t)raw_fd,
+					   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	if (r) {
+		FAIL(r, "cuMemImportFromShareableHandle of a raw driver FD");
+		return (int)r;
+	}
+	ck_assert_uint_ne(raw_imp, 0);
+	ck_assert_uint_ne(raw_imp >> TAG_SHIFT, TAG); /* passed through, not a record */
+	return 0;
+}
+
+static void raw_recover(int rc)
+{
+	uint32_t n;
+
+	if (rc) { /* refused: nothing imported, so nothing to count */
+		ck_assert_uint_eq(raw_imp, 0);
+		ck_assert_uint_eq(raw_count(), 0);
+		return;
+	}
+	n = raw_count();
+	ck_assert_msg(n == 1, "a raw import succeeded but INSPECT counts %u live raw imports", n);
+	CK(cuMemRelease(raw_imp));
+	ck_assert_uint_eq(raw_count(), 0);
+}
+
+START_TEST(a_raw_import_is_counted_or_refused_under_each_failed_allocation)
+{
+	CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+	CUresult (*export)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long);
+	CUresult (*release)(CUmemGenericAllocationHandle);
+	CUmemAllocationProp p;
+
+	controls();
+	create = h_real("cuMemCreate");
+	export = h_real("cuMemExportToShareableHandle");
+	release = h_real("cuMemRelease");
+	h_init(0);
+	p = h_prop(0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	CK(create(&raw_src, h_gran(), &p, 0));
+	CK(export(&raw_fd, raw_src, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	exhaust("raw import", raw_path, raw_recover);
+	CK(release(raw_src));
+	close(raw_fd);
+	raw_fd = -1;
 }
 END_TEST
 
@@ -690,6 +767,7 @@ int main(void)
 	tcase_set_timeout(t, 600);
 	tcase_add_test(t, creating_mapping_sharing_and_unmapping_survive_each_failed_allocation);
 	tcase_add_test(t, importing_a_ticket_survives_each_failed_allocation);
+	tcase_add_test(t, a_raw_import_is_counted_or_refused_under_each_failed_allocation);
 	tcase_add_test(t, inspect_survives_each_failed_allocation);
 	tcase_add_test(t, a_checkpoint_cycle_survives_each_failed_allocation);
 	suite_add_tcase(s, t);
