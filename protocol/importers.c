@@ -131,6 +131,24 @@ int cuip_importers_add(struct cuip_importers *s, const struct cuip_importer *p, 
 	return 1;
 }
 
+void cuip_importers_undo(struct cuip_importers *s, const struct cuip_importer *p, int added)
+{
+	if (added < 0) {
+		if (s->dropped)
+			s->dropped--;
+		return;
+	}
+	if (added == 0)
+		return;
+	for (unsigned i = 0; i < s->n; i++) {
+		if (same(&s->e[i], p)) {
+			memmove(&s->e[i], &s->e[i + 1], (s->n - i - 1) * sizeof(*s->e));
+			s->n--;
+			return;
+		}
+	}
+}
+
 void cuip_importers_free(struct cuip_importers *s)
 {
 	free(s->e);

@@ -47,6 +47,11 @@ typedef int (*cuip_importer_alive_fn)(const struct cuip_importer *p);
  * dead (counted in dropped), -ENOMEM. An entry with p's pid but another
  * start time is a reused pid: it is replaced. */
 int cuip_importers_add(struct cuip_importers *s, const struct cuip_importer *p, cuip_importer_alive_fn alive);
+/* Take back what cuip_importers_add(s, p) did when it returned `added`,
+ * because p never got the memory (the reply carrying it was not sent):
+ * 1 forgets p (an exited process whose reused pid p replaced stays
+ * forgotten), < 0 takes one off dropped, 0 (p was there before) nothing. */
+void cuip_importers_undo(struct cuip_importers *s, const struct cuip_importer *p, int added);
 /* Forget the entries alive() says are gone (0); keeps those it cannot tell. */
 void cuip_importers_prune(struct cuip_importers *s, cuip_importer_alive_fn alive);
 void cuip_importers_free(struct cuip_importers *s);

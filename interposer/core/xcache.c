@@ -140,12 +140,14 @@ void cuip_xc_drop(uint64_t serial)
 	free(e);
 }
 
-int cuip_xc_dup(uint64_t creator, uint64_t serial, const uint8_t *token, size_t toklen, const struct cuip_importer *by)
+int cuip_xc_dup(uint64_t creator, uint64_t serial, const uint8_t *token, size_t toklen, const struct cuip_importer *by,
+		int *rec)
 {
 	struct xc_entry *e;
 	bool warn = false;
 	int fd, ret;
 
+	*rec = 0;
 	if (creator != self.id)
 		return -ENOENT;
 	pthread_mutex_lock(&xc_lock);
@@ -166,8 +168,10 @@ int cuip_xc_dup(uint64_t creator, uint64_t serial, const uint8_t *token, size_t 
 
 	pthread_mutex_lock(&xc_lock);
 	/* /proc is read here (a reused pid, a full set), never the driver */
-	if (fd >= 0 && by && cuip_importers_add(&e->imp, by, cuip_importer_alive) < 0 && e->imp.dropped == 1)
-		warn = true;
+	if (fd >= 0 && by) {
+		*rec = cuip_importers_add(&e->imp, by, cuip_importer_alive);
+		warn = *rec < 0 && e->imp.dropped == 1;
+	}
 	if (--e->serving == 0 && e->state == XC_DROPPING)
 		pthread_cond_broadcast(&xc_cv);
 	pthread_mutex_unlock(&xc_lock);
@@ -176,6 +180,19 @@ int cuip_xc_dup(uint64_t creator, uint64_t serial, const uint8_t *token, size_t 
 		       "are not recorded, so a checkpoint of this process will be refused",
 		       (unsigned long long)creator, (unsigned long long)serial, CUIP_IMPORTERS_MAX);
 	return ret;
+}
+
+void cuip_xc_unrecord(uint64_t serial, const struct cuip_importer *by, int rec)
+{
+	struct xc_entry *e;
+
+	if (!rec || !by)
+		return;
+	pthread_mutex_lock(&xc_lock);
+	e = *xc_slot(serial); /* a dropped entry took its importers with it */
+	if (e)
+		cuip_importers_undo(&e->imp, by, rec);
+	pthread_mutex_unlock(&xc_lock);
 }
 
 void cuip_xc_served(void)

@@ -245,13 +245,17 @@ static int do_handshake(struct conn *c, const Cuip__Handshake *hs)
 }
 
 /* One status per item and the FDs of the good ones, in order; a bad item
- * costs only its own status. */
+ * costs only its own status. Each serve records the peer as an importer
+ * before the reply goes (an INSPECT once the peer holds an FD must see
+ * it); a reply that is not sent (the peer gone, out of memory encoding
+ * it) takes those records back: the peer never got the memory, and a
+ * stale record would refuse later dumps for an importer that is none. */
 static int do_fetch_many(struct conn *c, const Cuip__FetchMany *fm)
 {
 	Cuip__Response r = CUIP__RESPONSE__INIT;
 	Cuip__FetchManyReply fr = CUIP__FETCH_MANY_REPLY__INIT;
 	int32_t status[CUIP_MSG_MAX_FDS];
-	int fds[CUIP_MSG_MAX_FDS];
+	int fds[CUIP_MSG_MAX_FDS], rec[CUIP_MSG_MAX_FDS];
 	size_t nfds = 0;
 	int ret;
 
@@ -271,10 +275,12 @@ static int do_fetch_many(struct conn *c, const Cuip__FetchMany *fm)
 	}
 	for (size_t i = 0; i < fm->n_items; i++) {
 		const Cuip__Fetch *f = fm->items[i];
-		int fd = f && f->alloc ? cuip_xc_dup(f->alloc->creator, f->alloc->serial, f->token.data, f->token.len,
-						     c->peer.pid == self.pid ? NULL : &c->peer)
-				       : -EINVAL;
+		int fd;
 
+		rec[i] = 0;
+		fd = f && f->alloc ? cuip_xc_dup(f->alloc->creator, f->alloc->serial, f->token.data, f->token.len,
+						 c->peer.pid == self.pid ? NULL : &c->peer, &rec[i])
+				   : -EINVAL;
 		status[i] = fd < 0 ? fd : 0;
 		if (fd >= 0)
 			fds[nfds++] = fd;
@@ -289,6 +295,11 @@ static int do_fetch_many(struct conn *c, const Cuip__FetchMany *fm)
 		if (!ret)
 			cuip_xc_served();
 	}
+	/* A partial send may have passed the FDs with a truncated reply: the
+	 * client closes what came with a message it cannot read (wire.c). */
+	for (size_t i = 0; ret && i < fm->n_items; i++)
+		if (status[i] == 0)
+			cuip_xc_unrecord(fm->items[i]->alloc->serial, &c->peer, rec[i]);
 	return or_enomem(c->fd, ret);
 }
 

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -717,6 +718,120 @@ START_TEST(batched_fetch_answers_every_item_in_order)
 }
 END_TEST
 
+/* What the fetching child needs of the parent's export. */
+struct fetch_arg {
+	uint64_t creator, serial;
+	uint8_t token[16];
+};
+
+/*
+ * Child, outside the parent's CUDA: a FETCH_MANY whose reply the creator
+ * cannot send (this end shut for reading first: the creator's send fails
+ * with EPIPE, deterministically), 'a' once the creator hung up; on 'b', a
+ * FETCH_MANY that works, 'c'; then waits for 'q', alive, so that INSPECT
+ * does not forget it as gone.
+ */
+static int unsent_fetcher(void *arg, int sock)
+{
+	struct fetch_arg *fa = arg;
+	struct cuip_fetch_item it;
+	struct pollfd pf;
+	char path[256], why[256], c;
+	int s;
+
+	if (h_recv_fd(sock, fa, sizeof(*fa)) != -1)
+		return 10;
+	if (h_sock_path(getppid(), path, sizeof(path)) || (s = cuip_client_connect(path)) < 0)
+		return 11;
+	if (cuip_client_handshake(s, "test", 0, NULL, why, sizeof(why)))
+		return 12;
+	if (shutdown(s, SHUT_RD))
+		return 13;
+	it = (struct cuip_fetch_item){fa->serial, fa->token, sizeof(fa->token), -1};
+	if (cuip_fetch_many_send(s, fa->creator, &it, 1, why, sizeof(why)))
+		return 14;
+	pf = (struct pollfd){.fd = s, .events = 0};
+	if (poll(&pf, 1, 10000) != 1 || !(pf.revents & POLLHUP)) /* the creator closed it */
+		return 15;
+	close(s);
+	if (write(sock, "a", 1) != 1 || read(sock, &c, 1) != 1 || c != 'b')
+		return 16;
+	if ((s = cuip_client_connect(path)) < 0 || cuip_client_handshake(s, "test", 0, NULL, why, sizeof(why)))
+		return 17;
+	it = (struct cuip_fetch_item){fa->serial, fa->token, sizeof(fa->token), -1};
+	if (cuip_fetch_many_on(s, fa->creator, &it, 1, why, sizeof(why)) || it.fd < 0)
+		return 18;
+	close(it.fd);
+	close(s);
+	if (write(sock, "c", 1) != 1 || read(sock, &c, 1) != 1 || c != 'q')
+		return 19;
+	return 0;
+}
+
+/* This process's one allocation, by INSPECT: its recorded importers. */
+static Cuip__ProcessState *one_alloc_state(void)
+{
+	Cuip__ProcessState *st = h_state(0);
+
+	ck_assert_uint_eq(st->n_allocations, 1);
+	return st;
+}
+
+START_TEST(a_fetch_whose_reply_is_not_sent_records_no_importer)
+{
+	struct fetch_arg fa = {0};
+	CUmemGenericAllocationHandle h;
+	Cuip__ProcessState *st;
+	Cuip__Ticket *t = NULL;
+	uint8_t buf[512];
+	char err[256], c;
+	CUdeviceptr va;
+	pid_t pid;
+	ssize_t n;
+	int sock, tk;
+
+	pid = h_fork(unsent_fetcher, &fa, &sock);
+	h_init(0);
+	va = h_create_map(h_gran(), &h);
+	tk = h_export(h);
+	n = pread(tk, buf, sizeof(buf), 0);
+	ck_assert_int_eq(cuip_decode(buf, (size_t)n, CUIP_KIND_TICKET, &cuip__ticket__descriptor, NULL,
+				     (ProtobufCMessage **)&t, err, sizeof(err)),
+			 0);
+	fa.creator = t->alloc->creator;
+	fa.serial = t->alloc->serial;
+	ck_assert_uint_eq(t->token.len, sizeof(fa.token));
+	memcpy(fa.token, t->token.data, sizeof(fa.token));
+	cuip__ticket__free_unpacked(t, NULL);
+	ck_assert_int_eq(h_send(sock, &fa, sizeof(fa)), 0);
+	if (read(sock, &c, 1) != 1 || c != 'a')
+		ck_abort_msg("fetcher exited with %d", h_wait(pid));
+	/* The FD never left: the child is no importer, and nothing was dropped. */
+	st = one_alloc_state();
+	ck_assert_msg(st->allocations[0]->n_importers == 0,
+		      "a fetch whose reply was not sent left %zu importer(s), the first pid %d (the fetcher is %d)",
+		      st->allocations[0]->n_importers,
+		      st->allocations[0]->n_importers ? st->allocations[0]->importers[0]->pid : 0, (int)pid);
+	ck_assert_uint_eq(st->allocations[0]->importers_dropped, 0);
+	ck_assert_uint_eq(st->counters->exports_served, 0);
+	h_state_free(st);
+	/* The same peer's fetch that is answered is recorded. */
+	ck_assert_int_eq(write(sock, "b", 1), 1);
+	if (read(sock, &c, 1) != 1 || c != 'c')
+		ck_abort_msg("fetcher exited with %d", h_wait(pid));
+	st = one_alloc_state();
+	ck_assert_uint_eq(st->allocations[0]->n_importers, 1);
+	ck_assert_int_eq(st->allocations[0]->importers[0]->pid, pid);
+	ck_assert_uint_eq(st->allocations[0]->importers_dropped, 0);
+	ck_assert_uint_eq(st->counters->exports_served, 1);
+	h_state_free(st);
+	ck_assert_int_eq(write(sock, "q", 1), 1);
+	ck_assert_int_eq(h_wait(pid), 0);
+	close(tk);
+	h_unmap_release(va, h_gran(), h);
+}
+END_TEST
+
 /* The server closed its copy of a pipe's read end iff writing fails. */
 static bool reader_closed(int wfd)
 {
@@ -830,6 +945,7 @@ Suite *share_suite(void)
 	tcase_add_test(tc, stale_sockets_of_dead_processes_are_removed);
 	tcase_add_test(tc, fetched_descriptors_are_close_on_exec_and_need_the_token);
 	tcase_add_test(tc, batched_fetch_answers_every_item_in_order);
+	tcase_add_test(tc, a_fetch_whose_reply_is_not_sent_records_no_importer);
 	tcase_add_test(tc, malformed_messages_close_the_connection_and_leak_nothing);
 	tcase_add_test(tc, a_peer_that_hangs_up_raises_no_sigpipe);
 	suite_add_tcase(s, tc);

@@ -1,7 +1,8 @@
 /*
  * test_importers.c - the creator's record of who fetched its memory
- * (protocol/importers.c): deduplication, the bound, forgetting the gone
- * (exited, zombie, reused pid) and reading /proc/PID/stat. Single-threaded;
+ * (protocol/importers.c): deduplication, the bound, undoing a record whose
+ * reply was not sent, forgetting the gone (exited, zombie, reused pid) and
+ * reading /proc/PID/stat. Single-threaded;
  * forks short-lived children for the /proc cases.
  */
 #include <check.h>
@@ -100,6 +101,44 @@ START_TEST(the_bound_forgets_the_dead_first_then_counts_the_overflow)
 }
 END_TEST
 
+/* A fetch whose reply was not sent takes back exactly what its add did. */
+START_TEST(undo_takes_back_exactly_what_the_add_did)
+{
+	struct cuip_importers s = {0};
+	struct cuip_importer a = im(10, 500, 0xa), b = im(11, 501, 0xb), c = im(12, 502, 0xc), p;
+	int ra, rb, rc;
+
+	ck_assert_int_eq(cuip_importers_add(&s, &a, alive_below_1000), 1);
+	ck_assert_int_eq(ra = cuip_importers_add(&s, &b, alive_below_1000), 1);
+	ck_assert_int_eq(cuip_importers_add(&s, &c, alive_below_1000), 1);
+	/* added: forgotten, the others keep their order */
+	cuip_importers_undo(&s, &b, ra);
+	ck_assert_uint_eq(s.n, 2);
+	ck_assert_int_eq(s.e[0].pid, 10);
+	ck_assert_int_eq(s.e[1].pid, 12);
+	/* already there before: another fetch of it got the memory, kept */
+	ck_assert_int_eq(rc = cuip_importers_add(&s, &c, alive_below_1000), 0);
+	cuip_importers_undo(&s, &c, rc);
+	ck_assert_uint_eq(s.n, 2);
+	ck_assert_int_eq(s.e[1].pid, 12);
+	/* undoing one that is no longer there (pruned meanwhile) changes nothing */
+	cuip_importers_undo(&s, &b, 1);
+	ck_assert_uint_eq(s.n, 2);
+	/* not recorded (full): the overflow count goes back */
+	for (int i = 0; s.n < CUIP_IMPORTERS_MAX; i++) {
+		p = im(100 + i, 7, 0);
+		ck_assert_int_eq(cuip_importers_add(&s, &p, alive_below_1000), 1);
+	}
+	ck_assert_int_eq(rb = cuip_importers_add(&s, &b, alive_below_1000), -ENOSPC);
+	ck_assert_int_eq(cuip_importers_add(&s, &b, alive_below_1000), -ENOSPC);
+	ck_assert_uint_eq(s.dropped, 2);
+	cuip_importers_undo(&s, &b, rb);
+	ck_assert_uint_eq(s.dropped, 1);
+	ck_assert_uint_eq(s.n, CUIP_IMPORTERS_MAX);
+	cuip_importers_free(&s);
+}
+END_TEST
+
 static int unknown(const struct cuip_importer *p)
 {
 	return p->pid == 5 ? -1 : 0;
@@ -173,6 +212,7 @@ int main(void)
 	tcase_add_test(tc, the_same_process_is_recorded_once);
 	tcase_add_test(tc, a_reused_pid_replaces_the_exited_process);
 	tcase_add_test(tc, the_bound_forgets_the_dead_first_then_counts_the_overflow);
+	tcase_add_test(tc, undo_takes_back_exactly_what_the_add_did);
 	tcase_add_test(tc, prune_forgets_the_gone_and_keeps_what_it_cannot_tell);
 	tcase_add_test(tc, proc_stat_start_tells_exited_zombie_and_reused_processes);
 	suite_add_tcase(s, tc);
