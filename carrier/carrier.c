@@ -1568,7 +1568,7 @@ static void fill_stats(const struct xfer *x, struct carrier_stats *st, double t0
 	st->io_seconds = x->io_s;
 	st->crc_seconds = x->crc_s;
 	st->pin_seconds = x->pin_s;
-	st->hole_bytes = x->holes;
+	st->hole_bytes = x->holes + x->scan.zero; /* zero chunks the device found: never written */
 	st->inherited_bytes = x->inherited + x->scan.inherited;
 	st->scan_device = x->devscanned;
 	st->scanned_bytes = x->scan.scanned;

@@ -252,7 +252,8 @@ static void show_carriers(struct show *s, const Cuip__Topology *t)
 			printf("]");
 			if (e->has_alloc_offset)
 				printf(",\"piece_offset\":%" PRIu64, e->alloc_offset);
-			printf(",\"hashed\":%s,\"inherited_chunks\":%" PRIu64, e->has_sha256 ? "true" : "false", inh);
+			printf(",\"hashed\":%s,\"inherited_chunks\":%" PRIu64,
+			       e->has_sha256 || e->has_dhash ? "true" : "false", inh);
 			printf(",\"compressed_chunks\":%" PRIu64 ",\"compressed_bytes\":%" PRIu64
 			       ",\"compressed_stored\":%" PRIu64,
 			       zchunks, zraw, zstored);

@@ -901,8 +901,8 @@ static void saved_topology(const struct cuip_group *g, const struct cuip_part *p
 }
 
 /* The parent checkpoint's entries of the allocations in ids (hashed
- * ones; shallow copies of the fields SAVE compares, in *v, which the caller
- * frees). Returns the count, or -ENOMEM. */
+ * ones, on the host or the device; shallow copies of the fields SAVE
+ * compares, in *v, which the caller frees). Returns the count, or -ENOMEM. */
 static long parent_entries(const struct cuip_group *g, Cuip__AllocId *const *ids, size_t n, Cuip__CarrierEntry **v)
 {
 	Cuip__CarrierEntry *out = NULL;
@@ -914,7 +914,7 @@ static long parent_entries(const struct cuip_group *g, Cuip__AllocId *const *ids
 			const Cuip__CarrierEntry *e = g->parent->topo[t]->carriers[i];
 			bool want = false;
 
-			for (size_t j = 0; j < n && !want && e->has_sha256; j++)
+			for (size_t j = 0; j < n && !want && (e->has_sha256 || e->has_dhash); j++)
 				want = ids[j]->creator == e->alloc->creator && ids[j]->serial == e->alloc->serial;
 			if (!want)
 				continue;
@@ -933,8 +933,16 @@ static long parent_entries(const struct cuip_group *g, Cuip__AllocId *const *ids
 			out[k].chunk_size = e->chunk_size;
 			out[k].has_alloc_offset = e->has_alloc_offset;
 			out[k].alloc_offset = e->alloc_offset;
-			out[k].has_sha256 = 1;
+			out[k].has_sha256 = e->has_sha256;
 			out[k].sha256 = e->sha256;
+			/* The device's hashes, their keys and the CRCs an unchanged
+			 * chunk takes over (carrier/devscan.h). */
+			out[k].has_dhash = e->has_dhash;
+			out[k].dhash = e->dhash;
+			out[k].has_dhash_key = e->has_dhash_key;
+			out[k].dhash_key = e->dhash_key;
+			out[k].crc32c = e->crc32c;
+			out[k].n_crc32c = e->n_crc32c;
 			k++;
 		}
 	*v = out;
@@ -1364,14 +1372,17 @@ static int write_images(struct cuip_group *g)
 		g->carried_bytes += g->p[i].expected_bytes;
 	}
 	if (g->parent) {
-		uint64_t left = 0;
+		uint64_t left = 0, zero = 0;
 
+		/* Written: neither the parent's nor all zero (a hole). */
 		for (size_t i = 0; i < g->n; i++)
-			if (g->p[i].save && g->p[i].save->save)
+			if (g->p[i].save && g->p[i].save->save) {
 				left += g->p[i].save->save->inherited_bytes;
+				zero += g->p[i].save->save->zero_bytes;
+			}
 		pr_info("SAVE: %" PRIu64 " of %" PRIu64 " carried bytes left to the parent checkpoint %s, %" PRIu64
-			" written",
-			left, g->carried_bytes, g->parent_img->dir, g->carried_bytes - left);
+			" written, %" PRIu64 " all zero",
+			left, g->carried_bytes, g->parent_img->dir, g->carried_bytes - left - zero, zero);
 	}
 	ret = cuip_images_write(g->imgdir, g->ckpt_id, ip, g->n, g->carried_bytes, g->parent_img, g->err,
 				sizeof(g->err));
@@ -1459,8 +1470,7 @@ int cuip_group_dump(struct cuip_group *g)
 	if ((ret = quiesce_with_retries(g)) ||
 	    (ret = run_phase(g, "PREPARE_MULTICAST", step_flag, NULL,
 			     (void *)(intptr_t)CUIP__REQUEST__BODY_PREPARE_MULTICAST)) ||
-	    (ret = save_phase(g)) ||
-	    (ret = write_images(g)) ||
+	    (ret = save_phase(g)) || (ret = write_images(g)) ||
 	    (ret = run_phase(g, "PREPARE_UNICAST", step_flag, NULL,
 			     (void *)(intptr_t)CUIP__REQUEST__BODY_PREPARE_UNICAST))) {
 		char why[sizeof(g->err)];
