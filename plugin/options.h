@@ -1,6 +1,6 @@
 /*
  * options.h - the plugin's settings, all from CUINTERPOSE_* environment
- * variables of the criu process (documented in plugin/OPTIONS.md).
+ * variables of the criu process (documented in docs/configuration.md).
  *
  * Loaded once per CRIU stage by the hooks module; read-only afterwards, so
  * the coordinator's threads read it without a lock.

@@ -15,7 +15,7 @@
  * when LOAD starts, which reads the rest with all its threads.
  *
  * Off by default because it measured no clear gain on the H200's disk
- * (test/gpu/RESULTS.md): the cold restore of the 8 GiB LLM job took 0.90x
+ * (docs/benchmarks.md): the cold restore of the 8 GiB LLM job took 0.90x
  * as long with it, the 2 GiB one 1.11x; the disk's bandwidth is what both
  * the reader and criu's own reads of its page images need. A first reader
  * that asked the kernel for criu's page images and the carriers all at

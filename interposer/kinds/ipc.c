@@ -2,7 +2,8 @@
  * ipc.c - legacy device memory: cuMemAlloc converted to POSIX-capable VMM,
  * and cuIpc* emulated over the project's identities, tokens and peer FD
  * service, so that an IPC importer can be checkpointed on any driver (a
- * natively checkpointed IPC importer cannot be restored, FACTS.md).
+ * natively checkpointed IPC importer cannot be restored: docs/driver-facts.md,
+ * 'Native checkpoint of sharing processes').
  *
  * cuMemAlloc_v2 of at least one granule creates a granularity-rounded
  * POSIX-capable allocation on the current context's device, reserves a VA
@@ -12,7 +13,8 @@
  * SHARED for life and the creator carries its bytes.
  *
  * Smaller requests cost what they cost natively: the driver packs them into
- * 2 MiB chunks, 512 bytes apart (FACTS.md), so here they are pieces of a
+ * 2 MiB chunks, 512 bytes apart (docs/driver-facts.md, 'Small allocations'),
+ * so here they are pieces of a
  * slab, one granule-sized allocation made and mapped as above (a->ipc->slab),
  * placed first-fit at PIECE_ALIGN. The slab is one record and one mapping;
  * its pieces (struct cuip_piece) are the live cuMemAlloc results. A freed

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # query-bench.sh BUILDDIR GPUBIN LIB_BEFORE LIB_AFTER [ROUNDS]: the interposition
-# cost of two interposers in one run on the fake driver (test/bench/RESULTS.md,
+# cost of two interposers in one run on the fake driver (docs/benchmarks.md,
 # issue 17), under one private fakecuda-devd:
 #  - gate-bench (BUILDDIR/test/e2e/gate-bench, `make -C test/e2e gate-bench`)
 #    with -i LIB_BEFORE -i LIB_AFTER: plain, before and after in each of 7

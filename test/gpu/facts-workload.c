@@ -1,5 +1,6 @@
 /*
- * facts-workload.c - the processes of FACTS.md's native-checkpoint table,
+ * facts-workload.c - the processes of the native-checkpoint table in
+ * docs/driver-facts.md ('Native checkpoint of sharing processes'),
  * written only against cuda.h so that the same binary runs on NVIDIA's
  * driver and on the fake one (test/fakecuda). facts.sh drives it and
  * checkpoints it with fakecuda-ckpt; comparing the two outputs is how the

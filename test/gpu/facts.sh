@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Reproduces FACTS.md's native-checkpoint table with one binary on whatever
+# Reproduces the native-checkpoint table of docs/driver-facts.md ('Native
+# checkpoint of sharing processes') with one binary on whatever
 # driver is present: NVIDIA's on a GPU machine, or the fake one when run as
 #   FAKECUDA_RUN=path/to/fakecuda-run test/gpu/facts.sh BINDIR
 # BINDIR holds facts-workload and fakecuda-ckpt. Prints one line per

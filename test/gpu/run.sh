@@ -526,7 +526,8 @@ run_gpu2() {
 
 run_ipc() {
 	# An interposer without the cuIpc* entry points leaves IPC to native
-	# checkpoint, which cannot restore an importer (FACTS.md).
+	# checkpoint, which cannot restore an importer (docs/driver-facts.md,
+	# 'Native checkpoint of sharing processes').
 	if grep -q cuIpcOpenMemHandle "$INTERPOSER"; then
 		scenario ipc-2proc-2cycles val ipc-2proc-2cycles 2 2 --ipc
 		[ $SC_RC = 0 ] && result ipc-2proc-2cycles PASS "legacy IPC (cuIpcOpenMemHandle) + VMM sharing; $SC_WHY" ||

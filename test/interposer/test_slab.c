@@ -89,7 +89,8 @@ static void small_allocations_cost(size_t size, size_t native_want)
 	for (int i = 0; i < NSMALL; i++)
 		CK(nfree(p[i]));
 	ck_assert_uint_eq(used_now(), base);
-	/* The fake packs them as the H200's driver does (FACTS.md). */
+	/* The fake packs them as the H200's driver does (docs/driver-facts.md,
+	 * 'Small allocations'). */
 	ck_assert_uint_eq(native, native_want);
 	for (int i = 0; i < NSMALL; i++)
 		CK(cuMemAlloc(&p[i], size));

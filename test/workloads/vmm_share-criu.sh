@@ -4,7 +4,7 @@
 # cuinterpose plugin on the fake driver, verifying every byte and address
 # (and a write through a peer and a fresh export/import) after each restore.
 # Needs root and criu; run under a child subreaper (test/e2e/e2e_reaper) on
-# machines whose PID 1 does not reap orphans (see FACTS.md). Not part of
+# machines whose PID 1 does not reap orphans (docs/driver-facts.md, 'CRIU'). Not part of
 # `make check` (test/e2e holds the CRIU tests); prints "PASS" or "FAIL: why".
 set -u
 B=$(cd "${1:?usage: $0 BUILDDIR [CHILDREN] [CYCLES]}" && pwd)

@@ -21,7 +21,7 @@ call, fork a child that initializes NVML (libnvidia-ml) and polls the GPU
 count, never calling CUDA. --compile: torch.compile the model (Inductor;
 its compile workers are forked from the CUDA process).
 
-Deterministic as FACTS.md says: CUBLAS_WORKSPACE_CONFIG=:4096:8,
+Deterministic as docs/driver-facts.md says ('Frameworks'): CUBLAS_WORKSPACE_CONFIG=:4096:8,
 use_deterministic_algorithms, seeded CPU/CUDA RNG and DataLoader generator,
 math attention: losses are bit-identical from run to run.
 """
