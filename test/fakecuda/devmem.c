@@ -359,3 +359,33 @@ CUresult devmem_copy(uint64_t dst, uint64_t src, size_t n, int ord)
 	}
 	return CUDA_SUCCESS;
 }
+
+CUresult devmem_view(uint64_t va, size_t n, int ord, const unsigned char **p, int *fd, uint64_t *foff)
+{
+	struct fk_map *m = map_find(va);
+	const struct fk_alloc *a;
+
+	*p = NULL;
+	*fd = -1;
+	*foff = 0;
+	if (!m)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!map_accessible(m, ord))
+		return CUDA_ERROR_ILLEGAL_ADDRESS;
+	if (m->is_mc || n > m->va + m->size - va)
+		return CUDA_SUCCESS; /* read it with devmem_read */
+	a = &G.alloc[m->slot];
+	if (!a->win)
+		return CUDA_ERROR_ILLEGAL_ADDRESS;
+	*p = a->win + m->off + (va - m->va);
+	for (int i = 0; i < FKW_MAX_DEV; i++) {
+		const struct fk_arena *ar = &G.arena[i];
+
+		if (ar->base && ar->fd >= 0 && *p >= ar->base && *p + n <= ar->base + ar->mapped) {
+			*fd = ar->fd;
+			*foff = (uint64_t)(*p - ar->base);
+			break;
+		}
+	}
+	return CUDA_SUCCESS;
+}

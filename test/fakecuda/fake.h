@@ -218,10 +218,28 @@ struct fk_event {
 	int64_t t_ns;
 };
 
+/* Kernel parameters: at most this many, each at most 8 bytes (the fake's
+ * kernels; struct fk_op packs them in 8-byte slots). */
+#define FK_MAX_ARGS 8
+/* Entries of a PTX module the fake can run, recorded per module. */
+#define FK_MOD_FUNCS 4
+
+/* A function of a PTX module (module.c): one of the kernels the fake runs,
+ * with the parameter layout the PTX declares. CUfunction points at one. */
+struct fk_pfunc {
+	uint32_t magic;
+	const struct fk_kernel *k;
+	int nargs;
+	uint8_t argsz[FK_MAX_ARGS], argalign[FK_MAX_ARGS];
+};
+
 struct fk_module {
 	uint32_t magic;
 	int used;
 	struct fk_ctx *ctx;
+	int ptx; /* the image was PTX text: only fn[] are its functions */
+	int nfn;
+	struct fk_pfunc fn[FK_MOD_FUNCS];
 };
 
 struct fk_hostmem {
@@ -404,11 +422,23 @@ extern unsigned fk_ckpt_us_per_mb;
 extern char fk_ckpt_log[256];
 /* FAKECUDA_COPY_US_PER_MB: pace of async host<->device copies (0: memcpy speed). */
 extern unsigned fk_copy_us_per_mb;
+/* FAKECUDA_COPY_LOG: a file every device-to-host copy appends one line to,
+ * "pid P dtoh BYTES" (tests prove what crossed to the host; empty: none).
+ * Read at cuInit; written by stream.c's op_execute. */
+extern char fk_copy_log[256];
 /* Copy between device VAs and host memory; G.lock held.  ord < 0: any accessor. */
 CUresult devmem_read(void *dst, uint64_t va, size_t n, int ord);
 CUresult devmem_write(uint64_t va, const void *src, size_t n, int ord);
 CUresult devmem_fill(uint64_t va, const void *pattern, size_t psize, size_t count, int ord);
 CUresult devmem_copy(uint64_t dst, uint64_t src, size_t n, int ord);
+/*
+ * The bytes [va, va+n) in place, for a kernel that only reads them: *p
+ * points at them when they lie in one mapping of one allocation (else NULL:
+ * read them with devmem_read), and *fd, *foff name the arena file and
+ * offset that back *p (-1: unknown), where a hole reads as zeros
+ * (lseek SEEK_DATA). Errors as devmem_read's.  G.lock held.
+ */
+CUresult devmem_view(uint64_t va, size_t n, int ord, const unsigned char **p, int *fd, uint64_t *foff);
 int devmem_is_device(uint64_t va);
 int alloc_slot_new(void);
 void alloc_slot_put(int slot); /* drops the devd reference when nothing holds the slot */
@@ -439,7 +469,8 @@ struct fk_op {
 	size_t psize;
 	struct fk_event *event;
 	const struct fk_kernel *kernel;
-	unsigned char args[64];
+	unsigned char args[8 * FK_MAX_ARGS]; /* kernel: argument i in bytes [8i, 8i+8) */
+	unsigned grid[3], block[3];	      /* kernel: its launch dimensions */
 	uint32_t delay_us;
 	const char *hold; /* kernel: also runs until this file exists (at most FK_HOLD_MAX_S) */
 };
@@ -454,12 +485,14 @@ int stream_idle(void);
 uint64_t stream_done_seq(void);
 CUresult op_execute(struct fk_op *op);
 
-/* module.c */
+/* module.c: a kernel the fake runs in C (on the stream's worker, G.lock
+ * held); check (may be NULL) refuses a launch at cuLaunchKernel time. */
 struct fk_kernel {
 	const char *name;
-	size_t argsz[4];
+	size_t argsz[FK_MAX_ARGS];
 	int nargs;
-	CUresult (*run)(const unsigned char *args, int ord);
+	CUresult (*run)(const struct fk_op *op);
+	CUresult (*check)(const struct fk_op *op);
 };
 
 /* ipchandles.c: devd's IPC tokens, shared by legacy IPC and pool pointer export

@@ -206,6 +206,10 @@ FK_API CUresult CUDAAPI cuInit(unsigned int flags)
 		fk_ckpt_log[0] = 0;
 		if (v && strlen(v) < sizeof(fk_ckpt_log))
 			strcpy(fk_ckpt_log, v);
+		v = getenv("FAKECUDA_COPY_LOG");
+		fk_copy_log[0] = 0;
+		if (v && strlen(v) < sizeof(fk_copy_log))
+			strcpy(fk_copy_log, v);
 		v = getenv("FAKECUDA_COPY_US_PER_MB");
 		fk_copy_us_per_mb = v && *v ? (unsigned)strtoul(v, NULL, 10) : 0;
 		fk_granularity();
@@ -218,6 +222,7 @@ FK_API CUresult CUDAAPI cuInit(unsigned int flags)
 unsigned fk_ckpt_us_per_mb;
 char fk_ckpt_log[256];
 unsigned fk_copy_us_per_mb;
+char fk_copy_log[256];
 
 size_t fk_granularity(void)
 {
