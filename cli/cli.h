@@ -13,6 +13,7 @@
 #ifndef CUIP_CLI_H
 #define CUIP_CLI_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -26,6 +27,19 @@ int cli_check(int argc, char **argv);
 int cli_checkpoint(int argc, char **argv);
 int cli_restore(int argc, char **argv);
 int cli_precopy(int argc, char **argv);
+
+/* cli_tcp.c: the connected TCP sockets (ESTABLISHED and the states criu
+ * dumps only with --tcp-established) that the tree of root holds: their
+ * count, the process holding the first and its addresses. 0 or -errno. */
+struct cli_tcp {
+	int n;
+	pid_t pid;
+	char first[200];
+};
+int cli_tcp_connected(pid_t root, struct cli_tcp *out);
+/* How criu can lock the network here: "" (its default, iptables),
+ * "nftables" (--network-lock nftables), or NULL (neither); why says it. */
+const char *cli_network_lock(const char *criu, char *why, size_t len);
 
 /* cli_lib.c: the interposer library `run` would preload; 0 or -ENOENT. */
 int cli_find_lib(char *buf, size_t len);

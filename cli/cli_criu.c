@@ -17,6 +17,11 @@
  *   --link-remap   dump: a process of the tree maps or holds a /dev/shm file
  *                  whose path is gone but which lives on (proc.h; what the
  *                  plugin warns about in dump.log)
+ *   --tcp-established [--network-lock nftables]   dump: a process of the
+ *                  tree holds a connected TCP socket (cli_tcp.c; a
+ *                  torch.distributed store); nftables when criu cannot run
+ *                  iptables here. Recorded in DIR/cuinterpose-criu-flags,
+ *                  which restore reads to pass the same flags.
  *   --restore-detached --pidfile DIR/restored.pid   restore
  *   -v4 -o dump.log | restore.log, then what follows `--`, unchanged
  * criu is bounded by --timeout (SIGTERM, then SIGKILL); when it fails
@@ -63,6 +68,7 @@
 #define ERR_LINES	       6
 #define SUMMARY_MAX	       40
 #define MARK		       "cuinterpose: "
+#define FLAGS_FILE	       "cuinterpose-criu-flags" /* in DIR: the TCP flags the dump picked */
 
 /* What the command line asked for, and what was derived from it. */
 struct front {
@@ -477,6 +483,114 @@ static int add_link_remap(const struct front *f, struct argl *a)
 	return ret;
 }
 
+/* Did the user pass `flag` (or flag=VALUE) after --? */
+static bool extra_has(const struct front *f, const char *flag)
+{
+	size_t l = strlen(flag);
+
+	for (int i = 0; i < f->nextra; i++)
+		if (!strncmp(f->extra[i], flag, l) && (!f->extra[i][l] || f->extra[i][l] == '='))
+			return true;
+	return false;
+}
+
+/* Add each space-separated word of s. */
+static int argl_words(struct argl *a, const char *s)
+{
+	char buf[128], *save = NULL;
+	int ret = 0;
+
+	snprintf(buf, sizeof(buf), "%s", s);
+	for (char *w = strtok_r(buf, " ", &save); w && !ret; w = strtok_r(NULL, " ", &save))
+		ret = argl_add(a, "%s", w);
+	return ret;
+}
+
+/*
+ * --tcp-established when a process of the tree holds a connected TCP
+ * socket (criu refuses to dump one without it), with --network-lock
+ * nftables when criu cannot lock the network with iptables here; recorded
+ * in DIR for the restore, which needs the same flags. A stale record of an
+ * earlier checkpoint into DIR goes first. The user's own flags after --
+ * win.
+ */
+static int add_tcp(const struct front *f, struct argl *a)
+{
+	char path[PATH_MAX + 64], why[256], comm[64], flags[64];
+	const char *lock = "";
+	struct cli_tcp t;
+	FILE *out;
+
+	snprintf(path, sizeof(path), "%s/%s", f->dir, FLAGS_FILE);
+	unlink(path);
+	if (extra_has(f, "--tcp-established") || cli_tcp_connected(f->pid, &t) || !t.n)
+		return 0;
+	if (extra_has(f, "--network-lock"))
+		snprintf(why, sizeof(why), "--network-lock given");
+	else
+		lock = cli_network_lock(f->criu, why, sizeof(why));
+	snprintf(flags, sizeof(flags), "--tcp-established%s%s", lock && *lock ? " --network-lock " : "",
+		 lock && *lock ? lock : "");
+	cuip_proc_comm(t.pid, comm, sizeof(comm));
+	fprintf(stderr,
+		"cuinterpose %s: %s: pid %d (%s) holds %d connected TCP socket(s) (%s; e.g. torch.distributed's "
+		"store); %s\n",
+		f->name, flags, t.pid, comm, t.n, t.first, why);
+	out = fopen(path, "we");
+	if (!out || fprintf(out, "%s\n", flags) < 0 || fclose(out)) {
+		fprintf(stderr, "cuinterpose %s: cannot record %s for the restore in %s: %s\n", f->name, flags, path,
+			strerror(errno));
+		if (out)
+			fclose(out);
+	}
+	return argl_words(a, flags);
+}
+
+/* The flags the checkpoint recorded (add_tcp), less those the user gives
+ * after --; only the words add_tcp writes are taken. */
+static int add_restore_tcp(const struct front *f, struct argl *a)
+{
+	char path[PATH_MAX + 64], line[128] = "", keep[128] = "", *save = NULL;
+	bool lock_given = extra_has(f, "--network-lock"), skip_value = false;
+	FILE *in;
+
+	snprintf(path, sizeof(path), "%s/%s", f->dir, FLAGS_FILE);
+	in = fopen(path, "re");
+	if (!in)
+		return 0;
+	if (!fgets(line, sizeof(line), in))
+		line[0] = 0;
+	fclose(in);
+	line[strcspn(line, "\n")] = 0;
+	for (char *w = strtok_r(line, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+		bool value = skip_value;
+
+		skip_value = false;
+		if (value && (!strcmp(w, "nftables") || !strcmp(w, "iptables"))) {
+			if (!lock_given)
+				snprintf(keep + strlen(keep), sizeof(keep) - strlen(keep), " %s", w);
+			continue;
+		}
+		if (!strcmp(w, "--network-lock")) {
+			skip_value = true;
+			if (!lock_given)
+				snprintf(keep + strlen(keep), sizeof(keep) - strlen(keep), " %s", w);
+		} else if (!strcmp(w, "--tcp-established")) {
+			if (!extra_has(f, w))
+				snprintf(keep + strlen(keep), sizeof(keep) - strlen(keep), " %s", w);
+		} else {
+			fprintf(stderr, "cuinterpose %s: warning: %s holds '%s', not a flag it records; ignored\n",
+				f->name, path, w);
+			return 0;
+		}
+	}
+	if (!keep[0])
+		return 0;
+	fprintf(stderr, "cuinterpose %s: %s: the checkpoint holds connected TCP sockets (recorded by its dump in %s)\n",
+		f->name, keep + 1, path);
+	return argl_words(a, keep + 1);
+}
+
 static int add_extra(const struct front *f, struct argl *a)
 {
 	int ret = 0;
@@ -490,7 +604,7 @@ static int dump_args(const struct front *f, struct argl *a)
 {
 	return argl_add(a, "%s", f->criu) ?: argl_add(a, "dump") ?: argl_add(a, "-t") ?: argl_add(a, "%d", f->pid)
 		?: argl_add(a, "-D") ?: argl_add(a, "%s", f->dir) ?: add_libdir(f, a) ?: add_shell_job(f, a)
-		?: add_link_remap(f, a) ?: argl_add(a, "-v4") ?: argl_add(a, "-o") ?: argl_add(a, "dump.log")
+		?: add_link_remap(f, a) ?: add_tcp(f, a) ?: argl_add(a, "-v4") ?: argl_add(a, "-o") ?: argl_add(a, "dump.log")
 		?: add_extra(f, a);
 }
 
@@ -659,7 +773,8 @@ static int add_restore_shell_job(const struct front *f, const struct ptree *t, s
 static int restore_args(const struct front *f, const struct ptree *t, struct argl *a)
 {
 	return argl_add(a, "%s", f->criu) ?: argl_add(a, "restore") ?: argl_add(a, "-D") ?: argl_add(a, "%s", f->dir)
-		?: add_libdir(f, a) ?: add_restore_shell_job(f, t, a) ?: argl_add(a, "--restore-detached")
+		?: add_libdir(f, a) ?: add_restore_shell_job(f, t, a) ?: add_restore_tcp(f, a)
+		?: argl_add(a, "--restore-detached")
 		?: argl_add(a, "--pidfile") ?: argl_add(a, "%s/restored.pid", f->dir) ?: argl_add(a, "-v4")
 		?: argl_add(a, "-o") ?: argl_add(a, "restore.log") ?: add_extra(f, a);
 }
