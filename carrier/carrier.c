@@ -1933,6 +1933,9 @@ static int transfer(const struct carrier_ops *ops, const struct carrier_config *
 	}
 	x->pass = load ? PASS_LOAD : PASS_SAVE;
 	x->p_grand = x->total * (load && cfg->verify_first ? 2 : 1);
+	/* The plugin reads the page from here on: the scan counts too. */
+	if (!load && cfg->progress_page)
+		cuip_progress_store(&cfg->progress_page->magic, CUIP_PROGRESS_MAGIC);
 	if (load)
 		load_plan_zero(x);
 	else
@@ -1958,8 +1961,6 @@ static int transfer(const struct carrier_ops *ops, const struct carrier_config *
 		x->workers[0].has_cur = true;
 	}
 	x->p_next = cfg->progress_every;
-	if (!load && cfg->progress_page)
-		cuip_progress_store(&cfg->progress_page->magic, CUIP_PROGRESS_MAGIC);
 	if (!rc && load && cfg->verify_first)
 		rc = run_pass(x, PASS_VERIFY);
 	x->p_base = x->p_grand - x->total;
