@@ -84,10 +84,10 @@
 /* 224 MiB of staging keeps a process within 256 MiB of extra resident
  * memory during a transfer: measured on the fake driver (private-bench),
  * staging plus 1.3 MiB for threads, index and the driver's bookkeeping
- * (test/bench/RESULTS.md). A carrier smaller than this pins its own size. */
+ * (docs/benchmarks.md). A carrier smaller than this pins its own size. */
 #define DEFAULT_STAGING (224 * MIB)
 #define DEFAULT_CHUNK	(1u << 20) /* as the plugin's CUINTERPOSE_CHUNK_SIZE */
-/* Measured on an H200 host (test/bench/RESULTS.md): buffered writes to one
+/* Measured on an H200 host (docs/benchmarks.md): buffered writes to one
  * file serialize on its inode lock, so save peaks at two threads per file
  * (one writes while the other copies and checksums); reads scale with
  * threads up to about 12. */
@@ -118,7 +118,7 @@
  * copy's writes land in the cache (Intel DDIO) as long as what all threads
  * have in flight fits there, so each byte crosses the memory bus once on
  * the host instead of three times. Measured on the H200 host (Xeon, 300 MiB
- * L3; test/gpu/RESULTS.md, staging-sweep.sh), striped over 16 files at 16
+ * L3; docs/benchmarks.md, staging-sweep.sh), striped over 16 files at 16
  * threads: 8 MiB buffers save at 0.83 of the best plain parallel write
  * (summed CRC time 1.81 s for 8 GiB), 4 MiB at 0.80 (1.64 s), 2 MiB at
  * 1.03 (0.69 s); loads 0.83, 1.00 and 0.94. */
@@ -1694,7 +1694,7 @@ static int check_args(const char *what, const struct carrier_ops *ops, const str
  * Make f's bytes from `start` on read as zeros: nothing to do in a file
  * that ends there (a new one), else punch them out, keeping the size so
  * that the file is never truncated to nothing. Measured on the H200 host
- * (ext4, test/gpu/RESULTS.md): a file ext4 has seen truncated to size 0
+ * (ext4; docs/driver-facts.md, "Containers and tools on Debian 12"): a file ext4 has seen truncated to size 0
  * is flushed when it is closed (its auto_da_alloc), and a 9.5 GB SAVE
  * took 4.1 s instead of 0.25 s, the close queueing every page for the
  * disk. ftruncate only where punching is not supported. 0 or -1.

@@ -300,7 +300,7 @@ int carrier_load_files(const struct carrier_ops *ops, const struct carrier_confi
 /*
  * Striping: one process's carrier over several files, so that buffered
  * writes are not serialized on one inode (one file ~3 GB/s, 16 files
- * ~32 GB/s on the H200 host; test/bench/RESULTS.md).
+ * ~32 GB/s on the H200 host; docs/benchmarks.md).
  *
  * carrier_stripe_unit() is the extent size for `total` bytes over nfiles:
  * a quarter of each file's share, at least one chunk and at most

@@ -823,7 +823,7 @@ static bool is_quiesced(const struct cuip_group *g, const struct cuip_part *p, c
  * Carrier files for `bytes` carried by one process: CUINTERPOSE_CARRIER_FILES,
  * or one per CARRIER_FILE_BYTES up to min(16, online CPUs). Buffered writes
  * to one file serialize on its inode (one file ~3 GB/s, 16 files 32-35 GB/s
- * on the H200 host, test/bench/RESULTS.md); a small carrier stays one file.
+ * on the H200 host, docs/benchmarks.md); a small carrier stays one file.
  */
 #define CARRIER_FILE_BYTES (256ull << 20)
 #define CARRIER_FILES_AUTO 16

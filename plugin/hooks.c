@@ -761,7 +761,7 @@ static int note_inherited(char *err, size_t errlen)
  * place), unless its major is the driver's: a checkpoint that left the
  * driver's mappings behind fails the dump. So does one that left a
  * descriptor of the driver's devices open (a process sharing a memory pool
- * keeps /dev/nvidiactl, and its native restore fails, FACTS.md): only the
+ * keeps /dev/nvidiactl, and its native restore fails; docs/driver-facts.md, "Stream-ordered pools shared by descriptor"): only the
  * descriptors of processes the driver does not know are claimed.
  */
 static int settle_devices(char *err, size_t errlen)

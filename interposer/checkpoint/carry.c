@@ -706,7 +706,7 @@ static int carry_load(const Cuip__Load *l, const int *fds, size_t nfds, Cuip__Lo
 	 * streams and waits for them itself (measured on the H200, driver 580:
 	 * a PyTorch LLM job and the killed-criu restore pass). Synchronous
 	 * copies (Load.sync_copies) all queue on the legacy default stream:
-	 * one copy at a time, LOAD 21 GB/s instead of 41 (test/gpu/RESULTS.md).
+	 * one copy at a time, LOAD 21 GB/s instead of 41 (docs/benchmarks.md).
 	 */
 	if (l->sync_copies)
 		ops.memcpy_htod_async = htod_sync;
