@@ -39,6 +39,8 @@ static void usage(FILE *f)
 		   "  precopy [--timeout SECONDS] PID DIR\n"
 		   "        copy the carried device memory of PID's running tree into DIR, a parent for\n"
 		   "        CUINTERPOSE_PARENT=DIR criu dump (which then writes only what changed)\n"
+		   "  options [--all] [--check]\n"
+		   "        the CUINTERPOSE_* settings, their values here and defaults; --check validates them\n"
 		   "  help, --help   this text\n"
 		   "  --version      the version\n"
 		   "\n"
@@ -110,6 +112,8 @@ int cli_run(int argc, char **argv)
 	return errno == ENOENT ? 127 : 126;
 }
 
+int cli_options(int argc, char **argv); /* cli_options.c */
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -130,6 +134,8 @@ int main(int argc, char **argv)
 		return cli_restore(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "precopy"))
 		return cli_precopy(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "options"))
+		return cli_options(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		usage(stdout);
 		return 0;

@@ -1,0 +1,96 @@
+/*
+ * settings.h - the one table of the CUINTERPOSE_* environment variables
+ * that the product reads (settings.c): the job's processes (the interposer
+ * and its carrier), criu's plugin and the `cuinterpose` command.
+ *
+ * The table describes; it does not read. Each reader still parses its own
+ * variables where it always did (plugin/options.c, carrier/carrier.c,
+ * interposer/core/, ...), and the table states what they accept, their
+ * defaults, who reads them and what each reader does with a bad value.
+ * `cuinterpose options` prints it and checks an environment against it
+ * (cli/cli_options.c); test/unit/settings.sh fails when a name the sources
+ * read is missing from it, when it holds a name no source reads, or when
+ * docs/configuration.md lacks one of its user settings.
+ */
+#ifndef CUIP_SETTINGS_H
+#define CUIP_SETTINGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum cuip_setting_type {
+	CUIP_SETTING_BOOL, /* 1, yes, true, on / 0, no, false, off (any case) */
+	CUIP_SETTING_FLAG, /* on when set, to any value (even "0" or "") */
+	CUIP_SETTING_INT,  /* a whole number min..max, counting `unit` */
+	CUIP_SETTING_MIB,  /* a whole number of MiB, min..max */
+	CUIP_SETTING_MS,   /* a whole number of milliseconds, min..max */
+	CUIP_SETTING_ENUM, /* one of `values` */
+	CUIP_SETTING_PATH, /* a file, library or directory, shorter than PATH_MAX */
+	CUIP_SETTING_LIST, /* a comma-separated list of the form `values` */
+};
+
+/* Who reads a variable (a bit set). */
+#define CUIP_READER_JOB	   1u /* the job's processes: the interposer and its carrier */
+#define CUIP_READER_PLUGIN 2u /* criu's plugin, from criu's environment */
+#define CUIP_READER_CLI	   4u /* the cuinterpose command */
+
+enum cuip_setting_kind {
+	CUIP_SETTING_USER, /* a user setting, documented in docs/configuration.md */
+	CUIP_SETTING_HOOK, /* a test hook: fault injection, test logs, benchmarks */
+};
+
+/* What the readers do with a value outside the table's range. */
+enum cuip_setting_bad {
+	CUIP_BAD_REFUSE, /* the reader fails naming the variable (criu's plugin at init,
+			    the carrier at SAVE/LOAD, the command at once) */
+	CUIP_BAD_WARN,	 /* a line on the job's stderr, then a fallback value */
+	CUIP_BAD_SILENT, /* no word: the value is misread as something else */
+	CUIP_BAD_NONE,	 /* every value is taken (a flag, a path) */
+};
+
+/* Flags of a row. */
+#define CUIP_SETTING_HEX 1u /* the number may also be 0x hex (or 0-led octal): strtoull base 0 */
+
+struct cuip_setting {
+	const char *name;
+	enum cuip_setting_type type;
+	const char *unit;     /* INT: what it counts ("bytes", "files", ...) */
+	uint64_t min, max;    /* INT, MIB, MS: the accepted range; LIST: max entries */
+	const char *values;   /* ENUM: "a|b|c"; INT/MIB/MS: words taken too ("auto");
+				 LIST: the form of one entry and the words taken */
+	const char *dflt;     /* the default, as the reader applies it */
+	unsigned readers;     /* CUIP_READER_* */
+	enum cuip_setting_kind kind;
+	enum cuip_setting_bad bad;
+	unsigned flags;	      /* CUIP_SETTING_HEX */
+	const char *where;    /* the reading code: file:function, ... */
+	const char *meaning;  /* one line */
+};
+
+extern const struct cuip_setting cuip_settings[];
+extern const size_t cuip_settings_count;
+
+/* The row of `name` (a whole CUINTERPOSE_* name), or NULL. */
+const struct cuip_setting *cuip_setting_find(const char *name);
+
+/*
+ * Whether `value` (the environment's; NULL: unset) is one the table
+ * accepts for s: 0, or -EINVAL with err saying
+ * "NAME=VALUE: want RANGE". Unset and (except for a FLAG) empty values
+ * are the default's and pass.
+ */
+int cuip_setting_check(const struct cuip_setting *s, const char *value, char *err, size_t errlen);
+
+/* The accepted values of s in words ("ms, 0 .. 3600000", "async|sync"). */
+void cuip_setting_range(const struct cuip_setting *s, char *buf, size_t len);
+
+/* "bool", "integer", "MiB", "ms", "enum", "path", "list", "flag". */
+const char *cuip_setting_type_name(enum cuip_setting_type t);
+
+/* The readers in words: "job", "plugin", "cli", joined by '+'. */
+void cuip_setting_readers(unsigned readers, char *buf, size_t len);
+
+/* "refuse", "warn", "silent", "none". */
+const char *cuip_setting_bad_name(enum cuip_setting_bad b);
+
+#endif /* CUIP_SETTINGS_H */
