@@ -3,7 +3,7 @@
 #
 #   bundle/scripts/run.sh [--sizes GiB,GiB,...] [--reps N] [--out DIR] [--budget SECONDS]
 #                         [--only facts,val,ipc,gpu2,base,pool,bench,micro,scale,killed,fw,
-#                                 bench-llm,bench-incr,bench-share,bench-carrier] [--micro-iters N]
+#                                 bench-llm,bench-incr,bench-share,bench-carrier,jax,ddp] [--micro-iters N]
 #                         [--micro-rounds N] [--micro-cpus LIST] [--native-baseline]
 #
 # Runs from a bundle made by test/gpu/bundle.sh (bin/criu, lib/, plugins/,
@@ -44,6 +44,18 @@
 #          DataLoader workers, a forked helper, an NVML-only helper,
 #          torch.compile, a pre-copy before each dump and the release hooks,
 #          losses bit for bit, against upstream cuda_plugin; its rows here
+#  jax     jobs.sh (not in the default set): a JAX training job (MLP, AdamW)
+#          dumped after step 10 of 30 and restored, its losses bit for bit
+#          against an uninterrupted run, with JAX's default preallocation,
+#          XLA_PYTHON_CLIENT_PREALLOCATE=false and
+#          XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async; each also through upstream
+#          cuda_plugin (skipped where the disk cannot hold the GPU's memory);
+#          carried bytes, dump/restore s, the pause line and SAVE summary.
+#          Its rows here, its per-run report in --out's jobs.txt
+#  ddp     jobs.sh: a DDP job (NCCL, one rank) as torchrun --standalone
+#          starts it, the whole tree (agent + worker, established TCP)
+#          through `cuinterpose checkpoint`/`restore` (or plain criu with
+#          --tcp-established --network-lock nftables), and upstream's
 #  bench-llm, bench-incr, bench-share, bench-carrier
 #          issue 17's benchmarks (bench.sh; not in the default set, each one
 #          call of at most 600 s): the LLM job at BENCH_LLM_GIB (2 8 32) and
@@ -875,6 +887,18 @@ if want forked; then
 		case $st in PASS | UPSTREAM-FAILS) ;; *) st=FAIL ;; esac
 		result "forked-$n" "$st" "$why"
 	done <"$T/forked/summary.txt"
+fi
+if want jax || want ddp; then
+	# issue #46's jobs (jobs.sh, below this run's reaper, in a directory
+	# of its own): their rows become this run's
+	jo=$(for p in jax ddp; do want $p && printf '%s,' $p; done)
+	bash "$S/jobs.sh" --only "${jo%,}" --budget $((BUDGET - $(elapsed))) --out "$T/jobs" 2>&1 | sed 's/^/  jobs: /'
+	[ -s "$T/jobs/summary.txt" ] || result jobs FAIL "jobs.sh wrote no summary (see the jobs: lines)"
+	[ -s "$T/jobs/summary.txt" ] && while IFS=$'\t' read -r n st why; do
+		case $st in PASS | SKIP | UPSTREAM-PASS | UPSTREAM-FAILS) ;; *) st=FAIL ;; esac
+		result "$n" "$st" "$why"
+	done <"$T/jobs/summary.txt"
+	[ -n "$OUTDIR" ] && cp "$T/jobs/jobs.txt" "$OUTDIR/" 2>/dev/null
 fi
 want killed && run_killed
 want bench-llm && run_bench_llm
