@@ -51,6 +51,8 @@ PACKAGES=(
 	# containerd 1.6 with its runc shim and ctr (test/container/t-containerd.sh
 	# starts a private daemon; the packaged service is not used)
 	containerd
+	# test/stress.sh: the tests under CPU and I/O load
+	stress-ng
 	# CRIU's zdtm suite (test/zdtm): Debian's python3 with yaml, the
 	# ns/h flavors' iptables, netns_sub_veth's libnl-route
 	python3-yaml iptables libnl-route-3-dev
