@@ -23,12 +23,14 @@ outside_importer() {
 		FAKECUDA_SOCKET=/run/fakecuda/devd.sock CUINTERPOSE_SOCKET_DIR=/run/cuinterpose \
 		/bin/ctr_outside /w/ticket /w/outside.ready >"$T/outside.log" 2>&1 &
 	OPID=$!
+	waiting "the outside importer (pid $OPID) to be ready"
 	while [ ! -s "$T/w/outside.ready" ] && alive $OPID && [ $i -lt 200 ]; do
 		nap 0.05
 		i=$((i + 1))
 	done
 	grep -q "^import: CUDA_SUCCESS pid $OPID$" "$T/w/outside.ready" ||
 		fail "the outside importer: $(cat "$T/w/outside.ready" "$T/outside.log" 2>/dev/null)"
+	waited
 	[ "$(readlink /proc/$OPID/ns/pid)" = "$(readlink /proc/self/ns/pid)" ] ||
 		fail "the importer is in the container's pid namespace"
 }

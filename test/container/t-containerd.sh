@@ -80,7 +80,7 @@ cr() { bounded ctr --address "$T/${CTR_HOST:-a}/containerd.sock" --namespace $NS
 start_containerd() {
 	local h=$1 d=$T/$1 i=0
 
-	mkdir -p "$d/root" "$d/state" "$d/opt"
+	mkdir -p "$d/root" "$d/state" "$d/opt" "$d/tmp"
 	cat >"$d/config.toml" <<EOF
 version = 2
 root = "$d/root"
@@ -93,20 +93,25 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 [plugins."io.containerd.internal.v1.opt"]
   path = "$d/opt"
 EOF
-	env -i PATH="$(dirname "$CRIU"):/usr/sbin:/usr/bin:/sbin:/bin" \
+	# TMPDIR: containerd makes each checkpoint's image directory
+	# (ctrd-checkpoint*) there (in /tmp without it), and a checkpoint that
+	# fails or a daemon killed mid-checkpoint left them behind; under $T
+	# they go with it.
+	env -i PATH="$(dirname "$CRIU"):/usr/sbin:/usr/bin:/sbin:/bin" TMPDIR="$d/tmp" \
 		FAKECUDA_SOCKET="$FAKECUDA_SOCKET" LD_LIBRARY_PATH="$B/test/fakecuda/.libs" \
 		CUINTERPOSE_STAGING_MB="$CUINTERPOSE_STAGING_MB" CUINTERPOSE_LOCK_TIMEOUT_MS="$CUINTERPOSE_LOCK_TIMEOUT_MS" \
 		setsid containerd --config "$d/config.toml" </dev/null >"$d/containerd.log" 2>&1 &
 	echo $! >"$d/containerd.pid"
 	HOSTS="$HOSTS $h"
+	waiting "containerd ($h) to answer on $d/containerd.sock"
 	while ! CTR_HOST=$h bounded ctr --address "$d/containerd.sock" version >/dev/null 2>&1; do
 		alive "$(cat "$d/containerd.pid")" || fail "containerd ($h) exited: $(tail -3 "$d/containerd.log")"
 		i=$((i + 1))
-		[ $i -gt 300 ] && fail "containerd ($h) did not answer on $d/containerd.sock within 15 s"
+		[ $i -gt 300 ] && fail "containerd ($h) did not answer on $d/containerd.sock in $(elapsed "$WAIT_US") s"
 		nap 0.05
 	done
+	waited
 }
-trap 'exit_note $?; cleanup' EXIT
 
 # --- the runtime, criu's configuration, the daemon ----------------------------
 mkdir -p "$T/logs"
@@ -259,11 +264,21 @@ for line in sys.stdin.buffer.read().split(b"\n"):
 	done
 	tar -C "$x" -cf "$2" . || fail "cannot write $2"
 }
-# remove ID: the task killed, the container deleted
+# remove ID: the task killed, the container deleted. The task goes once
+# it stopped (10 s at most): removed while its killed processes still exit,
+# it failed once on a loaded machine; ctr's words go into the failure.
 remove() {
+	local i=0
+
 	cr task kill -s KILL "$1" >/dev/null 2>&1
-	cr task rm -f "$1" >/dev/null 2>&1 || fail "ctr task rm $1"
-	cr containers rm "$1" >/dev/null 2>&1 || fail "ctr containers rm $1"
+	waiting "container $1's task to stop"
+	while [ "$(ctr_task_state "$1")" = RUNNING ] && [ $i -lt 200 ]; do
+		i=$((i + 1))
+		nap 0.05
+	done
+	waited
+	cr task rm -f "$1" >"$T/remove.out" 2>&1 || fail "ctr task rm $1: $(tail -3 "$T/remove.out")"
+	cr containers rm "$1" >"$T/remove.out" 2>&1 || fail "ctr containers rm $1: $(tail -3 "$T/remove.out")"
 }
 restore() { # ID REF
 	rm -f "$T"/logs/*

@@ -11,8 +11,9 @@
 # them is left in the root. The root runs in a pid and mount namespace of
 # its own; nothing is mounted on the host.
 set -u
-fail() { echo "FAIL: $*"; exit 1; }
-skip() { echo "SKIP: $*"; exit 77; }
+# skip, fail, note and the failure report of the other tests (lib.sh's
+# first part: this test sets up its own $T)
+LIB_REPORT_ONLY=1 . "${srcdir:-.}/../e2e/lib.sh"
 top=$(cd "${srcdir:-.}/../.." && pwd)
 [ "$(id -u)" = 0 ] || skip "needs root (chroot, mounts, dpkg in the root)"
 # The package is built without sanitizers whatever this build is; the plain
@@ -26,8 +27,7 @@ done
 CRIU_BIN=${CRIU:-/usr/local/sbin/criu}
 [ -x "$CRIU_BIN" ] || fail "no criu at $CRIU_BIN"
 T=$(mktemp -d /tmp/cuip-deb.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-note() { echo "--- $*"; }
+cleanup() { if [ "${KEEP:-0}" = 1 ]; then echo "kept $T"; else rm -rf "$T"; fi; }
 
 note "dpkg-buildpackage -us -uc -b in a copy of the tree"
 mkdir -p "$T/src"

@@ -30,12 +30,14 @@ post() {
 answered() {
 	local s=${2:-$SEQ} i=0 ans
 
+	waiting "rank $1's answer to command $s"
 	while [ ! -f "$T/w/r$1.$s" ]; do
-		ls "$T"/w/*.failed >/dev/null 2>&1 && fail "rank failed: $(cat "$T"/w/*.failed)"
+		failed_ranks && fail "rank failed: $(cat "$T"/w/*.failed)"
 		i=$((i + 1))
-		[ $i -gt 1200 ] && fail "rank $1 did not answer command $s"
+		[ $i -gt 1200 ] && fail "rank $1 did not answer command $s in $(elapsed "$WAIT_US") s: $(missing_answers $(($1 + 1)))"
 		nap 0.05
 	done
+	waited
 	read -r ans <"$T/w/r$1.$s"
 	case "$ans" in
 	ok*) ;;
@@ -50,9 +52,11 @@ has_line() { grep -qE "$2" "$1" || fail "$3 (no /$2/ in $1)"; }
 wait_file() {
 	local i=0
 
+	waiting "$1 to appear"
 	while [ ! -e "$1" ]; do
 		i=$((i + 1))
-		[ $i -gt 1200 ] && fail "$1 did not appear"
+		[ $i -gt 1200 ] && fail "$1 did not appear in $(elapsed "$WAIT_US") s"
 		nap 0.05
 	done
+	waited
 }

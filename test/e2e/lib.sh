@@ -8,18 +8,160 @@
 
 set -u
 
+# --- the failure report (every e2e and container test) -------------------
+# A test that fails prints, once, what a person needs to see why: the step
+# it was in (the last `note`), how long it had been in it and what it was
+# waiting for, criu's last logs (their errors and warnings, the plugin's
+# lines and their last lines), the guardian's log, the job's logs and the
+# test's command outputs, all bounded. Every way out goes through it: fail()
+# (also from a helper run in a command substitution or a background
+# subshell: it reports, then tells the test shell, which exits 1), an
+# unexpected non-zero exit (a shell error, an exit from a helper) and, for a
+# test (t-*.sh; the benchmarks source this file too), an exit 0 before its
+# last step (`note done`). A test that failed never
+# exits 0. Tests add their own cleanup with at_exit, not with a trap of
+# their own; container tests redefine cleanup().
+# LIB_REPORT_ONLY=1: only this part (tests that set up their own $T).
+
+TEST_NAME=${0##*/}
+MAINPID=$BASHPID
 skip() { echo "SKIP: $*"; exit 77; }
 exec 9>&1 # the test's log, for messages from functions whose output a caller redirects
+START_US=${EPOCHREALTIME/./}
+# seconds since START_US, or since $1 (microseconds), without a process
+elapsed() {
+	local d=$((${EPOCHREALTIME/./} - ${1:-$START_US}))
+	printf '%d.%d' $((d / 1000000)) $((d % 1000000 / 100000))
+}
+LAST_NOTE="(before the first step)"
+NOTE_US=$START_US
+DONE=
+note() {
+	LAST_NOTE=$*
+	NOTE_US=${EPOCHREALTIME/./}
+	case "$*" in done | "done:"*) DONE=1 ;; esac
+	echo "--- $* ($(elapsed)s)"
+}
+# waiting WHAT: the test now waits for WHAT (the report names it and how
+# long it waited); waited: it came.
+WAIT_WHAT=
+waiting() {
+	WAIT_WHAT=$*
+	WAIT_US=${EPOCHREALTIME/./}
+}
+waited() { WAIT_WHAT=; }
+
+# The report goes to the test's log (fd 9), whatever the caller redirects.
 fail() {
 	FAILED=1
-	echo "FAIL: $*"
-	[ -n "${T:-}" ] && dump_logs
+	{
+		echo "FAIL: $*"
+		report
+	} >&9 2>&1
+	# a helper in a subshell: the test shell ends too (its USR1 trap)
+	[ "$BASHPID" = "$MAINPID" ] || kill -USR1 "$MAINPID" 2>/dev/null
 	exit 1
 }
-note() { echo "--- $* ($(elapsed)s)"; }
+trap 'FAILED=1; REPORTED=1; exit 1' USR1
 
-START=$(date +%s.%N)
-elapsed() { echo "$(date +%s.%N) $START" | awk '{printf "%.1f", $1 - $2}'; }
+# newest FIND-ARGS...: the files under $T that match, newest first (8 at
+# most, 4 levels deep: container tests keep image trees there).
+newest() {
+	timeout 20 find "$T" -maxdepth 4 -type f \( "$@" \) -printf '%T@ %p\n' 2>/dev/null |
+		sort -rn | head -n 8 | cut -d' ' -f2-
+}
+# tail_of N FILE [TITLE]: FILE's last N lines under a header
+tail_of() {
+	echo "--- ${3:-$2}: last $1 lines"
+	tail -n "$1" "$2" 2>/dev/null
+}
+
+report() {
+	local f n
+
+	[ -n "${REPORTED:-}" ] && return 0
+	REPORTED=1
+	echo "=== failure report of $TEST_NAME"
+	echo "step: '$LAST_NOTE', failed $(elapsed "$NOTE_US") s into it, $(elapsed) s into the test"
+	[ -n "$WAIT_WHAT" ] && echo "waiting for: $WAIT_WHAT, for $(elapsed "$WAIT_US")s"
+	if [ -z "${T:-}" ] || [ ! -d "$T" ]; then
+		echo "=== end of the report (no test directory)"
+		return 0
+	fi
+	# criu's logs: the two last written in full detail, the others named
+	n=0
+	while read -r f; do
+		n=$((n + 1))
+		if [ $n -gt 2 ]; then
+			echo "--- an earlier criu log: $f"
+			continue
+		fi
+		echo "--- criu log $f: its errors and warnings (last 20)"
+		grep -E "Error|Warn" "$f" | tail -n 20
+		echo "--- $f: the plugin's lines (last 20)"
+		grep "cuinterpose: " "$f" | tail -n 20
+		tail_of 30 "$f"
+	done < <(newest -name 'dump*.log' -o -name 'restore*.log' -o -name 'pre-dump*.log')
+	for f in $(newest -name 'cuinterpose-guardian.log' | head -n 2); do tail_of 30 "$f" "guardian log $f"; done
+	# the job's logs and the ranks' failure files, then the commands' outputs
+	for f in $(newest -path "$T/w/*.failed" -o -name 'job*.log' -o -path "$T/w/*.log" -o -path "$T/*.log" \
+		-not -name 'dump*.log' -not -name 'restore*.log' -not -name 'pre-dump*.log' -not -name 'cuinterpose-guardian.log'); do
+		tail_of 30 "$f"
+	done
+	for f in $(newest -path "$T/*.out" | head -n 4); do tail_of 15 "$f"; done
+	echo "=== end of the report (test directory $T$([ "${KEEP:-0}" = 1 ] && echo ", kept" || echo ", removed now: KEEP=1 keeps it"))"
+}
+
+# at_exit COMMAND: run COMMAND when the test ends (the last added first),
+# before cleanup.
+AT_EXIT=
+at_exit() { AT_EXIT="$1${AT_EXIT:+; $AT_EXIT}"; }
+# The test's end: the report where it failed without one (a non-zero exit
+# without fail(), or an exit 0 before `note done`), its own cleanups, then
+# cleanup; exit 1 after any failure, never 0.
+on_exit() {
+	local rc=$1
+
+	# Only the test shell: a child it forked for a command (`sleep 60 &`)
+	# is a copy of it, EXIT trap included, until it execs the command, and
+	# bash runs that trap when a signal ends the copy (a SIGTERM sent to the
+	# pid before the exec, as a loaded machine lets happen). The copy ran
+	# the test's end: a report, the job killed, $T removed under the test
+	# shell, which went on (t-precopy: "wait_for: No record of process", the
+	# copy's exit 0, then the test shell's nap FIFO gone). bash itself still
+	# prints that line in such a copy; the test goes on.
+	[ "$BASHPID" = "$MAINPID" ] || exit "$rc"
+	trap - USR1
+	if [ -z "${FAILED:-}" ] && [ "$rc" != 77 ]; then
+		if [ "$rc" != 0 ]; then
+			FAILED=1
+			echo "FAIL: the test exited with status $rc, without a message (see the lines above)"
+			report
+		elif [ -z "$DONE" ] && [[ $TEST_NAME == t-*.sh ]]; then
+			FAILED=1
+			echo "FAIL: the test shell ended with status 0 before its last step (note done)"
+			report
+		fi
+	fi
+	[ -n "$AT_EXIT" ] && eval "$AT_EXIT"
+	declare -F cleanup >/dev/null && cleanup
+	[ -z "${FAILED:-}" ] || exit 1
+	exit "$rc"
+}
+trap 'on_exit $?' EXIT
+
+# nap SECONDS: sleep. Not `read -t` from a FIFO (used before, to poll
+# without starting a process): bash 5.2.15's read -t, when its timeout has
+# passed before the read itself starts (the shell descheduled for longer
+# than the timeout, as a loaded machine does with 0.05 s naps), longjmps out
+# and sets the shell's signal mask from a variable it never set: measured, a
+# loop of such reads left SIGQUIT, SIGABRT and SIGBUS blocked (SigBlk 0x64)
+# in the shell, whose state then depends on stack garbage (SIGCHLD or the
+# SIGUSR1 of fail() could be next). A sleep process per nap costs about a
+# millisecond of CPU.
+nap() { sleep "$1"; }
+
+[ "${LIB_REPORT_ONLY:-0}" = 1 ] && return 0
 
 : "${top_builddir:?run through make check}"
 B=$(cd "$top_builddir" && pwd)
@@ -44,13 +186,6 @@ WORKLOAD=$B/test/e2e/e2e_group
 
 T=$(mktemp -d /tmp/cuip-e2e.XXXXXX)
 mkdir -p "$T/plugins" "$T/sock" "$T/w"
-# nap SECONDS: sleep without starting a process (a read that times out on a
-# FIFO nobody writes, opened read-write so that the open does not block).
-# The polling loops below run many times a second in every test: measured
-# with perf on the 2-core VM, the test shells' forks (sleep, ls, wc, find,
-# cat, awk, seq in subshells) took about a third of the CPU of `make check`.
-mkfifo "$T/nap"
-nap() { read -r -t "$1" _ <>"$T/nap" || :; }
 # failed_ranks: whether a rank of the job wrote a .failed file
 failed_ranks() { compgen -G "$T/w/*.failed" >/dev/null; }
 ln -s "$PLUGIN" "$T/plugins/cuinterpose_plugin.so"
@@ -73,25 +208,15 @@ if [ -n "${CUIP_ASAN_RT:-}" ]; then
 	SAN_CRIU="env LD_PRELOAD=$CUIP_ASAN_RT:$B/test/e2e/.libs/criu_asan_init.so ASAN_OPTIONS=detect_leaks=0:handle_segv=0"
 fi
 
+# cleanup: the job, the test's own background commands (a criu dump left
+# running, a holder), the fake's daemon and $T.
 cleanup() {
+	local p
+
 	[ -n "$JOB" ] && kill -9 $(job_pids) 2>/dev/null
+	for p in $(jobs -p); do kill -9 "$p" 2>/dev/null; done
 	"$FAKERUN" --stop >/dev/null 2>&1
 	if [ "${KEEP:-0}" = 1 ]; then echo "kept $T"; else rm -rf "$T"; fi
-}
-# An exit that fail() did not announce (a shell error, an exit from a
-# helper) names itself in the log before the cleanup.
-exit_note() {
-	[ "$1" = 0 ] || [ "$1" = 77 ] || [ -n "${FAILED:-}" ] ||
-		echo "FAIL: the test exited with status $1 after its last step above, without a message"
-}
-trap 'exit_note $?; cleanup' EXIT
-
-dump_logs() {
-	for f in "$T"/*.log "$T"/w/*.failed "$T"/w/*.log; do
-		[ -f "$f" ] || continue
-		echo "=== $f"
-		grep -E "cuinterpose|Error|error|FAIL|fail" "$f" | tail -40
-	done
 }
 
 # start_job NPROCS [--raw]: run e2e_group under the interposer and the fake.
@@ -107,6 +232,7 @@ start_job() {
 wait_ready() {
 	local f ready
 
+	waiting "the job's $1 ranks to be ready"
 	i=0
 	while :; do
 		# non-empty files only: a rank creates its file, then writes its pid
@@ -115,9 +241,10 @@ wait_ready() {
 		[ $ready -ge "$1" ] && break
 		failed_ranks && fail "job failed to start: $(cat "$T"/w/*.failed)"
 		i=$((i + 1))
-		[ $i -gt 300 ] && fail "job did not get ready"
+		[ $i -gt 300 ] && fail "job did not get ready: $ready of $1 ranks in $(elapsed "$WAIT_US") s"
 		nap 0.05
 	done
+	waited
 	JOBPID=$(pid_of 0)
 }
 
@@ -148,6 +275,7 @@ cmd_sent() {
 	shift
 	SEQ=$((SEQ + 1))
 	echo "$SEQ $*" >"$T/w/cmd.tmp" && mv "$T/w/cmd.tmp" "$T/w/cmd"
+	waiting "the answers of $n ranks to command $SEQ '$*'"
 	i=0
 	while :; do
 		got=0
@@ -155,8 +283,21 @@ cmd_sent() {
 		[ $got -ge "$n" ] && break
 		failed_ranks && fail "'$*': $(cat "$T"/w/*.failed)"
 		i=$((i + 1))
-		[ $i -gt 400 ] && fail "no answer to '$*' from every rank"
+		[ $i -gt 400 ] && fail "no answer to '$*' (command $SEQ) from every rank in $(elapsed "$WAIT_US") s: $(missing_answers "$n")"
 		nap 0.05
+	done
+	waited
+}
+
+# missing_answers NPROCS: which ranks did not answer command $SEQ, and
+# whether their processes run
+missing_answers() {
+	local r p
+
+	for ((r = 0; r < $1; r++)); do
+		[ -e "$T/w/r$r.$SEQ" ] && continue
+		p=$(pid_of $r 2>/dev/null)
+		printf 'rank %s (pid %s, %s); ' $r "${p:-?}" "$([ -n "$p" ] && alive "$p" && echo running || echo gone)"
 	done
 }
 
@@ -198,12 +339,14 @@ criu_dump() { # DIR [extra criu args]
 wait_pids_free() {
 	local busy p
 
+	waiting "the job's pids to be free (reaped)"
 	for _ in $(seq 200); do
 		busy=0
 		for p in $(job_pids); do [ -e /proc/$p ] && busy=1; done
-		[ $busy = 0 ] && return 0
+		[ $busy = 0 ] && break
 		nap 0.05
 	done
+	waited
 	return 0
 }
 
@@ -306,6 +449,7 @@ census_keep() {
 
 	shift
 	end=$(($(now_ms) + limit * 1000))
+	waiting "a settled census (two equal readings 0.3 s apart)"
 	cur=$(census "$@")
 	while :; do
 		prev=$cur
@@ -317,6 +461,7 @@ $prev
 then
 $cur"
 	done
+	waited
 	for f in "$T"/*.now; do mv "$f" "${f%.now}.ref"; done
 	CENSUS_REF=$cur
 }
@@ -331,9 +476,10 @@ census_back() {
 
 	shift 2
 	end=$(($(now_ms) + limit * 1000))
+	waiting "$what: the census back to the reference"
 	while :; do
 		cur=$(census "$@")
-		[ "$cur" = "$CENSUS_REF" ] && return 0
+		[ "$cur" = "$CENSUS_REF" ] && { waited; return 0; }
 		[ "$(now_ms)" -lt $end ] || break
 		nap 0.1
 	done
@@ -389,11 +535,13 @@ intact() {
 wait_line() {
 	local i=0
 
+	waiting "a line /$2/ in $1"
 	while ! grep -qE "$2" "$1" 2>/dev/null; do
 		i=$((i + 1))
-		[ $i -gt 1200 ] && fail "no line /$2/ in $1"
+		[ $i -gt 1200 ] && fail "no line /$2/ in $1 in $(elapsed "$WAIT_US") s"
 		nap 0.05
 	done
+	waited
 }
 
 # Fault injection through the fake driver (the test sets FAKECUDA_FAIL_DIR):
@@ -425,11 +573,14 @@ writes_reach_everyone() {
 guardian_done() {
 	local glog=$1/cuinterpose-guardian.log
 
+	waiting "the guardian's verdict in $glog"
 	for _ in $(seq 600); do
 		grep -qs "rollback complete\|ROLLBACK FAILED" "$glog" && break
 		nap 0.05
 	done
-	grep -qs "rollback complete" "$glog" || fail "no completed rollback in $glog: $(cat "$glog" 2>&1)"
+	grep -qs "rollback complete" "$glog" ||
+		fail "no completed rollback in $glog after $(elapsed "$WAIT_US") s: $(tail -n 20 "$glog" 2>&1)"
+	waited
 	grep -h "rollback complete" "$glog" | sed 's/.*rollback complete/rollback complete/'
 }
 
@@ -438,6 +589,7 @@ guardian_done() {
 # restore of that pid fails "Can't fork for PID: File exists". A process
 # that stays a zombie (its parent does not wait) counts as gone.
 wait_gone() {
+	waiting "pids $* to be gone"
 	i=0
 	for p in "$@"; do
 		while alive "$p" && [ "$(awk '{print $3}' /proc/$p/stat 2>/dev/null)" != Z ]; do
@@ -453,6 +605,7 @@ wait_gone() {
 			nap 0.05
 		done
 	done
+	waited
 	return 0
 }
 

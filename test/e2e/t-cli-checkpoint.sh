@@ -39,9 +39,8 @@ cleanup_all() {
 	[ -n "$HOLDER" ] && kill -9 "$HOLDER" 2>/dev/null
 	[ -n "$REAPER" ] && kill -9 "$REAPER" 2>/dev/null
 	[ -n "$R0" ] && rm -f "/dev/shm/sem.cuip-e2e-$R0"
-	cleanup
 }
-trap cleanup_all EXIT
+at_exit cleanup_all
 
 # criu as the front end runs it: sanitizer builds preload the runtime into
 # criu alone (lib.sh's SAN_CRIU), through a wrapper given as --criu.

@@ -73,7 +73,7 @@ grep -q "SAVE failed" "$T/f$K/dump.log" || fail "SAVE did not fail"
 # SAVE: the image directory is full.
 mkdir -p "$T/small"
 mount -t tmpfs -o size=2m tmpfs "$T/small" || fail "cannot mount a tmpfs"
-trap 'umount "$T/small" 2>/dev/null; cleanup' EXIT
+at_exit 'umount "$T/small" 2>/dev/null'
 K=$((K + 1))
 note "dump fault $K: image directory full"
 if bounded "$FAKERUN" $SAN_CRIU "$CRIU" dump -t "$JOBPID" -D "$T/small" -L "$T/plugins" --shell-job -v4 \

@@ -154,3 +154,4 @@ fi
 
 note done
 if [ -z "$dead" ]; then cmd $N exit; fi
+note done

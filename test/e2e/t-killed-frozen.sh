@@ -8,7 +8,22 @@ FRZ=/sys/fs/cgroup/freezer
 [ -w "$FRZ" ] || skip "no writable cgroup v1 freezer at $FRZ"
 CG=$FRZ/cuip-killed-$$
 mkdir "$CG" || skip "cannot create a freezer cgroup"
-trap 'echo THAWED >"$CG/freezer.state" 2>/dev/null; cleanup; rmdir "$CG" 2>/dev/null' EXIT
+# drop_cgroup: thaw the cgroup, kill what is left in it (the job) and wait
+# (5 s at most) until it is empty: a cgroup that holds a task, even one
+# dying, cannot be removed.
+drop_cgroup() {
+	local p i
+
+	echo THAWED >"$CG/freezer.state" 2>/dev/null
+	for ((i = 0; i < 50; i++)); do
+		p=$(cat "$CG/cgroup.procs" 2>/dev/null)
+		[ -z "$p" ] && break
+		kill -9 $p 2>/dev/null
+		nap 0.1
+	done
+	rmdir "$CG" || echo "cannot remove $CG: it holds $(cat "$CG/cgroup.procs" 2>/dev/null | tr '\n' ' ')"
+}
+at_exit drop_cgroup
 
 start_job $N
 for p in $JOBPID $(job_pids); do echo "$p" >"$CG/cgroup.procs" || fail "cannot move pid $p into $CG"; done

@@ -10,9 +10,8 @@ THIEF=$B/test/e2e/e2e_thief
 HOLDER=
 cleanup_holder() {
 	[ -n "$HOLDER" ] && kill -9 "$HOLDER" 2>/dev/null
-	cleanup
 }
-trap cleanup_holder EXIT
+at_exit cleanup_holder
 
 start_job 2
 creator=$JOBPID

@@ -18,7 +18,7 @@ R0=$(rank_pid 0)
 # per-dump counter: 1..1024 covers every number this job's dump can take).
 plant() { for i in $(seq 1 1024); do : >"/dev/shm/link_remap.$i" || return 1; done; }
 unplant() { for i in $(seq 1 1024); do rm -f "/dev/shm/link_remap.$i"; done; }
-trap 'rm -f /dev/shm/sem.cuip-e2e-'"$R0"'; unplant; cleanup' EXIT
+at_exit 'rm -f /dev/shm/sem.cuip-e2e-'"$R0"'; unplant'
 grep -q "/dev/shm/.* (deleted)" /proc/$R0/maps || skip "this libc's sem_open leaves no unlinked /dev/shm mapping"
 cmd 3 verify 0
 note "without --link-remap"
