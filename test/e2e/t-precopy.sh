@@ -28,6 +28,16 @@ cmd 2 verify 0
 grep -q "already holds a checkpoint" "$T/pre2.out" || fail "$(cat "$T/pre2.out")"
 sleep 60 &
 plain=$!
+# until it runs sleep: before its exec it is a copy of this shell (a
+# pre-copy of that, and a kill with this shell's EXIT trap in it)
+comm=
+waiting "pid $plain to run sleep"
+for _ in $(seq 200); do
+	read -r comm <"/proc/$plain/comm" && [ "$comm" = sleep ] && break
+	nap 0.05
+done
+[ "$comm" = sleep ] || fail "pid $plain runs $comm, not sleep, after $(elapsed "$WAIT_US") s"
+waited
 "$CLI" precopy $plain "$T/nobody" >"$T/pre3.out" 2>&1 && fail "pre-copy of a tree without the interposer succeeded"
 kill $plain
 grep -q "runs the interposer" "$T/pre3.out" || fail "$(cat "$T/pre3.out")"
