@@ -297,7 +297,7 @@ missing_answers() {
 	for ((r = 0; r < $1; r++)); do
 		[ -e "$T/w/r$r.$SEQ" ] && continue
 		p=$(pid_of $r 2>/dev/null)
-		printf 'rank %s (pid %s, %s); ' $r "${p:-?}" "$([ -n "$p" ] && alive "$p" && echo running || echo gone)"
+		printf 'rank %s (pid %s, %s); ' $r "${p:-?}" "$(proc_state "$p")"
 	done
 }
 
@@ -380,6 +380,17 @@ criu_restore() { # DIR [extra criu args]
 }
 
 alive() { kill -0 "$1" 2>/dev/null; }
+# proc_state PID: running, stopped, a zombie (dead, not reaped) or gone
+proc_state() {
+	local st=
+	[ -n "$1" ] && read -r _ _ st _ <"/proc/$1/stat" 2>/dev/null
+	case $st in
+	'') echo gone ;;
+	Z) echo "a zombie: dead, not reaped" ;;
+	T | t) echo "stopped ($st)" ;;
+	*) echo "running ($st)" ;;
+	esac
+}
 
 # app_maps PID: the process's mappings for leak checks. In ASan builds the
 # anonymous ones are left out: ASan maps its allocator's size-class regions
