@@ -325,11 +325,57 @@ static void wait_untraced(const pid_t *pids, size_t n)
 			usleep(10000);
 }
 
+/* Gone for good: no such process, or a zombie. */
+static bool gone(pid_t pid)
+{
+	char s = proc_state(pid);
+
+	return !s || s == 'Z' || s == 'X';
+}
+
+/* The driver's state of pid; a query that fails (the agent's bound: the
+ * target's restore thread busy or stopped) is asked again, up to 3 times,
+ * while the process lives. */
+static int native_state_of(pid_t pid)
+{
+	int st = -EIO;
+
+	for (int k = 0; k < 3 && !gone(pid); k++) {
+		st = cuip_native_state(pid);
+		if (st >= 0)
+			break;
+	}
+	return st;
+}
+
+/*
+ * The assertion before any "rollback complete" (#45): every CUDA process
+ * that lives is natively RUNNING again, by the driver's word after the
+ * unlock, not by our flags. One that is not (left locked or checkpointed,
+ * failed, or unreadable) fails the rollback, named in the log: the job
+ * would otherwise be reported rolled back with a process that cannot run.
+ */
+static int check_running(void)
+{
+	int ret = 0;
+
+	for (size_t i = 0; i < W.n_nat; i++) {
+		int st = native_state_of(W.nat[i].pid);
+
+		if (st == CUIP_NATIVE_RUNNING || (st < 0 && gone(W.nat[i].pid)))
+			continue;
+		glog(true, "pid %d is natively %s after the rollback's unlock: it cannot run", (int)W.nat[i].pid,
+		     st < 0 ? "unreadable" : cuip_native_state_name(st));
+		ret = -EIO;
+	}
+	return ret;
+}
+
 static int rollback_native(void)
 {
 	char err[512];
 	pid_t *pids = calloc(W.n_nat ? W.n_nat : 1, sizeof(*pids));
-	int ret = 0, touched = 0;
+	int ret = 0, touched = 0, unknown = 0;
 
 	if (!pids)
 		return -ENOMEM;
@@ -343,17 +389,23 @@ static int rollback_native(void)
 		return ret;
 	}
 	for (size_t i = 0; i < W.n_nat; i++) {
-		int st = cuip_native_state(W.nat[i].pid);
+		int st = native_state_of(W.nat[i].pid);
 
 		W.nat[i].locked = st == CUIP_NATIVE_LOCKED || st == CUIP_NATIVE_CHECKPOINTED;
 		W.nat[i].checkpointed = st == CUIP_NATIVE_CHECKPOINTED;
 		touched += W.nat[i].locked;
-		if (st < 0)
-			glog(true, "pid %d: the driver does not say its state", (int)W.nat[i].pid);
-		else if (W.nat[i].locked)
+		if (st < 0 && gone(W.nat[i].pid)) {
+			glog(true, "pid %d died during the dump", (int)W.nat[i].pid);
+		} else if (st < 0) {
+			/* Alive, and nobody knows whether it is locked: a
+			 * rollback that went on would call it running. */
+			glog(true, "pid %d: the driver does not say its state: it may be left locked", (int)W.nat[i].pid);
+			unknown++;
+		} else if (W.nat[i].locked) {
 			glog(false, "pid %d is natively %s", (int)W.nat[i].pid, cuip_native_state_name(st));
+		}
 	}
-	if (touched) {
+	if (touched) { /* the others still get their restore and unlock */
 		ret = cuip_native_restore_all(W.nat, W.n_nat, W.g->o->remap, 0, err, sizeof(err));
 		if (!ret)
 			ret = cuip_native_unlock_all(W.nat, W.n_nat, err, sizeof(err));
@@ -362,6 +414,11 @@ static int rollback_native(void)
 		else
 			glog(false, "native restore and unlock of %d processes done", touched);
 	}
+	/* after a failure too: the log names every process left unable to run */
+	if (check_running() && !ret)
+		ret = -EIO;
+	if (unknown && !ret)
+		ret = -EIO;
 	cuip_native_close();
 	return ret;
 }

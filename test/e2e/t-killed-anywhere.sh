@@ -371,5 +371,36 @@ rm -f "$IMG/cuinterpose-guardian.log"
 restore_intact "$IMG" "after the killed restores"
 [ ! -e "$IMG/cuinterpose-guardian.log" ] || fail "the guardian acted on a committed restore"
 echo "$K kills"
-cmd $N exit
+
+# --- the window, reached on purpose ---------------------------------------
+# Killed after the native checkpoint, the guardian must native-restore and
+# unlock every process before it reopens the gates and reports. Here the
+# driver does not answer its state queries for the first process (the
+# guardian's agent's first 3 GetState calls fail: FAKECUDA_FAIL_DIR, each
+# entry firing on its own first call, read by the fake in the guardian's
+# agent only): that process stays checkpointed. The guardian must say
+# ROLLBACK FAILED and name it, never "rollback complete" (before the fix it
+# logged the unreadable state, skipped the process and went on to the
+# participants' rollback and its verdict as if the process ran).
+K=$((K + 1))
+note "iteration $K: dump, stop@native-checkpoint, the driver mute on GetState in the guardian"
+FAKECUDA_FAIL_DIR=$T/faults
+mkdir -p "$FAKECUDA_FAIL_DIR"
+FAKECUDA_FAIL_DIR=$FAKECUDA_FAIL_DIR CUINTERPOSE_GUARDIAN_STOP_MS=1000 CUINTERPOSE_FAULT=stop@native-checkpoint \
+	criu_dump "$T/f$K" >"$T/f$K.out" 2>&1 &
+dumper=$!
+wait_line "$T/f$K/dump.log" "stop at native-checkpoint"
+arm any "cuCheckpointProcessGetState:1,cuCheckpointProcessGetState:1,cuCheckpointProcessGetState:1"
+wait $dumper
+guardian_gone "$T/f$K" dump
+glog=$T/f$K/cuinterpose-guardian.log
+first=$(sed -n "s/.*pid \([0-9]*\): the driver does not say its state.*/\1/p" "$glog" | head -n1)
+[ -n "$first" ] || fail "the guardian's GetState did not fail: $(tail -n 8 "$glog")"
+grep -q "rollback complete" "$glog" && fail "the guardian reported the rollback complete with pid $first left checkpointed: $(tail -n 8 "$glog")"
+grep -q "ROLLBACK FAILED" "$glog" || fail "the guardian did not report its failed rollback: $(tail -n 8 "$glog")"
+grep -q "pid $first is natively checkpointed after the rollback's unlock: it cannot run" "$glog" ||
+	fail "the guardian did not name pid $first as unable to run: $(tail -n 8 "$glog")"
+disarm
+record reached "native-checkpoint+GetState-mute" rollback-failed-loudly "pid $first named"
+kill -9 $(job_pids)
 note done
