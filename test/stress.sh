@@ -80,8 +80,16 @@ stop_load() {
 	wait "$load" 2>/dev/null
 	load=
 }
+# The command runs in the background, waited for: a signal to this script
+# then stops it and the load at once (bash runs a trap only after a
+# foreground command ends). timeout relays the signal to the command.
+cmdpid=
+interrupted() {
+	[ -n "$cmdpid" ] && kill -TERM "$cmdpid" 2>/dev/null && wait "$cmdpid" 2>/dev/null
+	exit 130
+}
 trap 'stop_load' EXIT
-trap 'exit 130' INT TERM
+trap 'interrupted' INT TERM
 
 # failed_logs STAMP: the log of every automake test that failed since STAMP
 failed_logs() {
@@ -101,8 +109,11 @@ for ((run = 1; run <= runs; run++)); do
 	start_load
 	echo "stress: run $run of $runs: $* (load: --cpu $cpu --io $io --hdd $hdd; bound $limit s)"
 	t0=$SECONDS
-	timeout -k 30 "$limit" "$@" >"$out/run$run.out" 2>&1
+	timeout -k 30 "$limit" "$@" </dev/null >"$out/run$run.out" 2>&1 &
+	cmdpid=$!
+	wait "$cmdpid"
 	rc=$?
+	cmdpid=
 	stop_load
 	if [ $rc = 0 ]; then
 		passed=$((passed + 1))
