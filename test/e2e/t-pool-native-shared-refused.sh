@@ -2,7 +2,7 @@
 # the plugin cannot see the pool; the driver's native checkpoint leaves a
 # descriptor of its device open in each of them (on the H200 /dev/nvidiactl,
 # chr 195:255; on the fake its device node, test/fakecuda/mempools.c), and
-# their native restore fails with CUDA_ERROR_OPERATING_SYSTEM (FACTS.md).
+# their native restore fails with CUDA_ERROR_OPERATING_SYSTEM (docs/driver-facts.md, "Stream-ordered pools shared by descriptor").
 # The dump must fail, naming the pid and the descriptor, instead of
 # claiming that descriptor like a forked child's and writing images whose
 # restore cannot work; nothing is restored from such a dump.

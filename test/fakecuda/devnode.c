@@ -4,7 +4,7 @@
  * (30 mappings, 72 MiB on the H200) and holds descriptors of them, all
  * close-on-exec; the native checkpoint removes them, and a child forked
  * after cuInit inherits them although the driver does not know the child
- * (FACTS.md). CRIU cannot dump such a mapping or descriptor ("Can't handle
+ * (docs/driver-facts.md, "Forked children of CUDA processes"). CRIU cannot dump such a mapping or descriptor ("Can't handle
  * non-regular mapping", "Can't dump file ... unknown") unless a plugin
  * claims it.
  *

@@ -6,7 +6,7 @@
  * and run inline; asynchronous forms are validated now and queued
  * (stream.c).  Tables under G.lock.
  *
- * As the real driver (FACTS.md: 1,000 x 4 KiB cost 4.0 MiB, 1,000 x 64 KiB
+ * As the real driver (docs/driver-facts.md, "Small allocations": 1,000 x 4 KiB cost 4.0 MiB, 1,000 x 64 KiB
  * 64 MiB of cuMemGetInfo), requests under LINEAR_CHUNK are packed into
  * LINEAR_CHUNK-sized devd allocations of their context and device, first
  * fit at PIECE_ALIGN (the spacing of the driver's small allocations): the

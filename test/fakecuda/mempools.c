@@ -3,7 +3,7 @@
  * cuMemAllocFromPoolAsync, cuMemFreeAsync, cuDevice{Get,Set,GetDefault}MemPool)
  * and their sharing across processes (cuMemPoolExportToShareableHandle /
  * ImportFromShareableHandle, cuMemPoolExportPointer / ImportPointer), with
- * the behaviour measured on the H200 (FACTS.md, README here).
+ * the behaviour measured on the H200 (docs/driver-facts.md, README here).
  *
  * A pool block is a linear allocation of the fake (FK_A_LINEAR, no owning
  * context), so native checkpoint saves and restores its bytes at the same

@@ -7,7 +7,7 @@
  *
  * Needs root and $CRIU; exits 77 (skip) otherwise, and under AddressSanitizer
  * (CRIU would have to walk its terabytes of shadow mappings).  Runs as a
- * subreaper: this machine's PID 1 does not reap (FACTS.md).
+ * subreaper: this machine's PID 1 does not reap (docs/driver-facts.md, "CRIU").
  */
 #include <cuda.h>
 #include <errno.h>

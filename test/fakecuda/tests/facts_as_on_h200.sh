@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fake driver answers FACTS.md's native-checkpoint table exactly as
+# The fake driver answers docs/driver-facts.md's native-checkpoint table exactly as
 # NVIDIA's driver did on an H200 (580.159.04, recorded by test/gpu/facts.sh
 # on 2026-11-29 in test/gpu/facts.expected): the same program, written only
 # against cuda.h, gets the same CUresult from the same calls, the same states

@@ -2,7 +2,7 @@
  * The native checkpoint API on the fake driver, driven from this process
  * against forked targets: the state machine, bytes and addresses across
  * checkpoint/restore, GPU remap by UUID, the lock's blocking and timeout, and
- * each refusal measured on the real driver (FACTS.md).  Every test needs root
+ * each refusal measured on the real driver (docs/driver-facts.md).  Every test needs root
  * (the mailbox is reached through /proc/PID/map_files): without it the whole
  * program exits 77 (skip) before running any.
  */

@@ -1,6 +1,6 @@
 /*
  * Stream-ordered memory pools on the fake driver against what the H200
- * showed (FACTS.md): the pool API's values and refusals, pool sharing across
+ * showed (docs/driver-facts.md): the pool API's values and refusals, pool sharing across
  * processes (export the pool, then pointers; import, set access, import
  * pointers), private pools surviving native checkpoint byte for byte, and a
  * sharing process left with a device descriptor after native checkpoint whose
