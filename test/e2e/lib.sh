@@ -351,10 +351,15 @@ wait_pids_free() {
 }
 
 criu_restore() { # DIR [extra criu args]
-	local rc
+	local rc log=restore.log a prev=
 
 	d=$1
 	shift
+	# criu writes the log named by the last -o (a caller's comes after ours)
+	for a in "$@"; do
+		[ "$prev" = -o ] && log=$a
+		prev=$a
+	done
 	wait_pids_free
 	bounded "$FAKERUN" $SAN_CRIU "$CRIU" restore -D "$d" -L "$T/plugins" --shell-job --restore-detached -v4 \
 		-o restore.log "$@"
@@ -368,10 +373,10 @@ criu_restore() { # DIR [extra criu args]
 	# that never used CUDA beside the participants). Measured with CRIU
 	# 4.1.1 and GCC 12's libasan.
 	if [ $rc != 0 ] && [ -n "${CUIP_ASAN_RT:-}" ] &&
-		grep -q "killed by signal 11: Segmentation fault" "$d/restore.log"; then
+		grep -q "killed by signal 11: Segmentation fault" "$d/$log"; then
 		# to the test's own log too: callers may redirect this function
 		{
-			grep -m1 "killed by signal 11" "$d/restore.log"
+			grep -m1 "killed by signal 11" "$d/$log"
 			echo "SKIP: ASan build: criu's restore child crashes (SIGSEGV) restoring an ASan process ($([ -f "$T/restored-once" ] && echo "a later cycle; the first passed" || echo "first restore"))"
 		} | tee -a /dev/fd/9
 		exit 77

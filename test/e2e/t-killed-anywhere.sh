@@ -363,6 +363,9 @@ for us in $(delays $RESTORE_US); do
 	restorer=$!
 	at=$(kill_criu_after "$us" "$IMG" restore)
 	wait $restorer
+	# criu_restore skipped (exit 77, its SKIP line in the log): the ASan
+	# build's known crash of criu's restore child, not a kill's outcome
+	[ $? = 77 ] && exit 77
 	after_restore_kill timed "restore:${at}ms/$((RESTORE_US / 1000))ms@$(stage "$IMG" "$LOG")" "$IMG" $pids
 done
 
