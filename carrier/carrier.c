@@ -71,6 +71,7 @@
 #include <unistd.h>
 
 #include "carrier.h"
+#include "chunkscan.h"
 #include "deadline.h"
 #include "devscan.h"
 #include "errfmt.h"
@@ -736,6 +737,19 @@ static int save_finish(struct worker *w, struct slot *sl)
 			if (it->zero && !x->devscanned && all_zero(p + o, l)) {
 				it->zero[k] = 1;
 				w->zero += l;
+			}
+			/* A live save: the hashes of the bytes written, not of
+			 * those the scan saw (the job may have written since). */
+			if (x->devscanned && x->cfg->live && it->dhash) {
+				uint64_t r[3];
+
+				t = now();
+				cuip_chunkscan_host(p + o, l, it->dhash_key, r);
+				hash_s += now() - t;
+				for (int b = 0; b < 8; b++) {
+					it->dhash[k * CARRIER_DHASH_LEN + b] = (uint8_t)(r[0] >> (8 * b));
+					it->dhash[k * CARRIER_DHASH_LEN + 8 + b] = (uint8_t)(r[1] >> (8 * b));
+				}
 			}
 			if (rc || !hold)
 				continue;

@@ -205,6 +205,12 @@ struct carrier_config {
 	 * run the chunk scan (devscan.h): CUINTERPOSE_CARRIER_HASH=device (the
 	 * default); sha256 and off copy and judge every byte on the host. */
 	int device_scan;
+	/* save: the job runs on while its bytes are saved (a live pre-copy):
+	 * a chunk can change between the device scan and its copy, so each
+	 * copied chunk's hashes are computed again on the host from the bytes
+	 * written (chunkscan.h's host version): the entry's hashes are always
+	 * those of the bytes the file holds, which a child compares with. */
+	int live;
 	/* Optional names of the files, indexed like the fds, for messages
 	 * (NULL: "file N"). */
 	const char *const *file_names;

@@ -392,6 +392,7 @@ static int carry_save(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__Sa
 		goto unmap;
 	}
 	cfg.progress_page = page;
+	cfg.live = s->live;
 	t0 = mono_s();
 	/* One carrier item per allocation, or per live piece of a slab (freed
 	 * pieces are not saved). */

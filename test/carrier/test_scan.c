@@ -414,6 +414,67 @@ START_TEST(device_that_cannot_scan_leaves_the_save_to_the_host)
 }
 END_TEST
 
+/* The job writing between the scan and the copy (a live pre-copy): the
+ * progress callback, which the scan calls after its batch, rewrites chunk
+ * 3 on the device before the pipeline copies it. */
+static CUdeviceptr live_va;
+
+static void job_writes(void *arg, uint64_t done, uint64_t total)
+{
+	uint8_t *b = malloc(CHUNK);
+
+	(void)done;
+	(void)total;
+	if (*(int *)arg == 0) {
+		pattern_fill(b, CHUNK, 33);
+		CK(cuMemcpyHtoD(live_va + 3 * CHUNK, b, CHUNK));
+		*(int *)arg = 1;
+	}
+	free(b);
+}
+
+/* A live save's hashes are those of the bytes written, so that a child
+ * that finds the scanned bytes again can never inherit other bytes; a
+ * save of a stopped job keeps the scan's (the bytes cannot change). */
+START_TEST(live_save_hashes_the_bytes_it_wrote)
+{
+	for (int live = 0; live < 2; live++) {
+		struct scanned s;
+		struct carrier_stats st;
+		struct carrier_config c = cfg();
+		uint64_t old_h[3], new_h[3];
+		uint8_t *b = malloc(CHUNK), *file = malloc(SIZE);
+		char err[512];
+		int fd = scratch_fd(), wrote = 0;
+
+		if (!live)
+			begin();
+		CK(cuMemAlloc(&s.va, SIZE));
+		live_va = s.va;
+		fill_two_chunks(s.va);
+		pattern_fill(b, CHUNK, 3);
+		item_init(&s, NULL);
+		cuip_chunkscan_host(b, CHUNK, s.it.dhash_key, old_h);
+		c.live = live;
+		c.progress = job_writes;
+		c.progress_arg = &wrote;
+		c.progress_every = 1;
+		ck_assert_msg(carrier_save(&ops, &c, fd, 0, &s.it, 1, &st, err, sizeof(err)) == 0, "%s", err);
+		ck_assert(st.scan_device);
+		ck_assert_int_eq(wrote, 1);
+		ck_assert_int_eq(pread(fd, file, SIZE, 0), (ssize_t)SIZE);
+		ck_assert_int_eq(pattern_check(file + 3 * CHUNK, CHUNK, 33), -1); /* the bytes written */
+		ck_assert_uint_eq(s.crc[3], ref_crc32c(file + 3 * CHUNK, CHUNK));
+		cuip_chunkscan_host(file + 3 * CHUNK, CHUNK, s.it.dhash_key, new_h);
+		ck_assert(memcmp(old_h, new_h, 16));
+		ck_assert_int_eq(memcmp(s.dhash + 3 * CARRIER_DHASH_LEN, live ? new_h : old_h, 16), 0);
+		free(b);
+		free(file);
+		close(fd);
+	}
+}
+END_TEST
+
 /* The first launch refused: nothing was decided, the host saves. */
 START_TEST(injected_launch_failure_falls_back_to_the_host)
 {
@@ -472,6 +533,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, zero_chunks_loaded_by_a_device_memset);
 	tcase_add_test(tc, large_zero_allocation_scanned_not_copied);
 	tcase_add_test(tc, device_that_cannot_scan_leaves_the_save_to_the_host);
+	tcase_add_test(tc, live_save_hashes_the_bytes_it_wrote);
 	tcase_add_test(tc, injected_launch_failure_falls_back_to_the_host);
 	tcase_add_test(tc, injected_result_copy_failure_fails_the_save);
 	suite_add_tcase(s, tc);
