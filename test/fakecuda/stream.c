@@ -204,6 +204,10 @@ void stream_init(void)
 	pthread_attr_init(&a);
 	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
 	pthread_create(&t, &a, worker, NULL);
+	/* Named here too, before the call that started it returns: on a busy
+	 * machine the thread may not have run its first line yet when a test
+	 * looks it up by name (it never exits, so t stays valid). */
+	pthread_setname_np(t, "fakecuda-work");
 	pthread_attr_destroy(&a);
 }
 
