@@ -71,7 +71,8 @@ static int check_env(void)
 		memcpy(name, *e, n);
 		name[n] = 0;
 		if (!cuip_setting_find(name))
-			fprintf(stderr, "cuinterpose options: note: %s is set but no part of cuinterpose reads it\n", name);
+			fprintf(stderr, "cuinterpose options: note: %s is set but no part of cuinterpose reads it\n",
+				name);
 	}
 	if (bad) {
 		printf("cuinterpose options: %zu bad value%s\n", bad, bad == 1 ? "" : "s");

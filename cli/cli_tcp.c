@@ -257,8 +257,9 @@ const char *cli_network_lock(const char *criu, char *why, size_t len)
 		return "";
 	}
 	if (criu_has_nftables(criu)) {
-		snprintf(why, len, "iptables-restore or ip6tables-restore is not in PATH and criu was built with "
-				   "nftables: it locks the network with nftables");
+		snprintf(why, len,
+			 "iptables-restore or ip6tables-restore is not in PATH and criu was built with "
+			 "nftables: it locks the network with nftables");
 		return "nftables";
 	}
 	snprintf(why, len,

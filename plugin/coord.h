@@ -54,11 +54,11 @@ struct cuip_part {
 	const struct cuip_save_progress *progress;
 	int progress_fd;
 	bool progress_sent;
-	bool quiesced;		 /* QUIESCE was sent: the gate may be closed */
-	bool torn_down;		 /* multicast or unicast detached: rebuild needed */
-	bool unicast_down;	 /* PREPARE_UNICAST was sent: LOAD and unicast stages too */
-	int phase;		 /* Cuip__Phase from the last HANDSHAKE */
-	bool loaded;		 /* rollback: found RESTORING, its LOAD already ran */
+	bool quiesced;	   /* QUIESCE was sent: the gate may be closed */
+	bool torn_down;	   /* multicast or unicast detached: rebuild needed */
+	bool unicast_down; /* PREPARE_UNICAST was sent: LOAD and unicast stages too */
+	int phase;	   /* Cuip__Phase from the last HANDSHAKE */
+	bool loaded;	   /* rollback: found RESTORING, its LOAD already ran */
 
 	/* result of the phase in progress */
 	int status;

@@ -399,7 +399,8 @@ static int rollback_native(void)
 		} else if (st < 0) {
 			/* Alive, and nobody knows whether it is locked: a
 			 * rollback that went on would call it running. */
-			glog(true, "pid %d: the driver does not say its state: it may be left locked", (int)W.nat[i].pid);
+			glog(true, "pid %d: the driver does not say its state: it may be left locked",
+			     (int)W.nat[i].pid);
 			unknown++;
 		} else if (W.nat[i].locked) {
 			glog(false, "pid %d is natively %s", (int)W.nat[i].pid, cuip_native_state_name(st));

@@ -19,26 +19,28 @@
 #include "settings.h"
 #include "zchunk.h"
 
-#define J CUIP_READER_JOB
-#define P CUIP_READER_PLUGIN
-#define C CUIP_READER_CLI
-#define USER CUIP_SETTING_USER
-#define HOOK CUIP_SETTING_HOOK
+#define J      CUIP_READER_JOB
+#define P      CUIP_READER_PLUGIN
+#define C      CUIP_READER_CLI
+#define USER   CUIP_SETTING_USER
+#define HOOK   CUIP_SETTING_HOOK
 #define REFUSE CUIP_BAD_REFUSE
-#define WARN CUIP_BAD_WARN
+#define WARN   CUIP_BAD_WARN
 #define SILENT CUIP_BAD_SILENT
-#define NONE CUIP_BAD_NONE
-#define HEX CUIP_SETTING_HEX
+#define NONE   CUIP_BAD_NONE
+#define HEX    CUIP_SETTING_HEX
 
 /* Fields: name, type, unit, min, max, values, default, readers, kind, bad,
  * flags, where, meaning. */
-#define ROW(n, t, u, lo, hi, v, d, r, k, b, f, w, m) \
-	{n, CUIP_SETTING_##t, u, lo, hi, v, d, r, k, b, f, w, m}
+#define ROW(n, t, u, lo, hi, v, d, r, k, b, f, w, m)                   \
+	{                                                              \
+		n, CUIP_SETTING_##t, u, lo, hi, v, d, r, k, b, f, w, m \
+	}
 
 const struct cuip_setting cuip_settings[] = {
 	/* ---- criu's plugin (plugin/options.c cuip_opts_load unless named) ---- */
-	ROW("CUINTERPOSE_LOCK_TIMEOUT_MS", MS, NULL, 0, 3600000, NULL, "0 (CRIU's --timeout, 10 s)", P, USER, REFUSE, HEX,
-	    "plugin/options.c:cuip_opts_load",
+	ROW("CUINTERPOSE_LOCK_TIMEOUT_MS", MS, NULL, 0, 3600000, NULL, "0 (CRIU's --timeout, 10 s)", P, USER, REFUSE,
+	    HEX, "plugin/options.c:cuip_opts_load",
 	    "How long cuCheckpointProcessLock may wait for a process's CUDA calls in flight."),
 	ROW("CUINTERPOSE_DRIVER_TIMEOUT_MS", MS, NULL, 0, 2147483647, NULL, "5000", P, USER, SILENT, 0,
 	    "plugin/agent.c:answer_wait_ms",
@@ -47,61 +49,73 @@ const struct cuip_setting cuip_settings[] = {
 	    "plugin/options.c:cuip_opts_load",
 	    "Limit for one control request (handshake, inspect, quiesce, rebuild, verify, resume); 0: none."),
 	ROW("CUINTERPOSE_DATA_TIMEOUT_MS", MS, NULL, 0, 86400000, NULL, "0 (no limit)", P, USER, REFUSE, HEX,
-	    "plugin/options.c:cuip_opts_load", "Limit for the whole of SAVE, LOAD and REBUILD, which move the carried bytes."),
+	    "plugin/options.c:cuip_opts_load",
+	    "Limit for the whole of SAVE, LOAD and REBUILD, which move the carried bytes."),
 	ROW("CUINTERPOSE_STALL_TIMEOUT_MS", MS, NULL, 0, 86400000, NULL, "60000", P, USER, REFUSE, HEX,
 	    "plugin/options.c:cuip_opts_load",
 	    "How long SAVE, LOAD and REBUILD may go without progress before the phase fails; 0: off."),
 	ROW("CUINTERPOSE_QUIESCE_TIMEOUT_MS", MS, NULL, 1, 3600000, NULL, "10000", P, USER, REFUSE, HEX,
 	    "plugin/options.c:cuip_opts_load",
 	    "How long the interposer may wait for calls in flight when it closes its API gate."),
-	ROW("CUINTERPOSE_QUIESCE_RETRIES", INT, "retries", 0, 100, NULL, "3", P, USER, REFUSE, HEX, "plugin/options.c:cuip_opts_load",
+	ROW("CUINTERPOSE_QUIESCE_RETRIES", INT, "retries", 0, 100, NULL, "3", P, USER, REFUSE, HEX,
+	    "plugin/options.c:cuip_opts_load",
 	    "When closing the gates times out, reopen them, wait and try again this many more times."),
-	ROW("CUINTERPOSE_START_WAIT_MS", MS, NULL, 1, 3600000, NULL, "5000", P, USER, REFUSE, HEX, "plugin/options.c:cuip_opts_load",
+	ROW("CUINTERPOSE_START_WAIT_MS", MS, NULL, 1, 3600000, NULL, "5000", P, USER, REFUSE, HEX,
+	    "plugin/options.c:cuip_opts_load",
 	    "How long discovery waits for a process inside its first cuInit; past it the dump is refused."),
-	ROW("CUINTERPOSE_PROGRESS_MS", MS, NULL, 0, 3600000, NULL, "5000 (the command: 1000 on a terminal)", P | C, USER, REFUSE, HEX,
-	    "plugin/options.c:cuip_opts_load, cli/cli_criu.c:run_criu (whether set)",
+	ROW("CUINTERPOSE_PROGRESS_MS", MS, NULL, 0, 3600000, NULL, "5000 (the command: 1000 on a terminal)", P | C,
+	    USER, REFUSE, HEX, "plugin/options.c:cuip_opts_load, cli/cli_criu.c:run_criu (whether set)",
 	    "Interval of the SAVE/LOAD 'in progress' log lines; 0: off."),
 	ROW("CUINTERPOSE_CHUNK_SIZE", INT, "bytes", 4096, 1073741824, NULL, "1048576", P | C, USER, REFUSE, 0,
 	    "plugin/options.c:cuip_opts_load, cli/cli_precopy.c:cli_precopy",
 	    "Bytes per checksum and per hash in the carrier images (precopy must match the dump's)."),
-	ROW("CUINTERPOSE_CARRIER_FILES", INT, "files", 0, 64, NULL, "0 (by size: one per 256 MiB, at most 16 and the CPUs)", P, USER,
-	    REFUSE, HEX, "plugin/options.c:cuip_opts_load", "Files each creating process's carrier is striped over."),
-	ROW("CUINTERPOSE_VERIFY_CARRIERS", BOOL, NULL, 0, 0, NULL, "0", P, USER, REFUSE, 0, "plugin/options.c:cuip_opts_load",
+	ROW("CUINTERPOSE_CARRIER_FILES", INT, "files", 0, 64, NULL,
+	    "0 (by size: one per 256 MiB, at most 16 and the CPUs)", P, USER, REFUSE, HEX,
+	    "plugin/options.c:cuip_opts_load", "Files each creating process's carrier is striped over."),
+	ROW("CUINTERPOSE_VERIFY_CARRIERS", BOOL, NULL, 0, 0, NULL, "0", P, USER, REFUSE, 0,
+	    "plugin/options.c:cuip_opts_load",
 	    "1: read and check every carrier before any process is restored natively."),
 	ROW("CUINTERPOSE_VERBOSE", BOOL, NULL, 0, 0, NULL, "0", P, USER, REFUSE, 0, "plugin/options.c:cuip_opts_load",
 	    "The plugin's per-participant lines at info level (debug otherwise)."),
 	ROW("CUINTERPOSE_LEAVE_RUNNING", BOOL, NULL, 0, 0, NULL, "ask CRIU (--leave-running)", P, USER, REFUSE, 0,
 	    "plugin/options.c:cuip_opts_load",
 	    "Force (1) or deny (0) the in-place restore at the end of a successful dump."),
-	ROW("CUINTERPOSE_LOAD_COPIES", ENUM, NULL, 0, 0, "async|sync", "async", P, USER, REFUSE, 0, "plugin/options.c:cuip_opts_load",
+	ROW("CUINTERPOSE_LOAD_COPIES", ENUM, NULL, 0, 0, "async|sync", "async", P, USER, REFUSE, 0,
+	    "plugin/options.c:cuip_opts_load",
 	    "How LOAD copies carried bytes back to the device: on each thread's streams, or one at a time."),
 	ROW("CUINTERPOSE_PREFETCH_MB", MIB, NULL, 0, 1ull << 40, "auto", "0 (off)", P, USER, REFUSE, 0,
 	    "plugin/options.c:cuip_opts_load",
-	    "Read the carriers ahead into the page cache during a restore, at most this many MiB (auto: half of MemAvailable)."),
-	ROW("CUINTERPOSE_PARENT", PATH, NULL, 0, 0, NULL, "none (a full dump)", P, USER, REFUSE, 0, "plugin/options.c:cuip_opts_load",
-	    "Dump incrementally against the checkpoint in this directory."),
-	ROW("CUINTERPOSE_GPU_REMAP", LIST, NULL, 0, 64, "OLDUUID=NEWUUID[,...] (at most 64 pairs), or auto", "none (the same GPUs)", P, USER, REFUSE,
-	    0, "plugin/options.c:cuip_opts_load",
+	    "Read the carriers ahead into the page cache during a restore, at most this many MiB (auto: half of "
+	    "MemAvailable)."),
+	ROW("CUINTERPOSE_PARENT", PATH, NULL, 0, 0, NULL, "none (a full dump)", P, USER, REFUSE, 0,
+	    "plugin/options.c:cuip_opts_load", "Dump incrementally against the checkpoint in this directory."),
+	ROW("CUINTERPOSE_GPU_REMAP", LIST, NULL, 0, 64, "OLDUUID=NEWUUID[,...] (at most 64 pairs), or auto",
+	    "none (the same GPUs)", P, USER, REFUSE, 0, "plugin/options.c:cuip_opts_load",
 	    "Restore onto other GPUs: pairs of the images' GPUs and this machine's, or auto (by ordinal where clear)."),
-	ROW("CUINTERPOSE_GUARDIAN_STOP_MS", MS, NULL, 0, 3600000, NULL, "10000", P, USER, REFUSE, 0, "plugin/guardian.c:stop_bound",
-	    "How long criu may stay stopped during a checkpoint before the guardian kills it and rolls back; 0: forever."),
+	ROW("CUINTERPOSE_GUARDIAN_STOP_MS", MS, NULL, 0, 3600000, NULL, "10000", P, USER, REFUSE, 0,
+	    "plugin/guardian.c:stop_bound",
+	    "How long criu may stay stopped during a checkpoint before the guardian kills it and rolls back; 0: "
+	    "forever."),
 	ROW("CUINTERPOSE_LIBCUDA", PATH, NULL, 0, 0, NULL, "libcuda.so.1", P | C, USER, REFUSE, 0,
 	    "plugin/options.c:cuip_opts_load, cli/cli_check.c:check_driver",
 	    "The driver library the plugin's native agent and `cuinterpose check` load."),
-	ROW("CUINTERPOSE_SOCKET_DIR", PATH, NULL, 0, 0, NULL, "/run/cuinterpose (else /tmp/cuinterpose-UID)", J | P | C, USER, REFUSE, 0,
+	ROW("CUINTERPOSE_SOCKET_DIR", PATH, NULL, 0, 0, NULL, "/run/cuinterpose (else /tmp/cuinterpose-UID)", J | P | C,
+	    USER, REFUSE, 0,
 	    "interposer/entry/control.c:sock_dir, plugin/options.c:cuip_opts_load (unused), "
 	    "cli/cli_inspect.c:cli_find_socket, cli/cli_check.c:check_sockdir",
 	    "Directory of the jobs' control sockets (the plugin finds them through sock_diag)."),
-	ROW("CUINTERPOSE_FAULT", ENUM, NULL, 0, 0, "kill@POINT|stop@POINT|kill-agent@POINT|kill-guardian@POINT", "none", P, HOOK, REFUSE,
-	    0, "plugin/fault.c:cuip_fault_load",
+	ROW("CUINTERPOSE_FAULT", ENUM, NULL, 0, 0, "kill@POINT|stop@POINT|kill-agent@POINT|kill-guardian@POINT", "none",
+	    P, HOOK, REFUSE, 0, "plugin/fault.c:cuip_fault_load",
 	    "Fault injection: kill or stop criu (or its agent or guardian) once at a named point."),
-	ROW("CUINTERPOSE_TEST_LOG", FLAG, NULL, 0, 0, NULL, "unset (off)", P, HOOK, NONE, 0, "plugin/criulog.c:cuip_log",
-	    "Unit tests: the plugin outside criu copies its info lines to stderr."),
+	ROW("CUINTERPOSE_TEST_LOG", FLAG, NULL, 0, 0, NULL, "unset (off)", P, HOOK, NONE, 0,
+	    "plugin/criulog.c:cuip_log", "Unit tests: the plugin outside criu copies its info lines to stderr."),
 
 	/* ---- the job's processes: the interposer and its carrier ---- */
-	ROW("CUINTERPOSE_PRIVATE", ENUM, NULL, 0, 0, "carrier|native", "carrier", J, USER, WARN, 0, "interposer/core/runtime.c:cuip_init",
+	ROW("CUINTERPOSE_PRIVATE", ENUM, NULL, 0, 0, "carrier|native", "carrier", J, USER, WARN, 0,
+	    "interposer/core/runtime.c:cuip_init",
 	    "Never-shared tracked memory goes through the carrier, or is left to the native checkpoint."),
-	ROW("CUINTERPOSE_STACKS", ENUM, NULL, 0, 0, "lower|keep", "lower", J, USER, WARN, 0, "interposer/core/runtime.c:cuip_init",
+	ROW("CUINTERPOSE_STACKS", ENUM, NULL, 0, 0, "lower|keep", "lower", J, USER, WARN, 0,
+	    "interposer/core/runtime.c:cuip_init",
 	    "Lower every context's stack limit to 0 before the native checkpoint, set back at RESUME."),
 	ROW("CUINTERPOSE_RELEASE", ENUM, NULL, 0, 0, "torch|cupy|python:STATEMENT|none", "none", J, USER, WARN, 0,
 	    "interposer/checkpoint/release.c:release_env",
@@ -111,27 +125,29 @@ const struct cuip_setting cuip_settings[] = {
 	    "The most a checkpoint waits for the release hooks (at most half of CUINTERPOSE_QUIESCE_TIMEOUT_MS)."),
 	ROW("CUINTERPOSE_LOG", INT, "level", 0, 3, NULL, "1", J, USER, SILENT, 0, "interposer/core/log.c:log_init",
 	    "The interposer's stderr log level: 0 quiet, 1 errors, 2 info, 3 debug."),
-	ROW("CUINTERPOSE_STAGING_MB", MIB, NULL, 1, 1048576, NULL, "224", J, USER, REFUSE, 0, "carrier/carrier.c:carrier_config_init",
+	ROW("CUINTERPOSE_STAGING_MB", MIB, NULL, 1, 1048576, NULL, "224", J, USER, REFUSE, 0,
+	    "carrier/carrier.c:carrier_config_init",
 	    "Most pinned host staging per creating process for carrier copies."),
-	ROW("CUINTERPOSE_CHUNK_MB", MIB, NULL, 1, 256, NULL, "1", J, HOOK, REFUSE, 0, "carrier/carrier.c:carrier_config_init",
+	ROW("CUINTERPOSE_CHUNK_MB", MIB, NULL, 1, 256, NULL, "1", J, HOOK, REFUSE, 0,
+	    "carrier/carrier.c:carrier_config_init",
 	    "Chunk of carrier items saved without one; the interposer always passes CUINTERPOSE_CHUNK_SIZE's, so only "
 	    "direct carrier users (carrier-bench, test/carrier) see it."),
-	ROW("CUINTERPOSE_CARRIER_THREADS", INT, "threads", 0, 64, NULL, "0 (2 per file to save, 12 to load, at most 16 and the CPUs)", J,
-	    USER, REFUSE, 0, "carrier/carrier.c:carrier_config_init",
-	    "I/O threads per carrier save or load, the caller included."),
+	ROW("CUINTERPOSE_CARRIER_THREADS", INT, "threads", 0, 64, NULL,
+	    "0 (2 per file to save, 12 to load, at most 16 and the CPUs)", J, USER, REFUSE, 0,
+	    "carrier/carrier.c:carrier_config_init", "I/O threads per carrier save or load, the caller included."),
 	ROW("CUINTERPOSE_CARRIER_VERIFY", ENUM, NULL, 0, 0, "chunk|first", "chunk", J, USER, REFUSE, 0,
 	    "carrier/carrier.c:carrier_config_init",
 	    "At load, check each chunk as it loads, or the whole carrier before any byte reaches the device."),
 	ROW("CUINTERPOSE_CARRIER_HASH", ENUM, NULL, 0, 0, "device|sha256|off", "device", J, USER, REFUSE, 0,
 	    "carrier/carrier.c:carrier_config_init",
 	    "Each chunk's hash at SAVE (on the device, or SHA-256 on the host), which makes the checkpoint a parent."),
-	ROW("CUINTERPOSE_CARRIER_COMPRESS", ENUM, NULL, 0, 0, "off|zstd|zstd:LEVEL (-7 .. 19)", "off", J, USER, REFUSE, 0,
-	    "carrier/carrier.c:carrier_config_init, protocol/zchunk.c:cuip_zchunk_parse",
+	ROW("CUINTERPOSE_CARRIER_COMPRESS", ENUM, NULL, 0, 0, "off|zstd|zstd:LEVEL (-7 .. 19)", "off", J, USER, REFUSE,
+	    0, "carrier/carrier.c:carrier_config_init, protocol/zchunk.c:cuip_zchunk_parse",
 	    "Store compressible carrier chunks as zstd frames."),
 
 	/* ---- the cuinterpose command ---- */
-	ROW("CUINTERPOSE_LIB", PATH, NULL, 0, 0, NULL, "the build tree's libcuinterpose.so, else the installed one", C, USER, REFUSE, 0,
-	    "cli/cli_lib.c:cli_find_lib", "The interposer library `cuinterpose run` preloads."),
+	ROW("CUINTERPOSE_LIB", PATH, NULL, 0, 0, NULL, "the build tree's libcuinterpose.so, else the installed one", C,
+	    USER, REFUSE, 0, "cli/cli_lib.c:cli_find_lib", "The interposer library `cuinterpose run` preloads."),
 };
 
 const size_t cuip_settings_count = sizeof(cuip_settings) / sizeof(cuip_settings[0]);
@@ -213,7 +229,9 @@ void cuip_setting_range(const struct cuip_setting *s, char *buf, size_t len)
 	case CUIP_SETTING_MIB:
 	case CUIP_SETTING_MS:
 		snprintf(buf, len, "%s, %llu .. %llu%s%s",
-			 s->type == CUIP_SETTING_MS ? "ms" : s->type == CUIP_SETTING_MIB ? "MiB" : s->unit,
+			 s->type == CUIP_SETTING_MS    ? "ms"
+			 : s->type == CUIP_SETTING_MIB ? "MiB"
+						       : s->unit,
 			 (unsigned long long)s->min, (unsigned long long)s->max, s->values ? ", or " : "",
 			 s->values ? s->values : "");
 		break;

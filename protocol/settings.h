@@ -54,17 +54,17 @@ enum cuip_setting_bad {
 struct cuip_setting {
 	const char *name;
 	enum cuip_setting_type type;
-	const char *unit;     /* INT: what it counts ("bytes", "files", ...) */
-	uint64_t min, max;    /* INT, MIB, MS: the accepted range; LIST: max entries */
-	const char *values;   /* ENUM: "a|b|c"; INT/MIB/MS: words taken too ("auto");
+	const char *unit;   /* INT: what it counts ("bytes", "files", ...) */
+	uint64_t min, max;  /* INT, MIB, MS: the accepted range; LIST: max entries */
+	const char *values; /* ENUM: "a|b|c"; INT/MIB/MS: words taken too ("auto");
 				 LIST: the form of one entry and the words taken */
-	const char *dflt;     /* the default, as the reader applies it */
-	unsigned readers;     /* CUIP_READER_* */
+	const char *dflt;   /* the default, as the reader applies it */
+	unsigned readers;   /* CUIP_READER_* */
 	enum cuip_setting_kind kind;
 	enum cuip_setting_bad bad;
-	unsigned flags;	      /* CUIP_SETTING_HEX */
-	const char *where;    /* the reading code: file:function, ... */
-	const char *meaning;  /* one line */
+	unsigned flags;	     /* CUIP_SETTING_HEX */
+	const char *where;   /* the reading code: file:function, ... */
+	const char *meaning; /* one line */
 };
 
 extern const struct cuip_setting cuip_settings[];

@@ -968,7 +968,8 @@ START_TEST(a_broken_chain_is_refused_naming_the_directory_at_fault)
 	/* A bitmap that does not fit the chunks. */
 	write_child(dir, ckid, 1);
 	ck_assert_int_eq(cuip_images_read(cdirfd, &c, err, sizeof(err)), -EBADMSG);
-	ck_assert_msg(strstr(err, "inherits chunks but has 64 SHA-256, 0 device hash and 2 bitmap bytes for 2 chunks"), "%s", err);
+	ck_assert_msg(strstr(err, "inherits chunks but has 64 SHA-256, 0 device hash and 2 bitmap bytes for 2 chunks"),
+		      "%s", err);
 	/* Not an absolute directory. */
 	write_child("relative/dir", ckid, 0);
 	ck_assert_int_eq(cuip_images_read(cdirfd, &c, err, sizeof(err)), -EBADMSG);

@@ -87,8 +87,7 @@ static const char *req_name(const Cuip__Request *r)
  * as a SAVE that scanned and copied everything would. */
 static void fill_progress(int page, uint64_t total)
 {
-	struct cuip_save_progress *pg =
-		mmap(NULL, CUIP_PROGRESS_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, page, 0);
+	struct cuip_save_progress *pg = mmap(NULL, CUIP_PROGRESS_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, page, 0);
 
 	ck_assert_ptr_ne(pg, MAP_FAILED);
 	cuip_progress_store(&pg->scanned, total);

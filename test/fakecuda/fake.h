@@ -470,7 +470,7 @@ struct fk_op {
 	struct fk_event *event;
 	const struct fk_kernel *kernel;
 	unsigned char args[8 * FK_MAX_ARGS]; /* kernel: argument i in bytes [8i, 8i+8) */
-	unsigned grid[3], block[3];	      /* kernel: its launch dimensions */
+	unsigned grid[3], block[3];	     /* kernel: its launch dimensions */
 	uint32_t delay_us;
 	const char *hold; /* kernel: also runs until this file exists (at most FK_HOLD_MAX_S) */
 };

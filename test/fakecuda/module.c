@@ -304,9 +304,9 @@ static int param_type_size(const struct ptx_lex *l)
 	static const struct {
 		const char *t;
 		int size;
-	} types[] = {{".u8", 1},  {".s8", 1},  {".b8", 1},  {".u16", 2}, {".s16", 2}, {".b16", 2}, {".f16", 2},
-		     {".u32", 4}, {".s32", 4}, {".b32", 4}, {".f32", 4}, {".u64", 8}, {".s64", 8}, {".b64", 8},
-		     {".f64", 8}, {".pred", 1}};
+	} types[] = {{".u8", 1},  {".s8", 1},  {".b8", 1},  {".u16", 2}, {".s16", 2}, {".b16", 2},
+		     {".f16", 2}, {".u32", 4}, {".s32", 4}, {".b32", 4}, {".f32", 4}, {".u64", 8},
+		     {".s64", 8}, {".b64", 8}, {".f64", 8}, {".pred", 1}};
 
 	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
 		if (tok_is(l, types[i].t))

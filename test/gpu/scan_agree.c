@@ -33,15 +33,15 @@
 
 #define MiB (1ull << 20)
 
-#define CK(call)                                                                                          \
-	do {                                                                                              \
-		CUresult r_ = (call);                                                                     \
-		if (r_ != CUDA_SUCCESS) {                                                                 \
-			const char *n_ = NULL;                                                            \
-			cuGetErrorName(r_, &n_);                                                          \
+#define CK(call)                                                                                            \
+	do {                                                                                                \
+		CUresult r_ = (call);                                                                       \
+		if (r_ != CUDA_SUCCESS) {                                                                   \
+			const char *n_ = NULL;                                                              \
+			cuGetErrorName(r_, &n_);                                                            \
 			fprintf(stderr, "scan_agree: %s failed: %s (%d)\n", #call, n_ ? n_ : "?", (int)r_); \
-			exit(2);                                                                          \
-		}                                                                                         \
+			exit(2);                                                                            \
+		}                                                                                           \
 	} while (0)
 
 static uint64_t rng;
@@ -87,7 +87,8 @@ static void *check_chunks(void *arg)
 		if (memcmp(want, j->dev + 3 * c, sizeof(want))) {
 			if (j->bad++ < 5)
 				fprintf(stderr,
-					"scan_agree: MISMATCH chunk %llu (%llu bytes of %u-byte chunks): device %llx %llx "
+					"scan_agree: MISMATCH chunk %llu (%llu bytes of %u-byte chunks): device %llx "
+					"%llx "
 					"%llu host %llx %llx %llu\n",
 					(unsigned long long)c, (unsigned long long)len, j->cs,
 					(unsigned long long)j->dev[3 * c], (unsigned long long)j->dev[3 * c + 1],
@@ -98,14 +99,14 @@ static void *check_chunks(void *arg)
 	return NULL;
 }
 
-static CUresult launch(CUdeviceptr base, unsigned long long size, unsigned cs, const uint64_t key[2],
-		       CUdeviceptr out, CUstream st)
+static CUresult launch(CUdeviceptr base, unsigned long long size, unsigned cs, const uint64_t key[2], CUdeviceptr out,
+		       CUstream st)
 {
 	unsigned long long k0 = key[0], k1 = key[1];
 	void *args[] = {&base, &size, &cs, &k0, &k1, &out};
 
-	return cuLaunchKernel(scan, (unsigned)((size + cs - 1) / cs), 1, 1, CUIP_CHUNKSCAN_THREADS, 1, 1, 0, st,
-			      args, NULL);
+	return cuLaunchKernel(scan, (unsigned)((size + cs - 1) / cs), 1, 1, CUIP_CHUNKSCAN_THREADS, 1, 1, 0, st, args,
+			      NULL);
 }
 
 /* Scans device [d, d+size) (host holds the same bytes), compares every chunk; the results in res. */
@@ -249,7 +250,7 @@ int main(int argc, char **argv)
 	memset(host + 64 * MiB % size, 0, size >= 256 * MiB ? 64 * MiB : MiB); /* a zero region */
 	for (uint64_t at = 5 * MiB; at + 65536 < size; at += 97 * MiB)
 		memset(host + at, 0, 65536); /* zero 64 KiB runs */
-	memset(host + size / 2, 0, MiB);      /* zero but for its last byte */
+	memset(host + size / 2, 0, MiB);     /* zero but for its last byte */
 	host[size / 2 + MiB - 1] = 1;
 	CK(cuMemAlloc(&d, size + slack));
 	CK(cuMemAlloc(&out, 24 * ((size + 999) / 1000 + 1)));

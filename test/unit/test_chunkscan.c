@@ -120,7 +120,8 @@ START_TEST(every_length_and_random_buffers_as_the_definition)
 {
 	const size_t big = 3 * 65536 + 13;
 	unsigned char *d = malloc(big + 64);
-	const uint64_t edge[][2] = {{1, CUIP_P61 - 1}, {CUIP_P61 - 2, 3}, {0x1000000000000001ull, 0xfffffffffffffff0ull}};
+	const uint64_t edge[][2] = {
+		{1, CUIP_P61 - 1}, {CUIP_P61 - 2, 3}, {0x1000000000000001ull, 0xfffffffffffffff0ull}};
 
 	ck_assert_ptr_nonnull(d);
 	fill_random(d, big + 64);

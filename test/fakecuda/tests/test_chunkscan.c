@@ -56,8 +56,8 @@ static CUresult launch_scan(CUfunction f, CUdeviceptr base, unsigned long long s
 }
 
 /* Scans the device bytes and checks every chunk against host[] (the same bytes). */
-static void scan_and_compare(CUfunction f, CUdeviceptr base, const unsigned char *host, size_t size,
-			     unsigned int cs, CUdeviceptr out, uint64_t *res)
+static void scan_and_compare(CUfunction f, CUdeviceptr base, const unsigned char *host, size_t size, unsigned int cs,
+			     CUdeviceptr out, uint64_t *res)
 {
 	size_t n = (size + cs - 1) / cs;
 
@@ -261,12 +261,12 @@ static CUresult load(const char *ptx)
 	return r;
 }
 
-#define PTX_HEAD                       \
-	"//\n// a comment\n//\n\n"     \
-	".version 8.0\n"               \
-	".target sm_80\n"              \
+#define PTX_HEAD                   \
+	"//\n// a comment\n//\n\n" \
+	".version 8.0\n"           \
+	".target sm_80\n"          \
 	".address_size 64\n\n"
-#define SCAN_PARAMS                                                                                                 \
+#define SCAN_PARAMS                                                                                                   \
 	"(\n\t.param .u64 a,\n\t.param .u64 b,\n\t.param .u32 c,\n\t.param .u64 d,\n\t.param .u64 e,\n\t.param .u64 " \
 	"f\n)"
 
@@ -276,8 +276,8 @@ START_TEST(ptx_errors_are_the_drivers)
 		"", /* not PTX: accepted as any image is, below */
 		".version 8.0\n.address_size 64\n.visible .entry k() { ret; }\n", /* no .target */
 		".version 8.0\n.target sm_80\nthis is no PTX\n",
-		".version 8.0\n.target sm_80\n.visible .entry k() { ret;\n", /* unbalanced */
-		".version 8.0\n.target sm_100\n.visible .entry k() { ret; }\n",	/* newer than the device (9.0) */
+		".version 8.0\n.target sm_80\n.visible .entry k() { ret;\n",	/* unbalanced */
+		".version 8.0\n.target sm_100\n.visible .entry k() { ret; }\n", /* newer than the device (9.0) */
 		".version 8.0\n.target sm_80\n.address_size 32\n",
 		".version x.y\n.target sm_80\n",
 		".version 8.0\n.target gfx90a\n",
