@@ -746,10 +746,7 @@ static int save_finish(struct worker *w, struct slot *sl)
 				t = now();
 				cuip_chunkscan_host(p + o, l, it->dhash_key, r);
 				hash_s += now() - t;
-				for (int b = 0; b < 8; b++) {
-					it->dhash[k * CARRIER_DHASH_LEN + b] = (uint8_t)(r[0] >> (8 * b));
-					it->dhash[k * CARRIER_DHASH_LEN + 8 + b] = (uint8_t)(r[1] >> (8 * b));
-				}
+				carrier_dhash_put(it->dhash + k * CARRIER_DHASH_LEN, r);
 			}
 			if (rc || !hold)
 				continue;

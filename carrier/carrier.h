@@ -165,6 +165,21 @@ struct carrier_item {
 #define CARRIER_HASH_LEN  32 /* SHA-256 */
 #define CARRIER_DHASH_LEN 16 /* the device scan's two hashes, little-endian */
 
+/* A chunk's two device hashes (or a hash key pair) to and from their
+ * little-endian form in an entry. */
+static inline void carrier_dhash_put(uint8_t *p, const uint64_t v[2])
+{
+	for (int i = 0; i < 16; i++)
+		p[i] = (uint8_t)(v[i / 8] >> (8 * (i % 8)));
+}
+
+static inline void carrier_dhash_get(const uint8_t *p, uint64_t v[2])
+{
+	v[0] = v[1] = 0;
+	for (int i = 15; i >= 0; i--)
+		v[i / 8] = v[i / 8] << 8 | p[i];
+}
+
 /* Chunks (CRC values) for `size` bytes: ceil(size / chunk_size). */
 static inline uint64_t carrier_nchunks(uint64_t size, uint32_t chunk_size)
 {

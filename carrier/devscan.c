@@ -142,12 +142,6 @@ static CUresult launch(struct scan *s, const struct carrier_item *it, uint64_t k
 	return s->ops->launch_kernel(s->fn, (unsigned)nk, 1, 1, CUIP_CHUNKSCAN_THREADS, 1, 1, 0, s->st, args, NULL);
 }
 
-static void put_le64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
 /* Decide one chunk from its results r[0..3): 0, or -EIO on an impossible
  * result (named in err). */
 static int decide(struct scan *s, struct carrier_item *it, size_t i, uint64_t k, const uint64_t *r,
@@ -164,8 +158,7 @@ static int decide(struct scan *s, struct carrier_item *it, size_t i, uint64_t k,
 		(void)i;
 		return -EIO;
 	}
-	put_le64(h, r[0]);
-	put_le64(h + 8, r[1]);
+	carrier_dhash_put(h, r);
 	rep->scanned += len;
 	if (!r[2]) {
 		it->zero[k] = 1;

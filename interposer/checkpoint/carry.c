@@ -220,21 +220,6 @@ static const Cuip__CarrierEntry *parent_entry(const Cuip__Save *s, const struct 
 	return NULL;
 }
 
-static uint64_t get_le64(const uint8_t *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-
-static void put_le64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
 /* Two keys for the device hashes of a checkpoint without a parent:
  * uniform in [1, 2^61 - 2], from the kernel's random source (the
  * collision bound of chunkscan.h holds for keys the job cannot know). */
@@ -290,8 +275,7 @@ static bool entry_hashes(Cuip__CarrierEntry *e, const struct carrier_item *it, b
 
 		if (!key)
 			return false;
-		put_le64(key, it->dhash_key[0]);
-		put_le64(key + 8, it->dhash_key[1]);
+		carrier_dhash_put(key, it->dhash_key);
 		e->has_dhash = e->has_dhash_key = 1;
 		e->dhash.data = it->dhash;
 		e->dhash.len = it->ncrc * CARRIER_DHASH_LEN;
@@ -479,8 +463,7 @@ static int carry_save(const Cuip__Save *s, const int *fds, size_t nfds, Cuip__Sa
 						it->parent_sha = pe->sha256.data;
 					if (has_dhash(pe, it->ncrc)) {
 						/* the parent's keys: the same function */
-						it->dhash_key[0] = get_le64(pe->dhash_key.data);
-						it->dhash_key[1] = get_le64(pe->dhash_key.data + 8);
+						carrier_dhash_get(pe->dhash_key.data, it->dhash_key);
 						it->parent_dhash = pe->dhash.data;
 						it->parent_crc = pe->crc32c;
 					}
