@@ -42,6 +42,8 @@ OUTSIDE=$B/test/container/ctr_outside
 [ -x "$OUTSIDE" ] || skip "ctr_outside not built ($OUTSIDE)"
 "$CRIU" --version | grep -q '^Version: 4\.' || skip "$CRIU is not CRIU 4.x: $("$CRIU" --version | head -1)"
 RUNC=$(command -v runc)
+# the container sits in cgroups of its own, which criu dumps
+named_cgroups_mountable
 N=3
 NS=cuinterpose-test
 IMAGE=localhost/cuinterpose-test:1

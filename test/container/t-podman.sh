@@ -43,6 +43,8 @@ RUNC=$(command -v runc)
 if command -v crun >/dev/null && ! crun --version | grep -q '+CRIU'; then
 	echo "note: $(crun --version | head -1) is built without CRIU ($(crun --version | grep '^+')); using runc"
 fi
+# the container sits in cgroups of its own, which criu dumps
+named_cgroups_mountable
 N=3
 IMAGE=localhost/cuinterpose-test:1
 

@@ -653,3 +653,26 @@ machine() {
 }
 # uuids: the GPU UUIDs of the machine the devd runs now, on one line
 uuids() { FAKECUDA_SOCKET=$FAKECUDA_SOCKET "$FAKERUN" "$B/test/fakecuda/fakecuda-ckpt" --uuids | tr '\n' ' '; }
+
+# named_cgroups_mountable: criu dumping a process whose cgroups differ from
+# its own mounts each cgroup-v1 hierarchy the process is in, a named one by
+# its name alone (-o name=X). Linux 6.18 refuses that (EINVAL) for a named
+# hierarchy that is mounted nowhere and holds no group, which a tool that
+# removed its group just before unmounting can leave behind (zdtm does:
+# test/zdtm/t-zdtm-plugin.sh removes it). Fails the test naming the hierarchy
+# before criu fails on it with a message about subsystems.
+named_cgroups_mountable() {
+	local d n bad=
+	d=$(mktemp -d "$T/cg.XXXXXX")
+	for n in $(sed -n 's/^[0-9]*:name=\([^:]*\):.*/\1/p' /proc/self/cgroup); do
+		if mount -t cgroup -o "name=$n" cuip-probe "$d" 2>/dev/null; then
+			umount "$d"
+		else
+			bad="$bad $n"
+		fi
+	done
+	rmdir "$d"
+	[ -z "$bad" ] || fail "the named cgroup-v1 hierarchies$bad are listed in /proc/self/cgroup but cannot" \
+		"be mounted by name, so criu cannot dump a process in a cgroup of its own on this machine;" \
+		"mount each with -o none,name=NAME and unmount it to remove it"
+}

@@ -6,6 +6,7 @@ export MALLOC_ARENA_MAX=1
 N=2
 FRZ=/sys/fs/cgroup/freezer
 [ -w "$FRZ" ] || skip "no writable cgroup v1 freezer at $FRZ"
+named_cgroups_mountable
 CG=$FRZ/cuip-killed-$$
 mkdir "$CG" || skip "cannot create a freezer cgroup"
 # drop_cgroup: thaw the cgroup, kill what is left in it (the job) and wait

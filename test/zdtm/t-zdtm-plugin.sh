@@ -79,7 +79,36 @@ export FAKECUDA_SOCKET=$T/devd.sock
 # zdtm sets vm.nr_hugepages to 20 and puts the old value back only when all
 # its tests pass.
 HUGEPAGES=$(cat /proc/sys/vm/nr_hugepages)
+# zdtm makes two named cgroup-v1 hierarchies (zdtmtst, zdtmtst.defaultroot),
+# each held by an empty group, and at its end removes the group and unmounts.
+# On Linux 6.18 a hierarchy whose last group was removed just before the
+# unmount outlives it: still listed in /proc/self/cgroup, mounted nowhere,
+# and no longer mountable by name alone (EINVAL, "No subsys list or none
+# specified"), which is how criu mounts it to dump a process whose cgroups
+# differ from its own: every later --freeze-cgroup or container dump on the
+# machine fails. drop_zdtm_cgroups mounts each one again (none,name=...),
+# removes what is left in it and unmounts it, until none is listed; a
+# hierarchy that stays (a process still in one of its groups) is named.
+drop_zdtm_cgroups() {
+	local d names n i
+	d=$(mktemp -d /tmp/cuip-zdtm-cg.XXXXXX)
+	for ((i = 0; i < 20; i++)); do
+		names=$(sed -n 's/^[0-9]*:name=\(zdtmtst[^:]*\):.*/\1/p' /proc/self/cgroup)
+		[ -z "$names" ] && break
+		for n in $names; do
+			mount -t cgroup -o "none,name=$n" zdtm "$d" 2>/dev/null || continue
+			find "$d" -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null
+			umount "$d"
+		done
+		sleep 0.1
+	done
+	rmdir "$d"
+	[ -z "$names" ] && return 0
+	echo "zdtm's cgroup-v1 hierarchies are still there after 20 tries to remove them:" $names
+	return 1
+}
 cleanup() {
+	drop_zdtm_cgroups >/dev/null
 	"$FAKERUN" --stop >/dev/null 2>&1
 	echo "$HUGEPAGES" >/proc/sys/vm/nr_hugepages
 	if [ "${KEEP:-0}" = 1 ]; then echo "kept $T"; else rm -rf "$T"; fi
@@ -178,6 +207,7 @@ else
 	echo "--- every test passed with the plugin and with the plugin and the driver: no run without it needed"
 	sed 's/ PASS$/ (not-run)/' "$T/plugin.res" >"$T/plain.res"
 fi
+drop_zdtm_cgroups || problem "zdtm left cgroup hierarchies behind that criu cannot mount (above)"
 flock -u 9
 
 # The table, and the verdict.
