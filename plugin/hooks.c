@@ -794,6 +794,27 @@ static int settle_devices(char *err, size_t errlen)
 	return 0;
 }
 
+/* Policy: criu cannot dump an io_uring instance (CRIU 4.2.1 knows none), and
+ * finds out only while it dumps the process's memory, after every CUDA
+ * process was checkpointed; the job would then be rolled back. Refused at
+ * discovery instead, naming the process, before anything changes. */
+static int refuse_io_uring(char *err, size_t errlen)
+{
+	for (size_t i = 0; i < S.n_tree; i++) {
+		char what[96], comm[32];
+
+		if (cuip_proc_io_uring(S.tree[i], what, sizeof(what)) <= 0)
+			continue; /* none, or gone: criu says what it finds */
+		cuip_proc_comm(S.tree[i], comm, sizeof(comm));
+		snprintf(err, errlen,
+			 "pid %d (%s) %s, which criu cannot dump (a torchrun worker maps one through libuv); "
+			 "nothing was changed, the job keeps running",
+			 S.tree[i], comm, what);
+		return -EPROTO;
+	}
+	return 0;
+}
+
 /*
  * Discovery: walk the tree of root, hold the start gate of every process
  * with the interposer, classify them (participants, CUDA processes, the
@@ -862,6 +883,10 @@ static int discover_tree(pid_t root)
 		pr_info("no CUDA process and no participant in the tree of pid %d: declining", root);
 		S.disabled = true;
 		return -ENOTSUP;
+	}
+	if ((ret = refuse_io_uring(err, sizeof(err)))) {
+		pr_err("dump refused: %s", err);
+		return ret;
 	}
 	return 0;
 }

@@ -488,3 +488,51 @@ void cuip_proc_close_inherited(const int *keep, size_t n)
 	if (devnull > 2)
 		close(devnull);
 }
+
+#define IO_URING_FILE "anon_inode:[io_uring]"
+
+int cuip_proc_io_uring(pid_t pid, char *buf, size_t len)
+{
+	char path[64], line[PATH_MAX + 128], target[64];
+	struct dirent *de;
+	int found = 0;
+	FILE *f;
+	DIR *d;
+
+	buf[0] = 0;
+	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	while (!found && fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+
+		if (strstr(line, IO_URING_FILE) && sscanf(line, "%lx-%lx", &lo, &hi) == 2) {
+			snprintf(buf, len, "maps an io_uring ring at 0x%lx-0x%lx", lo, hi);
+			found = 1;
+		}
+	}
+	fclose(f);
+	if (found)
+		return 1;
+	snprintf(path, sizeof(path), "/proc/%d/fd", pid);
+	d = opendir(path);
+	if (!d)
+		return -errno;
+	while (!found && (de = readdir(d))) {
+		char via[320];
+		ssize_t n;
+
+		snprintf(via, sizeof(via), "/proc/%d/fd/%s", pid, de->d_name);
+		n = readlink(via, target, sizeof(target) - 1);
+		if (n <= 0)
+			continue;
+		target[n] = 0;
+		if (!strcmp(target, IO_URING_FILE)) {
+			snprintf(buf, len, "holds an io_uring instance as fd %s", de->d_name);
+			found = 1;
+		}
+	}
+	closedir(d);
+	return found;
+}

@@ -76,6 +76,12 @@ int cuip_proc_unlinked_shm(pid_t pid, char *buf, size_t len);
  * -errno. */
 int cuip_proc_stale_link_remaps(pid_t pid, char *buf, size_t len);
 
+/* Whether pid holds an io_uring instance, which criu cannot dump (CRIU 4.2.1
+ * knows no io_uring: "Unknown shit" for its mapping): 1 with what it holds in
+ * buf ("maps an io_uring ring at 0xLO-0xHI" or "holds an io_uring instance
+ * as fd N"), 0 when it holds none, or -errno. */
+int cuip_proc_io_uring(pid_t pid, char *buf, size_t len);
+
 /* In a process forked from criu (the guardian, the prefetch reader): close
  * every descriptor but keep[0..n), standard ones pointed at /dev/null, so
  * that nothing criu had open is held (a container runtime waits for EOF
