@@ -174,26 +174,26 @@ static int parse_pid(const char *s, pid_t *pid)
 	return 0;
 }
 
-/* An option taking a value at argv[*i]: 1 taken, 0 not this kind, -1 error. */
-static int parse_valued(struct front *f, int argc, char **argv, int *i)
+/* An option's value (c: its val, 0 when missing): 0, or -1 said. */
+static int parse_valued(struct front *f, int c, const char *v)
 {
-	const char *o = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+	int o = c ? c : optopt;
 	char *end;
 	long t;
 
-	if (strcmp(o, "--libdir") && strcmp(o, "--criu") && strcmp(o, "--timeout"))
-		return 0;
-	if (!v || !*v) {
-		fprintf(stderr, "cuinterpose %s: %s needs %s\n", f->name, o,
-			o[2] == 'l'   ? "a directory"
-			: o[2] == 'c' ? "a path to the criu binary"
-				      : "a number of seconds");
+	if (!c || !*v) {
+		fprintf(stderr, "cuinterpose %s: --%s needs %s\n", f->name,
+			o == 'l'   ? "libdir"
+			: o == 'c' ? "criu"
+				   : "timeout",
+			o == 'l'   ? "a directory"
+			: o == 'c' ? "a path to the criu binary"
+				   : "a number of seconds");
 		return -1;
 	}
-	(*i)++;
-	if (o[2] == 'l') {
+	if (o == 'l') {
 		f->libdir = v;
-	} else if (o[2] == 'c') {
+	} else if (o == 'c') {
 		f->criu_opt = v;
 	} else {
 		errno = 0;
@@ -205,7 +205,7 @@ static int parse_valued(struct front *f, int argc, char **argv, int *i)
 		}
 		f->timeout_s = (unsigned)t;
 	}
-	return 1;
+	return 0;
 }
 
 /* A positional argument: PID then DIR (checkpoint) or DIR (restore). */
@@ -229,34 +229,52 @@ static int parse_positional(struct front *f, const char *a, int *npos)
 	return 0;
 }
 
-/* 0 to go on, 1 after --help, -1 usage error (said on stderr). */
+/* 0 to go on, 1 after --help, -1 usage error (said on stderr). What
+ * follows "--" is criu's, passed through untouched. */
 static int parse(struct front *f, int argc, char **argv)
 {
+	static const struct option ckpt_opts[] = {{"libdir", required_argument, NULL, 'l'},
+						  {"criu", required_argument, NULL, 'c'},
+						  {"timeout", required_argument, NULL, 't'},
+						  {"help", no_argument, NULL, 'h'},
+						  {NULL, 0, NULL, 0}};
+	static const struct option restore_opts[] = {
+		{"libdir", required_argument, NULL, 'l'},  {"criu", required_argument, NULL, 'c'},
+		{"timeout", required_argument, NULL, 't'}, {"help", no_argument, NULL, 'h'},
+		{"reap", no_argument, NULL, 'r'},	   {NULL, 0, NULL, 0}};
 	bool ckpt = !strcmp(f->name, "checkpoint");
-	int npos = 0, r;
+	const char *arg;
+	int npos = 0, c;
 
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-
-		if (!strcmp(a, "--")) {
-			f->extra = argv + i + 1;
-			f->nextra = argc - i - 1;
-			break;
-		} else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+	cli_opt_start();
+	while ((c = cli_opt_next(argc, argv, ckpt ? ckpt_opts : restore_opts, &arg)) != -1) {
+		switch (c) {
+		case 'h':
 			usage(stdout, f->name);
 			return 1;
-		} else if (!ckpt && !strcmp(a, "--reap")) {
+		case 'r':
 			f->reap = true;
-		} else if ((r = parse_valued(f, argc, argv, &i))) {
-			if (r < 0)
+			break;
+		case 'l':
+		case 'c':
+		case 't':
+		case ':':
+			if (parse_valued(f, c == ':' ? 0 : c, optarg))
 				return -1;
-		} else if (a[0] == '-' && a[1]) {
+			break;
+		case 1:
+			if (parse_positional(f, optarg, &npos))
+				return -1;
+			break;
+		default:
 			fprintf(stderr, "cuinterpose %s: unknown option '%s' (criu's own options go after --)\n",
-				f->name, a);
-			return -1;
-		} else if (parse_positional(f, a, &npos)) {
+				f->name, arg);
 			return -1;
 		}
+	}
+	if (optind < argc) {
+		f->extra = argv + optind;
+		f->nextra = argc - optind;
 	}
 	if (npos < (ckpt ? 2 : 1)) {
 		fprintf(stderr, "cuinterpose %s: no %s given\n", f->name, ckpt && npos == 0 ? "PID" : "DIR");
