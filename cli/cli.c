@@ -82,12 +82,15 @@ int cli_run(int argc, char **argv)
 		case 'h':
 			usage(stdout);
 			return 0;
-		case 1:
-			i = optind - 1; /* CMD */
-			break;
 		case ':':
 			fprintf(stderr, "cuinterpose run: --lib needs a PATH\n");
 			return 2;
+		case 1:
+			if (strcmp(optarg, "-")) {
+				i = optind - 1; /* CMD */
+				break;
+			}
+			/* fall through - "-" is no command */
 		default:
 			fprintf(stderr, "cuinterpose run: unknown option '%s' (put the command after --)\n", arg);
 			return 2;

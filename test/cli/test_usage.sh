@@ -131,6 +131,7 @@ expect 2 "^cuinterpose options: unknown argument '--'$" options --
 expect 0 "^usage: cuinterpose options \[--all\] \[--check\]" options --help
 expect 2 "^cuinterpose run: unknown option '-x' \(put the command after --\)" run -x true
 expect 2 "^cuinterpose run: no command given" run --
+expect 2 "^cuinterpose run: unknown option '-' \\(put the command after --\\)" run -
 expect 1 "^cuinterpose run: libcuinterpose.so not found \($T/nolib\); check the --lib path" run --lib="$T/nolib" true
 expect 2 "^cuinterpose checkpoint: --timeout needs a number of seconds$" checkpoint --timeout= 1 "$T/d"
 expect 2 "^cuinterpose checkpoint: --libdir needs a directory" checkpoint --libdir "" 1 "$T/d"
