@@ -63,31 +63,41 @@ int cli_run(int argc, char **argv)
 	char lib[PATH_MAX], *pre = NULL;
 	const char *old = getenv("LD_PRELOAD");
 	const char *asan = NULL;
-	int i = 1, given = 0;
+	static const struct option opts[] = {
+		{"lib", required_argument, NULL, 'l'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+	const char *arg;
+	int i = -1, c, given = 0;
 
 #ifdef CUIP_ASAN_RUNTIME
 	asan = CUIP_ASAN_RUNTIME;
 #endif
-	for (; i < argc; i++) {
-		if (!strcmp(argv[i], "--")) {
-			i++;
-			break;
-		} else if (!strcmp(argv[i], "--lib") && i + 1 < argc) {
-			snprintf(lib, sizeof(lib), "%s", argv[++i]);
+	/* The options end at CMD, or after "--": CMD's own are never read. */
+	cli_opt_start();
+	while (i < 0 && (c = cli_opt_next(argc, argv, opts, &arg)) != -1) {
+		switch (c) {
+		case 'l':
+			snprintf(lib, sizeof(lib), "%s", optarg);
 			given = 1;
-		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			break;
+		case 'h':
 			usage(stdout);
 			return 0;
-		} else if (!strcmp(argv[i], "--lib")) {
+		case ':':
 			fprintf(stderr, "cuinterpose run: --lib needs a PATH\n");
 			return 2;
-		} else if (argv[i][0] == '-') {
-			fprintf(stderr, "cuinterpose run: unknown option '%s' (put the command after --)\n", argv[i]);
+		case 1:
+			if (strcmp(optarg, "-")) {
+				i = optind - 1; /* CMD */
+				break;
+			}
+			/* fall through - "-" is no command */
+		default:
+			fprintf(stderr, "cuinterpose run: unknown option '%s' (put the command after --)\n", arg);
 			return 2;
-		} else {
-			break;
 		}
 	}
+	if (i < 0)
+		i = optind;
 	if (i >= argc) {
 		fprintf(stderr, "cuinterpose run: no command given\n");
 		usage(stderr);

@@ -2,7 +2,9 @@
  * cli.h - the `cuinterpose` command: one file per subcommand, dispatched
  * by cli.c (run), cli_inspect.c (inspect), cli_show.c (show), cli_check.c
  * (check), cli_criu.c (checkpoint, restore: a front end over criu);
- * cli_lib.c finds the interposer library for run and check.
+ * cli_lib.c finds the interposer library for run and check;
+ * cli_getopt.c runs every subcommand's option loop; cli_pstree.c reads
+ * CRIU's pstree.img for restore.
  * Layers: cli.c calls the subcommands; show and check call inspect's and
  * cli_lib.c's helpers; all of them call only the libraries (protocol/ and
  * plugin/, through their public headers). Each subcommand returns the
@@ -13,6 +15,7 @@
 #ifndef CUIP_CLI_H
 #define CUIP_CLI_H
 
+#include <getopt.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -40,6 +43,28 @@ int cli_tcp_connected(pid_t root, struct cli_tcp *out);
 /* How criu can lock the network here: "" (its default, iptables),
  * "nftables" (--network-lock nftables), or NULL (neither); why says it. */
 const char *cli_network_lock(const char *criu, char *why, size_t len);
+
+/* cli_getopt.c: every subcommand's option loop (getopt_long, "-:h").
+ * cli_opt_start() once, then cli_opt_next() until -1: 'h' (-h, and --help
+ * when the table maps it to 'h'), a table's val, 1 for a positional
+ * (optarg), ':' for a missing value (optopt: which option), '?' for an
+ * unknown option; *arg is the argument as typed. After -1, argv[optind..]
+ * is what followed "--". */
+void cli_opt_start(void);
+int cli_opt_next(int argc, char **argv, const struct option *longopts, const char **arg);
+/* After -1: whether the loop stopped at "--" (a subcommand without
+ * pass-through arguments refuses it as an unknown option). */
+bool cli_opt_dashdash(void);
+
+/* cli_pstree.c: CRIU's pstree.img at path (criu_pstree.proto). ids: the
+ * pids and thread ids a restore recreates (the first 4096). 0, or -errno
+ * with why saying what is wrong ("" when strerror says it all). */
+struct cli_ptree {
+	pid_t root, root_sid;
+	pid_t ids[4096];
+	size_t n, entries;
+};
+int cli_pstree_read(const char *path, struct cli_ptree *t, char *why, size_t len);
 
 /* cli_lib.c: the interposer library `run` would preload; 0 or -ENOENT. */
 int cli_find_lib(char *buf, size_t len);

@@ -728,48 +728,68 @@ int cli_check(int argc, char **argv)
 	struct check c = {0};
 	int run_check = 0, procs = 1, npids = 0;
 	char **pids = calloc((size_t)argc, sizeof(*pids));
+	static const struct option opts[] = {
+		{"json", no_argument, NULL, 'j'},	{"libdir", required_argument, NULL, 'l'},
+		{"criu", required_argument, NULL, 'c'}, {"criu-check", no_argument, NULL, 'C'},
+		{"pid", required_argument, NULL, 'p'},	{"no-processes", no_argument, NULL, 'n'},
+		{"help", no_argument, NULL, 'h'},	{NULL, 0, NULL, 0}};
+	const char *arg;
 
 	if (!pids)
 		return 1;
+	cli_opt_start();
 
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--json")) {
+	for (int o; (o = cli_opt_next(argc, argv, opts, &arg)) != -1;) {
+		switch (o) {
+		case 'j':
 			c.json = 1;
-		} else if (!strcmp(argv[i], "--libdir") && i + 1 < argc) {
-			libdir = argv[++i];
-		} else if (!strcmp(argv[i], "--criu") && i + 1 < argc) {
-			criu = argv[++i];
-		} else if (!strcmp(argv[i], "--criu-check")) {
+			break;
+		case 'l':
+			libdir = optarg;
+			break;
+		case 'c':
+			criu = optarg;
+			break;
+		case 'C':
 			run_check = 1;
-		} else if (!strcmp(argv[i], "--pid") && i + 1 < argc && atoi(argv[i + 1]) > 0 &&
-			   strspn(argv[i + 1], "0123456789") == strlen(argv[i + 1])) {
-			pids[npids++] = argv[++i];
-		} else if (!strcmp(argv[i], "--no-processes")) {
+			break;
+		case 'p':
+			if (atoi(optarg) > 0 && strspn(optarg, "0123456789") == strlen(optarg)) {
+				pids[npids++] = optarg;
+				break;
+			}
+			/* fall through */
+		case ':':
+			if (o == 'p' || optopt == 'p')
+				fprintf(stderr, "cuinterpose check: --pid needs a PID (a process id > 0), got %s%s%s\n",
+					o == 'p' ? "'" : "nothing", o == 'p' ? optarg : "", o == 'p' ? "'" : "");
+			else
+				fprintf(stderr, "cuinterpose check: --%s needs a %s\n",
+					optopt == 'l' ? "libdir" : "criu",
+					optopt == 'l' ? "directory" : "path to the criu binary");
+			usage(stderr);
+			free(pids);
+			return 2;
+		case 'n':
 			procs = 0;
-		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			break;
+		case 'h':
 			usage(stdout);
 			free(pids);
 			return 0;
-		} else if (!strcmp(argv[i], "--pid")) {
-			fprintf(stderr, "cuinterpose check: --pid needs a PID (a process id > 0), got %s%s%s\n",
-				i + 1 < argc ? "'" : "nothing", i + 1 < argc ? argv[i + 1] : "",
-				i + 1 < argc ? "'" : "");
-			usage(stderr);
-			free(pids);
-			return 2;
-		} else if (!strcmp(argv[i], "--libdir") || !strcmp(argv[i], "--criu")) {
-			fprintf(stderr, "cuinterpose check: %s needs a %s\n", argv[i],
-				argv[i][2] == 'l' ? "directory" : "path to the criu binary");
-			usage(stderr);
-			free(pids);
-			return 2;
-		} else {
+		default:
 			fprintf(stderr, "cuinterpose check: %s '%s'\n",
-				argv[i][0] == '-' ? "unknown option" : "unexpected argument", argv[i]);
+				o == 1 && arg[0] != '-' ? "unexpected argument" : "unknown option", arg);
 			usage(stderr);
 			free(pids);
 			return 2;
 		}
+	}
+	if (cli_opt_dashdash()) {
+		fprintf(stderr, "cuinterpose check: unknown option '--'\n");
+		usage(stderr);
+		free(pids);
+		return 2;
 	}
 	if (c.json)
 		printf("{\"checks\":[");

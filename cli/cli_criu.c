@@ -174,26 +174,26 @@ static int parse_pid(const char *s, pid_t *pid)
 	return 0;
 }
 
-/* An option taking a value at argv[*i]: 1 taken, 0 not this kind, -1 error. */
-static int parse_valued(struct front *f, int argc, char **argv, int *i)
+/* An option's value (c: its val, 0 when missing): 0, or -1 said. */
+static int parse_valued(struct front *f, int c, const char *v)
 {
-	const char *o = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+	int o = c ? c : optopt;
 	char *end;
 	long t;
 
-	if (strcmp(o, "--libdir") && strcmp(o, "--criu") && strcmp(o, "--timeout"))
-		return 0;
-	if (!v || !*v) {
-		fprintf(stderr, "cuinterpose %s: %s needs %s\n", f->name, o,
-			o[2] == 'l'   ? "a directory"
-			: o[2] == 'c' ? "a path to the criu binary"
-				      : "a number of seconds");
+	if (!c || !*v) {
+		fprintf(stderr, "cuinterpose %s: --%s needs %s\n", f->name,
+			o == 'l'   ? "libdir"
+			: o == 'c' ? "criu"
+				   : "timeout",
+			o == 'l'   ? "a directory"
+			: o == 'c' ? "a path to the criu binary"
+				   : "a number of seconds");
 		return -1;
 	}
-	(*i)++;
-	if (o[2] == 'l') {
+	if (o == 'l') {
 		f->libdir = v;
-	} else if (o[2] == 'c') {
+	} else if (o == 'c') {
 		f->criu_opt = v;
 	} else {
 		errno = 0;
@@ -205,7 +205,7 @@ static int parse_valued(struct front *f, int argc, char **argv, int *i)
 		}
 		f->timeout_s = (unsigned)t;
 	}
-	return 1;
+	return 0;
 }
 
 /* A positional argument: PID then DIR (checkpoint) or DIR (restore). */
@@ -229,34 +229,52 @@ static int parse_positional(struct front *f, const char *a, int *npos)
 	return 0;
 }
 
-/* 0 to go on, 1 after --help, -1 usage error (said on stderr). */
+/* 0 to go on, 1 after --help, -1 usage error (said on stderr). What
+ * follows "--" is criu's, passed through untouched. */
 static int parse(struct front *f, int argc, char **argv)
 {
+	static const struct option ckpt_opts[] = {{"libdir", required_argument, NULL, 'l'},
+						  {"criu", required_argument, NULL, 'c'},
+						  {"timeout", required_argument, NULL, 't'},
+						  {"help", no_argument, NULL, 'h'},
+						  {NULL, 0, NULL, 0}};
+	static const struct option restore_opts[] = {
+		{"libdir", required_argument, NULL, 'l'},  {"criu", required_argument, NULL, 'c'},
+		{"timeout", required_argument, NULL, 't'}, {"help", no_argument, NULL, 'h'},
+		{"reap", no_argument, NULL, 'r'},	   {NULL, 0, NULL, 0}};
 	bool ckpt = !strcmp(f->name, "checkpoint");
-	int npos = 0, r;
+	const char *arg;
+	int npos = 0, c;
 
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-
-		if (!strcmp(a, "--")) {
-			f->extra = argv + i + 1;
-			f->nextra = argc - i - 1;
-			break;
-		} else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+	cli_opt_start();
+	while ((c = cli_opt_next(argc, argv, ckpt ? ckpt_opts : restore_opts, &arg)) != -1) {
+		switch (c) {
+		case 'h':
 			usage(stdout, f->name);
 			return 1;
-		} else if (!ckpt && !strcmp(a, "--reap")) {
+		case 'r':
 			f->reap = true;
-		} else if ((r = parse_valued(f, argc, argv, &i))) {
-			if (r < 0)
+			break;
+		case 'l':
+		case 'c':
+		case 't':
+		case ':':
+			if (parse_valued(f, c == ':' ? 0 : c, optarg))
 				return -1;
-		} else if (a[0] == '-' && a[1]) {
+			break;
+		case 1:
+			if (parse_positional(f, optarg, &npos))
+				return -1;
+			break;
+		default:
 			fprintf(stderr, "cuinterpose %s: unknown option '%s' (criu's own options go after --)\n",
-				f->name, a);
-			return -1;
-		} else if (parse_positional(f, a, &npos)) {
+				f->name, arg);
 			return -1;
 		}
+	}
+	if (optind < argc) {
+		f->extra = argv + optind;
+		f->nextra = argc - optind;
 	}
 	if (npos < (ckpt ? 2 : 1)) {
 		fprintf(stderr, "cuinterpose %s: no %s given\n", f->name, ckpt && npos == 0 ? "PID" : "DIR");
@@ -610,121 +628,8 @@ static int dump_args(const struct front *f, struct argl *a)
 
 /* ---- the images' process tree (restore) ---- */
 
-/*
- * pstree.img, CRIU's: two magics (IMG_COMMON, PSTREE), then entries, each a
- * little-endian u32 size and a PstreeEntry message (protobuf: 1 pid,
- * 2 ppid, 3 pgid, 4 sid, 5 threads). Only the pids and the root's sid are
- * read, by hand: no CRIU schema is built into this project.
- */
-#define IMG_COMMON_MAGIC 0x54564319u
-#define PSTREE_MAGIC	 0x50273030u
-
-struct ptree {
-	pid_t root, root_sid;
-	pid_t ids[4096]; /* pids and thread ids the restore recreates */
-	size_t n;
-};
-
-static const uint8_t *varint(const uint8_t *p, const uint8_t *end, uint64_t *v)
-{
-	*v = 0;
-	for (int s = 0; p < end && s < 64; s += 7) {
-		*v |= (uint64_t)(*p & 0x7f) << s;
-		if (!(*p++ & 0x80))
-			return p;
-	}
-	return NULL;
-}
-
-static void ptree_field(struct ptree *t, uint64_t field, uint64_t v, bool first)
-{
-	if ((field == 1 || field == 5) && t->n < sizeof(t->ids) / sizeof(t->ids[0]))
-		t->ids[t->n++] = (pid_t)v;
-	if (first && field == 1)
-		t->root = (pid_t)v;
-	if (first && field == 4)
-		t->root_sid = (pid_t)v;
-}
-
-/* Packed repeated threads (field 5), should a writer pack them. */
-static int ptree_packed(struct ptree *t, const uint8_t *p, const uint8_t *end, bool first)
-{
-	uint64_t v;
-
-	while (p < end) {
-		if (!(p = varint(p, end, &v)))
-			return -EINVAL;
-		ptree_field(t, 5, v, first);
-	}
-	return 0;
-}
-
-static int ptree_entry(struct ptree *t, const uint8_t *p, const uint8_t *end, bool first)
-{
-	uint64_t key, v;
-
-	while (p < end) {
-		if (!(p = varint(p, end, &key)) || !(p = varint(p, end, &v)))
-			return -EINVAL;
-		if ((key & 7) == 0) {
-			ptree_field(t, key >> 3, v, first);
-			continue;
-		}
-		if ((key & 7) != 2 || v > (uint64_t)(end - p))
-			return -EINVAL; /* no fixed-size field in PstreeEntry */
-		if ((key >> 3) == 5 && ptree_packed(t, p, p + v, first))
-			return -EINVAL;
-		p += v;
-	}
-	return 0;
-}
-
-static int ptree_parse(struct ptree *t, const uint8_t *b, size_t n)
-{
-	uint32_t m[2], sz;
-	size_t off = 8;
-
-	if (n < 8)
-		return -EINVAL;
-	memcpy(m, b, 8);
-	if (m[0] != IMG_COMMON_MAGIC || m[1] != PSTREE_MAGIC)
-		return -EINVAL;
-	for (bool first = true; off + 4 <= n; first = false) {
-		memcpy(&sz, b + off, 4);
-		off += 4;
-		if (sz > n - off || ptree_entry(t, b + off, b + off + sz, first))
-			return -EINVAL;
-		off += sz;
-	}
-	return off == n && t->root > 0 ? 0 : -EINVAL;
-}
-
-/* DIR/pstree.img into t: 0 or -errno (-EINVAL: not a pstree image). */
-static int ptree_read(const char *dir, struct ptree *t)
-{
-	char path[PATH_MAX + 16];
-	uint8_t *b = NULL;
-	struct stat st;
-	int fd, ret = -EFBIG;
-
-	snprintf(path, sizeof(path), "%s/pstree.img", dir);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || fstat(fd, &st)) {
-		ret = -errno;
-		goto out;
-	}
-	if (st.st_size > (16 << 20) || !(b = malloc((size_t)st.st_size + 1)))
-		goto out;
-	ret = read(fd, b, (size_t)st.st_size) == st.st_size ? ptree_parse(t, b, (size_t)st.st_size) : -EIO;
-out:
-	free(b);
-	if (fd >= 0)
-		close(fd);
-	return ret;
-}
-
 /* The first id of the tree that a process holds, or 0. */
-static pid_t ptree_taken(const struct ptree *t)
+static pid_t ptree_taken(const struct cli_ptree *t)
 {
 	for (size_t i = 0; i < t->n; i++)
 		if (!kill(t->ids[i], 0) || errno == EPERM)
@@ -738,7 +643,7 @@ static pid_t ptree_taken(const struct ptree *t)
  * a live holder gets 1 s to die), then say which id is still taken and by
  * what; criu then fails "Can't fork for PID: File exists" on its own.
  */
-static void ptree_wait_free(const struct front *f, const struct ptree *t)
+static void ptree_wait_free(const struct front *f, const struct cli_ptree *t)
 {
 	char st = '?', comm[64], pcomm[64] = "?";
 	pid_t p = 0, ppid = 0;
@@ -761,7 +666,7 @@ static void ptree_wait_free(const struct front *f, const struct ptree *t)
 		st == 'Z' ? " that its parent does not reap (README, \"PID 1 must reap orphans\")" : "");
 }
 
-static int add_restore_shell_job(const struct front *f, const struct ptree *t, struct argl *a)
+static int add_restore_shell_job(const struct front *f, const struct cli_ptree *t, struct argl *a)
 {
 	if (t->root_sid == t->root)
 		return 0;
@@ -770,7 +675,7 @@ static int add_restore_shell_job(const struct front *f, const struct ptree *t, s
 	return argl_add(a, "--shell-job");
 }
 
-static int restore_args(const struct front *f, const struct ptree *t, struct argl *a)
+static int restore_args(const struct front *f, const struct cli_ptree *t, struct argl *a)
 {
 	return argl_add(a, "%s", f->criu) ?: argl_add(a, "restore") ?: argl_add(a, "-D") ?: argl_add(a, "%s", f->dir)
 		?: add_libdir(f, a) ?: add_restore_shell_job(f, t, a) ?: add_restore_tcp(f, a)
@@ -1222,8 +1127,8 @@ int cli_restore(int argc, char **argv)
 {
 	struct front f = {.name = "restore"};
 	struct argl a = {0};
-	struct ptree *t;
-	char pidfile[PATH_MAX + 16];
+	struct cli_ptree *t;
+	char pidfile[PATH_MAX + 16], why[256];
 	int ret = setup(&f, argc, argv), r;
 
 	if (ret)
@@ -1233,10 +1138,11 @@ int cli_restore(int argc, char **argv)
 	t = calloc(1, sizeof(*t));
 	if (!t)
 		return 1;
-	r = ptree_read(f.dir, t);
+	snprintf(pidfile, sizeof(pidfile), "%s/pstree.img", f.dir);
+	r = cli_pstree_read(pidfile, t, why, sizeof(why));
 	if (r) {
-		fprintf(stderr, "cuinterpose restore: cannot read %s/pstree.img: %s; is %s a criu image directory?\n",
-			f.dir, strerror(-r), f.dir);
+		fprintf(stderr, "cuinterpose restore: cannot read %s: %s%s%s; is %s a criu image directory?\n", pidfile,
+			strerror(-r), *why ? ": " : "", why, f.dir);
 		free(t);
 		return 1;
 	}

@@ -489,36 +489,55 @@ int cli_inspect(int argc, char **argv)
 {
 	Cuip__Response *resp = NULL;
 	char path[512], err[256] = "";
-	int json = 0, s, ret;
+	static const struct option opts[] = {{"json", no_argument, NULL, 'j'},
+					     {"wait", required_argument, NULL, 'w'},
+					     {"help", no_argument, NULL, 'h'},
+					     {NULL, 0, NULL, 0}};
+	const char *arg;
+	int json = 0, s, ret, c;
 	long wait_s = 0;
 	pid_t pid = 0;
 
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--json")) {
+	cli_opt_start();
+	while ((c = cli_opt_next(argc, argv, opts, &arg)) != -1) {
+		switch (c) {
+		case 'j':
 			json = 1;
-		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			break;
+		case 'h':
 			printf("usage: cuinterpose inspect PID [--json] [--wait SECONDS]\n");
 			return 0;
-		} else if (!strcmp(argv[i], "--wait")) {
-			if (i + 1 >= argc || parse_seconds(argv[i + 1], &wait_s)) {
+		case 'w':
+		case ':':
+			if (c == ':' || parse_seconds(optarg, &wait_s)) {
 				fprintf(stderr,
 					"cuinterpose inspect: --wait needs a number of seconds (0..3600), got %s%s%s\n",
-					i + 1 < argc ? "'" : "nothing", i + 1 < argc ? argv[i + 1] : "",
-					i + 1 < argc ? "'" : "");
+					c == 'w' ? "'" : "nothing", c == 'w' ? optarg : "", c == 'w' ? "'" : "");
 				return 2;
 			}
-			i++;
-		} else if (argv[i][0] == '-' && argv[i][1] && !isdigit((unsigned char)argv[i][1])) {
-			fprintf(stderr, "cuinterpose inspect: unknown option '%s'\n", argv[i]);
-			return 2;
-		} else if (pid) {
-			fprintf(stderr, "cuinterpose inspect: one PID at a time ('%s' after %d)\n", argv[i], (int)pid);
-			return 2;
-		} else if (parse_pid(argv[i], &pid)) {
-			fprintf(stderr, "cuinterpose inspect: '%s' is not a PID (a process id, 1..%d)\n", argv[i],
-				INT_MAX);
-			return 2;
+			break;
+		case '?': /* "-5" reads as an option: say it is no PID */
+			if (arg[0] != '-' || !isdigit((unsigned char)arg[1])) {
+				fprintf(stderr, "cuinterpose inspect: unknown option '%s'\n", arg);
+				return 2;
+			}
+			/* fall through */
+		default:
+			if (pid) {
+				fprintf(stderr, "cuinterpose inspect: one PID at a time ('%s' after %d)\n", arg,
+					(int)pid);
+				return 2;
+			}
+			if (parse_pid(arg, &pid)) {
+				fprintf(stderr, "cuinterpose inspect: '%s' is not a PID (a process id, 1..%d)\n", arg,
+					INT_MAX);
+				return 2;
+			}
 		}
+	}
+	if (cli_opt_dashdash()) {
+		fprintf(stderr, "cuinterpose inspect: unknown option '--'\n");
+		return 2;
 	}
 	if (!pid) {
 		fprintf(stderr, "cuinterpose inspect: no PID given\nusage: cuinterpose inspect PID [--json] [--wait "

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "settings.h"
 
 int cli_options(int argc, char **argv); /* dispatched by cli.c */
@@ -85,21 +86,35 @@ static int check_env(void)
 
 int cli_options(int argc, char **argv)
 {
-	int all = 0, check = 0;
+	static const struct option opts[] = {{"all", no_argument, NULL, 'a'},
+					     {"check", no_argument, NULL, 'c'},
+					     {"help", no_argument, NULL, 'h'},
+					     {NULL, 0, NULL, 0}};
+	const char *arg;
+	int all = 0, check = 0, c;
 
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--all")) {
+	cli_opt_start();
+	while ((c = cli_opt_next(argc, argv, opts, &arg)) != -1) {
+		switch (c) {
+		case 'a':
 			all = 1;
-		} else if (!strcmp(argv[i], "--check")) {
+			break;
+		case 'c':
 			check = 1;
-		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			break;
+		case 'h':
 			usage(stdout);
 			return 0;
-		} else {
-			fprintf(stderr, "cuinterpose options: unknown argument '%s'\n", argv[i]);
+		default: /* a positional, an unknown option, or one after "--" */
+			fprintf(stderr, "cuinterpose options: unknown argument '%s'\n", arg);
 			usage(stderr);
 			return 2;
 		}
+	}
+	if (cli_opt_dashdash()) {
+		fprintf(stderr, "cuinterpose options: unknown argument '--'\n");
+		usage(stderr);
+		return 2;
 	}
 	if (check)
 		return check_env();

@@ -168,40 +168,55 @@ int cli_precopy(int argc, char **argv)
 	uint64_t bytes = 0;
 	struct timespec t0, t1;
 	struct stat sb;
-	int n = 0, dirfd = -1, ret = 1;
+	int n = 0, dirfd = -1, ret = 1, o;
+	static const struct option opts[] = {
+		{"timeout", required_argument, NULL, 't'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+	const char *arg;
 
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+	cli_opt_start();
+	while ((o = cli_opt_next(argc, argv, opts, &arg)) != -1) {
+		long t = 0, p;
+
+		switch (o) {
+		case 'h':
 			usage(stdout);
 			return 0;
-		} else if (!strcmp(argv[i], "--timeout")) {
-			long t = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-			if (i + 1 >= argc || *end || t <= 0 || t > 86400) {
+		case 't':
+		case ':':
+			if (o == 't')
+				t = strtol(optarg, &end, 10);
+			if (o == ':' || *end || t <= 0 || t > 86400) {
 				fprintf(stderr,
 					"cuinterpose precopy: --timeout needs a number of seconds (1 .. 86400), got "
 					"%s%s%s\n",
-					i + 1 < argc ? "'" : "", i + 1 < argc ? argv[i + 1] : "nothing",
-					i + 1 < argc ? "'" : "");
+					o == 't' ? "'" : "", o == 't' ? optarg : "nothing", o == 't' ? "'" : "");
 				return 2;
 			}
 			timeout_ms = (unsigned)t * 1000;
-			i++;
-		} else if (argv[i][0] == '-' && argv[i][1]) {
-			fprintf(stderr, "cuinterpose precopy: unknown option '%s'\n", argv[i]);
-			return 2;
-		} else if (!root) {
-			long p = strtol(argv[i], &end, 10);
-			if (*end || p <= 0) {
-				fprintf(stderr, "cuinterpose precopy: '%s' is not a PID\n", argv[i]);
+			break;
+		case 1:
+			if (!root) {
+				p = strtol(optarg, &end, 10);
+				if (*end || p <= 0) {
+					fprintf(stderr, "cuinterpose precopy: '%s' is not a PID\n", optarg);
+					return 2;
+				}
+				root = (pid_t)p;
+			} else if (!dir) {
+				dir = optarg;
+			} else {
+				fprintf(stderr, "cuinterpose precopy: unexpected argument '%s'\n", optarg);
 				return 2;
 			}
-			root = (pid_t)p;
-		} else if (!dir) {
-			dir = argv[i];
-		} else {
-			fprintf(stderr, "cuinterpose precopy: unexpected argument '%s'\n", argv[i]);
+			break;
+		default:
+			fprintf(stderr, "cuinterpose precopy: unknown option '%s'\n", arg);
 			return 2;
 		}
+	}
+	if (cli_opt_dashdash()) {
+		fprintf(stderr, "cuinterpose precopy: unknown option '--'\n");
+		return 2;
 	}
 	if (!root || !dir) {
 		fprintf(stderr, "cuinterpose precopy: no %s given\n", root ? "DIR" : "PID");

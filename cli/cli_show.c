@@ -405,25 +405,46 @@ static void usage(FILE *f)
 /* The options into s and *dir: -1 to go on, or the exit status. */
 static int parse_args(int argc, char **argv, struct show *s, const char **dir)
 {
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--json")) {
+	static const struct option opts[] = {{"json", no_argument, NULL, 'j'},
+					     {"no-verify", no_argument, NULL, 'n'},
+					     {"help", no_argument, NULL, 'h'},
+					     {NULL, 0, NULL, 0}};
+	const char *arg;
+	int c;
+
+	cli_opt_start();
+	while ((c = cli_opt_next(argc, argv, opts, &arg)) != -1) {
+		switch (c) {
+		case 'j':
 			s->json = 1;
-		} else if (!strcmp(argv[i], "--no-verify")) {
+			break;
+		case 'n':
 			s->verify = 0;
-		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			break;
+		case 'h':
 			usage(stdout);
 			return 0;
-		} else if (!*dir && argv[i][0] != '-') {
-			*dir = argv[i];
-		} else if (argv[i][0] == '-') {
-			fprintf(stderr, "cuinterpose show: unknown option '%s'\n", argv[i]);
-			usage(stderr);
-			return 2;
-		} else {
-			fprintf(stderr, "cuinterpose show: one DIR at a time ('%s' after %s)\n", argv[i], *dir);
+		case 1:
+			if (!*dir && optarg[0] != '-') {
+				*dir = optarg;
+				break;
+			}
+			if (optarg[0] != '-') {
+				fprintf(stderr, "cuinterpose show: one DIR at a time ('%s' after %s)\n", optarg, *dir);
+				usage(stderr);
+				return 2;
+			}
+			/* fall through - "-" */
+		default:
+			fprintf(stderr, "cuinterpose show: unknown option '%s'\n", arg);
 			usage(stderr);
 			return 2;
 		}
+	}
+	if (cli_opt_dashdash()) {
+		fprintf(stderr, "cuinterpose show: unknown option '--'\n");
+		usage(stderr);
+		return 2;
 	}
 	if (!*dir) {
 		fprintf(stderr, "cuinterpose show: no DIR given\n");

@@ -108,6 +108,48 @@ expect 1 "^cuinterpose restore: cannot read $T/pstree.img: No such file or direc
 printf 'not an image' >"$T/pstree.img"
 expect 1 "^cuinterpose restore: cannot read $T/pstree.img: Invalid argument" restore --libdir "$T" --criu /bin/true "$T"
 expect 1 "^cuinterpose restore: $T/nodir: No such file or directory" restore --libdir "$T" --criu /bin/true "$T/nodir"
+
+# The option loop (getopt_long) of every subcommand: a value joined with '=',
+# a missing one, a bad one, an option that takes none given one, and "--"
+# where no pass-through exists each get the subcommand's own line, exit 2.
+expect 2 "^cuinterpose inspect: --wait needs a number of seconds .*got 'x'" inspect --wait=x 1
+expect 2 "^cuinterpose inspect: unknown option '--json=1'" inspect --json=1 1
+expect 2 "^cuinterpose inspect: '-5x' is not a PID" inspect -5x
+expect 2 "^cuinterpose inspect: unknown option '--'$" inspect -- 1
+expect 2 "^cuinterpose check: --pid needs a PID .*got '0'" check --pid=0
+expect 2 "^cuinterpose check: --libdir needs a directory" check --lib
+expect 2 "^cuinterpose check: unknown option '-'" check -
+expect 2 "^cuinterpose check: unknown option '--'$" check --
+expect 2 "^cuinterpose show: unknown option '--no-verify=x'" show --no-verify=x "$T"
+expect 2 "^cuinterpose show: unknown option '--'$" show -- "$T"
+expect 2 "^cuinterpose precopy: --timeout needs a number of seconds \(1 \.\. 86400\), got '0'" precopy --timeout=0 1 "$T/p"
+expect 2 "^cuinterpose precopy: unknown option '-x'" precopy -x 1 "$T/p"
+expect 2 "^cuinterpose precopy: unknown option '--'$" precopy 1 "$T/p" --
+expect 2 "^cuinterpose options: unknown argument '--bogus'" options --bogus
+expect 2 "^cuinterpose options: unknown argument 'x'" options x
+expect 2 "^cuinterpose options: unknown argument '--'$" options --
+expect 0 "^usage: cuinterpose options \[--all\] \[--check\]" options --help
+expect 2 "^cuinterpose run: unknown option '-x' \(put the command after --\)" run -x true
+expect 2 "^cuinterpose run: no command given" run --
+expect 2 "^cuinterpose run: unknown option '-' \\(put the command after --\\)" run -
+expect 1 "^cuinterpose run: libcuinterpose.so not found \($T/nolib\); check the --lib path" run --lib="$T/nolib" true
+expect 2 "^cuinterpose checkpoint: --timeout needs a number of seconds$" checkpoint --timeout= 1 "$T/d"
+expect 2 "^cuinterpose checkpoint: --libdir needs a directory" checkpoint --libdir "" 1 "$T/d"
+expect 2 "^cuinterpose checkpoint: unknown option '-x' \(criu's own options go after --\)" checkpoint -x 1 "$T/d"
+expect 2 "^cuinterpose restore: --criu needs a path to the criu binary" restore "$T" --criu
+expect 2 "^cuinterpose restore: unknown option '--reap=1'" restore --reap=1 "$T"
+# run: CMD's own options are CMD's, with or without "--"
+expect 0 "^x --lib -h$" run --lib "$CUIP_LIB" -- sh -c 'echo "$0 $1 $2"' x --lib -h
+expect 0 "^y --help$" run --lib "$CUIP_LIB" sh -c 'echo "$0 $1"' y --help
+# checkpoint: what follows the first "--" reaches criu as it was, in order
+: >"$T/cuinterpose_plugin.so"
+printf '#!/bin/sh\nfor a in "$@"; do printf "[%%s]\\n" "$a"; done >"%s/criu.args"\n' "$T" >"$T/criu"
+chmod +x "$T/criu"
+"$cli" checkpoint --libdir "$T" --criu "$T/criu" --timeout 30 $$ "$T/pt" -- --help -h -- 'a b' --timeout \
+	>"$T/out" 2>&1 || fail "checkpoint with a fake criu failed"
+tail -n 5 "$T/criu.args" | tr -d '\n' >"$T/tail"
+[ "$(cat "$T/tail")" = "[--help][-h][--][a b][--timeout]" ] || fail "criu got '$(cat "$T/tail")' after the flags"
+
 expect 2 "^cuinterpose: unknown command 'bogus'" bogus
 expect 2 "^cuinterpose: unknown option '--bogus'" --bogus
 
