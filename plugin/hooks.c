@@ -14,7 +14,9 @@
  * CHECKPOINT_DEVICES(real pid) for every live task after the whole tree is
  * frozen (threads in PTRACE_INTERRUPT stops); fini(DUMP, ret) after the
  * images are written, tasks still frozen, before CRIU kills them or lets
- * them run (--leave-running, or any failure). Restore: init(RESTORE) then
+ * them run (--leave-running, or any failure). Restore: init(RESTORE)
+ * before any task exists (the restore's guardian starts there),
+ * POST_FORKING once the root is forked, then
  * RESUME_DEVICES_LATE(real pid) per live task, root first, after every
  * thread stopped at the syscall-exit of rt_sigreturn; its return value is
  * only logged. All pids are "real" (criu's pid namespace).
