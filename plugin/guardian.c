@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -773,8 +774,14 @@ static void __attribute__((noreturn)) guardian_main(void)
 		_exit(1);
 	cuip_proc_close_inherited(keep, 4);
 	if (W.restore) {
+		struct rlimit rl;
 		pid_t ppid;
 
+		/* two pidfds per process of the images, at most */
+		if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+			rl.rlim_cur = rl.rlim_max;
+			setrlimit(RLIMIT_NOFILE, &rl);
+		}
 		if (stat_of(getpid(), &ppid, &W.t0))
 			_exit(1);
 		note_preexisting();
