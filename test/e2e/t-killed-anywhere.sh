@@ -150,8 +150,11 @@ after_dump_kill() {
 	v=$(verdict "$dir")
 	[ "$v" = "ROLLBACK FAILED" ] && fail "$point: the guardian's rollback failed: $(tail -n 8 "$dir/cuinterpose-guardian.log")"
 	for p in $(job_pids); do alive "$p" && [ "$(awk '{print $3}' /proc/$p/stat)" != Z ] || dead="$dead $p"; done
-	if [ -n "$dead" ] && grep -q "Dumping finished successfully" "$dir/dump.log"; then
-		# committed: criu ended the job (or was ending it when killed)
+	if { [ -n "$dead" ] && grep -q "Dumping finished successfully" "$dir/dump.log"; } ||
+		grep -q "guardian: released: commit: the dump succeeded" "$dir/dump.log"; then
+		# committed: criu ended the job (or was ending it when killed;
+		# killed between the commit and its kill, it left the tasks
+		# checkpointed with complete images: they are killed here)
 		for p in $(job_pids); do alive "$p" && kill -9 "$p"; done
 		wait_gone $(job_pids)
 		stat -c %s "$T/job.log" >"$dir/.logsize"
