@@ -8,7 +8,10 @@
  * "IMAGES", "PREPARE_UNICAST", "LOAD", "REBUILD_CREATORS", "VERIFY",
  * "RESUME", ...), "native-lock", "native-checkpoint", "native-restore",
  * "begin:PHASE" for a coordinator phase that is about to send its first
- * request (the guardian already knows it started),
+ * request (the guardian already knows it started), "restore-init" (the
+ * end of init(RESTORE): the restore's guardian runs, criu has forked
+ * nothing), "post-forking" (CRIU's POST_FORKING hook: the tree's root is
+ * forked, the other tasks fork and fill themselves in after it),
  * and "memdump" (CRIU has started writing the memory pages: a watcher
  * process sees the first pages-*.img appear in the image directory).
  * ACTION: "kill" (SIGKILL criu), "stop" (SIGSTOP criu: the guardian's

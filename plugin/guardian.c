@@ -8,6 +8,7 @@
  */
 #include "config.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -19,7 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -29,6 +32,7 @@
 #include "agent.h"
 #include "guardian.h"
 #include "proc.h"
+#include "pstree.h"
 #include "criulog.h"
 #include "wire.h"
 
@@ -76,9 +80,11 @@ static struct {
 	size_t n_nat;
 	const char *freeze_cgroup;
 	Cuip__GuardianMessage **topo; /* per participant, the last topology (restore: unused) */
-	pid_t *tree;		      /* restore */
-	int *tree_fd;
-	size_t n_tree;
+	struct cuip_pstree img;	      /* restore: the images' tree */
+	unsigned long long t0;	      /* restore: the guardian's start, in clock ticks since boot */
+	int *pre_fd;		      /* restore: per image process, the process at its pid when the guardian started */
+	ino_t *pre_ns;		      /* restore: the pid namespaces that had an init one level below then */
+	size_t n_pre_ns;
 	char phase[64]; /* last progress seen, for the log */
 	bool after;
 	double t_lost;
@@ -456,17 +462,282 @@ static void __attribute__((noreturn)) rollback_dump(const char *why)
 	_exit(ret ? 1 : 0);
 }
 
+/* /proc/PID/stat: its parent and its start (clock ticks after boot); 0, or
+ * -1 when it is gone. */
+static int stat_of(pid_t pid, pid_t *ppid, unsigned long long *start)
+{
+	char path[64], buf[1024], *p;
+	ssize_t n;
+	int fd, ok;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = 0;
+	p = strrchr(buf, ')');
+	/* fields 3 (state) .. 22 (starttime) */
+	ok = p && sscanf(p + 1, " %*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+			 ppid, start) == 2;
+	return ok ? 0 : -1;
+}
+
+/* /proc/PID/status's NSpid: how many levels, and the innermost pid. */
+static int nspid_of(pid_t pid, pid_t *inner)
+{
+	char path[64], line[512];
+	int levels = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		char *p = line + 6, *end;
+
+		if (strncmp(line, "NSpid:", 6))
+			continue;
+		for (long v; (v = strtol(p, &end, 10)), end != p; p = end) {
+			*inner = (pid_t)v;
+			levels++;
+		}
+		break;
+	}
+	fclose(f);
+	return levels;
+}
+
+static ino_t pidns_of(pid_t pid)
+{
+	char path[64];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)pid);
+	return stat(path, &st) ? 0 : st.st_ino;
+}
+
+struct victim {
+	pid_t pid;
+	int fd;
+};
+
+/*
+ * The images' processes that this restore created (no pid namespace: CRIU
+ * gives each its pid of the images): a process at such a pid counts only
+ * if it started after the guardian (which the plugin started at
+ * init(RESTORE), before criu forks anything), and, below the root, if its
+ * parent is its parent of the images (already counted) or the root's
+ * parent (the reaper that took both from the dead criu). Anything else at
+ * one of those pids is not ours and is left alone.
+ */
+static size_t find_tree(struct victim *v)
+{
+	pid_t root_ppid = -1;
+	size_t n = 0;
+
+	for (size_t i = 0; i < W.img.n; i++) {
+		pid_t pid = W.img.t[i].pid, ppid;
+		unsigned long long start;
+		bool ours;
+		int fd = pidfd_open_(pid);
+
+		if (fd < 0)
+			continue;
+		if (stat_of(pid, &ppid, &start)) {
+			close(fd);
+			continue;
+		}
+		/* the one that held the pid before the restore began, still there */
+		ours = start >= W.t0 && !(W.pre_fd[i] >= 0 && !pidfd_kill(W.pre_fd[i], 0));
+		if (ours && i) {
+			bool parent_ours = ppid == root_ppid;
+
+			for (size_t k = 0; k < n && !parent_ours; k++)
+				parent_ours = v[k].pid == ppid && ppid == W.img.t[i].ppid;
+			ours = parent_ours;
+		}
+		/* the pidfd pins the process read: still alive, it is the one */
+		if (ours && pidfd_kill(fd, 0)) {
+			close(fd);
+			continue;
+		}
+		if (!ours) {
+			glog(false,
+			     "pid %d (of the images) is not a process of this restore (started before it or "
+			     "under another parent): left alone",
+			     (int)pid);
+			close(fd);
+			continue;
+		}
+		if (!i)
+			root_ppid = ppid;
+		v[n++] = (struct victim){.pid = pid, .fd = fd};
+	}
+	return n;
+}
+
+/*
+ * The images' root is pid 1: CRIU restores the tree in a new pid namespace
+ * whose init is the root, at a pid of our namespace that the images do not
+ * say. It is the process one namespace level below ours whose pid there is
+ * 1, started after the guardian, and every process of its namespace has a
+ * pid of the images there. Killing it kills its whole namespace.
+ */
+static size_t find_ns_init(struct victim *v)
+{
+	pid_t self_inner = 0, found = 0;
+	int depth = nspid_of(getpid(), &self_inner), many = 0;
+	struct dirent *de;
+	DIR *d = opendir("/proc");
+
+	if (!d) {
+		glog(true, "cannot list /proc: %s", strerror(errno));
+		return 0;
+	}
+	while ((de = readdir(d))) {
+		pid_t pid = (pid_t)atoi(de->d_name), inner = 0, ppid;
+		unsigned long long start;
+
+		ino_t ns;
+		bool all;
+
+		if (pid <= 0 || nspid_of(pid, &inner) != depth + 1 || inner != 1 || stat_of(pid, &ppid, &start) ||
+		    start < W.t0)
+			continue;
+		ns = pidns_of(pid);
+		all = ns != 0;
+		for (size_t k = 0; k < W.n_pre_ns; k++)
+			all &= W.pre_ns[k] != ns; /* there before the restore began */
+		{
+			struct dirent *e2;
+			DIR *d2 = opendir("/proc");
+
+			while (all && d2 && (e2 = readdir(d2))) {
+				pid_t q = (pid_t)atoi(e2->d_name), qi = 0;
+
+				if (q > 0 && pidns_of(q) == ns && nspid_of(q, &qi) == depth + 1 &&
+				    !cuip_pstree_has(&W.img, qi))
+					all = false;
+			}
+			if (d2)
+				closedir(d2);
+			if (!all)
+				continue;
+		}
+		if (found)
+			many++;
+		found = pid;
+	}
+	closedir(d);
+	if (many) {
+		glog(true, "%d new pid namespaces look like this restore's: killing none of them", many + 1);
+		return 0;
+	}
+	if (found) {
+		int fd = pidfd_open_(found);
+
+		if (fd >= 0) {
+			v[0] = (struct victim){.pid = found, .fd = fd};
+			glog(false, "the restored tree is the pid namespace of pid %d (pid 1 there)", (int)found);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * What exists before criu forks anything: a process at a pid of the
+ * images (pinned by a pidfd: while it lives, the pid is its own, and it is
+ * not this restore's), and, for a tree restored in a new pid namespace,
+ * the namespaces one level below ours that already have an init.
+ */
+static void note_preexisting(void)
+{
+	pid_t self_inner = 0;
+	int depth = nspid_of(getpid(), &self_inner);
+	struct dirent *de;
+	DIR *d;
+
+	W.pre_fd = calloc(W.img.n ? W.img.n : 1, sizeof(int));
+	if (!W.pre_fd)
+		_exit(1);
+	for (size_t i = 0; i < W.img.n; i++)
+		W.pre_fd[i] = pidfd_open_(W.img.t[i].pid);
+	if (!W.img.n || W.img.t[0].pid != 1 || !(d = opendir("/proc")))
+		return;
+	while ((de = readdir(d))) {
+		pid_t pid = (pid_t)atoi(de->d_name), inner = 0;
+		ino_t *nv;
+
+		if (pid <= 0 || nspid_of(pid, &inner) != depth + 1 || inner != 1)
+			continue;
+		nv = realloc(W.pre_ns, (W.n_pre_ns + 1) * sizeof(*nv));
+		if (!nv)
+			_exit(1);
+		W.pre_ns = nv;
+		W.pre_ns[W.n_pre_ns++] = pidns_of(pid);
+	}
+	closedir(d);
+}
+
 static void __attribute__((noreturn)) kill_restored(const char *why)
 {
+	struct victim *v = calloc(W.img.n ? W.img.n : 1, sizeof(*v));
+	bool pidns = W.img.n && W.img.t[0].pid == 1;
+	size_t n, left = 0;
+	int ret = 0;
+
 	glog(true,
-	     "%s, before the restore's commit point: killing the restored tree (%zu processes, root %d) so "
-	     "that it does not run half-built; the images are unchanged, restore again",
-	     why, W.n_tree, W.n_tree ? (int)W.tree[0] : 0);
-	for (size_t i = 0; i < W.n_tree; i++)
-		if (W.tree_fd[i] >= 0 && pidfd_kill(W.tree_fd[i], SIGKILL) && errno != ESRCH)
-			glog(true, "cannot kill pid %d: %s", (int)W.tree[i], strerror(errno));
+	     "%s, before the restore's commit point: killing the restored tree (%zu processes in the images, root "
+	     "%d%s) so that it does not run half-built; the images are unchanged, restore again",
+	     why, W.img.n, W.img.n ? (int)W.img.t[0].pid : 0, pidns ? " in a new pid namespace" : "");
+	if (!v)
+		_exit(1);
+	n = pidns ? find_ns_init(v) : find_tree(v);
+	for (size_t i = 0; i < n; i++) {
+		char comm[32] = "?";
+		char path[64];
+		int fd;
+
+		snprintf(path, sizeof(path), "/proc/%d/comm", (int)v[i].pid);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd >= 0) {
+			ssize_t k = read(fd, comm, sizeof(comm) - 1);
+
+			comm[k > 0 ? k : 0] = 0;
+			comm[strcspn(comm, "\n")] = 0;
+			close(fd);
+		}
+		if (pidfd_kill(v[i].fd, SIGKILL) && errno != ESRCH) {
+			glog(true, "cannot kill pid %d: %s", (int)v[i].pid, strerror(errno));
+			ret = 1;
+		} else {
+			glog(false, "killed pid %d (%s)", (int)v[i].pid, comm);
+		}
+	}
+	if (!n)
+		glog(false, "no process of the restored tree exists: nothing to kill");
+	/* bounded: SIGKILL ends a process within moments, stopped or traced */
+	for (size_t i = 0; i < n; i++) {
+		struct pollfd pf = {.fd = v[i].fd, .events = POLLIN};
+		double rest = 10.0 - (cuip_now() - W.t_lost);
+
+		if (rest <= 0 || poll(&pf, 1, (int)(rest * 1000)) != 1) {
+			glog(true, "pid %d did not exit within 10 s of SIGKILL", (int)v[i].pid);
+			left++;
+		}
+	}
+	if (left) {
+		glog(true, "%zu process(es) of the restored tree still run: kill them before restoring again", left);
+		_exit(1);
+	}
 	glog(false, "restored tree killed %.3f s after criu was lost", cuip_now() - W.t_lost);
-	_exit(0);
+	_exit(ret);
 }
 
 static void __attribute__((noreturn)) lost(const char *why)
@@ -503,11 +774,17 @@ static void __attribute__((noreturn)) guardian_main(void)
 		_exit(1);
 	cuip_proc_close_inherited(keep, 4);
 	if (W.restore) {
-		W.tree_fd = calloc(W.n_tree ? W.n_tree : 1, sizeof(int));
-		if (!W.tree_fd)
+		struct rlimit rl;
+		pid_t ppid;
+
+		/* two pidfds per process of the images, at most */
+		if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+			rl.rlim_cur = rl.rlim_max;
+			setrlimit(RLIMIT_NOFILE, &rl);
+		}
+		if (stat_of(getpid(), &ppid, &W.t0))
 			_exit(1);
-		for (size_t i = 0; i < W.n_tree; i++)
-			W.tree_fd[i] = pidfd_open_(W.tree[i]);
+		note_preexisting();
 	} else {
 		W.topo = calloc(W.g->n ? W.g->n : 1, sizeof(*W.topo));
 		if (!W.topo)
@@ -655,15 +932,18 @@ int cuip_guardian_start_dump(struct cuip_group *g, struct cuip_native_proc *nat,
 	return start(err, errlen);
 }
 
-int cuip_guardian_start_restore(const pid_t *tree, size_t n, int imgdir, char *err, size_t errlen)
+int cuip_guardian_start_restore(const struct cuip_pstree *img, int imgdir, char *err, size_t errlen)
 {
+	int ret;
+
 	memset(&W, 0, sizeof(W));
 	W.restore = true;
-	W.tree = (pid_t *)tree;
-	W.n_tree = n;
+	W.img = *img;
 	W.imgdir = imgdir;
 	W.ch = -1;
-	return start(err, errlen);
+	ret = start(err, errlen);
+	memset(&W.img, 0, sizeof(W.img)); /* the guardian has its copy; the caller owns img */
+	return ret;
 }
 
 static int send_msg(const Cuip__GuardianMessage *m)

@@ -5,7 +5,7 @@
  * stopped beyond CUINTERPOSE_GUARDIAN_STOP_MS) would leave the job gated
  * or natively checkpointed with nobody to bring it back. The guardian is a
  * double-forked, setsid() copy of criu started by the hooks at
- * PAUSE_DEVICES (dump) and RESUME_DEVICES_LATE (restore): not criu's
+ * PAUSE_DEVICES (dump) and init(RESTORE) (restore): not criu's
  * child, not traced by criu, never in the dumped tree. It holds a pidfd on
  * criu and a stream socket from it, over which criu reports progress: each
  * coordinator phase before it starts and after its barrier, with the
@@ -22,7 +22,14 @@
  * sharing from what was saved and reopens every gate (coord.c's rollback),
  * then exits. Restore: until fini(RESTORE, 0), criu's death makes the
  * guardian SIGKILL the restored tree (images are only read: the next
- * attempt uses them as they are).
+ * attempt uses them as they are), from the first fork of the tree on:
+ * criu killed while it forks and fills the tasks leaves them waiting in
+ * CRIU's restorer for a criu that is gone, holding the job's pids. The
+ * guardian, started before criu forks anything, knows the tree from the
+ * images' pstree.img and kills only processes at those pids that started
+ * after it and hang from the tree's root (or, restored in a new pid
+ * namespace, that namespace's init), waits (10 s at most) until they are
+ * gone, and logs each.
  *
  * What happened is logged to criu's log and to cuinterpose-guardian.log in
  * the image directory. State: one guardian per criu process, criu's main
@@ -37,6 +44,7 @@
 
 #include "coord.h"
 #include "native.h"
+#include "pstree.h"
 
 #define CUIP_GUARDIAN_LOG  "cuinterpose-guardian.log"
 #define CUIP_GUARDIAN_COMM "criu-cuip-guard"
@@ -50,8 +58,10 @@
 int cuip_guardian_start_dump(struct cuip_group *g, struct cuip_native_proc *nat, size_t n_nat,
 			     const char *freeze_cgroup, char *err, size_t errlen);
 
-/* Restore: guard the restored tree (kill it if criu dies before commit). */
-int cuip_guardian_start_restore(const pid_t *tree, size_t n, int imgdir, char *err, size_t errlen);
+/* Restore, at init(RESTORE): guard the tree of the images (img, kept by
+ * the caller until the end of the restore; kill what criu made of it if
+ * criu dies before commit). 0, or -errno with err set. */
+int cuip_guardian_start_restore(const struct cuip_pstree *img, int imgdir, char *err, size_t errlen);
 
 /* Progress of the dump (coordinator phases, "native-lock", ...): 0, or
  * -EPIPE with g->err set when the guardian is gone. */

@@ -14,7 +14,9 @@
  * CHECKPOINT_DEVICES(real pid) for every live task after the whole tree is
  * frozen (threads in PTRACE_INTERRUPT stops); fini(DUMP, ret) after the
  * images are written, tasks still frozen, before CRIU kills them or lets
- * them run (--leave-running, or any failure). Restore: init(RESTORE) then
+ * them run (--leave-running, or any failure). Restore: init(RESTORE)
+ * before any task exists (the restore's guardian starts there),
+ * POST_FORKING once the root is forked, then
  * RESUME_DEVICES_LATE(real pid) per live task, root first, after every
  * thread stopped at the syscall-exit of rt_sigreturn; its return value is
  * only logged. All pids are "real" (criu's pid namespace).
@@ -58,6 +60,7 @@
 #include "native.h"
 #include "nvml.h"
 #include "options.h"
+#include "pstree.h"
 #include "prefetch.h"
 #include "proc.h"
 #include "sockdiag.h"
@@ -80,6 +83,7 @@ static struct {
 	struct cuip_opts o;
 	pid_t *tree;
 	size_t n_tree;
+	struct cuip_pstree img; /* restore: the images' process tree, for the guardian */
 	struct cuip_group g;
 	struct cuip_native_proc *nat;
 	size_t n_nat;
@@ -241,6 +245,7 @@ static void reset_state(void)
 	cuip_group_free(&S.g);
 	cuip_images_free(&S.parent);
 	free(S.tree);
+	cuip_pstree_free(&S.img);
 	free(S.nat);
 	free(S.ordinary);
 	memset(&S, 0, sizeof(S));
@@ -1169,9 +1174,11 @@ static int resume_group(pid_t root)
 	if (ret)
 		goto fail; /* init declined already when there was nothing of ours */
 	S.active = true;
-	ret = cuip_guardian_start_restore(S.tree, S.n_tree, S.g.imgdir, err, sizeof(err));
-	if (ret)
+	if (!cuip_guardian_pid()) { /* started at init(RESTORE) */
+		snprintf(err, sizeof(err), "no guardian watches this restore");
+		ret = -EPIPE;
 		goto fail;
+	}
 	for (size_t i = 0; i < S.n_tree; i++) {
 		int has = cuip_proc_has_interposer(S.tree[i]);
 
@@ -1352,6 +1359,24 @@ static int check_gpus(int dir)
 	return 0;
 }
 
+/*
+ * The restore's guardian, before criu forks any task (guardian.h): it
+ * knows the tree from the images' pstree.img, so that criu killed while it
+ * forks the tree or fills it in (CRIU's restorer) leaves no task behind.
+ * The restore does not start without it.
+ */
+static int start_restore_guardian(int dir)
+{
+	char err[512];
+	int ret = cuip_pstree_read(dir, &S.img, err, sizeof(err));
+
+	if (!ret)
+		ret = cuip_guardian_start_restore(&S.img, dir, err, sizeof(err));
+	if (ret)
+		pr_err("refusing to restore without a guardian: %s", err);
+	return ret;
+}
+
 /* Read ahead the carriers this restore will LOAD (prefetch.h). A
  * checkpoint that cannot be read is left to resume_group to refuse. */
 static void start_prefetch(int dir)
@@ -1406,6 +1431,10 @@ static int cuip_init(int stage)
 		}
 		if (!S.disabled && dir >= 0 && check_gpus(dir))
 			return -1;
+		if (!S.disabled && dir >= 0 && start_restore_guardian(dir))
+			return -1;
+		if (!S.disabled)
+			cuip_fault("restore-init");
 		if (!S.disabled && dir >= 0)
 			start_prefetch(dir);
 	}
@@ -1444,6 +1473,20 @@ static int cuip_dump_ext_file(int fd, int id)
 		pr_err("cannot record a descriptor of the driver's device (file id %#x): %s", (unsigned)id,
 		       strerror(-ret));
 	return ret;
+}
+
+/*
+ * criu has forked the tree's root (and set up its namespaces); the other
+ * tasks fork and fill themselves in CRIU's restorer after this. Nothing to
+ * do here but to be a point where CUINTERPOSE_FAULT can strike with the
+ * tree half-built: the guardian, started at init, covers it.
+ */
+static int cuip_post_forking(void)
+{
+	if (S.disabled || S.stage != CR_PLUGIN_STAGE__RESTORE)
+		return -ENOTSUP;
+	cuip_fault("post-forking");
+	return 0;
 }
 
 static int cuip_restore_ext_file(int id)
@@ -1536,7 +1579,7 @@ static void cuip_fini(int stage, int ret)
 				       : "commit: the dump succeeded and CRIU ends the dumped tasks");
 		pause_line(lr, ret);
 	}
-	if (stage == CR_PLUGIN_STAGE__RESTORE && S.active)
+	if (stage == CR_PLUGIN_STAGE__RESTORE)
 		cuip_guardian_end(ret ? "the restore failed; CRIU ends the restored tasks"
 				      : "commit: the restore is complete");
 	cuip_prefetch_stop("the end of the restore");
@@ -1553,6 +1596,7 @@ CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__HANDLE_DEVICE_VMA, cuip_handle_device_vm
 CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__UPDATE_VMA_MAP, cuip_update_vma_map)
 CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__DUMP_EXT_FILE, cuip_dump_ext_file)
 CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__RESTORE_EXT_FILE, cuip_restore_ext_file)
+CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__POST_FORKING, cuip_post_forking)
 
 /*
  * CRIU's plugin ABI as this plugin uses it, checked against the header it is
@@ -1565,5 +1609,5 @@ _Static_assert(CRIU_PLUGIN_VERSION == CRIU_PLUGIN_GEN_VERSION(0, 2, 0), "criu-pl
 _Static_assert(CR_PLUGIN_HOOK__RESUME_DEVICES_LATE == 9 && CR_PLUGIN_HOOK__PAUSE_DEVICES == 10 &&
 		       CR_PLUGIN_HOOK__CHECKPOINT_DEVICES == 11 && CR_PLUGIN_HOOK__DUMP_EXT_FILE == 2 &&
 		       CR_PLUGIN_HOOK__RESTORE_EXT_FILE == 3 && CR_PLUGIN_HOOK__HANDLE_DEVICE_VMA == 7 &&
-		       CR_PLUGIN_HOOK__UPDATE_VMA_MAP == 8,
+		       CR_PLUGIN_HOOK__UPDATE_VMA_MAP == 8 && CR_PLUGIN_HOOK__POST_FORKING == 12,
 	       "criu-plugin.h: the device hooks are numbered differently from CRIU 4.0-4.2");

@@ -1,7 +1,8 @@
 /*
  * check_guardian.c - the guardian's lifecycle without CRIU (a forked child
  * plays criu: it starts the guardian, reports progress, then dies, commits
- * or loses it) and the parsing of CUINTERPOSE_FAULT and
+ * or loses it), the restore guardian's care for processes it did not make,
+ * the reading of pstree.img, and the parsing of CUINTERPOSE_FAULT and
  * CUINTERPOSE_GUARDIAN_STOP_MS. Single-threaded; each test forks.
  */
 #include "config.h"
@@ -20,6 +21,7 @@
 
 #include "fault.h"
 #include "guardian.h"
+#include "pstree.h"
 
 static char dir[64];
 /* fake criu -> test: the guardian's pid (a shared page: fork copies the rest) */
@@ -183,6 +185,110 @@ START_TEST(bad_stop_bound)
 }
 END_TEST
 
+/*
+ * Restore: the images' root pid is held by a process that started before
+ * the guardian (an unrelated process that has the pid): when criu dies the
+ * guardian says so and leaves it alone.
+ */
+START_TEST(restore_leaves_unrelated)
+{
+	struct cuip_pstree_task t = {0};
+	char buf[4096], want[128];
+	pid_t other = fork(), c;
+	int st;
+
+	ck_assert_int_ge(other, 0);
+	if (other == 0) {
+		pause();
+		_exit(0);
+	}
+	mkdir_tmp();
+	unsetenv("CUINTERPOSE_GUARDIAN_STOP_MS");
+	t.pid = other;
+	t.ppid = getpid();
+	c = fork();
+	ck_assert_int_ge(c, 0);
+	if (c == 0) {
+		struct cuip_pstree img = {.t = &t, .n = 1};
+		char err[256];
+
+		if (cuip_guardian_start_restore(&img, open(dir, O_RDONLY | O_DIRECTORY), err, sizeof(err)))
+			_exit(10);
+		_exit(cuip_guardian_pid() > 0 ? 0 : 11); /* dies before any commit */
+	}
+	ck_assert_int_eq(waitpid(c, &st, 0), c);
+	ck_assert_int_eq(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 0);
+	read_log(buf, sizeof(buf), "restored tree killed");
+	snprintf(want, sizeof(want), "pid %d (of the images) is not a process of this restore", (int)other);
+	ck_assert_msg(strstr(buf, "criu exited (killed or crashed), before the restore's commit point"), "log: %s",
+		      buf);
+	ck_assert_msg(strstr(buf, want), "log: %s", buf);
+	ck_assert_msg(strstr(buf, "no process of the restored tree exists: nothing to kill"), "log: %s", buf);
+	ck_assert_int_eq(kill(other, 0), 0); /* alive */
+	kill(other, SIGKILL);
+	ck_assert_int_eq(waitpid(other, &st, 0), other);
+	rm_tmp();
+}
+END_TEST
+
+/* A pstree.img of two processes, 100 (root, ppid 1) and 101 (ppid 100,
+ * threads 101 and 102 packed), as CRIU writes it. */
+static const uint8_t pstree2[] = {
+	0x19, 0x43, 0x56, 0x54, 0x30, 0x30, 0x27, 0x50, /* IMG_COMMON, PSTREE */
+	8,    0,    0,	  0,	0x08, 100,  0x10, 1,	0x18, 100,  0x20, 100, 10,
+	0,    0,    0,	  0x08, 101,  0x10, 100,  0x18, 100,  0x2a, 2,	  101, 102,
+};
+
+START_TEST(pstree_reads)
+{
+	struct cuip_pstree pt;
+	char err[256] = "", path[128];
+	uint8_t bad[sizeof(pstree2)];
+	int dfd, fd;
+
+	ck_assert_int_eq(cuip_pstree_parse(&pt, pstree2, sizeof(pstree2), err, sizeof(err)), 0);
+	ck_assert_uint_eq(pt.n, 2);
+	ck_assert_int_eq(pt.t[0].pid, 100);
+	ck_assert_int_eq(pt.t[0].ppid, 1);
+	ck_assert_int_eq(pt.t[1].pid, 101);
+	ck_assert_int_eq(pt.t[1].ppid, 100);
+	ck_assert(cuip_pstree_has(&pt, 101) && !cuip_pstree_has(&pt, 102));
+	cuip_pstree_free(&pt);
+
+	ck_assert_int_eq(cuip_pstree_parse(&pt, pstree2, sizeof(pstree2) - 1, err, sizeof(err)), -EINVAL);
+	ck_assert_str_eq(err, "pstree.img: entry 1 is cut short (10 bytes, 9 left)");
+	ck_assert_int_eq(cuip_pstree_parse(&pt, pstree2, 8, err, sizeof(err)), -EINVAL);
+	ck_assert_str_eq(err, "pstree.img: no process");
+	ck_assert_int_eq(cuip_pstree_parse(&pt, pstree2, 8 + 12 + 2, err, sizeof(err)), -EINVAL);
+	ck_assert_str_eq(err, "pstree.img: trailing bytes");
+	memcpy(bad, pstree2, sizeof(bad));
+	bad[7] = 0;
+	ck_assert_int_eq(cuip_pstree_parse(&pt, bad, sizeof(bad), err, sizeof(err)), -EINVAL);
+	ck_assert_str_eq(err, "pstree.img: not a CRIU process tree image (magic)");
+	memcpy(bad, pstree2, sizeof(bad));
+	bad[12] = 0x10; /* the first entry without its pid */
+	bad[13] = 7;
+	ck_assert_int_eq(cuip_pstree_parse(&pt, bad, sizeof(bad), err, sizeof(err)), -EINVAL);
+	ck_assert_str_eq(err, "pstree.img: entry 0 is not a process entry");
+	ck_assert_ptr_null(pt.t);
+
+	mkdir_tmp();
+	dfd = open(dir, O_RDONLY | O_DIRECTORY);
+	ck_assert_int_eq(cuip_pstree_read(dfd, &pt, err, sizeof(err)), -ENOENT);
+	ck_assert_str_eq(err, "cannot read pstree.img: No such file or directory");
+	snprintf(path, sizeof(path), "%s/pstree.img", dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	ck_assert_int_eq(write(fd, pstree2, sizeof(pstree2)), (ssize_t)sizeof(pstree2));
+	close(fd);
+	ck_assert_int_eq(cuip_pstree_read(dfd, &pt, err, sizeof(err)), 0);
+	ck_assert_uint_eq(pt.n, 2);
+	cuip_pstree_free(&pt);
+	unlink(path);
+	close(dfd);
+	rm_tmp();
+}
+END_TEST
+
 START_TEST(fault_specs)
 {
 	char err[256];
@@ -218,6 +324,8 @@ Suite *guardian_suite(void)
 	tcase_add_test(tc, guardian_lost);
 	tcase_add_test(tc, bad_stop_bound);
 	tcase_add_test(tc, fault_specs);
+	tcase_add_test(tc, restore_leaves_unrelated);
+	tcase_add_test(tc, pstree_reads);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -600,6 +600,26 @@ guardian_done() {
 	grep -h "rollback complete" "$glog" | sed 's/.*rollback complete/rollback complete/'
 }
 
+# criu_main DIR ACTION: the criu process itself (comm criu, its parent
+# timeout, from contrib/bounded), found with builtins only: a timed kill
+# must not wait for a pgrep on a loaded machine
+criu_main() {
+	local d c st a
+
+	for d in /proc/[0-9]*; do
+		read -r c <"$d/comm" 2>/dev/null && [ "$c" = criu ] || continue
+		read -r st <"$d/stat" 2>/dev/null || continue
+		st=${st##*) }
+		read -r _ st _ <<<"$st"
+		read -r c <"/proc/$st/comm" 2>/dev/null && [ "$c" = timeout ] || continue
+		mapfile -d '' -t a <"$d/cmdline" 2>/dev/null
+		[ "${a[1]:-}" = "$2" ] && [[ " ${a[*]} " == *" -D $1 "* ]] || continue
+		echo "${d#/proc/}"
+		return 0
+	done
+	return 1
+}
+
 # wait_gone PIDS...: wait until none runs (10 s at most), then give the
 # reaper up to 10 s more to reap them: a zombie still holds its pid, and a
 # restore of that pid fails "Can't fork for PID: File exists". A process

@@ -96,26 +96,6 @@ $(stuck_report)"
 # the forks keep its command line) of the criu ACTION with images in DIR
 crius() { pgrep -f "criu $2 .*-D $1 " 2>/dev/null; }
 
-# criu_main DIR ACTION: the criu process itself (comm criu, its parent
-# timeout, from contrib/bounded), found with builtins only: a timed kill
-# must not wait for a pgrep on a loaded machine
-criu_main() {
-	local d c st a
-
-	for d in /proc/[0-9]*; do
-		read -r c <"$d/comm" 2>/dev/null && [ "$c" = criu ] || continue
-		read -r st <"$d/stat" 2>/dev/null || continue
-		st=${st##*) }
-		read -r _ st _ <<<"$st"
-		read -r c <"/proc/$st/comm" 2>/dev/null && [ "$c" = timeout ] || continue
-		mapfile -d '' -t a <"$d/cmdline" 2>/dev/null
-		[ "${a[1]:-}" = "$2" ] && [[ " ${a[*]} " == *" -D $1 "* ]] || continue
-		echo "${d#/proc/}"
-		return 0
-	done
-	return 1
-}
-
 # guardian_gone DIR ACTION: wait (60 s at most) until no guardian of that
 # criu runs; the guardian _exits when its duty is over (rolled back, tree
 # killed, or released by criu). Fails past the bound.
@@ -170,8 +150,11 @@ after_dump_kill() {
 	v=$(verdict "$dir")
 	[ "$v" = "ROLLBACK FAILED" ] && fail "$point: the guardian's rollback failed: $(tail -n 8 "$dir/cuinterpose-guardian.log")"
 	for p in $(job_pids); do alive "$p" && [ "$(awk '{print $3}' /proc/$p/stat)" != Z ] || dead="$dead $p"; done
-	if [ -n "$dead" ] && grep -q "Dumping finished successfully" "$dir/dump.log"; then
-		# committed: criu ended the job (or was ending it when killed)
+	if { [ -n "$dead" ] && grep -q "Dumping finished successfully" "$dir/dump.log"; } ||
+		grep -q "guardian: released: commit: the dump succeeded" "$dir/dump.log"; then
+		# committed: criu ended the job (or was ending it when killed;
+		# killed between the commit and its kill, it left the tasks
+		# checkpointed with complete images: they are killed here)
 		for p in $(job_pids); do alive "$p" && kill -9 "$p"; done
 		wait_gone $(job_pids)
 		stat -c %s "$T/job.log" >"$dir/.logsize"
@@ -222,23 +205,6 @@ after_restore_kill() {
 	for p in "$@"; do
 		[ -d /proc/$p ] && [ "$(awk '{print $3}' /proc/$p/stat 2>/dev/null)" != Z ] && left="$left $p"
 	done
-	if [ -n "$left" ] && ! grep -q "guardian pid" "$dir/$LOG"; then
-		# criu died inside its own restore, before RESUME_DEVICES_LATE
-		# (where the plugin starts the restore's guardian): the tasks
-		# wait forever in CRIU's restorer for a criu that is gone. They
-		# run no code of the job (no interposer answers), nobody calls
-		# them running; CRIU's limit, out of the plugin's reach (no
-		# hook runs between the fork of the tree and that one).
-		for p in $left; do
-			timeout 5 "$CLI" inspect "$p" >/dev/null 2>&1 &&
-				fail "$point: pid $p, left by criu's restorer, answers inspect: $(stuck_report)"
-		done
-		record "$kind" "$point" left-in-criu-restorer "pid(s)$left, guardian not started"
-		kill -9 $left
-		wait_gone $left
-		truncate -s "$(cat "$dir/.logsize")" "$T/job.log"
-		return
-	fi
 	[ -z "$left" ] || fail "$point: restored process(es)$left still alive after criu died (guardian: $v)
 $(stuck_report)"
 	truncate -s "$(cat "$dir/.logsize")" "$T/job.log"
@@ -340,7 +306,7 @@ criu_dump "$IMG" >"$T/d.out" 2>&1 || fail "criu dump"
 wait_gone $pids || fail "dumped processes still alive"
 stat -c %s "$T/job.log" >"$IMG/.logsize"
 
-for point in native-restore begin:LOAD LOAD begin:REBUILD_CREATORS REBUILD_CREATORS \
+for point in restore-init post-forking native-restore begin:LOAD LOAD begin:REBUILD_CREATORS REBUILD_CREATORS \
 	begin:REBUILD_IMPORTERS REBUILD_IMPORTERS begin:VERIFY VERIFY begin:RESUME RESUME; do
 	K=$((K + 1))
 	LOG=restore-$K.log

@@ -61,6 +61,40 @@ NSINIT=
 grep -q "2 participants" "$T/show.txt" || fail "show: participants"
 grep -q "^OK: every image decodes" "$T/show.txt" || fail "show: verdict"
 
+# criu killed inside its restore, before RESUME_DEVICES_LATE, with the
+# tree in a new pid namespace (its pids there are the images', not ours):
+# the guardian finds that namespace's init and kills it, and with it the
+# namespace; nothing of it is left.
+glog=$T/d1/cuinterpose-guardian.log
+killed_in_pidns() { # WHAT LOG
+	local g x
+	g=$(sed -n 's/.*guardian pid \([0-9]*\) watches this restore.*/\1/p' "$T/d1/$2" | head -n1)
+	[ -n "$g" ] || fail "$1: no guardian: $(grep "cuinterpose: \|Error" "$T/d1/$2" | tail -n 5)"
+	for _ in $(seq 1200); do
+		[ -d /proc/$g ] && [ "$(awk '{print $3}' /proc/$g/stat 2>/dev/null)" != Z ] || break
+		nap 0.05
+	done
+	grep -q "restored tree killed [0-9.]* s after criu was lost" "$glog" || fail "$1: no verdict: $(cat "$glog" 2>&1)"
+	x=$(sed -n 's/.*the restored tree is the pid namespace of pid \([0-9]*\) (pid 1 there).*/\1/p' "$glog")
+	[ -n "$x" ] || fail "$1: the guardian did not find the namespace's init: $(cat "$glog")"
+	grep -q "killed pid $x " "$glog" || fail "$1: pid $x not killed: $(cat "$glog")"
+	[ -d /proc/$x ] && [ "$(awk '{print $3}' /proc/$x/stat 2>/dev/null)" != Z ] &&
+		fail "$1: the namespace's init $x still runs after the verdict"
+	echo "$1: $(grep -h "the restored tree is\|restored tree killed" "$glog" | sed 's/.*(criu [0-9]*): //' | tr '\n' ' ')"
+	rm -f "$glog"
+}
+note "restore killed at post-forking, in a new pid namespace"
+CUINTERPOSE_FAULT=kill@post-forking criu_restore "$T/d1" --root / --network-lock skip -o restore-k1.log \
+	>"$T/rk1.out" 2>&1 && fail "kill@post-forking: criu restore succeeded"
+killed_in_pidns kill@post-forking restore-k1.log
+note "restore killed with the tasks in CRIU's restorer, in a new pid namespace"
+criu_restore "$T/d1" --root / --network-lock skip -o restore-k2.log >"$T/rk2.out" 2>&1 &
+restorer=$!
+wait_line "$T/d1/restore-k2.log" "Restore via sigreturn"
+c=$(criu_main "$T/d1" restore) && kill -9 "$c"
+wait $restorer && fail "killed in the restorer: criu restore succeeded"
+killed_in_pidns "killed in the restorer" restore-k2.log
+
 note restore
 criu_restore "$T/d1" --root / --network-lock skip --pidfile "$T/init.pid" || fail "criu restore of the namespaces"
 NSINIT=$(cat "$T/init.pid")
