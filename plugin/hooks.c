@@ -1367,10 +1367,13 @@ static int check_gpus(int dir)
  */
 static int start_restore_guardian(int dir)
 {
-	char err[512];
-	int ret = cuip_pstree_read(dir, &S.img, err, sizeof(err));
+	char why[400], err[512];
+	int ret = cuip_pstree_read(dir, CUIP_PSTREE_IMG, &S.img, why, sizeof(why));
 
-	if (!ret)
+	if (ret)
+		snprintf(err, sizeof(err), "cannot read %s: %s%s%s", CUIP_PSTREE_IMG, strerror(-ret), *why ? ": " : "",
+			 why);
+	else
 		ret = cuip_guardian_start_restore(&S.img, dir, err, sizeof(err));
 	if (ret)
 		pr_err("refusing to restore without a guardian: %s", err);

@@ -232,13 +232,16 @@ START_TEST(restore_leaves_unrelated)
 END_TEST
 
 /* A pstree.img of two processes, 100 (root, ppid 1) and 101 (ppid 100,
- * threads 101 and 102 packed), as CRIU writes it. */
+ * threads 101 and 102 packed), both in group and session 100, as CRIU
+ * writes it. */
 static const uint8_t pstree2[] = {
 	0x19, 0x43, 0x56, 0x54, 0x30, 0x30, 0x27, 0x50, /* IMG_COMMON, PSTREE */
-	8,    0,    0,	  0,	0x08, 100,  0x10, 1,	0x18, 100,  0x20, 100, 10,
-	0,    0,    0,	  0x08, 101,  0x10, 100,  0x18, 100,  0x2a, 2,	  101, 102,
+	8,    0,    0,	  0,	0x08, 100,  0x10, 1,	0x18, 100, 0x20, 100, 12,  0,
+	0,    0,    0x08, 101,	0x10, 100,  0x18, 100,	0x20, 100, 0x2a, 2,   101, 102,
 };
 
+/* The reader the restore's guardian starts from (protocol/pstree.h): every
+ * field, and each way a damaged image is refused. */
 START_TEST(pstree_reads)
 {
 	struct cuip_pstree pt;
@@ -250,37 +253,43 @@ START_TEST(pstree_reads)
 	ck_assert_uint_eq(pt.n, 2);
 	ck_assert_int_eq(pt.t[0].pid, 100);
 	ck_assert_int_eq(pt.t[0].ppid, 1);
+	ck_assert_int_eq(pt.t[0].sid, 100);
+	ck_assert_uint_eq(pt.t[0].n_threads, 0);
 	ck_assert_int_eq(pt.t[1].pid, 101);
 	ck_assert_int_eq(pt.t[1].ppid, 100);
+	ck_assert_int_eq(pt.t[1].pgid, 100);
+	ck_assert_uint_eq(pt.t[1].n_threads, 2);
+	ck_assert_int_eq(pt.t[1].threads[0], 101);
+	ck_assert_int_eq(pt.t[1].threads[1], 102);
 	ck_assert(cuip_pstree_has(&pt, 101) && !cuip_pstree_has(&pt, 102));
 	cuip_pstree_free(&pt);
 
 	ck_assert_int_eq(cuip_pstree_parse(&pt, pstree2, sizeof(pstree2) - 1, err, sizeof(err)), -EINVAL);
-	ck_assert_str_eq(err, "pstree.img: entry 1 is cut short (10 bytes, 9 left)");
+	ck_assert_str_eq(err, "entry 2 at byte 20: size 12 runs past the end, 11 bytes left");
 	ck_assert_int_eq(cuip_pstree_parse(&pt, pstree2, 8, err, sizeof(err)), -EINVAL);
-	ck_assert_str_eq(err, "pstree.img: no process");
+	ck_assert_str_eq(err, "no entry, no process tree");
 	ck_assert_int_eq(cuip_pstree_parse(&pt, pstree2, 8 + 12 + 2, err, sizeof(err)), -EINVAL);
-	ck_assert_str_eq(err, "pstree.img: trailing bytes");
+	ck_assert_str_eq(err, "entry 2 at byte 20: 2 bytes left, short of its 4-byte size");
 	memcpy(bad, pstree2, sizeof(bad));
 	bad[7] = 0;
 	ck_assert_int_eq(cuip_pstree_parse(&pt, bad, sizeof(bad), err, sizeof(err)), -EINVAL);
-	ck_assert_str_eq(err, "pstree.img: not a CRIU process tree image (magic)");
+	ck_assert_str_eq(err, "magic 0x54564319 0x00273030, not a pstree image's (0x54564319 0x50273030)");
 	memcpy(bad, pstree2, sizeof(bad));
 	bad[12] = 0x10; /* the first entry without its pid */
 	bad[13] = 7;
 	ck_assert_int_eq(cuip_pstree_parse(&pt, bad, sizeof(bad), err, sizeof(err)), -EINVAL);
-	ck_assert_str_eq(err, "pstree.img: entry 0 is not a process entry");
+	ck_assert_str_eq(err, "entry 1 at byte 8: 8 bytes that do not decode as a pstree entry");
 	ck_assert_ptr_null(pt.t);
 
 	mkdir_tmp();
 	dfd = open(dir, O_RDONLY | O_DIRECTORY);
-	ck_assert_int_eq(cuip_pstree_read(dfd, &pt, err, sizeof(err)), -ENOENT);
-	ck_assert_str_eq(err, "cannot read pstree.img: No such file or directory");
+	ck_assert_int_eq(cuip_pstree_read(dfd, CUIP_PSTREE_IMG, &pt, err, sizeof(err)), -ENOENT);
+	ck_assert_str_eq(err, "");
 	snprintf(path, sizeof(path), "%s/pstree.img", dir);
 	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 	ck_assert_int_eq(write(fd, pstree2, sizeof(pstree2)), (ssize_t)sizeof(pstree2));
 	close(fd);
-	ck_assert_int_eq(cuip_pstree_read(dfd, &pt, err, sizeof(err)), 0);
+	ck_assert_int_eq(cuip_pstree_read(dfd, CUIP_PSTREE_IMG, &pt, err, sizeof(err)), 0);
 	ck_assert_uint_eq(pt.n, 2);
 	cuip_pstree_free(&pt);
 	unlink(path);

@@ -1,6 +1,6 @@
 /*
  * pstreeread.c - `pstreeread FILE`: what cli/cli_pstree.c (the reader
- * `cuinterpose restore` uses) reads from a pstree.img, for
+ * `cuinterpose restore` uses, on protocol/pstree.c) reads from a pstree.img, for
  * test_pstree.sh and test_pstree_criu.sh. Prints "root R sid S entries N"
  * and "ids I..." (the pids and thread ids a restore recreates), exit 0; or
  * "pstreeread: FILE: ERROR[: WHY]", exit 1. Single-threaded, no state.

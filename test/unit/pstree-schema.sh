@@ -1,6 +1,6 @@
 #!/bin/sh
 # pstree-schema.sh - the schema the CLI decodes CRIU's pstree.img with
-# (cli/criu_pstree.proto, written for this project) agrees with CRIU's own
+# (protocol/criu_pstree.proto, written for this project) agrees with CRIU's own
 # description of the entry, field for field: number, label, type, name and
 # packing. FAILS, printing both lists, on any difference (a field missing,
 # renumbered, retyped, relabelled, or one CRIU added). CRIU's file is
@@ -12,7 +12,7 @@ set -u
 : "${top_srcdir:?run through make check}"
 src=${CUINTERPOSE_CRIU_SRC:-/usr/local/src/criu-4.2.1}
 theirs=$src/images/pstree.proto
-ours=$top_srcdir/cli/criu_pstree.proto
+ours=$top_srcdir/protocol/criu_pstree.proto
 [ -f "$theirs" ] || {
 	echo "SKIP: no CRIU source tree with its images' schemas ($theirs; contrib/install-deps.sh keeps it)"
 	exit 77
@@ -51,7 +51,7 @@ fields "$theirs" pstree_entry >"$tmp/theirs"
 fields "$ours" PstreeEntry >"$tmp/ours"
 [ -s "$tmp/theirs" ] || { echo "FAIL: no field of pstree_entry found in $theirs"; exit 1; }
 if ! cmp -s "$tmp/theirs" "$tmp/ours"; then
-	echo "FAIL: cli/criu_pstree.proto differs from CRIU's $theirs (number label type name packing):"
+	echo "FAIL: protocol/criu_pstree.proto differs from CRIU's $theirs (number label type name packing):"
 	diff "$tmp/theirs" "$tmp/ours" | sed 's/^</  CRIU:/; s/^>/  ours:/'
 	exit 1
 fi
