@@ -551,9 +551,10 @@ static int phase_results(struct cuip_group *g, const char *name, const struct jo
  * fails it. Returns the status of the first failing participant in group
  * order.
  */
-static int run_phase_metered(struct cuip_group *g, const char *name, step_fn fn, applies_fn applies, const void *arg,
+static int run_phase_metered(struct cuip_group *g, enum cuip_gphase ph, step_fn fn, applies_fn applies, const void *arg,
 			     const struct meter *m)
 {
+	const char *name = cuip_gphase_name(ph);
 	struct job *jobs = calloc(g->n ? g->n : 1, sizeof(*jobs));
 	struct monitor mn = {.g = g, .name = name, .applies = applies, .arg = arg, .m = m, .jobs = jobs};
 	size_t parts = 0, records = 0;
@@ -567,7 +568,7 @@ static int run_phase_metered(struct cuip_group *g, const char *name, step_fn fn,
 		errfmt(g->err, sizeof(g->err), "out of memory starting %s", name);
 		return -ENOMEM;
 	}
-	if (g->on_phase && (ret = g->on_phase(g, name, false, 0))) {
+	if (g->on_phase && (ret = g->on_phase(g, ph, false, 0))) {
 		free(jobs);
 		return ret;
 	}
@@ -605,15 +606,15 @@ static int run_phase_metered(struct cuip_group *g, const char *name, step_fn fn,
 		pr_info("%s: %zu participants, %zu records, %.3f s%s%s", name, parts, records, dt, extra,
 			ret ? " (FAILED)" : "");
 	if (g->after_phase)
-		g->after_phase(g, name, ret);
+		g->after_phase(g, ph, ret);
 	if (g->on_phase)
-		g->on_phase(g, name, true, ret);
+		g->on_phase(g, ph, true, ret);
 	return ret;
 }
 
-static int run_phase(struct cuip_group *g, const char *name, step_fn fn, applies_fn applies, const void *arg)
+static int run_phase(struct cuip_group *g, enum cuip_gphase ph, step_fn fn, applies_fn applies, const void *arg)
 {
-	return run_phase_metered(g, name, fn, applies, arg, NULL);
+	return run_phase_metered(g, ph, fn, applies, arg, NULL);
 }
 
 static unsigned op_timeout(const struct cuip_group *g)
@@ -679,7 +680,7 @@ static int step_connect(struct cuip_group *g, struct cuip_part *p, const void *a
 
 static int connect_all(struct cuip_group *g, const uint64_t *expect_ids)
 {
-	return run_phase(g, "HANDSHAKE", step_connect, NULL, expect_ids);
+	return run_phase(g, CUIP_GPHASE_HANDSHAKE, step_connect, NULL, expect_ids);
 }
 
 int cuip_group_connect(struct cuip_group *g)
@@ -1245,7 +1246,7 @@ static int save_phase(struct cuip_group *g)
 	int ret;
 
 	progress_open(g);
-	ret = run_phase_metered(g, "SAVE", step_save, has_carriers, NULL, &save_meter);
+	ret = run_phase_metered(g, CUIP_GPHASE_SAVE, step_save, has_carriers, NULL, &save_meter);
 	progress_close(g);
 	return ret;
 }
@@ -1339,10 +1340,10 @@ static int preflight(struct cuip_group *g)
 		free(memo);
 	}
 	free(pp);
-	pr_info("PREFLIGHT: %zu participants, %zu records, %.3f s%s", g->n, records, cuip_now() - t0,
-		ret ? " (REFUSED)" : "");
+	pr_info("%s: %zu participants, %zu records, %.3f s%s", cuip_gphase_name(CUIP_GPHASE_PREFLIGHT), g->n, records,
+		cuip_now() - t0, ret ? " (REFUSED)" : "");
 	if (g->after_phase)
-		g->after_phase(g, "PREFLIGHT", ret);
+		g->after_phase(g, CUIP_GPHASE_PREFLIGHT, ret);
 	return ret;
 }
 
@@ -1389,11 +1390,12 @@ static int write_images(struct cuip_group *g)
 	free(ip);
 	if (!ret)
 		g->images_written = true;
-	pr_info("IMAGES: %zu topology images + inventory, %.3f s%s", g->n, cuip_now() - t0, ret ? " (FAILED)" : "");
+	pr_info("%s: %zu topology images + inventory, %.3f s%s", cuip_gphase_name(CUIP_GPHASE_IMAGES), g->n,
+		cuip_now() - t0, ret ? " (FAILED)" : "");
 	if (g->after_phase)
-		g->after_phase(g, "IMAGES", ret);
+		g->after_phase(g, CUIP_GPHASE_IMAGES, ret);
 	if (g->on_phase)
-		g->on_phase(g, "IMAGES", true, ret);
+		g->on_phase(g, CUIP_GPHASE_IMAGES, true, ret);
 	return ret;
 }
 
@@ -1433,15 +1435,15 @@ static int quiesce_with_retries(struct cuip_group *g)
 
 	for (unsigned a = 0;; a++) {
 		if ((ret = connect_all(g, NULL)) || (ret = refuse_busy(g)) ||
-		    (ret = run_phase(g, "INSPECT", step_inspect, NULL, NULL)) || (ret = preflight(g)))
+		    (ret = run_phase(g, CUIP_GPHASE_INSPECT, step_inspect, NULL, NULL)) || (ret = preflight(g)))
 			return ret;
-		ret = run_phase(g, "QUIESCE", step_quiesce, NULL, NULL);
+		ret = run_phase(g, CUIP_GPHASE_QUIESCE, step_quiesce, NULL, NULL);
 		/* The records SAVE and the images go by are the quiesced ones:
 		 * between INSPECT and the closed gate the job may have allocated,
 		 * freed or shared memory (PREPARE_UNICAST releases every carried
 		 * allocation, saved or not). Checked again before anything is
 		 * torn down; a refusal rolls back. */
-		if (!ret && (ret = run_phase(g, "REINSPECT", step_inspect, NULL, NULL)) == 0)
+		if (!ret && (ret = run_phase(g, CUIP_GPHASE_REINSPECT, step_inspect, NULL, NULL)) == 0)
 			ret = preflight(g);
 		if (ret != -ETIMEDOUT)
 			return ret;
@@ -1468,10 +1470,10 @@ int cuip_group_dump(struct cuip_group *g)
 		for (size_t i = 0; i < sizeof(g->ckpt_id); i++)
 			g->ckpt_id[i] = (uint8_t)rand();
 	if ((ret = quiesce_with_retries(g)) ||
-	    (ret = run_phase(g, "PREPARE_MULTICAST", step_flag, NULL,
+	    (ret = run_phase(g, CUIP_GPHASE_PREPARE_MULTICAST, step_flag, NULL,
 			     (void *)(intptr_t)CUIP__REQUEST__BODY_PREPARE_MULTICAST)) ||
 	    (ret = save_phase(g)) || (ret = write_images(g)) ||
-	    (ret = run_phase(g, "PREPARE_UNICAST", step_flag, NULL,
+	    (ret = run_phase(g, CUIP_GPHASE_PREPARE_UNICAST, step_flag, NULL,
 			     (void *)(intptr_t)CUIP__REQUEST__BODY_PREPARE_UNICAST))) {
 		char why[sizeof(g->err)];
 
@@ -1673,18 +1675,6 @@ static bool has_multicast(const Cuip__Topology *const *topo, size_t n)
 	return false;
 }
 
-static const char *stage_name(Cuip__Stage s)
-{
-	static const char *names[] = {"?",
-				      "REBUILD_CREATORS",
-				      "REBUILD_IMPORTERS",
-				      "REBUILD_MC_CREATORS",
-				      "REBUILD_MC_IMPORTERS",
-				      "REBUILD_MC_DEVICES",
-				      "REBUILD_MC_BINDINGS"};
-	return (unsigned)s < sizeof(names) / sizeof(names[0]) ? names[s] : "?";
-}
-
 static int rebuild(struct cuip_group *g, const Cuip__Topology *const *topo, bool only_torn_down)
 {
 	struct rebuild_ctx c = {.topo = topo, .only_torn_down = only_torn_down};
@@ -1713,15 +1703,16 @@ static int rebuild(struct cuip_group *g, const Cuip__Topology *const *topo, bool
 	c.peers = pps;
 	c.n_peers = g->n;
 	c.unicast = true;
-	ret = run_phase_metered(g, "LOAD", step_load, load_applies, &c, &load_meter);
+	ret = run_phase_metered(g, CUIP_GPHASE_LOAD, step_load, load_applies, &c, &load_meter);
 	for (size_t s = 0; !ret && s < nstages; s++) {
 		c.stage = stages[s];
 		c.unicast = stages[s] == CUIP__STAGE__STAGE_CREATORS || stages[s] == CUIP__STAGE__STAGE_IMPORTERS;
-		ret = run_phase_metered(g, stage_name(stages[s]), step_rebuild, rebuild_applies, &c, &replies_only);
+		ret = run_phase_metered(g, cuip_gphase_of_stage(stages[s]), step_rebuild, rebuild_applies, &c,
+					&replies_only);
 	}
 	c.unicast = false;
 	if (!ret)
-		ret = run_phase(g, "VERIFY", step_verify, rebuild_applies, &c);
+		ret = run_phase(g, CUIP_GPHASE_VERIFY, step_verify, rebuild_applies, &c);
 out:
 	free(ps);
 	free(pps);
@@ -1766,11 +1757,11 @@ static bool unicast_attached(const struct cuip_group *g, const struct cuip_part 
  */
 static int finish_teardown(struct cuip_group *g, bool any_unicast_down)
 {
-	int ret = run_phase(g, "PREPARE_MULTICAST (rollback)", step_flag, mc_attached,
+	int ret = run_phase(g, CUIP_GPHASE_PREPARE_MULTICAST_ROLLBACK, step_flag, mc_attached,
 			    (void *)(intptr_t)CUIP__REQUEST__BODY_PREPARE_MULTICAST);
 
 	if (!ret && any_unicast_down)
-		ret = run_phase(g, "PREPARE_UNICAST (rollback)", step_flag, unicast_attached,
+		ret = run_phase(g, CUIP_GPHASE_PREPARE_UNICAST_ROLLBACK, step_flag, unicast_attached,
 				(void *)(intptr_t)CUIP__REQUEST__BODY_PREPARE_UNICAST);
 	return ret;
 }
@@ -1898,7 +1889,7 @@ int cuip_group_rollback(struct cuip_group *g)
 	if (!ret && any_torn)
 		ret = rebuild(g, tp, true);
 	if (!ret)
-		ret = run_phase(g, "RESUME", step_resume, is_quiesced, NULL);
+		ret = run_phase(g, CUIP_GPHASE_RESUME, step_resume, is_quiesced, NULL);
 	g->rollback_failed = ret != 0;
 	if (ret)
 		pr_err("ROLLBACK FAILED: %s; the job may be left with its gate closed", g->err);
@@ -1927,7 +1918,7 @@ int cuip_group_rebuild(struct cuip_group *g, const Cuip__Topology *const *topo)
 	if (!ret) {
 		for (size_t i = 0; i < g->n; i++)
 			g->p[i].quiesced = true;
-		ret = run_phase(g, "RESUME", step_resume, NULL, NULL);
+		ret = run_phase(g, CUIP_GPHASE_RESUME, step_resume, NULL, NULL);
 	}
 	cuip_group_disconnect(g);
 	return ret;

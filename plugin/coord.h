@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "gphase.h"
 #include "images.h"
 #include "options.h"
 #include "progress.h"
@@ -77,14 +78,14 @@ struct cuip_group {
 	bool images_written;
 	bool rollback_failed; /* the last rollback could not reopen every gate */
 	char err[1024];	      /* the first failure, for the caller's message */
-	/* test hook: called after every phase barrier with its name */
-	void (*after_phase)(struct cuip_group *g, const char *phase, int status);
+	/* test hook: called after every phase barrier (cuip_gphase_name) */
+	void (*after_phase)(struct cuip_group *g, enum cuip_gphase phase, int status);
 	/*
 	 * Progress hook (hooks.c: the guardian and fault injection): called
 	 * before a phase starts (after = false; a nonzero return fails the
 	 * phase with g->err set by the hook) and after its barrier.
 	 */
-	int (*on_phase)(struct cuip_group *g, const char *phase, bool after, int status);
+	int (*on_phase)(struct cuip_group *g, enum cuip_gphase phase, bool after, int status);
 	const char *client; /* HANDSHAKE client name; NULL: "plugin" */
 	/* Incremental dump (CUINTERPOSE_PARENT): the parent checkpoint as read
 	 * (its entries' hashes go with each SAVE) and what the images record

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "gphase.h"
 #include "guardian.h"
 #include "proc.h"
 #include "criulog.h"
@@ -135,17 +136,23 @@ static bool holds_mc(const Cuip__ProcessState *st)
 
 /* Before a phase: what its steps may do before anyone answers (coord.c's
  * step_quiesce and step_flag mark the same before they send). */
-static void apply_before(const char *phase)
+static void apply_before(enum cuip_gphase phase)
 {
 	for (size_t i = 0; i < W.g->n; i++) {
 		struct cuip_part *p = &W.g->p[i];
 
-		if (!strcmp(phase, "QUIESCE")) {
+		switch (cuip_gphase_base(phase)) {
+		case CUIP_GPHASE_QUIESCE:
 			p->quiesced = true;
-		} else if (!strncmp(phase, "PREPARE_MULTICAST", 17)) {
+			break;
+		case CUIP_GPHASE_PREPARE_MULTICAST:
 			p->torn_down |= holds_mc(p->st);
-		} else if (!strncmp(phase, "PREPARE_UNICAST", 15)) {
+			break;
+		case CUIP_GPHASE_PREPARE_UNICAST:
 			p->torn_down = p->unicast_down = true;
+			break;
+		default:
+			break;
 		}
 	}
 }
@@ -196,7 +203,7 @@ static bool read_msg(bool *end)
 		if (W.after)
 			apply_flags(m->phase);
 		else
-			apply_before(W.phase);
+			apply_before(cuip_gphase_parse(W.phase));
 		break;
 	case CUIP__GUARDIAN_MESSAGE__BODY_TOPOLOGY:
 		if (W.g && m->topology->index < W.g->n) {
