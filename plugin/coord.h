@@ -7,8 +7,8 @@
  * all if one failed. Used by the CRIU hooks (hooks.c) and by unit tests
  * against fake participant servers. A group is used by one thread (the
  * hook) at a time; phase threads touch only their own participant, and a
- * data phase's monitor (coord.c) only reads the participants' progress and,
- * on a stall, shuts down the connections still waiting for a reply.
+ * data phase's monitor (monitor.c) only reads the participants' progress
+ * and, on a stall, shuts down the connections still waiting for a reply.
  */
 #ifndef CUIP_PLUGIN_COORD_H
 #define CUIP_PLUGIN_COORD_H
