@@ -278,11 +278,6 @@ static int connect_all(struct cuip_group *g, const uint64_t *expect_ids)
 	return run_phase(g, CUIP_GPHASE_HANDSHAKE, step_connect, NULL, expect_ids);
 }
 
-int cuip_group_connect(struct cuip_group *g)
-{
-	return connect_all(g, NULL);
-}
-
 void cuip_group_disconnect(struct cuip_group *g)
 {
 	for (size_t i = 0; i < g->n; i++) {

@@ -94,10 +94,6 @@ struct cuip_group {
 	const struct cuip_img_parent *parent_img;
 };
 
-/* Connect (if needed) and handshake with every participant; check that the
- * identity matches (restore) or record it. */
-int cuip_group_connect(struct cuip_group *g);
-
 /*
  * Dump: HANDSHAKE/INSPECT, PREFLIGHT, QUIESCE, PREPARE_MULTICAST, SAVE,
  * images, PREPARE_UNICAST, BYE. On failure the group is rolled back in
