@@ -29,6 +29,7 @@
 #include "outside.h"
 #include "preflight.h"
 #include "proc.h"
+#include "procstat.h"
 #include "sockdiag.h"
 #include "threads.h"
 
@@ -1360,23 +1361,15 @@ static int finish_teardown(struct cuip_group *g, bool any_unicast_down)
  * children are reaped). */
 static bool part_alive(pid_t pid)
 {
-	char path[64], buf[512], *rp;
-	ssize_t n;
-	int fd;
+	struct cuip_proc_stat st;
+	int ret;
 
 	if (kill(pid, 0) && errno == ESRCH)
 		return false;
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return false;
-	buf[n] = 0;
-	rp = strrchr(buf, ')');
-	return !(rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'));
+	ret = cuip_proc_stat_read(pid, &st);
+	if (ret == -EINVAL)
+		return true; /* there, but its line unread: as before, not a zombie */
+	return !ret && st.state != 'Z' && st.state != 'X';
 }
 
 /*

@@ -30,6 +30,7 @@
 #include "gphase.h"
 #include "guardian.h"
 #include "proc.h"
+#include "procstat.h"
 #include "criulog.h"
 #include "wire.h"
 
@@ -232,23 +233,12 @@ static bool drain(void)
 	return end;
 }
 
+/* Field 3 of /proc/PID/stat; 0 when it cannot be read. */
 static char proc_state(pid_t pid)
 {
-	char path[64], buf[512], *rp;
-	ssize_t n;
-	int fd;
+	struct cuip_proc_stat st;
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = 0;
-	rp = strrchr(buf, ')');
-	return rp && rp[1] == ' ' ? rp[2] : 0;
+	return cuip_proc_stat_read(pid, &st) ? 0 : st.state;
 }
 
 static pid_t tracer_of(pid_t pid)

@@ -30,6 +30,7 @@
 #include "images.h"
 #include "importers.h"
 #include "participants.h"
+#include "procstat.h"
 
 START_TEST(dump_runs_every_phase_in_order_on_every_participant)
 {
