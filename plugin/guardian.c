@@ -725,11 +725,12 @@ out:
 
 int cuip_guardian_phase(struct cuip_group *g, const char *phase, bool after)
 {
+	enum cuip_gphase ph = cuip_gphase_parse(phase);
 	int ret = 0;
 
 	if (G.fd < 0)
 		return 0; /* none, or its loss was reported once: criu rolls back itself */
-	if (after && (!strcmp(phase, "INSPECT") || !strcmp(phase, "REINSPECT") || !strcmp(phase, "SAVE")))
+	if (after && (ph == CUIP_GPHASE_INSPECT || ph == CUIP_GPHASE_REINSPECT || ph == CUIP_GPHASE_SAVE))
 		ret = send_topologies(g);
 	if (!ret)
 		ret = send_phase(g, phase, after);
