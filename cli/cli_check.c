@@ -49,6 +49,7 @@
 #include "cli.h"
 #include "client.h"
 #include "proc.h"
+#include "procstat.h"
 
 enum verdict { CK_OK, CK_WARN, CK_FAIL };
 
@@ -555,19 +556,11 @@ static int maps_of(const char *pid)
 }
 
 /* The state letter of /proc/PID/stat ('T' stopped, 't' traced...). */
-static char state_of(const char *pid)
+static char state_of(pid_t pid)
 {
-	char p[300], line[512], *rp, st = '?';
-	FILE *f;
+	struct cuip_proc_stat st;
 
-	snprintf(p, sizeof(p), "/proc/%s/stat", pid);
-	f = fopen(p, "re");
-	if (f) {
-		if (fgets(line, sizeof(line), f) && (rp = strrchr(line, ')')) && rp[1] == ' ')
-			st = rp[2];
-		fclose(f);
-	}
-	return st;
+	return cuip_proc_stat_read(pid, &st) ? '?' : st.state;
 }
 
 static void comm_of(const char *pid, char *buf, size_t len)
@@ -665,7 +658,7 @@ static void check_one(struct check *c, const char *spid, int asked)
 		return;
 	}
 	if (ask(pid, path, &phase, failure, sizeof(failure), err, sizeof(err))) {
-		st = state_of(spid);
+		st = state_of(pid);
 		report(c, CK_FAIL, name,
 		       "%s: control socket %s does not answer (%s)%s: a dump of its tree would fail; %s", comm, path,
 		       err, st == 'T' || st == 't' ? ", the process is stopped" : "",

@@ -54,6 +54,7 @@
 
 #include "cli.h"
 #include "proc.h"
+#include "procstat.h"
 
 #ifndef CUIP_CRIU_PLUGINDIR
 #define CUIP_CRIU_PLUGINDIR "/usr/lib/criu"
@@ -343,22 +344,13 @@ static int add_libdir(const struct front *f, struct argl *a)
 /* State and parent of a process from /proc/PID/stat: 0 or -errno. */
 static int proc_stat(pid_t pid, char *state, pid_t *ppid)
 {
-	char path[64], buf[1024], *p;
-	ssize_t n;
-	int fd;
+	struct cuip_proc_stat st;
+	int ret = cuip_proc_stat_read(pid, &st);
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return -EIO;
-	buf[n] = 0;
-	p = strrchr(buf, ')'); /* comm may hold spaces and parentheses */
-	if (!p || sscanf(p + 1, " %c %d", state, ppid) != 2)
-		return -EIO;
+	if (ret)
+		return ret;
+	*state = st.state;
+	*ppid = st.ppid;
 	return 0;
 }
 

@@ -25,14 +25,16 @@
 #include "errfmt.h"
 #include "images.h"
 #include "criulog.h"
+#include "monitor.h"
 #include "outside.h"
 #include "preflight.h"
 #include "proc.h"
+#include "procstat.h"
 #include "sockdiag.h"
 #include "threads.h"
 
 typedef int (*step_fn)(struct cuip_group *g, struct cuip_part *p, const void *arg);
-typedef bool (*applies_fn)(const struct cuip_group *g, const struct cuip_part *p, const void *arg);
+typedef cuip_applies_fn applies_fn;
 
 /* The participant's failure, in its own words (p->err). */
 #define part_fail(p, ...) errfmt((p)->err, sizeof((p)->err), __VA_ARGS__)
@@ -44,95 +46,19 @@ static int out_of_memory(struct cuip_group *g, const char *what)
 	return -ENOMEM;
 }
 
-struct monitor;
-
-/*
- * One participant's step of a phase, on its own thread. done (the step
- * returned) and stalled (the monitor gave its request up) are under the
- * monitor's lock while the phase runs; stalled is read after the join.
- */
+/* One participant's step of a phase, on its own thread; a watched phase's
+ * job tells the monitor when its step returned. */
 struct job {
 	struct cuip_group *g;
 	struct cuip_part *p;
 	step_fn fn;
 	const void *arg;
-	struct monitor *mon; /* NULL: the phase runs unwatched */
+	struct cuip_monitor *mon; /* NULL: the phase runs unwatched */
 	pthread_t th;
 	bool started;
-	bool done;
-	bool stalled;
-	int64_t moved; /* stalled: bytes it had moved when given up; < 0 unknown */
 };
 
-/* ---- the monitor of a phase that moves data ------------------------------ */
-
-/*
- * How a data phase measures itself from outside its job threads: `total`
- * is what participant p will move, `done` what it has moved so far (< 0:
- * unknown). Both only read the participant's records and the files and
- * /proc entries of the phase, never what the job thread writes. A phase
- * without a byte count (REBUILD) has neither: its watchdog goes by replies
- * alone, and it logs no progress lines.
- */
-struct meter {
-	uint64_t (*total)(const struct cuip_group *g, const struct cuip_part *p, const void *arg);
-	int64_t (*done)(const struct cuip_group *g, const struct cuip_part *p, const void *arg);
-	bool delta; /* done counts from an arbitrary origin: subtract its start value */
-	/* Optional, SAVE: how p's bytes were decided so far (scanned on the
-	 * device, copied to the host); false when p does not say. */
-	bool (*detail)(const struct cuip_group *g, const struct cuip_part *p, const void *arg, uint64_t *scanned,
-		       uint64_t *copied);
-	/* Optional: what the phase's summary line adds after its rate (from
-	 * the replies, once the phase is over); "" for nothing. */
-	void (*summary)(const struct cuip_group *g, const void *arg, char *buf, size_t len);
-};
-
-static const struct meter replies_only = {.total = NULL, .done = NULL};
-
-/*
- * The monitor of one data phase (SAVE, LOAD, REBUILD): one thread that logs
- * a progress line every CUINTERPOSE_PROGRESS_MS and, when for
- * CUINTERPOSE_STALL_TIMEOUT_MS no participant still at work moved a byte of
- * the phase (one whose count cannot be read counts as still) and no reply
- * came, gives up every request still pending: it shuts that
- * participant's connection down (the job's recv returns at once) and marks
- * the job stalled, which the phase then fails. A stall, not a total: a slow
- * phase that keeps moving runs on (CUINTERPOSE_DATA_TIMEOUT_MS bounds the
- * total). Started before the phase's jobs and joined after them, so criu is
- * single-threaded again when the phase returns. lock protects stop, replies
- * and the jobs' done and stalled; the fields after th are the thread's own.
- */
-struct monitor {
-	struct cuip_group *g;
-	const char *name;
-	applies_fn applies;
-	const void *arg;
-	const struct meter *m;
-	struct job *jobs;
-	uint64_t total;
-	int64_t *base; /* per participant: done() when the phase started (delta meters) */
-	size_t replies;
-	pthread_mutex_t lock;
-	pthread_cond_t cond; /* CLOCK_MONOTONIC; signalled with stop set */
-	bool stop;
-	pthread_t th;
-	int64_t *seen;		   /* per participant: moved_by() at the last look, -1 unknown */
-	double t0, line_t, move_t; /* phase start, last progress line, last byte or reply */
-	uint64_t last;		   /* bytes at the last line with a count */
-	double last_t;
-};
-
-static void fmt_bytes(uint64_t b, char *buf, size_t len)
-{
-	if (b >= 1ull << 30)
-		snprintf(buf, len, "%.1f GiB", (double)b / (1ull << 30));
-	else if (b >= 1ull << 20)
-		snprintf(buf, len, "%.1f MiB", (double)b / (1ull << 20));
-	else
-		snprintf(buf, len, "%.1f KiB", (double)b / 1024);
-}
-
-/* Decimal units, as the rates: "112.6 GB". */
+/* Decimal units, as the rates (the SAVE summary): "112.6 GB". */
 static void fmt_dec(uint64_t b, char *buf, size_t len)
 {
 	if (b >= 1000000000ull)
@@ -143,332 +69,6 @@ static void fmt_dec(uint64_t b, char *buf, size_t len)
 		snprintf(buf, len, "%.1f kB", b / 1e3);
 	else
 		snprintf(buf, len, "%" PRIu64 " bytes", b);
-}
-
-static void fmt_rate(double bps, char *buf, size_t len)
-{
-	if (bps >= 1e9)
-		snprintf(buf, len, "%.1f GB/s", bps / 1e9);
-	else
-		snprintf(buf, len, "%.1f MB/s", bps / 1e6);
-}
-
-static bool monitor_on(const struct monitor *mn, const struct cuip_part *p)
-{
-	return !mn->applies || mn->applies(mn->g, p, mn->arg);
-}
-
-static bool lines_on(const struct monitor *mn)
-{
-	return mn->g->o->progress_ms && mn->total;
-}
-
-/* Bytes participant i moved in this phase, at most its total; false when
- * it cannot say (its /proc entry is unreadable). */
-static bool moved_by(const struct monitor *mn, size_t i, uint64_t *moved)
-{
-	const struct cuip_part *p = &mn->g->p[i];
-	uint64_t t = mn->m->total(mn->g, p, mn->arg);
-	int64_t d = mn->m->done(mn->g, p, mn->arg);
-
-	if (d < 0 || mn->base[i] < 0)
-		return false;
-	d -= mn->base[i];
-	*moved = d < 0 ? 0 : (uint64_t)d > t ? t : (uint64_t)d;
-	return true;
-}
-
-/* Bytes moved by the whole phase so far; false when a participant cannot say. */
-static bool monitor_sample(const struct monitor *mn, uint64_t *done)
-{
-	*done = 0;
-	for (size_t i = 0; i < mn->g->n; i++) {
-		uint64_t d;
-
-		if (!monitor_on(mn, &mn->g->p[i]))
-			continue;
-		if (!moved_by(mn, i, &d))
-			return false;
-		*done += d;
-	}
-	return true;
-}
-
-/* What the progress line adds after its time: how the participants that
- * say so decided their bytes ("" when none does). */
-static void monitor_detail(const struct monitor *mn, char *buf, size_t len)
-{
-	uint64_t scanned = 0, copied = 0;
-	char s_s[32], c_s[32];
-	bool any = false;
-
-	buf[0] = 0;
-	for (size_t i = 0; mn->m->detail && i < mn->g->n; i++) {
-		uint64_t s, c;
-
-		if (monitor_on(mn, &mn->g->p[i]) && mn->m->detail(mn->g, &mn->g->p[i], mn->arg, &s, &c)) {
-			scanned += s;
-			copied += c;
-			any = true;
-		}
-	}
-	if (!any)
-		return;
-	fmt_bytes(scanned, s_s, sizeof(s_s));
-	fmt_bytes(copied, c_s, sizeof(c_s));
-	snprintf(buf, len, " (decided; %s scanned on the device, %s copied to the host)", s_s, c_s);
-}
-
-static void monitor_line(struct monitor *mn, double now)
-{
-	char done_s[32], total_s[32], rate_s[32], detail[160];
-	uint64_t done;
-
-	fmt_bytes(mn->total, total_s, sizeof(total_s));
-	if (!monitor_sample(mn, &done)) {
-		pr_info("%s in progress: %s expected, %.1f s (no byte count: /proc/PID/io unreadable)", mn->name,
-			total_s, now - mn->t0);
-		return;
-	}
-	fmt_bytes(done, done_s, sizeof(done_s));
-	fmt_rate(now > mn->last_t ? (double)(done - mn->last) / (now - mn->last_t) : 0.0, rate_s, sizeof(rate_s));
-	monitor_detail(mn, detail, sizeof(detail));
-	pr_info("%s in progress: %s of %s (%u%%), %s, %.1f s%s", mn->name, done_s, total_s,
-		(unsigned)(done * 100 / mn->total), rate_s, now - mn->t0, detail);
-	mn->last = done;
-	mn->last_t = now;
-}
-
-/* Under lock: is participant i's reply still outstanding? */
-static bool pending(const struct monitor *mn, size_t i)
-{
-	return monitor_on(mn, &mn->g->p[i]) && !mn->jobs[i].done;
-}
-
-/*
- * Did a pending participant move a byte of the phase since the last look?
- * The bytes of the phase, what the progress lines and the stall message
- * show: rchar past the total is the process reading something else (in a
- * rollback the job runs), not LOAD. A count that cannot be read does not
- * move, so that a stall still ends.
- */
-static bool monitor_moved(struct monitor *mn)
-{
-	bool moved = false;
-
-	for (size_t i = 0; mn->m->done && i < mn->g->n; i++) {
-		uint64_t d;
-		bool wait;
-
-		pthread_mutex_lock(&mn->lock);
-		wait = pending(mn, i);
-		pthread_mutex_unlock(&mn->lock);
-		if (!wait || !moved_by(mn, i, &d))
-			continue;
-		moved |= (int64_t)d != mn->seen[i];
-		mn->seen[i] = (int64_t)d;
-	}
-	return moved;
-}
-
-/* Give up every request still pending: shut its connection down, so that
- * its job's recv returns; the phase fails it (monitor_stop). */
-static size_t monitor_abandon(struct monitor *mn)
-{
-	size_t n = 0;
-	uint64_t d;
-
-	pthread_mutex_lock(&mn->lock);
-	for (size_t i = 0; i < mn->g->n; i++) {
-		if (!pending(mn, i))
-			continue;
-		mn->jobs[i].stalled = true;
-		mn->jobs[i].moved = -1;
-		if (mn->m->total && moved_by(mn, i, &d))
-			mn->jobs[i].moved = (int64_t)d;
-		if (mn->g->p[i].fd >= 0)
-			shutdown(mn->g->p[i].fd, SHUT_RDWR);
-		n++;
-	}
-	pthread_mutex_unlock(&mn->lock);
-	return n;
-}
-
-/* One look for a stall; true when it found one and gave the phase up. */
-static bool monitor_stalled(struct monitor *mn, bool replied, double now)
-{
-	unsigned ms = mn->g->o->stall_timeout_ms;
-	size_t n;
-
-	if (!ms)
-		return false;
-	if (replied || monitor_moved(mn)) {
-		mn->move_t = now;
-		return false;
-	}
-	if (now - mn->move_t < ms / 1000.0)
-		return false;
-	n = monitor_abandon(mn);
-	if (!n)
-		return false; /* every reply is in: the phase is ending */
-	pr_err("%s: no byte moved and no reply for %g s: abandoning %zu pending requests", mn->name, ms / 1000.0, n);
-	return true;
-}
-
-/* Under lock: sleep ms or until stopped; true when stopped. */
-static bool monitor_wait(struct monitor *mn, unsigned ms)
-{
-	struct timespec ts;
-
-	cuip_deadline_ms(&ts, ms);
-	while (!mn->stop && pthread_cond_timedwait(&mn->cond, &mn->lock, &ts) != ETIMEDOUT)
-		;
-	return mn->stop;
-}
-
-/* Wake for every progress line, and often enough to end a stall within an
- * eighth of its bound (at most 1 s late). */
-static unsigned monitor_tick(const struct monitor *mn)
-{
-	unsigned stall = mn->g->o->stall_timeout_ms, tick = lines_on(mn) ? mn->g->o->progress_ms : UINT_MAX;
-	unsigned look = stall / 8 < 10 ? 10 : stall / 8 > 1000 ? 1000 : stall / 8;
-
-	return stall && look < tick ? look : tick;
-}
-
-static void *monitor_main(void *a)
-{
-	struct monitor *mn = a;
-	unsigned tick = monitor_tick(mn);
-	size_t replies = 0;
-
-	pthread_mutex_lock(&mn->lock);
-	while (!monitor_wait(mn, tick)) {
-		bool replied = mn->replies != replies;
-		double now = cuip_now();
-
-		replies = mn->replies;
-		pthread_mutex_unlock(&mn->lock);
-		if (lines_on(mn) && now - mn->line_t >= mn->g->o->progress_ms / 1000.0) {
-			monitor_line(mn, now);
-			mn->line_t = now;
-		}
-		if (monitor_stalled(mn, replied, now))
-			return NULL; /* every pending job is on its way back */
-		pthread_mutex_lock(&mn->lock);
-	}
-	pthread_mutex_unlock(&mn->lock);
-	return NULL;
-}
-
-/* The counts the phase starts from and the total it is to move; returns
- * how many participants take part. */
-static size_t monitor_baseline(struct monitor *mn)
-{
-	struct cuip_group *g = mn->g;
-	size_t n = 0;
-
-	mn->total = 0;
-	for (size_t i = 0; i < g->n; i++) {
-		uint64_t d;
-
-		if (!monitor_on(mn, &g->p[i]))
-			continue;
-		n++;
-		if (mn->m->total)
-			mn->total += mn->m->total(g, &g->p[i], mn->arg);
-		if (mn->m->delta)
-			mn->base[i] = mn->m->done(g, &g->p[i], mn->arg);
-		mn->seen[i] = mn->m->done && moved_by(mn, i, &d) ? (int64_t)d : -1;
-	}
-	return n;
-}
-
-/* Start the monitor of a data phase: 1 when it watches, 0 when it has
- * nothing to do (no meter, progress lines and the stall bound both off, no
- * participant) or could not start for progress lines only; a negative
- * errno, with g->err set, when the phase's stall bound cannot be kept (no
- * memory, no thread): the phase is not run unbounded. */
-static int monitor_start(struct monitor *mn)
-{
-	pthread_condattr_t ca;
-	struct cuip_group *g = mn->g;
-	int ret;
-
-	if (!mn->m || (!g->o->progress_ms && !g->o->stall_timeout_ms))
-		return 0;
-	mn->base = calloc(g->n ? g->n : 1, sizeof(*mn->base));
-	mn->seen = calloc(g->n ? g->n : 1, sizeof(*mn->seen));
-	if (!mn->base || !mn->seen) {
-		ret = -ENOMEM;
-		goto fail;
-	}
-	if (!monitor_baseline(mn) || (!lines_on(mn) && !g->o->stall_timeout_ms)) {
-		ret = 0;
-		goto fail;
-	}
-	mn->t0 = mn->line_t = mn->move_t = mn->last_t = cuip_now();
-	pthread_mutex_init(&mn->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&mn->cond, &ca);
-	pthread_condattr_destroy(&ca);
-	if (!(ret = -cuip_thread_create(&mn->th, NULL, monitor_main, mn)))
-		return 1;
-	pthread_cond_destroy(&mn->cond);
-	pthread_mutex_destroy(&mn->lock);
-fail:
-	free(mn->base);
-	free(mn->seen);
-	if (!ret)
-		return 0;
-	if (!g->o->stall_timeout_ms) {
-		pr_warn("%s: no progress lines (%s)", mn->name, strerror(-ret));
-		return 0;
-	}
-	errfmt(g->err, sizeof(g->err), "%s: cannot watch its stall bound: %s", mn->name, strerror(-ret));
-	return ret;
-}
-
-/* A request the monitor gave up fails, saying how far it had got; its
- * connection, shut down, is closed (a late reply must not be read as the
- * answer to the next request). */
-static void fail_stalled(const struct monitor *mn, const struct job *j)
-{
-	struct cuip_part *p = j->p;
-	char how[96];
-
-	if (!mn->m->total)
-		snprintf(how, sizeof(how), "no reply");
-	else if (j->moved >= 0)
-		snprintf(how, sizeof(how), "%" PRId64 " of %" PRIu64 " bytes moved", j->moved,
-			 mn->m->total(mn->g, p, mn->arg));
-	else
-		snprintf(how, sizeof(how), "%" PRIu64 " bytes to move, /proc/%d/io unreadable",
-			 mn->m->total(mn->g, p, mn->arg), (int)p->pid);
-	p->status = -ETIMEDOUT;
-	part_fail(p, "no progress for %g s in %s (%s)", mn->g->o->stall_timeout_ms / 1000.0, mn->name, how);
-	close(p->fd);
-	p->fd = -1;
-}
-
-/* Stop and join the monitor, after the phase's jobs; fail what it gave up. */
-static void monitor_stop(struct monitor *mn)
-{
-	pthread_mutex_lock(&mn->lock);
-	mn->stop = true;
-	pthread_cond_signal(&mn->cond);
-	pthread_mutex_unlock(&mn->lock);
-	pthread_join(mn->th, NULL);
-	for (size_t i = 0; i < mn->g->n; i++) {
-		assert(!pending(mn, i)); /* the jobs are joined */
-		if (mn->jobs[i].stalled)
-			fail_stalled(mn, &mn->jobs[i]);
-	}
-	pthread_cond_destroy(&mn->cond);
-	pthread_mutex_destroy(&mn->lock);
-	free(mn->base);
-	free(mn->seen);
 }
 
 /* ---- phases --------------------------------------------------------------- */
@@ -487,18 +87,14 @@ static void *job_main(void *a)
 	struct job *j = a;
 
 	j->p->status = j->fn(j->g, j->p, j->arg);
-	if (j->mon) {
-		pthread_mutex_lock(&j->mon->lock);
-		j->done = true;
-		j->mon->replies++;
-		pthread_mutex_unlock(&j->mon->lock);
-	}
+	if (j->mon)
+		cuip_monitor_replied(j->mon, (size_t)(j->p - j->g->p));
 	return NULL;
 }
 
 /* Run every job, one thread each (here when no thread can be had), and
  * wait for all of them: the barrier. */
-static void run_jobs(struct cuip_group *g, struct job *jobs, struct monitor *mon)
+static void run_jobs(struct cuip_group *g, struct job *jobs, struct cuip_monitor *mon)
 {
 	for (size_t i = 0; i < g->n; i++) {
 		if (!jobs[i].fn)
@@ -551,11 +147,12 @@ static int phase_results(struct cuip_group *g, const char *name, const struct jo
  * fails it. Returns the status of the first failing participant in group
  * order.
  */
-static int run_phase_metered(struct cuip_group *g, const char *name, step_fn fn, applies_fn applies, const void *arg,
-			     const struct meter *m)
+static int run_phase_metered(struct cuip_group *g, enum cuip_gphase ph, step_fn fn, applies_fn applies, const void *arg,
+			     const struct cuip_meter *m)
 {
+	const char *name = cuip_gphase_name(ph);
 	struct job *jobs = calloc(g->n ? g->n : 1, sizeof(*jobs));
-	struct monitor mn = {.g = g, .name = name, .applies = applies, .arg = arg, .m = m, .jobs = jobs};
+	struct cuip_monitor mn = {.g = g, .name = name, .applies = applies, .arg = arg, .m = m};
 	size_t parts = 0, records = 0;
 	uint64_t bytes = 0;
 	char extra[256] = "";
@@ -567,7 +164,7 @@ static int run_phase_metered(struct cuip_group *g, const char *name, step_fn fn,
 		errfmt(g->err, sizeof(g->err), "out of memory starting %s", name);
 		return -ENOMEM;
 	}
-	if (g->on_phase && (ret = g->on_phase(g, name, false, 0))) {
+	if (g->on_phase && (ret = g->on_phase(g, ph, false, 0))) {
 		free(jobs);
 		return ret;
 	}
@@ -583,14 +180,14 @@ static int run_phase_metered(struct cuip_group *g, const char *name, step_fn fn,
 		jobs[i] = (struct job){.g = g, .p = p, .fn = fn, .arg = arg};
 		parts++;
 	}
-	if ((ret = monitor_start(&mn)) < 0) {
+	if ((ret = cuip_monitor_start(&mn)) < 0) {
 		free(jobs);
 		return ret;
 	}
 	watched = ret > 0;
 	run_jobs(g, jobs, watched ? &mn : NULL);
 	if (watched)
-		monitor_stop(&mn);
+		cuip_monitor_stop(&mn);
 	ret = phase_results(g, name, jobs, &records, &bytes);
 	free(jobs);
 	for (size_t i = 0; i < g->n; i++)
@@ -605,15 +202,15 @@ static int run_phase_metered(struct cuip_group *g, const char *name, step_fn fn,
 		pr_info("%s: %zu participants, %zu records, %.3f s%s%s", name, parts, records, dt, extra,
 			ret ? " (FAILED)" : "");
 	if (g->after_phase)
-		g->after_phase(g, name, ret);
+		g->after_phase(g, ph, ret);
 	if (g->on_phase)
-		g->on_phase(g, name, true, ret);
+		g->on_phase(g, ph, true, ret);
 	return ret;
 }
 
-static int run_phase(struct cuip_group *g, const char *name, step_fn fn, applies_fn applies, const void *arg)
+static int run_phase(struct cuip_group *g, enum cuip_gphase ph, step_fn fn, applies_fn applies, const void *arg)
 {
-	return run_phase_metered(g, name, fn, applies, arg, NULL);
+	return run_phase_metered(g, ph, fn, applies, arg, NULL);
 }
 
 static unsigned op_timeout(const struct cuip_group *g)
@@ -679,12 +276,7 @@ static int step_connect(struct cuip_group *g, struct cuip_part *p, const void *a
 
 static int connect_all(struct cuip_group *g, const uint64_t *expect_ids)
 {
-	return run_phase(g, "HANDSHAKE", step_connect, NULL, expect_ids);
-}
-
-int cuip_group_connect(struct cuip_group *g)
-{
-	return connect_all(g, NULL);
+	return run_phase(g, CUIP_GPHASE_HANDSHAKE, step_connect, NULL, expect_ids);
 }
 
 void cuip_group_disconnect(struct cuip_group *g)
@@ -1191,7 +783,7 @@ static void save_summary(const struct cuip_group *g, const void *arg, char *buf,
 	}
 }
 
-static const struct meter save_meter = {
+static const struct cuip_meter save_meter = {
 	.total = save_total, .done = save_done, .detail = save_detail, .summary = save_summary};
 
 /*
@@ -1245,7 +837,7 @@ static int save_phase(struct cuip_group *g)
 	int ret;
 
 	progress_open(g);
-	ret = run_phase_metered(g, "SAVE", step_save, has_carriers, NULL, &save_meter);
+	ret = run_phase_metered(g, CUIP_GPHASE_SAVE, step_save, has_carriers, NULL, &save_meter);
 	progress_close(g);
 	return ret;
 }
@@ -1339,10 +931,10 @@ static int preflight(struct cuip_group *g)
 		free(memo);
 	}
 	free(pp);
-	pr_info("PREFLIGHT: %zu participants, %zu records, %.3f s%s", g->n, records, cuip_now() - t0,
-		ret ? " (REFUSED)" : "");
+	pr_info("%s: %zu participants, %zu records, %.3f s%s", cuip_gphase_name(CUIP_GPHASE_PREFLIGHT), g->n, records,
+		cuip_now() - t0, ret ? " (REFUSED)" : "");
 	if (g->after_phase)
-		g->after_phase(g, "PREFLIGHT", ret);
+		g->after_phase(g, CUIP_GPHASE_PREFLIGHT, ret);
 	return ret;
 }
 
@@ -1389,11 +981,12 @@ static int write_images(struct cuip_group *g)
 	free(ip);
 	if (!ret)
 		g->images_written = true;
-	pr_info("IMAGES: %zu topology images + inventory, %.3f s%s", g->n, cuip_now() - t0, ret ? " (FAILED)" : "");
+	pr_info("%s: %zu topology images + inventory, %.3f s%s", cuip_gphase_name(CUIP_GPHASE_IMAGES), g->n,
+		cuip_now() - t0, ret ? " (FAILED)" : "");
 	if (g->after_phase)
-		g->after_phase(g, "IMAGES", ret);
+		g->after_phase(g, CUIP_GPHASE_IMAGES, ret);
 	if (g->on_phase)
-		g->on_phase(g, "IMAGES", true, ret);
+		g->on_phase(g, CUIP_GPHASE_IMAGES, true, ret);
 	return ret;
 }
 
@@ -1433,15 +1026,15 @@ static int quiesce_with_retries(struct cuip_group *g)
 
 	for (unsigned a = 0;; a++) {
 		if ((ret = connect_all(g, NULL)) || (ret = refuse_busy(g)) ||
-		    (ret = run_phase(g, "INSPECT", step_inspect, NULL, NULL)) || (ret = preflight(g)))
+		    (ret = run_phase(g, CUIP_GPHASE_INSPECT, step_inspect, NULL, NULL)) || (ret = preflight(g)))
 			return ret;
-		ret = run_phase(g, "QUIESCE", step_quiesce, NULL, NULL);
+		ret = run_phase(g, CUIP_GPHASE_QUIESCE, step_quiesce, NULL, NULL);
 		/* The records SAVE and the images go by are the quiesced ones:
 		 * between INSPECT and the closed gate the job may have allocated,
 		 * freed or shared memory (PREPARE_UNICAST releases every carried
 		 * allocation, saved or not). Checked again before anything is
 		 * torn down; a refusal rolls back. */
-		if (!ret && (ret = run_phase(g, "REINSPECT", step_inspect, NULL, NULL)) == 0)
+		if (!ret && (ret = run_phase(g, CUIP_GPHASE_REINSPECT, step_inspect, NULL, NULL)) == 0)
 			ret = preflight(g);
 		if (ret != -ETIMEDOUT)
 			return ret;
@@ -1468,10 +1061,10 @@ int cuip_group_dump(struct cuip_group *g)
 		for (size_t i = 0; i < sizeof(g->ckpt_id); i++)
 			g->ckpt_id[i] = (uint8_t)rand();
 	if ((ret = quiesce_with_retries(g)) ||
-	    (ret = run_phase(g, "PREPARE_MULTICAST", step_flag, NULL,
+	    (ret = run_phase(g, CUIP_GPHASE_PREPARE_MULTICAST, step_flag, NULL,
 			     (void *)(intptr_t)CUIP__REQUEST__BODY_PREPARE_MULTICAST)) ||
 	    (ret = save_phase(g)) || (ret = write_images(g)) ||
-	    (ret = run_phase(g, "PREPARE_UNICAST", step_flag, NULL,
+	    (ret = run_phase(g, CUIP_GPHASE_PREPARE_UNICAST, step_flag, NULL,
 			     (void *)(intptr_t)CUIP__REQUEST__BODY_PREPARE_UNICAST))) {
 		char why[sizeof(g->err)];
 
@@ -1605,7 +1198,7 @@ static int64_t load_done(const struct cuip_group *g, const struct cuip_part *p, 
 	return rchar;
 }
 
-static const struct meter load_meter = {.total = load_total, .done = load_done, .delta = true};
+static const struct cuip_meter load_meter = {.total = load_total, .done = load_done, .delta = true};
 
 static int step_rebuild(struct cuip_group *g, struct cuip_part *p, const void *arg)
 {
@@ -1673,18 +1266,6 @@ static bool has_multicast(const Cuip__Topology *const *topo, size_t n)
 	return false;
 }
 
-static const char *stage_name(Cuip__Stage s)
-{
-	static const char *names[] = {"?",
-				      "REBUILD_CREATORS",
-				      "REBUILD_IMPORTERS",
-				      "REBUILD_MC_CREATORS",
-				      "REBUILD_MC_IMPORTERS",
-				      "REBUILD_MC_DEVICES",
-				      "REBUILD_MC_BINDINGS"};
-	return (unsigned)s < sizeof(names) / sizeof(names[0]) ? names[s] : "?";
-}
-
 static int rebuild(struct cuip_group *g, const Cuip__Topology *const *topo, bool only_torn_down)
 {
 	struct rebuild_ctx c = {.topo = topo, .only_torn_down = only_torn_down};
@@ -1713,15 +1294,16 @@ static int rebuild(struct cuip_group *g, const Cuip__Topology *const *topo, bool
 	c.peers = pps;
 	c.n_peers = g->n;
 	c.unicast = true;
-	ret = run_phase_metered(g, "LOAD", step_load, load_applies, &c, &load_meter);
+	ret = run_phase_metered(g, CUIP_GPHASE_LOAD, step_load, load_applies, &c, &load_meter);
 	for (size_t s = 0; !ret && s < nstages; s++) {
 		c.stage = stages[s];
 		c.unicast = stages[s] == CUIP__STAGE__STAGE_CREATORS || stages[s] == CUIP__STAGE__STAGE_IMPORTERS;
-		ret = run_phase_metered(g, stage_name(stages[s]), step_rebuild, rebuild_applies, &c, &replies_only);
+		ret = run_phase_metered(g, cuip_gphase_of_stage(stages[s]), step_rebuild, rebuild_applies, &c,
+					&cuip_meter_replies_only);
 	}
 	c.unicast = false;
 	if (!ret)
-		ret = run_phase(g, "VERIFY", step_verify, rebuild_applies, &c);
+		ret = run_phase(g, CUIP_GPHASE_VERIFY, step_verify, rebuild_applies, &c);
 out:
 	free(ps);
 	free(pps);
@@ -1766,11 +1348,11 @@ static bool unicast_attached(const struct cuip_group *g, const struct cuip_part 
  */
 static int finish_teardown(struct cuip_group *g, bool any_unicast_down)
 {
-	int ret = run_phase(g, "PREPARE_MULTICAST (rollback)", step_flag, mc_attached,
+	int ret = run_phase(g, CUIP_GPHASE_PREPARE_MULTICAST_ROLLBACK, step_flag, mc_attached,
 			    (void *)(intptr_t)CUIP__REQUEST__BODY_PREPARE_MULTICAST);
 
 	if (!ret && any_unicast_down)
-		ret = run_phase(g, "PREPARE_UNICAST (rollback)", step_flag, unicast_attached,
+		ret = run_phase(g, CUIP_GPHASE_PREPARE_UNICAST_ROLLBACK, step_flag, unicast_attached,
 				(void *)(intptr_t)CUIP__REQUEST__BODY_PREPARE_UNICAST);
 	return ret;
 }
@@ -1779,23 +1361,15 @@ static int finish_teardown(struct cuip_group *g, bool any_unicast_down)
  * children are reaped). */
 static bool part_alive(pid_t pid)
 {
-	char path[64], buf[512], *rp;
-	ssize_t n;
-	int fd;
+	struct cuip_proc_stat st;
+	int ret;
 
 	if (kill(pid, 0) && errno == ESRCH)
 		return false;
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return false;
-	buf[n] = 0;
-	rp = strrchr(buf, ')');
-	return !(rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'));
+	ret = cuip_proc_stat_read(pid, &st);
+	if (ret == -EINVAL)
+		return true; /* there, but its line unread: as before, not a zombie */
+	return !ret && st.state != 'Z' && st.state != 'X';
 }
 
 /*
@@ -1898,7 +1472,7 @@ int cuip_group_rollback(struct cuip_group *g)
 	if (!ret && any_torn)
 		ret = rebuild(g, tp, true);
 	if (!ret)
-		ret = run_phase(g, "RESUME", step_resume, is_quiesced, NULL);
+		ret = run_phase(g, CUIP_GPHASE_RESUME, step_resume, is_quiesced, NULL);
 	g->rollback_failed = ret != 0;
 	if (ret)
 		pr_err("ROLLBACK FAILED: %s; the job may be left with its gate closed", g->err);
@@ -1927,7 +1501,7 @@ int cuip_group_rebuild(struct cuip_group *g, const Cuip__Topology *const *topo)
 	if (!ret) {
 		for (size_t i = 0; i < g->n; i++)
 			g->p[i].quiesced = true;
-		ret = run_phase(g, "RESUME", step_resume, NULL, NULL);
+		ret = run_phase(g, CUIP_GPHASE_RESUME, step_resume, NULL, NULL);
 	}
 	cuip_group_disconnect(g);
 	return ret;

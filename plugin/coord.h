@@ -7,8 +7,8 @@
  * all if one failed. Used by the CRIU hooks (hooks.c) and by unit tests
  * against fake participant servers. A group is used by one thread (the
  * hook) at a time; phase threads touch only their own participant, and a
- * data phase's monitor (coord.c) only reads the participants' progress and,
- * on a stall, shuts down the connections still waiting for a reply.
+ * data phase's monitor (monitor.c) only reads the participants' progress
+ * and, on a stall, shuts down the connections still waiting for a reply.
  */
 #ifndef CUIP_PLUGIN_COORD_H
 #define CUIP_PLUGIN_COORD_H
@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "gphase.h"
 #include "images.h"
 #include "options.h"
 #include "progress.h"
@@ -77,14 +78,14 @@ struct cuip_group {
 	bool images_written;
 	bool rollback_failed; /* the last rollback could not reopen every gate */
 	char err[1024];	      /* the first failure, for the caller's message */
-	/* test hook: called after every phase barrier with its name */
-	void (*after_phase)(struct cuip_group *g, const char *phase, int status);
+	/* test hook: called after every phase barrier (cuip_gphase_name) */
+	void (*after_phase)(struct cuip_group *g, enum cuip_gphase phase, int status);
 	/*
 	 * Progress hook (hooks.c: the guardian and fault injection): called
 	 * before a phase starts (after = false; a nonzero return fails the
 	 * phase with g->err set by the hook) and after its barrier.
 	 */
-	int (*on_phase)(struct cuip_group *g, const char *phase, bool after, int status);
+	int (*on_phase)(struct cuip_group *g, enum cuip_gphase phase, bool after, int status);
 	const char *client; /* HANDSHAKE client name; NULL: "plugin" */
 	/* Incremental dump (CUINTERPOSE_PARENT): the parent checkpoint as read
 	 * (its entries' hashes go with each SAVE) and what the images record
@@ -92,10 +93,6 @@ struct cuip_group {
 	const struct cuip_ckpt *parent;
 	const struct cuip_img_parent *parent_img;
 };
-
-/* Connect (if needed) and handshake with every participant; check that the
- * identity matches (restore) or record it. */
-int cuip_group_connect(struct cuip_group *g);
 
 /*
  * Dump: HANDSHAKE/INSPECT, PREFLIGHT, QUIESCE, PREPARE_MULTICAST, SAVE,

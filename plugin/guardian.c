@@ -30,8 +30,10 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "gphase.h"
 #include "guardian.h"
 #include "proc.h"
+#include "procstat.h"
 #include "pstree.h"
 #include "criulog.h"
 #include "wire.h"
@@ -141,17 +143,23 @@ static bool holds_mc(const Cuip__ProcessState *st)
 
 /* Before a phase: what its steps may do before anyone answers (coord.c's
  * step_quiesce and step_flag mark the same before they send). */
-static void apply_before(const char *phase)
+static void apply_before(enum cuip_gphase phase)
 {
 	for (size_t i = 0; i < W.g->n; i++) {
 		struct cuip_part *p = &W.g->p[i];
 
-		if (!strcmp(phase, "QUIESCE")) {
+		switch (cuip_gphase_base(phase)) {
+		case CUIP_GPHASE_QUIESCE:
 			p->quiesced = true;
-		} else if (!strncmp(phase, "PREPARE_MULTICAST", 17)) {
+			break;
+		case CUIP_GPHASE_PREPARE_MULTICAST:
 			p->torn_down |= holds_mc(p->st);
-		} else if (!strncmp(phase, "PREPARE_UNICAST", 15)) {
+			break;
+		case CUIP_GPHASE_PREPARE_UNICAST:
 			p->torn_down = p->unicast_down = true;
+			break;
+		default:
+			break;
 		}
 	}
 }
@@ -202,7 +210,7 @@ static bool read_msg(bool *end)
 		if (W.after)
 			apply_flags(m->phase);
 		else
-			apply_before(W.phase);
+			apply_before(cuip_gphase_parse(W.phase));
 		break;
 	case CUIP__GUARDIAN_MESSAGE__BODY_TOPOLOGY:
 		if (W.g && m->topology->index < W.g->n) {
@@ -231,23 +239,12 @@ static bool drain(void)
 	return end;
 }
 
+/* Field 3 of /proc/PID/stat; 0 when it cannot be read. */
 static char proc_state(pid_t pid)
 {
-	char path[64], buf[512], *rp;
-	ssize_t n;
-	int fd;
+	struct cuip_proc_stat st;
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = 0;
-	rp = strrchr(buf, ')');
-	return rp && rp[1] == ' ' ? rp[2] : 0;
+	return cuip_proc_stat_read(pid, &st) ? 0 : st.state;
 }
 
 static pid_t tracer_of(pid_t pid)
@@ -466,24 +463,13 @@ static void __attribute__((noreturn)) rollback_dump(const char *why)
  * -1 when it is gone. */
 static int stat_of(pid_t pid, pid_t *ppid, unsigned long long *start)
 {
-	char path[64], buf[1024], *p;
-	ssize_t n;
-	int fd, ok;
+	struct cuip_proc_stat st;
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	if (cuip_proc_stat_read(pid, &st))
 		return -1;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = 0;
-	p = strrchr(buf, ')');
-	/* fields 3 (state) .. 22 (starttime) */
-	ok = p && sscanf(p + 1, " %*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
-			 ppid, start) == 2;
-	return ok ? 0 : -1;
+	*ppid = st.ppid;
+	*start = st.start;
+	return 0;
 }
 
 /* /proc/PID/status's NSpid: how many levels, and the innermost pid. */
@@ -1008,11 +994,12 @@ out:
 
 int cuip_guardian_phase(struct cuip_group *g, const char *phase, bool after)
 {
+	enum cuip_gphase ph = cuip_gphase_parse(phase);
 	int ret = 0;
 
 	if (G.fd < 0)
 		return 0; /* none, or its loss was reported once: criu rolls back itself */
-	if (after && (!strcmp(phase, "INSPECT") || !strcmp(phase, "REINSPECT") || !strcmp(phase, "SAVE")))
+	if (after && (ph == CUIP_GPHASE_INSPECT || ph == CUIP_GPHASE_REINSPECT || ph == CUIP_GPHASE_SAVE))
 		ret = send_topologies(g);
 	if (!ret)
 		ret = send_phase(g, phase, after);

@@ -423,15 +423,16 @@ static int native_restore(char *err, size_t errlen)
 
 /* Every coordinator phase: the guardian hears of it before and after;
  * CUINTERPOSE_FAULT may strike once the guardian knows. */
-static int on_phase(struct cuip_group *g, const char *phase, bool after, int status)
+static int on_phase(struct cuip_group *g, enum cuip_gphase ph, bool after, int status)
 {
+	const char *phase = cuip_gphase_name(ph);
 	int ret = cuip_guardian_phase(g, phase, after);
 	char begin[80];
 
-	if (!after && !strcmp(phase, "QUIESCE")) {
+	if (!after && ph == CUIP_GPHASE_QUIESCE) {
 		S.held_t0 = cuip_now(); /* the gate closes with this request */
 		S.held_t1 = 0;
-	} else if (after && !status && !strcmp(phase, "RESUME") && S.held_t0) {
+	} else if (after && !status && ph == CUIP_GPHASE_RESUME && S.held_t0) {
 		S.held_t1 = cuip_now(); /* every gate is open again */
 	}
 	if (!after) {

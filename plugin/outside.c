@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "importers.h"
+#include "procstat.h"
 #include "outside.h"
 
 #define NSPID_MAX 32

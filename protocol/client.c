@@ -29,6 +29,7 @@
 #include "arena.h"
 #include "client.h"
 #include "errfmt.h"
+#include "gphase.h"
 #include "wire.h"
 
 uint64_t cuip_client_identity;
@@ -37,27 +38,11 @@ uint64_t cuip_client_pid_ns, cuip_client_start;
 
 const char *cuip_request_name(int c)
 {
+	enum cuip_gphase ph = cuip_gphase_of_request(c);
+
+	if (ph != CUIP_GPHASE_NONE)
+		return cuip_gphase_name(ph);
 	switch (c) {
-	case CUIP__REQUEST__BODY_HANDSHAKE:
-		return "HANDSHAKE";
-	case CUIP__REQUEST__BODY_INSPECT:
-		return "INSPECT";
-	case CUIP__REQUEST__BODY_QUIESCE:
-		return "QUIESCE";
-	case CUIP__REQUEST__BODY_PREPARE_MULTICAST:
-		return "PREPARE_MULTICAST";
-	case CUIP__REQUEST__BODY_SAVE:
-		return "SAVE";
-	case CUIP__REQUEST__BODY_PREPARE_UNICAST:
-		return "PREPARE_UNICAST";
-	case CUIP__REQUEST__BODY_LOAD:
-		return "LOAD";
-	case CUIP__REQUEST__BODY_REBUILD:
-		return "REBUILD";
-	case CUIP__REQUEST__BODY_VERIFY:
-		return "VERIFY";
-	case CUIP__REQUEST__BODY_RESUME:
-		return "RESUME";
 	case CUIP__REQUEST__BODY_FETCH_MANY:
 		return "FETCH_MANY";
 	case CUIP__REQUEST__BODY_BYE:

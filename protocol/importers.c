@@ -11,41 +11,7 @@
 #include <unistd.h>
 
 #include "importers.h"
-
-int cuip_proc_stat_start(pid_t pid, uint64_t *start, char *state)
-{
-	char path[64], buf[1024], *p;
-	unsigned long long st = 0;
-	ssize_t n;
-	int fd, f;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return n < 0 ? -errno : -ESRCH;
-	buf[n] = 0;
-	/* comm may hold anything, ')' included: the last one ends it */
-	p = strrchr(buf, ')');
-	if (!p || p[1] != ' ' || !p[2])
-		return -EINVAL;
-	p += 2;
-	if (state)
-		*state = *p;
-	/* p is at field 3; starttime is field 22 */
-	for (f = 3; f < 22 && p; f++) {
-		p = strchr(p, ' ');
-		if (p)
-			p++;
-	}
-	if (!p || sscanf(p, "%llu", &st) != 1)
-		return -EINVAL;
-	*start = st;
-	return 0;
-}
+#include "procstat.h"
 
 int cuip_proc_is_ours(void)
 {

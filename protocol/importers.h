@@ -60,8 +60,6 @@ void cuip_importers_free(struct cuip_importers *s);
  * otherwise (a pid namespace without its own /proc) /proc/PID names other
  * processes, and liveness is left to the plugin. */
 int cuip_proc_is_ours(void);
-/* Field 22 (starttime) and field 3 (state) of /proc/PID/stat; 0 or -errno. */
-int cuip_proc_stat_start(pid_t pid, uint64_t *start, char *state);
 /* The real check: the pid exists, is not a zombie and started at p->start
  * (-1 when /proc is not ours). */
 int cuip_importer_alive(const struct cuip_importer *p);

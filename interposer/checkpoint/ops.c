@@ -28,6 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "client.h"
 #include "cuip.h"
 #include "gate.h"
 #include "drain.h"
@@ -221,7 +222,8 @@ static Cuip__Response *op_prepare(const struct cuip_slice *s)
 	if (s->prepared_phase && ph == s->prepared_phase)
 		return reply(0, NULL);
 	if (ph != CUIP__PHASE__PHASE_QUIESCED)
-		return reply(-EBUSY, "pid %d: %s in phase %s", self.pid, s->prepare_name, cuip_phase_name(ph));
+		return reply(-EBUSY, "pid %d: %s in phase %s", self.pid, cuip_request_name(s->prepare_request),
+			     cuip_phase_name(ph));
 	ret = s->prepare(why, sizeof(why));
 	if (ret)
 		return slice_reply(ret, why);

@@ -49,6 +49,7 @@
 #include "gate.h"
 #include "driver.h"
 #include "importers.h"
+#include "procstat.h"
 #include "runtime.h"
 #include "startmark.h"
 

@@ -24,11 +24,11 @@ struct cuip_slice {
 	 * filled (pid first) when this resource cannot be checkpointed now (the
 	 * gate then reopens, nothing changed), else 0. */
 	int (*refuse)(char *msg, size_t len);
-	/* PREPARE_*: the request that detaches this resource (from QUIESCED),
-	 * its name for messages, and the phase it leaves on success (0: the
-	 * phase stays; a request in that phase again succeeds at once). */
+	/* PREPARE_*: the request that detaches this resource (from QUIESCED;
+	 * messages name it with cuip_request_name), and the phase it leaves on
+	 * success (0: the phase stays; a request in that phase again succeeds
+	 * at once). */
 	Cuip__Request__BodyCase prepare_request;
-	const char *prepare_name;
 	Cuip__Phase prepared_phase;
 	int (*prepare)(char *err, size_t errlen);
 	/* Detached by its PREPARE while the process is still QUIESCED (a REBUILD

@@ -41,6 +41,7 @@
 #include "cuip.h"
 #include "gate.h"
 #include "importers.h"
+#include "procstat.h"
 #include "ops.h"
 #include "runtime.h"
 #include "thread.h"

@@ -999,6 +999,6 @@ static bool mc_runs_stage(Cuip__Stage stage)
 }
 
 CUIP_SLICE(multicast, .name = "multicast", .inspect = mc_slice_state,
-	   .prepare_request = CUIP__REQUEST__BODY_PREPARE_MULTICAST, .prepare_name = "PREPARE_MULTICAST",
-	   .prepare = mc_slice_prepare, .detached = mc_slice_any_detached, .runs_stage = mc_runs_stage,
-	   .rebuild = mc_slice_rebuild, .verify = mc_slice_verify);
+	   .prepare_request = CUIP__REQUEST__BODY_PREPARE_MULTICAST, .prepare = mc_slice_prepare,
+	   .detached = mc_slice_any_detached, .runs_stage = mc_runs_stage, .rebuild = mc_slice_rebuild,
+	   .verify = mc_slice_verify);

@@ -897,8 +897,8 @@ static int uc_inspect(Cuip__ProcessState *st)
 
 /* SAVE and LOAD of the carried bytes are carry.c's own slice. */
 CUIP_SLICE(unicast, .name = "unicast", .inspect = uc_inspect, .prepare_request = CUIP__REQUEST__BODY_PREPARE_UNICAST,
-	   .prepare_name = "PREPARE_UNICAST", .prepared_phase = CUIP__PHASE__PHASE_PREPARED, .prepare = uc_prepare,
-	   .runs_stage = uc_runs_stage, .rebuild = uc_rebuild);
+	   .prepared_phase = CUIP__PHASE__PHASE_PREPARED, .prepare = uc_prepare, .runs_stage = uc_runs_stage,
+	   .rebuild = uc_rebuild);
 
 /* ---- fork ---------------------------------------------------------------- */
 

@@ -30,6 +30,7 @@
 #include "images.h"
 #include "importers.h"
 #include "participants.h"
+#include "procstat.h"
 
 START_TEST(dump_runs_every_phase_in_order_on_every_participant)
 {
@@ -273,14 +274,14 @@ END_TEST
 /* ---- the stall bound of the data phases ----------------------------------- */
 
 /* How long the phase named `timed` took, from its start to its barrier. */
-static const char *timed;
+static enum cuip_gphase timed;
 static double timed_t0, timed_s = -1;
 
-static int time_phase(struct cuip_group *grp, const char *phase, bool after, int status)
+static int time_phase(struct cuip_group *grp, enum cuip_gphase phase, bool after, int status)
 {
 	(void)grp;
 	(void)status;
-	if (strcmp(phase, timed))
+	if (phase != timed)
 		return 0;
 	if (!after)
 		timed_t0 = cuip_now();
@@ -294,7 +295,7 @@ static int time_phase(struct cuip_group *grp, const char *phase, bool after, int
  * timed, the stall bound at STALL_MS. */
 #define STALL_MS 300
 #define CARRIED	 "20497"
-static void dumped_for_restore(int n, struct cuip_ckpt *c, const char *phase)
+static void dumped_for_restore(int n, struct cuip_ckpt *c, enum cuip_gphase phase)
 {
 	char err[256];
 
@@ -338,7 +339,7 @@ START_TEST(a_load_that_stops_moving_bytes_fails_within_the_stall_bound)
 
 	fk[0].forked = 1;
 	fk[0].hang_on = "LOAD";
-	dumped_for_restore(2, &c, "LOAD");
+	dumped_for_restore(2, &c, CUIP_GPHASE_LOAD);
 	opts.progress_ms = 0; /* the watchdog does not need the progress lines */
 	ck_assert_int_eq(cuip_group_rebuild(&g, (const Cuip__Topology *const *)c.topo), -ETIMEDOUT);
 	snprintf(want, sizeof(want), "LOAD failed on pid %d: no progress for 0.3 s in LOAD (", (int)fk[0].child);
@@ -360,7 +361,7 @@ START_TEST(a_slow_load_that_keeps_moving_bytes_is_not_failed)
 	fk[0].forked = 1;
 	fk[0].trickle_on = "LOAD";
 	fk[0].trickle_ms = 4 * STALL_MS;
-	dumped_for_restore(2, &c, "LOAD");
+	dumped_for_restore(2, &c, CUIP_GPHASE_LOAD);
 	opts.progress_ms = 50; /* progress lines and the watchdog together */
 	ck_assert_msg(cuip_group_rebuild(&g, (const Cuip__Topology *const *)c.topo) == 0, "%s", g.err);
 	ck_assert_msg(timed_s >= 4 * STALL_MS / 1000.0, "LOAD took %.3f s", timed_s);
@@ -376,7 +377,7 @@ START_TEST(a_rebuild_without_a_reply_fails_within_the_stall_bound)
 	struct cuip_ckpt c;
 	char want[128];
 
-	dumped_for_restore(3, &c, "REBUILD_CREATORS");
+	dumped_for_restore(3, &c, CUIP_GPHASE_REBUILD_CREATORS);
 	fk[1].hang_on = "REBUILD1";
 	ck_assert_int_eq(cuip_group_rebuild(&g, (const Cuip__Topology *const *)c.topo), -ETIMEDOUT);
 	snprintf(want, sizeof(want),
@@ -402,7 +403,7 @@ START_TEST(a_save_that_stops_moving_bytes_fails_and_rolls_the_dump_back)
 
 	group_of(3);
 	opts.stall_timeout_ms = STALL_MS;
-	timed = "SAVE";
+	timed = CUIP_GPHASE_SAVE;
 	timed_s = -1;
 	g.on_phase = time_phase;
 	fk[0].hang_on = "SAVE";

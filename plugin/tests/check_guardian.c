@@ -81,7 +81,8 @@ static void fake_criu(enum how how)
 	}
 	gp = cuip_guardian_pid();
 	guardian = gp;
-	if (gp <= 0 || cuip_guardian_phase(&g, "QUIESCE", false) || cuip_guardian_phase(&g, "QUIESCE", true))
+	if (gp <= 0 || cuip_guardian_phase(&g, cuip_gphase_name(CUIP_GPHASE_QUIESCE), false) ||
+	    cuip_guardian_phase(&g, cuip_gphase_name(CUIP_GPHASE_QUIESCE), true))
 		_exit(11);
 	if (how == COMMIT) {
 		cuip_guardian_end("commit: test");
@@ -90,11 +91,11 @@ static void fake_criu(enum how how)
 		/* not our child (double fork): wait until it is gone */
 		for (int i = 0; i < 1000 && kill(gp, 0) == 0; i++)
 			usleep(10000);
-		ret = cuip_guardian_phase(&g, "PREPARE_MULTICAST", false);
+		ret = cuip_guardian_phase(&g, cuip_gphase_name(CUIP_GPHASE_PREPARE_MULTICAST), false);
 		if (ret != -EPIPE || !strstr(g.err, "is gone: refusing to go on with PREPARE_MULTICAST"))
 			_exit(12);
 		/* reported once; criu's own rollback then runs unhindered */
-		if (cuip_guardian_phase(&g, "RESUME", false))
+		if (cuip_guardian_phase(&g, cuip_gphase_name(CUIP_GPHASE_RESUME), false))
 			_exit(13);
 	}
 	*shared_pid = guardian;

@@ -22,6 +22,7 @@
 #include "preflight.h"
 #include "outside.h"
 #include "importers.h"
+#include "procstat.h"
 #include "sha256.h"
 
 /* ---- options -------------------------------------------------------------- */

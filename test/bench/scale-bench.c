@@ -273,8 +273,9 @@ static struct mark marks[64];
 static int nmarks;
 static double t_last;
 
-static void after_phase(struct cuip_group *g, const char *phase, int status)
+static void after_phase(struct cuip_group *g, enum cuip_gphase ph, int status)
 {
+	const char *phase = cuip_gphase_name(ph);
 	double t = now();
 
 	(void)g;

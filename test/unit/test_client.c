@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "gphase.h"
 #include "wire.h"
 
 enum reply {
@@ -238,6 +239,26 @@ START_TEST(request_names_come_from_the_schema)
 	ck_assert_str_eq(cuip_request_name(CUIP__REQUEST__BODY_FETCH_MANY), "FETCH_MANY");
 	ck_assert_str_eq(cuip_request_name(CUIP__REQUEST__BODY_BYE), "BYE");
 	ck_assert_str_eq(cuip_request_name(999), "?");
+	ck_assert_str_eq(cuip_request_name(CUIP__REQUEST__BODY_PREPARE_MULTICAST), "PREPARE_MULTICAST");
+}
+END_TEST
+
+/* Every phase's name reads back as the phase; anything else is none. */
+START_TEST(phase_names_read_back)
+{
+	for (int ph = CUIP_GPHASE_NONE + 1; ph < CUIP_GPHASE_COUNT; ph++)
+		ck_assert_int_eq(cuip_gphase_parse(cuip_gphase_name(ph)), ph);
+	ck_assert_str_eq(cuip_gphase_name(CUIP_GPHASE_PREPARE_MULTICAST_ROLLBACK), "PREPARE_MULTICAST (rollback)");
+	ck_assert_str_eq(cuip_gphase_name(CUIP_GPHASE_COUNT), "?");
+	ck_assert_int_eq(cuip_gphase_parse("native-lock"), CUIP_GPHASE_NONE);
+	ck_assert_int_eq(cuip_gphase_parse("PREPARE_MULTICAST (roll"), CUIP_GPHASE_NONE);
+	ck_assert_int_eq(cuip_gphase_parse(NULL), CUIP_GPHASE_NONE);
+	ck_assert_int_eq(cuip_gphase_base(CUIP_GPHASE_PREPARE_UNICAST_ROLLBACK), CUIP_GPHASE_PREPARE_UNICAST);
+	ck_assert_int_eq(cuip_gphase_base(CUIP_GPHASE_REBUILD_MC_BINDINGS), CUIP_GPHASE_REBUILD);
+	ck_assert_int_eq(cuip_gphase_base(CUIP_GPHASE_SAVE), CUIP_GPHASE_SAVE);
+	ck_assert_int_eq(cuip_gphase_of_stage(CUIP__STAGE__STAGE_MC_DEVICES), CUIP_GPHASE_REBUILD_MC_DEVICES);
+	ck_assert_int_eq(cuip_gphase_of_stage(0), CUIP_GPHASE_NONE);
+	ck_assert_int_eq(cuip_gphase_of_request(CUIP__REQUEST__BODY_BYE), CUIP_GPHASE_NONE);
 }
 END_TEST
 
@@ -260,6 +281,7 @@ int main(void)
 	tcase_add_test(t, bye_waits_for_the_server_to_close);
 	tcase_add_test(t, bye_times_out_when_the_server_keeps_the_connection);
 	tcase_add_test(t, request_names_come_from_the_schema);
+	tcase_add_test(t, phase_names_read_back);
 	suite_add_tcase(su, t);
 	sr = srunner_create(su);
 	srunner_run_all(sr, CK_NORMAL);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "importers.h"
+#include "procstat.h"
 
 /* alive() stand-in: every pid below 1000 is alive, the rest gone */
 static int calls;
