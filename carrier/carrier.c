@@ -2433,14 +2433,14 @@ int carrier_config_init(struct carrier_config *cfg, char *err, size_t errlen)
 	cfg->threads = 0;
 	rc = env_num("CUINTERPOSE_STAGING_MB", 1, 1 << 20, &staging, err, errlen);
 	if (!rc)
-		rc = env_num("CUINTERPOSE_CHUNK_MB", 1, CARRIER_CHUNK_MAX / MIB, &chunk, err, errlen);
+		rc = env_num("CUINTERPOSE_TEST_CHUNK_MB", 1, CARRIER_CHUNK_MAX / MIB, &chunk, err, errlen);
 	if (!rc)
 		rc = env_num("CUINTERPOSE_CARRIER_THREADS", 0, MAX_THREADS, &threads, err, errlen);
 	if (rc)
 		return rc;
-	v = getenv("CUINTERPOSE_CARRIER_VERIFY");
+	v = getenv("CUINTERPOSE_LOAD_VERIFY");
 	if (v && *v && strcmp(v, "first") && strcmp(v, "chunk")) {
-		errfmt(err, errlen, "CUINTERPOSE_CARRIER_VERIFY=%s: expected \"first\" or \"chunk\"", v);
+		errfmt(err, errlen, "CUINTERPOSE_LOAD_VERIFY=%s: expected \"first\" or \"chunk\"", v);
 		return -EINVAL;
 	}
 	cfg->staging_bytes = staging * MIB;

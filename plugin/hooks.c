@@ -417,7 +417,7 @@ static int native_restore(char *err, size_t errlen)
 }
 
 /* Every coordinator phase: the guardian hears of it before and after;
- * CUINTERPOSE_FAULT may strike once the guardian knows. */
+ * CUINTERPOSE_TEST_FAULT may strike once the guardian knows. */
 static int on_phase(struct cuip_group *g, const char *phase, bool after, int status)
 {
 	int ret = cuip_guardian_phase(g, phase, after);
@@ -1181,7 +1181,7 @@ static int resume_group(pid_t root)
 			}
 	/* Each carrier byte is read once, by LOAD, which checks every chunk
 	 * before it copies it (cuip_images_read has checked that every file
-	 * is there and long enough), unless CUINTERPOSE_VERIFY_CARRIERS=1
+	 * is there and long enough), unless CUINTERPOSE_VERIFY_BEFORE_RESTORE=1
 	 * asks to read them all first. */
 	if (S.o.verify_carriers && ck.carried_bytes) {
 		double t1 = cuip_now(), dt;
