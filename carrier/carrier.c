@@ -2435,7 +2435,7 @@ int carrier_config_init(struct carrier_config *cfg, char *err, size_t errlen)
 	if (!rc)
 		rc = env_num("CUINTERPOSE_TEST_CHUNK_MB", 1, CARRIER_CHUNK_MAX / MIB, &chunk, err, errlen);
 	if (!rc)
-		rc = env_num("CUINTERPOSE_CARRIER_THREADS", 0, MAX_THREADS, &threads, err, errlen);
+		rc = env_num("CUINTERPOSE_TEST_CARRIER_THREADS", 0, MAX_THREADS, &threads, err, errlen);
 	if (rc)
 		return rc;
 	v = getenv("CUINTERPOSE_LOAD_VERIFY");

@@ -141,17 +141,17 @@ int cuip_opts_load(struct cuip_opts *o, char *err, size_t errlen)
 	    (ret = env_uint("CUINTERPOSE_STALL_TIMEOUT_MS", 60000, 0, 86400000, &o->stall_timeout_ms, err, errlen)) ||
 	    (ret = env_uint("CUINTERPOSE_QUIESCE_TIMEOUT_MS", 10000, 1, 3600000, &o->quiesce_timeout_ms, err,
 			    errlen)) ||
-	    (ret = env_uint("CUINTERPOSE_QUIESCE_RETRIES", 3, 0, 100, &o->quiesce_retries, err, errlen)) ||
+	    (ret = env_uint("CUINTERPOSE_TEST_QUIESCE_RETRIES", 3, 0, 100, &o->quiesce_retries, err, errlen)) ||
 	    (ret = env_uint("CUINTERPOSE_START_WAIT_MS", 5000, 1, 3600000, &o->start_wait_ms, err, errlen)) ||
 	    (ret = env_uint("CUINTERPOSE_PROGRESS_MS", 5000, 0, 3600000, &o->progress_ms, err, errlen)) ||
 	    (ret = env_uint("CUINTERPOSE_CHUNK_SIZE", 1u << 20, 4096, 1u << 30, &chunk, err, errlen)) ||
-	    (ret = env_uint("CUINTERPOSE_CARRIER_FILES", 0, 0, 64, &o->carrier_files, err, errlen)) ||
+	    (ret = env_uint("CUINTERPOSE_TEST_CARRIER_FILES", 0, 0, 64, &o->carrier_files, err, errlen)) ||
 	    (ret = env_bool("CUINTERPOSE_VERIFY_BEFORE_RESTORE", 0, &o->verify_carriers, err, errlen)) ||
 	    (ret = env_uint("CUINTERPOSE_LOG", 1, 0, 3, &level, err, errlen)) ||
 	    (ret = env_bool("CUINTERPOSE_LEAVE_RUNNING", -1, &o->leave_running, err, errlen)) ||
 	    (ret = env_str("CUINTERPOSE_SOCKET_DIR", "", o->socket_dir, sizeof(o->socket_dir), err, errlen)) ||
 	    (ret = env_str("CUINTERPOSE_LIBCUDA", "libcuda.so.1", o->libcuda, sizeof(o->libcuda), err, errlen)) ||
-	    (ret = env_str("CUINTERPOSE_LOAD_COPIES", "async", copies, sizeof(copies), err, errlen)) ||
+	    (ret = env_str("CUINTERPOSE_TEST_LOAD_COPIES", "async", copies, sizeof(copies), err, errlen)) ||
 	    (ret = env_str("CUINTERPOSE_PARENT", "", o->parent, sizeof(o->parent), err, errlen)) ||
 	    (ret = env_str("CUINTERPOSE_PREFETCH_MB", "0", prefetch, sizeof(prefetch), err, errlen)))
 		return ret;
@@ -171,7 +171,7 @@ int cuip_opts_load(struct cuip_opts *o, char *err, size_t errlen)
 		o->prefetch_mb = -1;
 	}
 	if (strcmp(copies, "async") && strcmp(copies, "sync")) {
-		errfmt(err, errlen, "CUINTERPOSE_LOAD_COPIES=\"%s\": want async or sync", copies);
+		errfmt(err, errlen, "CUINTERPOSE_TEST_LOAD_COPIES=\"%s\": want async or sync", copies);
 		return -EINVAL;
 	}
 	o->load_sync = !strcmp(copies, "sync");

@@ -116,13 +116,13 @@ START_TEST(options_come_from_the_environment_and_bad_values_are_named)
 	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "CUINTERPOSE_CHUNK_SIZE"));
 	unsetenv("CUINTERPOSE_CHUNK_SIZE");
-	setenv("CUINTERPOSE_LOAD_COPIES", "sync", 1);
+	setenv("CUINTERPOSE_TEST_LOAD_COPIES", "sync", 1);
 	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), 0);
 	ck_assert_int_eq(o.load_sync, 1);
-	setenv("CUINTERPOSE_LOAD_COPIES", "synchronous", 1);
+	setenv("CUINTERPOSE_TEST_LOAD_COPIES", "synchronous", 1);
 	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), -EINVAL);
-	ck_assert_str_eq(err, "CUINTERPOSE_LOAD_COPIES=synchronous: want async|sync");
-	unsetenv("CUINTERPOSE_LOAD_COPIES");
+	ck_assert_str_eq(err, "CUINTERPOSE_TEST_LOAD_COPIES=synchronous: want async|sync");
+	unsetenv("CUINTERPOSE_TEST_LOAD_COPIES");
 	/* the restore's read-ahead budget: off (0) unless asked, auto (-1), MiB */
 	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), 0);
 	ck_assert_int_eq(o.prefetch_mb, 0);

@@ -19,7 +19,7 @@
 # timed kills each of the dump and the restore gets.
 . "$srcdir/lib.sh"
 
-export CUINTERPOSE_QUIESCE_RETRIES=0
+export CUINTERPOSE_TEST_QUIESCE_RETRIES=0
 export MALLOC_ARENA_MAX=1 # see t-faults.sh
 N=3
 K=0

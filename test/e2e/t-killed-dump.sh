@@ -6,7 +6,7 @@
 # and the next dump still works. One job serves every kill point.
 . "$srcdir/lib.sh"
 
-export CUINTERPOSE_QUIESCE_RETRIES=0
+export CUINTERPOSE_TEST_QUIESCE_RETRIES=0
 export MALLOC_ARENA_MAX=1 # see t-faults.sh
 N=3
 K=0
