@@ -87,7 +87,7 @@
  * staging plus 1.3 MiB for threads, index and the driver's bookkeeping
  * (docs/benchmarks.md). A carrier smaller than this pins its own size. */
 #define DEFAULT_STAGING (224 * MIB)
-#define DEFAULT_CHUNK	(1u << 20) /* as the plugin's CUINTERPOSE_CHUNK_SIZE */
+#define DEFAULT_CHUNK	(1u << 20) /* as the plugin's CUINTERPOSE_TEST_CHUNK_SIZE */
 /* Measured on an H200 host (docs/benchmarks.md): buffered writes to one
  * file serialize on its inode lock, so save peaks at two threads per file
  * (one writes while the other copies and checksums); reads scale with

@@ -144,7 +144,7 @@ int cuip_opts_load(struct cuip_opts *o, char *err, size_t errlen)
 	    (ret = env_uint("CUINTERPOSE_TEST_QUIESCE_RETRIES", 3, 0, 100, &o->quiesce_retries, err, errlen)) ||
 	    (ret = env_uint("CUINTERPOSE_START_WAIT_MS", 5000, 1, 3600000, &o->start_wait_ms, err, errlen)) ||
 	    (ret = env_uint("CUINTERPOSE_PROGRESS_MS", 5000, 0, 3600000, &o->progress_ms, err, errlen)) ||
-	    (ret = env_uint("CUINTERPOSE_CHUNK_SIZE", 1u << 20, 4096, 1u << 30, &chunk, err, errlen)) ||
+	    (ret = env_uint("CUINTERPOSE_TEST_CHUNK_SIZE", 1u << 20, 4096, 1u << 30, &chunk, err, errlen)) ||
 	    (ret = env_uint("CUINTERPOSE_TEST_CARRIER_FILES", 0, 0, 64, &o->carrier_files, err, errlen)) ||
 	    (ret = env_bool("CUINTERPOSE_VERIFY_BEFORE_RESTORE", 0, &o->verify_carriers, err, errlen)) ||
 	    (ret = env_uint("CUINTERPOSE_LOG", 1, 0, 3, &level, err, errlen)) ||

@@ -28,7 +28,7 @@ struct cuip_opts {
 	unsigned quiesce_retries;    /* CUINTERPOSE_TEST_QUIESCE_RETRIES: reopen and retry a timed-out QUIESCE */
 	unsigned start_wait_ms;	     /* CUINTERPOSE_START_WAIT_MS: a process inside its first cuInit at discovery */
 	unsigned progress_ms;	     /* CUINTERPOSE_PROGRESS_MS: SAVE/LOAD progress lines; 0 = off */
-	uint32_t chunk_size;	     /* CUINTERPOSE_CHUNK_SIZE: bytes per carrier checksum */
+	uint32_t chunk_size;	     /* CUINTERPOSE_TEST_CHUNK_SIZE: bytes per carrier checksum */
 	unsigned carrier_files;	     /* CUINTERPOSE_TEST_CARRIER_FILES: files per carrier; 0 = by size */
 	int verify_carriers;	     /* CUINTERPOSE_VERIFY_BEFORE_RESTORE: read every carrier before LOAD */
 	int verbose;		     /* CUINTERPOSE_LOG >= 2: per-participant lines at info level */

@@ -64,7 +64,7 @@ const struct cuip_setting cuip_settings[] = {
 	ROW("CUINTERPOSE_PROGRESS_MS", MS, NULL, 0, 3600000, NULL, "5000 (the command: 1000 on a terminal)", P | C,
 	    USER, REFUSE, HEX, "plugin/options.c:cuip_opts_load, cli/cli_criu.c:run_criu (whether set)",
 	    "Interval of the SAVE/LOAD 'in progress' log lines; 0: off."),
-	ROW("CUINTERPOSE_CHUNK_SIZE", INT, "bytes", 4096, 1073741824, NULL, "1048576", P | C, USER, REFUSE, 0,
+	ROW("CUINTERPOSE_TEST_CHUNK_SIZE", INT, "bytes", 4096, 1073741824, NULL, "1048576", P | C, HOOK, REFUSE, 0,
 	    "plugin/options.c:cuip_opts_load, cli/cli_precopy.c:cli_precopy",
 	    "Bytes per checksum and per hash in the carrier images (precopy must match the dump's)."),
 	ROW("CUINTERPOSE_TEST_CARRIER_FILES", INT, "files", 0, 64, NULL,
@@ -128,7 +128,8 @@ const struct cuip_setting cuip_settings[] = {
 	    "Most pinned host staging per creating process for carrier copies."),
 	ROW("CUINTERPOSE_TEST_CHUNK_MB", MIB, NULL, 1, 256, NULL, "1", J, HOOK, REFUSE, 0,
 	    "carrier/carrier.c:carrier_config_init",
-	    "Chunk of carrier items saved without one; the interposer always passes CUINTERPOSE_CHUNK_SIZE's, so only "
+	    "Chunk of carrier items saved without one; the interposer always passes CUINTERPOSE_TEST_CHUNK_SIZE's, so "
+	    "only "
 	    "direct carrier users (carrier-bench, test/carrier) see it."),
 	ROW("CUINTERPOSE_TEST_CARRIER_THREADS", INT, "threads", 0, 64, NULL,
 	    "0 (2 per file to save, 12 to load, at most 16 and the CPUs)", J, HOOK, REFUSE, 0,

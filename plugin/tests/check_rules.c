@@ -112,10 +112,10 @@ START_TEST(options_come_from_the_environment_and_bad_values_are_named)
 	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "CUINTERPOSE_LOCK_TIMEOUT_MS"));
 	unsetenv("CUINTERPOSE_LOCK_TIMEOUT_MS");
-	setenv("CUINTERPOSE_CHUNK_SIZE", "12", 1);
+	setenv("CUINTERPOSE_TEST_CHUNK_SIZE", "12", 1);
 	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), -EINVAL);
-	ck_assert_ptr_nonnull(strstr(err, "CUINTERPOSE_CHUNK_SIZE"));
-	unsetenv("CUINTERPOSE_CHUNK_SIZE");
+	ck_assert_ptr_nonnull(strstr(err, "CUINTERPOSE_TEST_CHUNK_SIZE"));
+	unsetenv("CUINTERPOSE_TEST_CHUNK_SIZE");
 	setenv("CUINTERPOSE_TEST_LOAD_COPIES", "sync", 1);
 	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), 0);
 	ck_assert_int_eq(o.load_sync, 1);

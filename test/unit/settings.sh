@@ -96,13 +96,13 @@ else
 
 	# --check: one bad value of each kind, each named with what it accepts.
 	out=$(clean CUINTERPOSE_LOG=debug CUINTERPOSE_CARRIER_HASH=sha1 CUINTERPOSE_VERIFY_BEFORE_RESTORE=maybe \
-		CUINTERPOSE_CHUNK_SIZE=12 CUINTERPOSE_GPU_REMAP=0011=22 CUINTERPOSE_TEST_FAULT=zap@SAVE \
+		CUINTERPOSE_TEST_CHUNK_SIZE=12 CUINTERPOSE_GPU_REMAP=0011=22 CUINTERPOSE_TEST_FAULT=zap@SAVE \
 		CUINTERPOSE_CARRIER_COMPRESS=zstd:99 "$cli" options --check 2>&1)
 	rc=$?
 	[ $rc = 1 ] || no "options --check with bad values exited $rc, not 1: $out"
 	for want in 'CUINTERPOSE_LOG=debug: want level, 0 .. 3' 'CUINTERPOSE_CARRIER_HASH=sha1: want device|sha256|off' \
 		'CUINTERPOSE_VERIFY_BEFORE_RESTORE=maybe: want 1|yes|true|on or 0|no|false|off' \
-		'CUINTERPOSE_CHUNK_SIZE=12: want bytes, 4096 .. 1073741824' 'CUINTERPOSE_GPU_REMAP=0011=22: want ' \
+		'CUINTERPOSE_TEST_CHUNK_SIZE=12: want bytes, 4096 .. 1073741824' 'CUINTERPOSE_GPU_REMAP=0011=22: want ' \
 		'CUINTERPOSE_TEST_FAULT=zap@SAVE: want ' 'CUINTERPOSE_CARRIER_COMPRESS=zstd:99: want ' '7 bad values'; do
 		echo "$out" | grep -qF "$want" || no "options --check did not say '$want': $out"
 	done
