@@ -21,7 +21,7 @@ struct cuip_gpu_pair {
 
 struct cuip_opts {
 	unsigned lock_timeout_ms;    /* CUINTERPOSE_LOCK_TIMEOUT_MS; 0 = take CRIU's --timeout */
-	unsigned op_timeout_ms;	     /* CUINTERPOSE_OP_TIMEOUT_MS: one control request (not SAVE/LOAD) */
+	unsigned op_timeout_ms;	     /* CUINTERPOSE_TEST_OP_TIMEOUT_MS: one control request (not SAVE/LOAD) */
 	unsigned data_timeout_ms;    /* CUINTERPOSE_DATA_TIMEOUT_MS: SAVE/LOAD/REBUILD in all; 0 = no limit */
 	unsigned stall_timeout_ms;   /* CUINTERPOSE_STALL_TIMEOUT_MS: SAVE/LOAD/REBUILD without progress; 0 = off */
 	unsigned quiesce_timeout_ms; /* CUINTERPOSE_QUIESCE_TIMEOUT_MS: draining the API gate */

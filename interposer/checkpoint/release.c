@@ -106,7 +106,7 @@ static void python_hook(char *why, size_t len)
 
 __attribute__((constructor)) static void release_env(void)
 {
-	const char *v = getenv("CUINTERPOSE_RELEASE_TIMEOUT_MS");
+	const char *v = getenv("CUINTERPOSE_TEST_RELEASE_TIMEOUT_MS");
 	char *end;
 
 	/* A bad value of either variable makes cuInit fail (runtime.c,

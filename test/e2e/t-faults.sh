@@ -52,7 +52,7 @@ mv "$s2.away" "$s2"
 
 # HANDSHAKE timeout: rank 1 does not answer (stopped).
 kill -STOP "$(pid_of 1)"
-CUINTERPOSE_OP_TIMEOUT_MS=1000 CUINTERPOSE_DRIVER_TIMEOUT_MS=1000 dump_fails "participant not answering"
+CUINTERPOSE_TEST_OP_TIMEOUT_MS=1000 CUINTERPOSE_DRIVER_TIMEOUT_MS=1000 dump_fails "participant not answering"
 kill -CONT "$(pid_of 1)"
 intact "participant not answering"
 

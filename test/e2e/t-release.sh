@@ -7,7 +7,7 @@
 # exactly, and after each restore the job allocates the reservation again
 # and every other byte and address is back. Registration refuses NULL
 # (-EINVAL) and a 17th hook (-ENOSPC) (checked by the job at start).
-# A hook that overruns CUINTERPOSE_RELEASE_TIMEOUT_MS delays nothing: the
+# A hook that overruns CUINTERPOSE_TEST_RELEASE_TIMEOUT_MS delays nothing: the
 # dump goes on, carrying the memory it did not free; a dump while it still
 # runs neither waits for it nor runs it again, and the job restores with it
 # running.
@@ -26,15 +26,15 @@ carrier_sizes() {
 }
 
 note "1: bad values"
-job_refused CUINTERPOSE_RELEASE=tensorflow CUINTERPOSE_RELEASE_TIMEOUT_MS=5s CUINTERPOSE_LOG=debug
+job_refused CUINTERPOSE_RELEASE=tensorflow CUINTERPOSE_TEST_RELEASE_TIMEOUT_MS=5s CUINTERPOSE_LOG=debug
 for want in 'CUINTERPOSE_RELEASE=tensorflow: want torch|cupy|python:STATEMENT|none' \
-	'CUINTERPOSE_RELEASE_TIMEOUT_MS=5s: want ms, 1 .. 3600000' 'CUINTERPOSE_LOG=debug: want level, 0 .. 3'; do
+	'CUINTERPOSE_TEST_RELEASE_TIMEOUT_MS=5s: want ms, 1 .. 3600000' 'CUINTERPOSE_LOG=debug: want level, 0 .. 3'; do
 	grep -qF "cuinterpose: pid " "$T/refused.log" && grep -qF "$want; cuInit fails (nothing has changed)" "$T/refused.log" ||
 		fail "'$want' is not said: $(cat "$T/refused.log")"
 done
 note "2: a hook that overruns its time"
 export E2E_RESERVED_MB=$RESV
-E2E_RELEASE=slow:20000 CUINTERPOSE_RELEASE_TIMEOUT_MS=300 start_job 2 --private
+E2E_RELEASE=slow:20000 CUINTERPOSE_TEST_RELEASE_TIMEOUT_MS=300 start_job 2 --private
 cmd 2 verify 0
 before=$(answers 2)
 criu_dump "$T/slow" --leave-running || fail "criu dump with a slow hook"
