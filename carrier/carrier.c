@@ -2438,9 +2438,9 @@ int carrier_config_init(struct carrier_config *cfg, char *err, size_t errlen)
 		rc = env_num("CUINTERPOSE_TEST_CARRIER_THREADS", 0, MAX_THREADS, &threads, err, errlen);
 	if (rc)
 		return rc;
-	v = getenv("CUINTERPOSE_LOAD_VERIFY");
+	v = getenv("CUINTERPOSE_TEST_LOAD_VERIFY");
 	if (v && *v && strcmp(v, "first") && strcmp(v, "chunk")) {
-		errfmt(err, errlen, "CUINTERPOSE_LOAD_VERIFY=%s: expected \"first\" or \"chunk\"", v);
+		errfmt(err, errlen, "CUINTERPOSE_TEST_LOAD_VERIFY=%s: expected \"first\" or \"chunk\"", v);
 		return -EINVAL;
 	}
 	cfg->staging_bytes = staging * MIB;

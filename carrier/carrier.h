@@ -198,7 +198,7 @@ struct carrier_config {
 				   writes to one file serialize in the kernel), 12 for load, at most 16
 				   and the online CPUs [CUINTERPOSE_TEST_CARRIER_THREADS, 0] */
 	int verify_first;	/* load: read and check the whole carrier before copying anything to
-				   the device (reads twice) [CUINTERPOSE_LOAD_VERIFY=first, off] */
+				   the device (reads twice) [CUINTERPOSE_TEST_LOAD_VERIFY=first, off] */
 	int hash;		/* save: the caller hashes each chunk (carrier_item.dhash on the
 				   device, else .sha on the host), which makes the checkpoint a
 				   parent for incremental ones [CUINTERPOSE_CARRIER_HASH=

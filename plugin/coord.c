@@ -97,7 +97,7 @@ static const struct meter replies_only = {.total = NULL, .done = NULL};
  * came, gives up every request still pending: it shuts that
  * participant's connection down (the job's recv returns at once) and marks
  * the job stalled, which the phase then fails. A stall, not a total: a slow
- * phase that keeps moving runs on (CUINTERPOSE_DATA_TIMEOUT_MS bounds the
+ * phase that keeps moving runs on (CUINTERPOSE_TEST_DATA_TIMEOUT_MS bounds the
  * total). Started before the phase's jobs and joined after them, so criu is
  * single-threaded again when the phase returns. lock protects stop, replies
  * and the jobs' done and stalled; the fields after th are the thread's own.

@@ -137,7 +137,7 @@ int cuip_opts_load(struct cuip_opts *o, char *err, size_t errlen)
 		return ret;
 	if ((ret = env_uint("CUINTERPOSE_LOCK_TIMEOUT_MS", 0, 0, 3600000, &o->lock_timeout_ms, err, errlen)) ||
 	    (ret = env_uint("CUINTERPOSE_TEST_OP_TIMEOUT_MS", 60000, 0, 3600000, &o->op_timeout_ms, err, errlen)) ||
-	    (ret = env_uint("CUINTERPOSE_DATA_TIMEOUT_MS", 0, 0, 86400000, &o->data_timeout_ms, err, errlen)) ||
+	    (ret = env_uint("CUINTERPOSE_TEST_DATA_TIMEOUT_MS", 0, 0, 86400000, &o->data_timeout_ms, err, errlen)) ||
 	    (ret = env_uint("CUINTERPOSE_STALL_TIMEOUT_MS", 60000, 0, 86400000, &o->stall_timeout_ms, err, errlen)) ||
 	    (ret = env_uint("CUINTERPOSE_QUIESCE_TIMEOUT_MS", 10000, 1, 3600000, &o->quiesce_timeout_ms, err,
 			    errlen)) ||
@@ -148,7 +148,7 @@ int cuip_opts_load(struct cuip_opts *o, char *err, size_t errlen)
 	    (ret = env_uint("CUINTERPOSE_TEST_CARRIER_FILES", 0, 0, 64, &o->carrier_files, err, errlen)) ||
 	    (ret = env_bool("CUINTERPOSE_VERIFY_BEFORE_RESTORE", 0, &o->verify_carriers, err, errlen)) ||
 	    (ret = env_uint("CUINTERPOSE_LOG", 1, 0, 3, &level, err, errlen)) ||
-	    (ret = env_bool("CUINTERPOSE_LEAVE_RUNNING", -1, &o->leave_running, err, errlen)) ||
+	    (ret = env_bool("CUINTERPOSE_TEST_LEAVE_RUNNING", -1, &o->leave_running, err, errlen)) ||
 	    (ret = env_str("CUINTERPOSE_SOCKET_DIR", "", o->socket_dir, sizeof(o->socket_dir), err, errlen)) ||
 	    (ret = env_str("CUINTERPOSE_LIBCUDA", "libcuda.so.1", o->libcuda, sizeof(o->libcuda), err, errlen)) ||
 	    (ret = env_str("CUINTERPOSE_TEST_LOAD_COPIES", "async", copies, sizeof(copies), err, errlen)) ||

@@ -22,7 +22,7 @@ struct cuip_gpu_pair {
 struct cuip_opts {
 	unsigned lock_timeout_ms;    /* CUINTERPOSE_LOCK_TIMEOUT_MS; 0 = take CRIU's --timeout */
 	unsigned op_timeout_ms;	     /* CUINTERPOSE_TEST_OP_TIMEOUT_MS: one control request (not SAVE/LOAD) */
-	unsigned data_timeout_ms;    /* CUINTERPOSE_DATA_TIMEOUT_MS: SAVE/LOAD/REBUILD in all; 0 = no limit */
+	unsigned data_timeout_ms;    /* CUINTERPOSE_TEST_DATA_TIMEOUT_MS: SAVE/LOAD/REBUILD in all; 0 = no limit */
 	unsigned stall_timeout_ms;   /* CUINTERPOSE_STALL_TIMEOUT_MS: SAVE/LOAD/REBUILD without progress; 0 = off */
 	unsigned quiesce_timeout_ms; /* CUINTERPOSE_QUIESCE_TIMEOUT_MS: draining the API gate */
 	unsigned quiesce_retries;    /* CUINTERPOSE_TEST_QUIESCE_RETRIES: reopen and retry a timed-out QUIESCE */
@@ -32,7 +32,7 @@ struct cuip_opts {
 	unsigned carrier_files;	     /* CUINTERPOSE_TEST_CARRIER_FILES: files per carrier; 0 = by size */
 	int verify_carriers;	     /* CUINTERPOSE_VERIFY_BEFORE_RESTORE: read every carrier before LOAD */
 	int verbose;		     /* CUINTERPOSE_LOG >= 2: per-participant lines at info level */
-	int leave_running;	     /* CUINTERPOSE_LEAVE_RUNNING: -1 = ask CRIU */
+	int leave_running;	     /* CUINTERPOSE_TEST_LEAVE_RUNNING: -1 = ask CRIU */
 	int load_sync;		     /* CUINTERPOSE_TEST_LOAD_COPIES=sync: LOAD's copies synchronous */
 	int64_t prefetch_mb;	     /* CUINTERPOSE_PREFETCH_MB: restore read-ahead budget; -1 = auto, 0 = off */
 	char socket_dir[PATH_MAX];   /* CUINTERPOSE_SOCKET_DIR, as seen inside the participants */

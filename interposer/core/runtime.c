@@ -389,6 +389,6 @@ bool cuip_settings_refused(void)
 __attribute__((constructor)) static void cuip_init(void)
 {
 	cuip_private_native = env_choice("CUINTERPOSE_PRIVATE", "carrier", "native");
-	cuip_stacks_lower = !env_choice("CUINTERPOSE_STACKS", "lower", "keep");
+	cuip_stacks_lower = !env_choice("CUINTERPOSE_TEST_STACKS", "lower", "keep");
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
 }

@@ -98,7 +98,7 @@ START_TEST(options_come_from_the_environment_and_bad_values_are_named)
 	ck_assert_str_eq(o.libcuda, "libcuda.so.1");
 
 	setenv("CUINTERPOSE_LOCK_TIMEOUT_MS", "2500", 1);
-	setenv("CUINTERPOSE_LEAVE_RUNNING", "yes", 1);
+	setenv("CUINTERPOSE_TEST_LEAVE_RUNNING", "yes", 1);
 	setenv("CUINTERPOSE_GPU_REMAP", "00112233445566778899aabbccddeeff=ffeeddccbbaa99887766554433221100", 1);
 	setenv("CUINTERPOSE_VERIFY_BEFORE_RESTORE", "1", 1);
 	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), 0);
@@ -149,7 +149,7 @@ START_TEST(options_come_from_the_environment_and_bad_values_are_named)
 		ck_assert_str_eq(err, want);
 	}
 	unsetenv("CUINTERPOSE_PREFETCH_MB");
-	unsetenv("CUINTERPOSE_LEAVE_RUNNING");
+	unsetenv("CUINTERPOSE_TEST_LEAVE_RUNNING");
 	unsetenv("CUINTERPOSE_GPU_REMAP");
 }
 END_TEST

@@ -1364,7 +1364,7 @@ START_TEST(config_from_environment)
 	unsetenv("CUINTERPOSE_STAGING_MB");
 	unsetenv("CUINTERPOSE_TEST_CHUNK_MB");
 	unsetenv("CUINTERPOSE_TEST_CARRIER_THREADS");
-	unsetenv("CUINTERPOSE_LOAD_VERIFY");
+	unsetenv("CUINTERPOSE_TEST_LOAD_VERIFY");
 	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), 0);
 	ck_assert_uint_eq(c.staging_bytes, 224 * MIB);
 	ck_assert_uint_eq(c.chunk_size, 1 * MIB);
@@ -1373,7 +1373,7 @@ START_TEST(config_from_environment)
 	setenv("CUINTERPOSE_STAGING_MB", "64", 1);
 	setenv("CUINTERPOSE_TEST_CHUNK_MB", "2", 1);
 	setenv("CUINTERPOSE_TEST_CARRIER_THREADS", "8", 1);
-	setenv("CUINTERPOSE_LOAD_VERIFY", "first", 1);
+	setenv("CUINTERPOSE_TEST_LOAD_VERIFY", "first", 1);
 	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), 0);
 	ck_assert_uint_eq(c.staging_bytes, 64 * MIB);
 	ck_assert_uint_eq(c.chunk_size, 2 * MIB);
@@ -1388,9 +1388,9 @@ START_TEST(config_from_environment)
 	setenv("CUINTERPOSE_TEST_CARRIER_THREADS", "65", 1);
 	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), -EINVAL);
 	setenv("CUINTERPOSE_TEST_CARRIER_THREADS", "1", 1);
-	setenv("CUINTERPOSE_LOAD_VERIFY", "sometimes", 1);
+	setenv("CUINTERPOSE_TEST_LOAD_VERIFY", "sometimes", 1);
 	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), -EINVAL);
-	unsetenv("CUINTERPOSE_LOAD_VERIFY");
+	unsetenv("CUINTERPOSE_TEST_LOAD_VERIFY");
 	unsetenv("CUINTERPOSE_CARRIER_HASH");
 	ck_assert_int_eq(carrier_config_init(&c, err, sizeof(err)), 0);
 	ck_assert_int_eq(c.hash, 1);
