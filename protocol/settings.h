@@ -39,7 +39,8 @@ enum cuip_setting_type {
 
 enum cuip_setting_kind {
 	CUIP_SETTING_USER, /* a user setting, documented in docs/configuration.md */
-	CUIP_SETTING_HOOK, /* a test hook: fault injection, test logs, benchmarks */
+	CUIP_SETTING_HOOK, /* a test hook, named CUINTERPOSE_TEST_*: fault injection, test
+			      logs, knobs only the tests and benchmarks set */
 };
 
 /* What the readers do with a value outside the table's range. */

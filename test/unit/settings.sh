@@ -11,7 +11,8 @@
 #     mentions CUINTERPOSE fails too, as this check cannot see it;
 #   - the table lists a name that no product code names so;
 #   - docs/configuration.md does not document a user setting of the table
-#     (as `NAME`);
+#     (as `NAME`), a test hook is not named CUINTERPOSE_TEST_*, a user
+#     setting is, or there are more than 20 user settings;
 #   - `cuinterpose options --all` (the built command) leaves out a name of
 #     the table, `cuinterpose options` shows a test hook or leaves out a
 #     user setting, or `--check` does not refuse a bad value naming it and
@@ -73,7 +74,13 @@ hook_names=$(echo "$table_names" | grep -vxF "$user_names")
 [ -n "$user_names" ] || no "found no user setting in $table"
 for v in $user_names; do
 	grep -qF "\`$v\`" "$docs" || no "$v is a user setting of $table but $docs does not document it"
+	case $v in CUINTERPOSE_TEST_*) no "$v is a user setting of $table but named as a test hook" ;; esac
 done
+for v in $hook_names; do
+	case $v in CUINTERPOSE_TEST_*) ;; *) no "$v is a test hook of $table but not named CUINTERPOSE_TEST_*" ;; esac
+done
+n=$(echo "$user_names" | grep -c .)
+[ "$n" -le 20 ] || no "$table has $n user settings, more than 20: make a knob only tests need a CUINTERPOSE_TEST_ hook"
 
 # The command prints the table.
 if [ ! -x "$cli" ]; then
