@@ -87,7 +87,7 @@
  * staging plus 1.3 MiB for threads, index and the driver's bookkeeping
  * (docs/benchmarks.md). A carrier smaller than this pins its own size. */
 #define DEFAULT_STAGING (224 * MIB)
-#define DEFAULT_CHUNK	(1u << 20) /* as the plugin's CUINTERPOSE_CHUNK_SIZE */
+#define DEFAULT_CHUNK	(1u << 20) /* as the plugin's CUINTERPOSE_TEST_CHUNK_SIZE */
 /* Measured on an H200 host (docs/benchmarks.md): buffered writes to one
  * file serialize on its inode lock, so save peaks at two threads per file
  * (one writes while the other copies and checksums); reads scale with
@@ -2433,14 +2433,14 @@ int carrier_config_init(struct carrier_config *cfg, char *err, size_t errlen)
 	cfg->threads = 0;
 	rc = env_num("CUINTERPOSE_STAGING_MB", 1, 1 << 20, &staging, err, errlen);
 	if (!rc)
-		rc = env_num("CUINTERPOSE_CHUNK_MB", 1, CARRIER_CHUNK_MAX / MIB, &chunk, err, errlen);
+		rc = env_num("CUINTERPOSE_TEST_CHUNK_MB", 1, CARRIER_CHUNK_MAX / MIB, &chunk, err, errlen);
 	if (!rc)
-		rc = env_num("CUINTERPOSE_CARRIER_THREADS", 0, MAX_THREADS, &threads, err, errlen);
+		rc = env_num("CUINTERPOSE_TEST_CARRIER_THREADS", 0, MAX_THREADS, &threads, err, errlen);
 	if (rc)
 		return rc;
-	v = getenv("CUINTERPOSE_CARRIER_VERIFY");
+	v = getenv("CUINTERPOSE_TEST_LOAD_VERIFY");
 	if (v && *v && strcmp(v, "first") && strcmp(v, "chunk")) {
-		errfmt(err, errlen, "CUINTERPOSE_CARRIER_VERIFY=%s: expected \"first\" or \"chunk\"", v);
+		errfmt(err, errlen, "CUINTERPOSE_TEST_LOAD_VERIFY=%s: expected \"first\" or \"chunk\"", v);
 		return -EINVAL;
 	}
 	cfg->staging_bytes = staging * MIB;

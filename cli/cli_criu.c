@@ -28,6 +28,8 @@
  * after the plugin started its guardian, the command waits for the
  * guardian's rollback before it returns. Restored orphans: see reap_warn()
  * and --reap.
+ * A bad value of a variable criu's plugin or the command reads stops the
+ * command before anything runs, naming it and its range (settings.h).
  * Exit status: criu's (128+N when signal N killed it, 124 when --timeout
  * expired and it was killed), 1 when it stops before running criu, 2 usage.
  * Called from cli.c's main; single-threaded, no locks.
@@ -55,6 +57,7 @@
 #include "cli.h"
 #include "proc.h"
 #include "procstat.h"
+#include "settings.h"
 
 #ifndef CUIP_CRIU_PLUGINDIR
 #define CUIP_CRIU_PLUGINDIR "/usr/lib/criu"
@@ -996,6 +999,19 @@ static void print_summary(const struct front *f, int status)
 		fprintf(stderr, "cuinterpose %s: criu succeeded; its log: %s\n", f->name, f->log);
 }
 
+/* The plugin's variables and the command's, checked against the table
+ * here, before criu starts: criu's init would refuse them too, but only
+ * after the command has prepared its run. */
+static int settings_ok(const struct front *f)
+{
+	char err[512];
+
+	if (!cuip_settings_check_env(CUIP_READER_PLUGIN | CUIP_READER_CLI, err, sizeof(err)))
+		return 1;
+	fprintf(stderr, "cuinterpose %s: %s\n", f->name, err);
+	return 0;
+}
+
 static int run_criu(struct front *f, const struct argl *a)
 {
 	const char *env = NULL;
@@ -1066,6 +1082,8 @@ int cli_checkpoint(int argc, char **argv)
 
 	if (ret)
 		return ret < 0 ? 2 : 0;
+	if (!settings_ok(&f))
+		return 1;
 	if (kill(f.pid, 0) && errno == ESRCH) {
 		fprintf(stderr, "cuinterpose checkpoint: no such process: %d\n", f.pid);
 		return 1;
@@ -1125,7 +1143,7 @@ int cli_restore(int argc, char **argv)
 
 	if (ret)
 		return ret < 0 ? 2 : 0;
-	if (find_tools(&f) || prepare(&f))
+	if (!settings_ok(&f) || find_tools(&f) || prepare(&f))
 		return 1;
 	t = calloc(1, sizeof(*t));
 	if (!t)

@@ -6,9 +6,8 @@
  * Default: every user setting, its value here (or "(unset)"), its
  * default, what it accepts, who reads it and its meaning; --all adds the
  * test hooks. --check validates this environment's values against the
- * table instead: exit 1 naming each bad variable and what it accepts,
- * whatever its reader would have done with it (refuse, warn, or misread
- * it silently), and a note on stderr for a CUINTERPOSE_* variable that no
+ * table instead: exit 1 naming each bad variable and what it accepts, as
+ * its reader would refuse it (settings.h), and a note on stderr for a CUINTERPOSE_* variable that no
  * part of cuinterpose reads (a typo?). Reads only the environment.
  */
 #include <stdio.h>

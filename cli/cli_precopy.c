@@ -163,7 +163,7 @@ int cli_precopy(int argc, char **argv)
 	unsigned timeout_ms = PRECOPY_TIMEOUT_MS;
 	uint32_t chunk = 1u << 20;
 	char err[1024] = "", *end;
-	const char *cs = getenv("CUINTERPOSE_CHUNK_SIZE");
+	const char *cs = getenv("CUINTERPOSE_TEST_CHUNK_SIZE");
 	size_t parts = 0, carried = 0;
 	uint64_t bytes = 0;
 	struct timespec t0, t1;
@@ -226,8 +226,8 @@ int cli_precopy(int argc, char **argv)
 	if (cs && *cs) {
 		unsigned long c = strtoul(cs, &end, 10);
 		if (*end || c < 4096 || c > (1ul << 30)) {
-			fprintf(stderr, "cuinterpose precopy: CUINTERPOSE_CHUNK_SIZE=%s: want 4096 .. 1073741824\n",
-				cs);
+			fprintf(stderr,
+				"cuinterpose precopy: CUINTERPOSE_TEST_CHUNK_SIZE=%s: want 4096 .. 1073741824\n", cs);
 			return 2;
 		}
 		chunk = (uint32_t)c;

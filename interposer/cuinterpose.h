@@ -28,7 +28,7 @@ extern "C" {
  * as usual. Hooks run in the order registered, on one thread of the
  * interposer's with every asynchronous signal blocked, concurrently with the job's own
  * threads, and may call CUDA. The checkpoint waits for them at most
- * CUINTERPOSE_RELEASE_TIMEOUT_MS (README), then goes on with the memory
+ * 5 s (and half the quiesce bound), then goes on with the memory
  * allocated at that moment; a hook still running finishes later (its CUDA
  * calls wait while the process is checkpointed). What is allocated when
  * the gate closes is what the checkpoint carries, nothing is lost either

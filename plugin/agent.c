@@ -458,7 +458,8 @@ pid_t cuip_agent_pid(void)
  * The queries answer at once from a live target, but NVIDIA's driver blocks
  * GetState while the target's threads are stopped (a SIGSTOPped or frozen
  * participant): bounded by CUINTERPOSE_DRIVER_TIMEOUT_MS (default 5 s,
- * under CRIU's own 10 s dump timeout).
+ * under CRIU's own 10 s dump timeout; its value was checked against the
+ * settings table at init, cuip_opts_load).
  * Lock has its own timeout, plus that margin; checkpoint and restore move
  * all of a process's device memory and take as long as they take.
  */

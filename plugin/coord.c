@@ -412,7 +412,7 @@ static bool is_quiesced(const struct cuip_group *g, const struct cuip_part *p, c
 }
 
 /*
- * Carrier files for `bytes` carried by one process: CUINTERPOSE_CARRIER_FILES,
+ * Carrier files for `bytes` carried by one process: CUINTERPOSE_TEST_CARRIER_FILES,
  * or one per CARRIER_FILE_BYTES up to min(16, online CPUs). Buffered writes
  * to one file serialize on its inode (one file ~3 GB/s, 16 files 32-35 GB/s
  * on the H200 host, docs/benchmarks.md); a small carrier stays one file.
@@ -1016,7 +1016,7 @@ static int refuse_busy(struct cuip_group *g)
  * HANDSHAKE, INSPECT, PREFLIGHT, QUIESCE. A QUIESCE that times out (calls
  * still in flight or device work that cannot drain, e.g. a collective whose
  * peer is held at its own closed gate) reopens every gate, waits and starts
- * over, at most CUINTERPOSE_QUIESCE_RETRIES more times; nothing has been
+ * over, at most CUINTERPOSE_TEST_QUIESCE_RETRIES more times; nothing has been
  * torn down yet, so the job just keeps running meanwhile.
  */
 static int quiesce_with_retries(struct cuip_group *g)

@@ -15,7 +15,7 @@
  * shared ones: criu's print_on_level takes them as they are. */
 #include "loglevels.h"
 
-/* Verbose mode (CUINTERPOSE_VERBOSE=1) promotes debug lines to info. */
+/* Verbose mode (CUINTERPOSE_LOG=2 or more) promotes debug lines to info. */
 void cuip_log_set_verbose(int on);
 
 /* Monotonic seconds, for the per-phase timing lines. */

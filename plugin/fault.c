@@ -1,5 +1,5 @@
 /*
- * fault.c - CUINTERPOSE_FAULT; see fault.h. Owns the armed fault (static,
+ * fault.c - CUINTERPOSE_TEST_FAULT; see fault.h. Owns the armed fault (static,
  * criu's main thread only; the coordinator's phase threads never call in).
  */
 #include "config.h"
@@ -30,7 +30,7 @@ static struct {
 
 int cuip_fault_load(char *err, size_t errlen)
 {
-	const char *v = getenv("CUINTERPOSE_FAULT");
+	const char *v = getenv("CUINTERPOSE_TEST_FAULT");
 	const char *at;
 
 	memset(&F, 0, sizeof(F));
@@ -38,7 +38,7 @@ int cuip_fault_load(char *err, size_t errlen)
 		return 0;
 	at = strchr(v, '@');
 	if (!at || at == v || !at[1] || (size_t)(at - v) >= sizeof(F.action) || strlen(at + 1) >= sizeof(F.point)) {
-		snprintf(err, errlen, "CUINTERPOSE_FAULT=%s: expected ACTION@POINT", v);
+		snprintf(err, errlen, "CUINTERPOSE_TEST_FAULT=%s: expected ACTION@POINT", v);
 		return -EINVAL;
 	}
 	memcpy(F.action, v, (size_t)(at - v));
@@ -46,7 +46,7 @@ int cuip_fault_load(char *err, size_t errlen)
 	if (strcmp(F.action, "kill") && strcmp(F.action, "stop") && strcmp(F.action, "kill-agent") &&
 	    strcmp(F.action, "kill-guardian")) {
 		snprintf(err, errlen,
-			 "CUINTERPOSE_FAULT=%s: action '%s' is not kill, stop, kill-agent or kill-guardian", v,
+			 "CUINTERPOSE_TEST_FAULT=%s: action '%s' is not kill, stop, kill-agent or kill-guardian", v,
 			 F.action);
 		return -EINVAL;
 	}
@@ -76,7 +76,7 @@ void cuip_fault(const char *point)
 	if (!F.armed || strcmp(F.point, point))
 		return;
 	F.armed = false;
-	pr_warn("fault injection (CUINTERPOSE_FAULT): %s at %s", F.action, point);
+	pr_warn("fault injection (CUINTERPOSE_TEST_FAULT): %s at %s", F.action, point);
 	if (!strcmp(F.action, "kill")) {
 		kill(getpid(), SIGKILL);
 	} else if (!strcmp(F.action, "stop")) {
@@ -133,6 +133,6 @@ void cuip_fault_memdump(int dirfd)
 	if (read(ready[0], buf, 1) != 1)
 		pr_err("fault injection: the memdump watcher did not start");
 	else
-		pr_warn("fault injection (CUINTERPOSE_FAULT): kill at memdump armed (watcher pid %d)", (int)w);
+		pr_warn("fault injection (CUINTERPOSE_TEST_FAULT): kill at memdump armed (watcher pid %d)", (int)w);
 	close(ready[0]);
 }

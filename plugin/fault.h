@@ -1,6 +1,6 @@
 /*
  * fault.h - deterministic fault injection for the tests of the rollback
- * (CUINTERPOSE_FAULT=ACTION@POINT, a testing aid in the SQLite spirit).
+ * (CUINTERPOSE_TEST_FAULT=ACTION@POINT, a testing aid in the SQLite spirit).
  *
  * POINT names a moment of the plugin's own sequence: "discovery" (the
  * group is known, the guardian runs), every coordinator phase by its log
@@ -22,7 +22,7 @@
 #ifndef CUIP_PLUGIN_FAULT_H
 #define CUIP_PLUGIN_FAULT_H
 
-/* Read CUINTERPOSE_FAULT: 0, or -EINVAL with err naming what is wrong. */
+/* Read CUINTERPOSE_TEST_FAULT: 0, or -EINVAL with err naming what is wrong. */
 int cuip_fault_load(char *err, size_t errlen);
 
 /* Reached POINT: act if the armed fault names it. */

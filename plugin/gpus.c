@@ -19,6 +19,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "settings.h"
+
 #define ASK_TIMEOUT_MS 20000 /* cuInit on a machine with 8 GPUs takes seconds */
 
 static void add_gpu(struct cuip_gpu *v, size_t *n, size_t max, int ordinal, const uint8_t *uuid, const char *name)

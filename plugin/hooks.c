@@ -422,7 +422,7 @@ static int native_restore(char *err, size_t errlen)
 }
 
 /* Every coordinator phase: the guardian hears of it before and after;
- * CUINTERPOSE_FAULT may strike once the guardian knows. */
+ * CUINTERPOSE_TEST_FAULT may strike once the guardian knows. */
 static int on_phase(struct cuip_group *g, enum cuip_gphase ph, bool after, int status)
 {
 	const char *phase = cuip_gphase_name(ph);
@@ -1214,7 +1214,7 @@ static int resume_group(pid_t root)
 			}
 	/* Each carrier byte is read once, by LOAD, which checks every chunk
 	 * before it copies it (cuip_images_read has checked that every file
-	 * is there and long enough), unless CUINTERPOSE_VERIFY_CARRIERS=1
+	 * is there and long enough), unless CUINTERPOSE_VERIFY_BEFORE_RESTORE=1
 	 * asks to read them all first. */
 	if (S.o.verify_carriers && ck.carried_bytes) {
 		double t1 = cuip_now(), dt;
@@ -1482,7 +1482,7 @@ static int cuip_dump_ext_file(int fd, int id)
 /*
  * criu has forked the tree's root (and set up its namespaces); the other
  * tasks fork and fill themselves in CRIU's restorer after this. Nothing to
- * do here but to be a point where CUINTERPOSE_FAULT can strike with the
+ * do here but to be a point where CUINTERPOSE_TEST_FAULT can strike with the
  * tree half-built: the guardian, started at init, covers it.
  */
 static int cuip_post_forking(void)

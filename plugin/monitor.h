@@ -11,7 +11,7 @@
  * shuts that participant's connection down (the job's recv returns at
  * once), and after the join fails the participant (status -ETIMEDOUT, err
  * saying how far it had got, connection closed). A stall, not a total: a
- * slow phase that keeps moving runs on (CUINTERPOSE_DATA_TIMEOUT_MS bounds
+ * slow phase that keeps moving runs on (CUINTERPOSE_TEST_DATA_TIMEOUT_MS bounds
  * the total).
  *
  * Caller: coord.c's run_phase_metered only, from the hook thread: it fills

@@ -12,47 +12,7 @@
 
 #include "errfmt.h"
 #include "options.h"
-
-static int hexval(int c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	c = tolower(c);
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	return -1;
-}
-
-int cuip_parse_uuid(const char *s, size_t len, uint8_t out[16])
-{
-	unsigned nib = 0;
-
-	while (len && isspace((unsigned char)*s)) {
-		s++;
-		len--;
-	}
-	while (len && isspace((unsigned char)s[len - 1]))
-		len--;
-	if (len >= 4 && !strncasecmp(s, "GPU-", 4)) {
-		s += 4;
-		len -= 4;
-	}
-	for (size_t i = 0; i < len; i++) {
-		int v;
-
-		if (s[i] == '-')
-			continue;
-		v = hexval((unsigned char)s[i]);
-		if (v < 0 || nib >= 32)
-			return -EINVAL;
-		if (nib % 2 == 0)
-			out[nib / 2] = (uint8_t)(v << 4);
-		else
-			out[nib / 2] |= (uint8_t)v;
-		nib++;
-	}
-	return nib == 32 ? 0 : -EINVAL;
-}
+#include "settings.h"
 
 void cuip_format_uuid(const uint8_t u[16], char *buf, size_t len)
 {
@@ -166,27 +126,32 @@ static int env_str(const char *name, const char *def, char *out, size_t len, cha
 int cuip_opts_load(struct cuip_opts *o, char *err, size_t errlen)
 {
 	char copies[32], prefetch[32];
-	unsigned chunk;
+	unsigned chunk, level;
 	int ret, n;
 
 	memset(o, 0, sizeof(*o));
+	/* The table's check first: every variable of criu's plugin, those
+	 * read elsewhere (agent.c, guardian.c) too, refused with its range. */
+	ret = cuip_settings_check_env(CUIP_READER_PLUGIN, err, errlen);
+	if (ret)
+		return ret;
 	if ((ret = env_uint("CUINTERPOSE_LOCK_TIMEOUT_MS", 0, 0, 3600000, &o->lock_timeout_ms, err, errlen)) ||
-	    (ret = env_uint("CUINTERPOSE_OP_TIMEOUT_MS", 60000, 0, 3600000, &o->op_timeout_ms, err, errlen)) ||
-	    (ret = env_uint("CUINTERPOSE_DATA_TIMEOUT_MS", 0, 0, 86400000, &o->data_timeout_ms, err, errlen)) ||
+	    (ret = env_uint("CUINTERPOSE_TEST_OP_TIMEOUT_MS", 60000, 0, 3600000, &o->op_timeout_ms, err, errlen)) ||
+	    (ret = env_uint("CUINTERPOSE_TEST_DATA_TIMEOUT_MS", 0, 0, 86400000, &o->data_timeout_ms, err, errlen)) ||
 	    (ret = env_uint("CUINTERPOSE_STALL_TIMEOUT_MS", 60000, 0, 86400000, &o->stall_timeout_ms, err, errlen)) ||
 	    (ret = env_uint("CUINTERPOSE_QUIESCE_TIMEOUT_MS", 10000, 1, 3600000, &o->quiesce_timeout_ms, err,
 			    errlen)) ||
-	    (ret = env_uint("CUINTERPOSE_QUIESCE_RETRIES", 3, 0, 100, &o->quiesce_retries, err, errlen)) ||
+	    (ret = env_uint("CUINTERPOSE_TEST_QUIESCE_RETRIES", 3, 0, 100, &o->quiesce_retries, err, errlen)) ||
 	    (ret = env_uint("CUINTERPOSE_START_WAIT_MS", 5000, 1, 3600000, &o->start_wait_ms, err, errlen)) ||
 	    (ret = env_uint("CUINTERPOSE_PROGRESS_MS", 5000, 0, 3600000, &o->progress_ms, err, errlen)) ||
-	    (ret = env_uint("CUINTERPOSE_CHUNK_SIZE", 1u << 20, 4096, 1u << 30, &chunk, err, errlen)) ||
-	    (ret = env_uint("CUINTERPOSE_CARRIER_FILES", 0, 0, 64, &o->carrier_files, err, errlen)) ||
-	    (ret = env_bool("CUINTERPOSE_VERIFY_CARRIERS", 0, &o->verify_carriers, err, errlen)) ||
-	    (ret = env_bool("CUINTERPOSE_VERBOSE", 0, &o->verbose, err, errlen)) ||
-	    (ret = env_bool("CUINTERPOSE_LEAVE_RUNNING", -1, &o->leave_running, err, errlen)) ||
+	    (ret = env_uint("CUINTERPOSE_TEST_CHUNK_SIZE", 1u << 20, 4096, 1u << 30, &chunk, err, errlen)) ||
+	    (ret = env_uint("CUINTERPOSE_TEST_CARRIER_FILES", 0, 0, 64, &o->carrier_files, err, errlen)) ||
+	    (ret = env_bool("CUINTERPOSE_VERIFY_BEFORE_RESTORE", 0, &o->verify_carriers, err, errlen)) ||
+	    (ret = env_uint("CUINTERPOSE_LOG", 1, 0, 3, &level, err, errlen)) ||
+	    (ret = env_bool("CUINTERPOSE_TEST_LEAVE_RUNNING", -1, &o->leave_running, err, errlen)) ||
 	    (ret = env_str("CUINTERPOSE_SOCKET_DIR", "", o->socket_dir, sizeof(o->socket_dir), err, errlen)) ||
 	    (ret = env_str("CUINTERPOSE_LIBCUDA", "libcuda.so.1", o->libcuda, sizeof(o->libcuda), err, errlen)) ||
-	    (ret = env_str("CUINTERPOSE_LOAD_COPIES", "async", copies, sizeof(copies), err, errlen)) ||
+	    (ret = env_str("CUINTERPOSE_TEST_LOAD_COPIES", "async", copies, sizeof(copies), err, errlen)) ||
 	    (ret = env_str("CUINTERPOSE_PARENT", "", o->parent, sizeof(o->parent), err, errlen)) ||
 	    (ret = env_str("CUINTERPOSE_PREFETCH_MB", "0", prefetch, sizeof(prefetch), err, errlen)))
 		return ret;
@@ -206,11 +171,12 @@ int cuip_opts_load(struct cuip_opts *o, char *err, size_t errlen)
 		o->prefetch_mb = -1;
 	}
 	if (strcmp(copies, "async") && strcmp(copies, "sync")) {
-		errfmt(err, errlen, "CUINTERPOSE_LOAD_COPIES=\"%s\": want async or sync", copies);
+		errfmt(err, errlen, "CUINTERPOSE_TEST_LOAD_COPIES=\"%s\": want async or sync", copies);
 		return -EINVAL;
 	}
 	o->load_sync = !strcmp(copies, "sync");
 	o->chunk_size = chunk;
+	o->verbose = level >= 2;
 	{
 		const char *r = getenv("CUINTERPOSE_GPU_REMAP");
 

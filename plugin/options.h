@@ -21,19 +21,19 @@ struct cuip_gpu_pair {
 
 struct cuip_opts {
 	unsigned lock_timeout_ms;    /* CUINTERPOSE_LOCK_TIMEOUT_MS; 0 = take CRIU's --timeout */
-	unsigned op_timeout_ms;	     /* CUINTERPOSE_OP_TIMEOUT_MS: one control request (not SAVE/LOAD) */
-	unsigned data_timeout_ms;    /* CUINTERPOSE_DATA_TIMEOUT_MS: SAVE/LOAD/REBUILD in all; 0 = no limit */
+	unsigned op_timeout_ms;	     /* CUINTERPOSE_TEST_OP_TIMEOUT_MS: one control request (not SAVE/LOAD) */
+	unsigned data_timeout_ms;    /* CUINTERPOSE_TEST_DATA_TIMEOUT_MS: SAVE/LOAD/REBUILD in all; 0 = no limit */
 	unsigned stall_timeout_ms;   /* CUINTERPOSE_STALL_TIMEOUT_MS: SAVE/LOAD/REBUILD without progress; 0 = off */
 	unsigned quiesce_timeout_ms; /* CUINTERPOSE_QUIESCE_TIMEOUT_MS: draining the API gate */
-	unsigned quiesce_retries;    /* CUINTERPOSE_QUIESCE_RETRIES: reopen and retry a timed-out QUIESCE */
+	unsigned quiesce_retries;    /* CUINTERPOSE_TEST_QUIESCE_RETRIES: reopen and retry a timed-out QUIESCE */
 	unsigned start_wait_ms;	     /* CUINTERPOSE_START_WAIT_MS: a process inside its first cuInit at discovery */
 	unsigned progress_ms;	     /* CUINTERPOSE_PROGRESS_MS: SAVE/LOAD progress lines; 0 = off */
-	uint32_t chunk_size;	     /* CUINTERPOSE_CHUNK_SIZE: bytes per carrier checksum */
-	unsigned carrier_files;	     /* CUINTERPOSE_CARRIER_FILES: files per carrier; 0 = by size */
-	int verify_carriers;	     /* CUINTERPOSE_VERIFY_CARRIERS: read every carrier before LOAD */
-	int verbose;		     /* CUINTERPOSE_VERBOSE: per-participant lines at info level */
-	int leave_running;	     /* CUINTERPOSE_LEAVE_RUNNING: -1 = ask CRIU */
-	int load_sync;		     /* CUINTERPOSE_LOAD_COPIES=sync: LOAD's copies synchronous */
+	uint32_t chunk_size;	     /* CUINTERPOSE_TEST_CHUNK_SIZE: bytes per carrier checksum */
+	unsigned carrier_files;	     /* CUINTERPOSE_TEST_CARRIER_FILES: files per carrier; 0 = by size */
+	int verify_carriers;	     /* CUINTERPOSE_VERIFY_BEFORE_RESTORE: read every carrier before LOAD */
+	int verbose;		     /* CUINTERPOSE_LOG >= 2: per-participant lines at info level */
+	int leave_running;	     /* CUINTERPOSE_TEST_LEAVE_RUNNING: -1 = ask CRIU */
+	int load_sync;		     /* CUINTERPOSE_TEST_LOAD_COPIES=sync: LOAD's copies synchronous */
 	int64_t prefetch_mb;	     /* CUINTERPOSE_PREFETCH_MB: restore read-ahead budget; -1 = auto, 0 = off */
 	char socket_dir[PATH_MAX];   /* CUINTERPOSE_SOCKET_DIR, as seen inside the participants */
 	char libcuda[PATH_MAX];	     /* CUINTERPOSE_LIBCUDA: driver library for native checkpoint */
@@ -43,8 +43,9 @@ struct cuip_opts {
 	int remap_auto; /* CUINTERPOSE_GPU_REMAP=auto: pair by ordinal where unambiguous */
 };
 
-/* Fill `o` from the environment. Returns 0, or -EINVAL with `err` naming the
- * variable and what is wrong with it. */
+/* Fill `o` from the environment. Every variable the plugin reads is first
+ * checked against protocol/settings.c's table. Returns 0, or -EINVAL with
+ * `err` naming the variable and the values it accepts. */
 int cuip_opts_load(struct cuip_opts *o, char *err, size_t errlen);
 
 /*
@@ -53,9 +54,6 @@ int cuip_opts_load(struct cuip_opts *o, char *err, size_t errlen);
  * Returns the number of pairs, or -EINVAL with `err` set.
  */
 int cuip_parse_remap(const char *s, struct cuip_gpu_pair *pairs, unsigned max, char *err, size_t errlen);
-
-/* Parse one UUID as above. Returns 0 or -EINVAL. */
-int cuip_parse_uuid(const char *s, size_t len, uint8_t out[16]);
 
 /* Format a UUID as GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (buf >= 41). */
 void cuip_format_uuid(const uint8_t uuid[16], char *buf, size_t len);

@@ -25,8 +25,6 @@
 #define USER   CUIP_SETTING_USER
 #define HOOK   CUIP_SETTING_HOOK
 #define REFUSE CUIP_BAD_REFUSE
-#define WARN   CUIP_BAD_WARN
-#define SILENT CUIP_BAD_SILENT
 #define NONE   CUIP_BAD_NONE
 #define HEX    CUIP_SETTING_HEX
 
@@ -42,13 +40,13 @@ const struct cuip_setting cuip_settings[] = {
 	ROW("CUINTERPOSE_LOCK_TIMEOUT_MS", MS, NULL, 0, 3600000, NULL, "0 (CRIU's --timeout, 10 s)", P, USER, REFUSE,
 	    HEX, "plugin/options.c:cuip_opts_load",
 	    "How long cuCheckpointProcessLock may wait for a process's CUDA calls in flight."),
-	ROW("CUINTERPOSE_DRIVER_TIMEOUT_MS", MS, NULL, 0, 2147483647, NULL, "5000", P, USER, SILENT, 0,
-	    "plugin/agent.c:answer_wait_ms",
+	ROW("CUINTERPOSE_DRIVER_TIMEOUT_MS", MS, NULL, 0, 2147483647, NULL, "5000", P, USER, REFUSE, 0,
+	    "plugin/options.c:cuip_opts_load (checked), plugin/agent.c:answer_wait_ms",
 	    "How long the driver may take for its other answers (GetState, a lock beyond its timeout); 0: forever."),
-	ROW("CUINTERPOSE_OP_TIMEOUT_MS", MS, NULL, 0, 3600000, NULL, "60000", P, USER, REFUSE, HEX,
+	ROW("CUINTERPOSE_TEST_OP_TIMEOUT_MS", MS, NULL, 0, 3600000, NULL, "60000", P, HOOK, REFUSE, HEX,
 	    "plugin/options.c:cuip_opts_load",
 	    "Limit for one control request (handshake, inspect, quiesce, rebuild, verify, resume); 0: none."),
-	ROW("CUINTERPOSE_DATA_TIMEOUT_MS", MS, NULL, 0, 86400000, NULL, "0 (no limit)", P, USER, REFUSE, HEX,
+	ROW("CUINTERPOSE_TEST_DATA_TIMEOUT_MS", MS, NULL, 0, 86400000, NULL, "0 (no limit)", P, HOOK, REFUSE, HEX,
 	    "plugin/options.c:cuip_opts_load",
 	    "Limit for the whole of SAVE, LOAD and REBUILD, which move the carried bytes."),
 	ROW("CUINTERPOSE_STALL_TIMEOUT_MS", MS, NULL, 0, 86400000, NULL, "60000", P, USER, REFUSE, HEX,
@@ -57,7 +55,7 @@ const struct cuip_setting cuip_settings[] = {
 	ROW("CUINTERPOSE_QUIESCE_TIMEOUT_MS", MS, NULL, 1, 3600000, NULL, "10000", P, USER, REFUSE, HEX,
 	    "plugin/options.c:cuip_opts_load",
 	    "How long the interposer may wait for calls in flight when it closes its API gate."),
-	ROW("CUINTERPOSE_QUIESCE_RETRIES", INT, "retries", 0, 100, NULL, "3", P, USER, REFUSE, HEX,
+	ROW("CUINTERPOSE_TEST_QUIESCE_RETRIES", INT, "retries", 0, 100, NULL, "3", P, HOOK, REFUSE, HEX,
 	    "plugin/options.c:cuip_opts_load",
 	    "When closing the gates times out, reopen them, wait and try again this many more times."),
 	ROW("CUINTERPOSE_START_WAIT_MS", MS, NULL, 1, 3600000, NULL, "5000", P, USER, REFUSE, HEX,
@@ -66,21 +64,19 @@ const struct cuip_setting cuip_settings[] = {
 	ROW("CUINTERPOSE_PROGRESS_MS", MS, NULL, 0, 3600000, NULL, "5000 (the command: 1000 on a terminal)", P | C,
 	    USER, REFUSE, HEX, "plugin/options.c:cuip_opts_load, cli/cli_criu.c:run_criu (whether set)",
 	    "Interval of the SAVE/LOAD 'in progress' log lines; 0: off."),
-	ROW("CUINTERPOSE_CHUNK_SIZE", INT, "bytes", 4096, 1073741824, NULL, "1048576", P | C, USER, REFUSE, 0,
+	ROW("CUINTERPOSE_TEST_CHUNK_SIZE", INT, "bytes", 4096, 1073741824, NULL, "1048576", P | C, HOOK, REFUSE, 0,
 	    "plugin/options.c:cuip_opts_load, cli/cli_precopy.c:cli_precopy",
 	    "Bytes per checksum and per hash in the carrier images (precopy must match the dump's)."),
-	ROW("CUINTERPOSE_CARRIER_FILES", INT, "files", 0, 64, NULL,
-	    "0 (by size: one per 256 MiB, at most 16 and the CPUs)", P, USER, REFUSE, HEX,
+	ROW("CUINTERPOSE_TEST_CARRIER_FILES", INT, "files", 0, 64, NULL,
+	    "0 (by size: one per 256 MiB, at most 16 and the CPUs)", P, HOOK, REFUSE, HEX,
 	    "plugin/options.c:cuip_opts_load", "Files each creating process's carrier is striped over."),
-	ROW("CUINTERPOSE_VERIFY_CARRIERS", BOOL, NULL, 0, 0, NULL, "0", P, USER, REFUSE, 0,
+	ROW("CUINTERPOSE_VERIFY_BEFORE_RESTORE", BOOL, NULL, 0, 0, NULL, "0", P, USER, REFUSE, 0,
 	    "plugin/options.c:cuip_opts_load",
-	    "1: read and check every carrier before any process is restored natively."),
-	ROW("CUINTERPOSE_VERBOSE", BOOL, NULL, 0, 0, NULL, "0", P, USER, REFUSE, 0, "plugin/options.c:cuip_opts_load",
-	    "The plugin's per-participant lines at info level (debug otherwise)."),
-	ROW("CUINTERPOSE_LEAVE_RUNNING", BOOL, NULL, 0, 0, NULL, "ask CRIU (--leave-running)", P, USER, REFUSE, 0,
+	    "1: criu's plugin reads and checks every carrier before it restores any process natively."),
+	ROW("CUINTERPOSE_TEST_LEAVE_RUNNING", BOOL, NULL, 0, 0, NULL, "ask CRIU (--leave-running)", P, HOOK, REFUSE, 0,
 	    "plugin/options.c:cuip_opts_load",
 	    "Force (1) or deny (0) the in-place restore at the end of a successful dump."),
-	ROW("CUINTERPOSE_LOAD_COPIES", ENUM, NULL, 0, 0, "async|sync", "async", P, USER, REFUSE, 0,
+	ROW("CUINTERPOSE_TEST_LOAD_COPIES", ENUM, NULL, 0, 0, "async|sync", "async", P, HOOK, REFUSE, 0,
 	    "plugin/options.c:cuip_opts_load",
 	    "How LOAD copies carried bytes back to the device: on each thread's streams, or one at a time."),
 	ROW("CUINTERPOSE_PREFETCH_MB", MIB, NULL, 0, 1ull << 40, "auto", "0 (off)", P, USER, REFUSE, 0,
@@ -104,40 +100,44 @@ const struct cuip_setting cuip_settings[] = {
 	    "interposer/entry/control.c:sock_dir, plugin/options.c:cuip_opts_load (unused), "
 	    "cli/cli_inspect.c:cli_find_socket, cli/cli_check.c:check_sockdir",
 	    "Directory of the jobs' control sockets (the plugin finds them through sock_diag)."),
-	ROW("CUINTERPOSE_FAULT", ENUM, NULL, 0, 0, "kill@POINT|stop@POINT|kill-agent@POINT|kill-guardian@POINT", "none",
-	    P, HOOK, REFUSE, 0, "plugin/fault.c:cuip_fault_load",
+	ROW("CUINTERPOSE_TEST_FAULT", ENUM, NULL, 0, 0, "kill@POINT|stop@POINT|kill-agent@POINT|kill-guardian@POINT",
+	    "none", P, HOOK, REFUSE, 0, "plugin/fault.c:cuip_fault_load",
 	    "Fault injection: kill or stop criu (or its agent or guardian) once at a named point."),
 	ROW("CUINTERPOSE_TEST_LOG", FLAG, NULL, 0, 0, NULL, "unset (off)", P, HOOK, NONE, 0,
 	    "plugin/criulog.c:cuip_log", "Unit tests: the plugin outside criu copies its info lines to stderr."),
 
 	/* ---- the job's processes: the interposer and its carrier ---- */
-	ROW("CUINTERPOSE_PRIVATE", ENUM, NULL, 0, 0, "carrier|native", "carrier", J, USER, WARN, 0,
+	ROW("CUINTERPOSE_PRIVATE", ENUM, NULL, 0, 0, "carrier|native", "carrier", J, USER, REFUSE, 0,
 	    "interposer/core/runtime.c:cuip_init",
 	    "Never-shared tracked memory goes through the carrier, or is left to the native checkpoint."),
-	ROW("CUINTERPOSE_STACKS", ENUM, NULL, 0, 0, "lower|keep", "lower", J, USER, WARN, 0,
+	ROW("CUINTERPOSE_TEST_STACKS", ENUM, NULL, 0, 0, "lower|keep", "lower", J, HOOK, REFUSE, 0,
 	    "interposer/core/runtime.c:cuip_init",
 	    "Lower every context's stack limit to 0 before the native checkpoint, set back at RESUME."),
-	ROW("CUINTERPOSE_RELEASE", ENUM, NULL, 0, 0, "torch|cupy|python:STATEMENT|none", "none", J, USER, WARN, 0,
+	ROW("CUINTERPOSE_RELEASE", ENUM, NULL, 0, 0, "torch|cupy|python:STATEMENT|none", "none", J, USER, REFUSE, 0,
 	    "interposer/checkpoint/release.c:release_env",
 	    "What the job gives back before each checkpoint, so that only live memory is carried."),
-	ROW("CUINTERPOSE_RELEASE_TIMEOUT_MS", MS, NULL, 1, 3600000, NULL, "5000", J, USER, WARN, 0,
+	ROW("CUINTERPOSE_TEST_RELEASE_TIMEOUT_MS", MS, NULL, 1, 3600000, NULL, "5000", J, HOOK, REFUSE, 0,
 	    "interposer/checkpoint/release.c:release_env",
 	    "The most a checkpoint waits for the release hooks (at most half of CUINTERPOSE_QUIESCE_TIMEOUT_MS)."),
-	ROW("CUINTERPOSE_LOG", INT, "level", 0, 3, NULL, "1", J, USER, SILENT, 0, "interposer/core/log.c:log_init",
-	    "The interposer's stderr log level: 0 quiet, 1 errors, 2 info, 3 debug."),
+	ROW("CUINTERPOSE_LOG", INT, "level", 0, 3, NULL, "1", J | P, USER, REFUSE, 0,
+	    "interposer/core/log.c:log_init, plugin/options.c:cuip_opts_load",
+	    "Log level: the interposer's stderr 0 quiet, 1 errors, 2 info, 3 debug; 2 or more also puts the "
+	    "plugin's per-participant lines at info level."),
 	ROW("CUINTERPOSE_STAGING_MB", MIB, NULL, 1, 1048576, NULL, "224", J, USER, REFUSE, 0,
 	    "carrier/carrier.c:carrier_config_init",
 	    "Most pinned host staging per creating process for carrier copies."),
-	ROW("CUINTERPOSE_CHUNK_MB", MIB, NULL, 1, 256, NULL, "1", J, HOOK, REFUSE, 0,
+	ROW("CUINTERPOSE_TEST_CHUNK_MB", MIB, NULL, 1, 256, NULL, "1", J, HOOK, REFUSE, 0,
 	    "carrier/carrier.c:carrier_config_init",
-	    "Chunk of carrier items saved without one; the interposer always passes CUINTERPOSE_CHUNK_SIZE's, so only "
+	    "Chunk of carrier items saved without one; the interposer always passes CUINTERPOSE_TEST_CHUNK_SIZE's, so "
+	    "only "
 	    "direct carrier users (carrier-bench, test/carrier) see it."),
-	ROW("CUINTERPOSE_CARRIER_THREADS", INT, "threads", 0, 64, NULL,
-	    "0 (2 per file to save, 12 to load, at most 16 and the CPUs)", J, USER, REFUSE, 0,
+	ROW("CUINTERPOSE_TEST_CARRIER_THREADS", INT, "threads", 0, 64, NULL,
+	    "0 (2 per file to save, 12 to load, at most 16 and the CPUs)", J, HOOK, REFUSE, 0,
 	    "carrier/carrier.c:carrier_config_init", "I/O threads per carrier save or load, the caller included."),
-	ROW("CUINTERPOSE_CARRIER_VERIFY", ENUM, NULL, 0, 0, "chunk|first", "chunk", J, USER, REFUSE, 0,
+	ROW("CUINTERPOSE_TEST_LOAD_VERIFY", ENUM, NULL, 0, 0, "chunk|first", "chunk", J, HOOK, REFUSE, 0,
 	    "carrier/carrier.c:carrier_config_init",
-	    "At load, check each chunk as it loads, or the whole carrier before any byte reaches the device."),
+	    "In the job's LOAD: check each chunk as it loads, or the whole carrier before any byte reaches the "
+	    "device."),
 	ROW("CUINTERPOSE_CARRIER_HASH", ENUM, NULL, 0, 0, "device|sha256|off", "device", J, USER, REFUSE, 0,
 	    "carrier/carrier.c:carrier_config_init",
 	    "Each chunk's hash at SAVE (on the device, or SHA-256 on the host), which makes the checkpoint a parent."),
@@ -188,10 +188,6 @@ const char *cuip_setting_bad_name(enum cuip_setting_bad b)
 	switch (b) {
 	case CUIP_BAD_REFUSE:
 		return "refuse";
-	case CUIP_BAD_WARN:
-		return "warn";
-	case CUIP_BAD_SILENT:
-		return "silent";
 	case CUIP_BAD_NONE:
 		return "none";
 	}
@@ -276,10 +272,17 @@ static int one_of(const char *v, const char *list)
 	return 0;
 }
 
-/* A GPU UUID as plugin/options.c cuip_parse_uuid takes it: blanks around,
- * an optional GPU- prefix, 32 hex digits with dashes anywhere. The digits
- * go to out (33 bytes) for the twice-remapped check. */
-static int uuid_ok(const char *s, size_t len, char *out)
+static int hexval(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	c = tolower(c);
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+int cuip_parse_uuid(const char *s, size_t len, uint8_t out[16])
 {
 	unsigned nib = 0;
 
@@ -294,19 +297,25 @@ static int uuid_ok(const char *s, size_t len, char *out)
 		len -= 4;
 	}
 	for (size_t i = 0; i < len; i++) {
+		int v;
+
 		if (s[i] == '-')
 			continue;
-		if (!isxdigit((unsigned char)s[i]) || nib >= 32)
-			return 0;
-		out[nib++] = (char)tolower((unsigned char)s[i]);
+		v = hexval((unsigned char)s[i]);
+		if (v < 0 || nib >= 32)
+			return -EINVAL;
+		if (nib % 2 == 0)
+			out[nib / 2] = (uint8_t)(v << 4);
+		else
+			out[nib / 2] |= (uint8_t)v;
+		nib++;
 	}
-	out[nib] = 0;
-	return nib == 32;
+	return nib == 32 ? 0 : -EINVAL;
 }
 
 static int remap_ok(const char *v, uint64_t max)
 {
-	char olds[64][33];
+	uint8_t olds[64][16];
 	unsigned n = 0;
 	const char *p = v;
 
@@ -315,7 +324,7 @@ static int remap_ok(const char *v, uint64_t max)
 	while (*p) {
 		const char *end = strchr(p, ',');
 		const char *eq;
-		char new_uuid[33];
+		uint8_t new_uuid[16];
 
 		if (!end)
 			end = p + strlen(p);
@@ -325,11 +334,11 @@ static int remap_ok(const char *v, uint64_t max)
 			break;
 		}
 		eq = memchr(p, '=', (size_t)(end - p));
-		if (!eq || n >= max || n >= 64 || !uuid_ok(p, (size_t)(eq - p), olds[n]) ||
-		    !uuid_ok(eq + 1, (size_t)(end - eq - 1), new_uuid))
+		if (!eq || n >= max || n >= 64 || cuip_parse_uuid(p, (size_t)(eq - p), olds[n]) ||
+		    cuip_parse_uuid(eq + 1, (size_t)(end - eq - 1), new_uuid))
 			return 0;
 		for (unsigned i = 0; i < n; i++)
-			if (!strcmp(olds[i], olds[n]))
+			if (!memcmp(olds[i], olds[n], 16))
 				return 0;
 		n++;
 		p = *end ? end + 1 : end;
@@ -376,7 +385,7 @@ int cuip_setting_check(const struct cuip_setting *s, const char *value, char *er
 			ok = !cuip_zchunk_parse(value, &level, &on); /* the reader's own parser */
 		else
 			ok = one_of(value, s->values);
-		if (ok && !strcmp(s->name, "CUINTERPOSE_FAULT")) /* plugin/fault.c's bounds */
+		if (ok && !strcmp(s->name, "CUINTERPOSE_TEST_FAULT")) /* plugin/fault.c's bounds */
 			ok = strcspn(value, "@") < 16 && strlen(strchr(value, '@') + 1) < 64;
 		break;
 	case CUIP_SETTING_PATH:
@@ -391,4 +400,15 @@ int cuip_setting_check(const struct cuip_setting *s, const char *value, char *er
 	cuip_setting_range(s, range, sizeof(range));
 	errfmt(err, errlen, "%s=%s: want %s", s->name, value, range);
 	return -EINVAL;
+}
+
+int cuip_settings_check_env(unsigned readers, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < cuip_settings_count; i++) {
+		const struct cuip_setting *s = &cuip_settings[i];
+
+		if ((s->readers & readers) && cuip_setting_check(s, getenv(s->name), err, errlen))
+			return -EINVAL;
+	}
+	return 0;
 }

@@ -3,10 +3,13 @@
  * that the product reads (settings.c): the job's processes (the interposer
  * and its carrier), criu's plugin and the `cuinterpose` command.
  *
- * The table describes; it does not read. Each reader still parses its own
- * variables where it always did (plugin/options.c, carrier/carrier.c,
- * interposer/core/, ...), and the table states what they accept, their
- * defaults, who reads them and what each reader does with a bad value.
+ * Each reader still parses its own variables where it always did
+ * (plugin/options.c, carrier/carrier.c, interposer/core/, ...), and the
+ * table states what they accept, their defaults and who reads them. One
+ * policy for a bad value: every reader refuses it before anything changes,
+ * through cuip_settings_check_env (criu's plugin at init, the command
+ * before it starts criu, the job at its first cuInit), with the table's
+ * "NAME=VALUE: want RANGE".
  * `cuinterpose options` prints it and checks an environment against it
  * (cli/cli_options.c); test/unit/settings.sh fails when a name the sources
  * read is missing from it, when it holds a name no source reads, or when
@@ -36,16 +39,16 @@ enum cuip_setting_type {
 
 enum cuip_setting_kind {
 	CUIP_SETTING_USER, /* a user setting, documented in docs/configuration.md */
-	CUIP_SETTING_HOOK, /* a test hook: fault injection, test logs, benchmarks */
+	CUIP_SETTING_HOOK, /* a test hook, named CUINTERPOSE_TEST_*: fault injection, test
+			      logs, knobs only the tests and benchmarks set */
 };
 
 /* What the readers do with a value outside the table's range. */
 enum cuip_setting_bad {
-	CUIP_BAD_REFUSE, /* the reader fails naming the variable (criu's plugin at init,
-			    the carrier at SAVE/LOAD, the command at once) */
-	CUIP_BAD_WARN,	 /* a line on the job's stderr, then a fallback value */
-	CUIP_BAD_SILENT, /* no word: the value is misread as something else */
-	CUIP_BAD_NONE,	 /* every value is taken (a flag, a path) */
+	CUIP_BAD_REFUSE, /* the reader fails naming the variable and its range, before
+			    anything changes (criu's plugin at init, the command before
+			    it starts criu, the job's processes at their first cuInit) */
+	CUIP_BAD_NONE,	 /* every value is taken (a flag) */
 };
 
 /* Flags of a row. */
@@ -90,7 +93,22 @@ const char *cuip_setting_type_name(enum cuip_setting_type t);
 /* The readers in words: "job", "plugin", "cli", joined by '+'. */
 void cuip_setting_readers(unsigned readers, char *buf, size_t len);
 
-/* "refuse", "warn", "silent", "none". */
+/* "refuse", "none". */
 const char *cuip_setting_bad_name(enum cuip_setting_bad b);
+
+/*
+ * Every variable of the table read by one of `readers` (CUIP_READER_*)
+ * checked in this environment: 0, or -EINVAL with err saying the first
+ * bad one as cuip_setting_check does.
+ */
+int cuip_settings_check_env(unsigned readers, char *err, size_t errlen);
+
+/*
+ * A GPU UUID: blanks around, an optional GPU- prefix, 32 hex digits with
+ * dashes anywhere (the `nvidia-smi -L` form). 0 and the 16 bytes in out,
+ * or -EINVAL. The one parser of CUINTERPOSE_GPU_REMAP's UUIDs: the table's
+ * check and plugin/options.c's cuip_parse_remap.
+ */
+int cuip_parse_uuid(const char *s, size_t len, uint8_t out[16]);
 
 #endif /* CUIP_SETTINGS_H */

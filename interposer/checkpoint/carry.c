@@ -126,7 +126,7 @@ static void *carrier_lookup(void *arg, const char *name)
 	return cuip_real_dlsym(cuip_driver_handle(), name);
 }
 
-/* Load.sync_copies (criu's CUINTERPOSE_LOAD_COPIES=sync): each copy
+/* Load.sync_copies (criu's CUINTERPOSE_TEST_LOAD_COPIES=sync): each copy
  * completes before the call returns (the stream argument is unused; the
  * carrier's streams stay empty, so its waits return at once). For a driver
  * whose asynchronous copies would not complete while the restored process's

@@ -80,7 +80,7 @@ static uint64_t carried_bytes(void)
 /*
  * The job's release hooks (release.c) run before the gate closes, while the
  * job still runs: what they free is not carried. Without the state lock
- * (their frees take it), at most CUINTERPOSE_RELEASE_TIMEOUT_MS and half
+ * (their frees take it), at most CUINTERPOSE_TEST_RELEASE_TIMEOUT_MS and half
  * the QUIESCE timeout; a hook that fails or overruns costs only the bytes
  * it would have freed, so the checkpoint goes on.
  */

@@ -106,18 +106,15 @@ static void python_hook(char *why, size_t len)
 
 __attribute__((constructor)) static void release_env(void)
 {
-	const char *v = getenv("CUINTERPOSE_RELEASE_TIMEOUT_MS");
+	const char *v = getenv("CUINTERPOSE_TEST_RELEASE_TIMEOUT_MS");
 	char *end;
 
+	/* A bad value of either variable makes cuInit fail (runtime.c,
+	 * cuip_settings_refused): only good ones are taken here. */
 	if (v && *v) {
 		unsigned long ms = strtoul(v, &end, 10);
 
-		if (*end || ms < 1 || ms > 3600000)
-			fprintf(stderr,
-				"cuinterpose: pid %d: CUINTERPOSE_RELEASE_TIMEOUT_MS=%s is not a number of "
-				"milliseconds from 1 to 3600000; it stays %u\n",
-				(int)getpid(), v, cuip_release_timeout_ms);
-		else
+		if (!*end && ms >= 1 && ms <= 3600000)
 			cuip_release_timeout_ms = (unsigned)ms;
 	}
 	v = getenv("CUINTERPOSE_RELEASE");
@@ -131,11 +128,6 @@ __attribute__((constructor)) static void release_env(void)
 	for (size_t i = 0; i < sizeof(builtin) / sizeof(builtin[0]); i++)
 		if (!strcmp(v, builtin[i].name))
 			python_code = builtin[i].code;
-	if (!python_code)
-		fprintf(stderr,
-			"cuinterpose: pid %d: CUINTERPOSE_RELEASE=%s is none of 'torch', 'cupy', 'python:STATEMENT' or "
-			"'none'; nothing is released before a checkpoint\n",
-			(int)getpid(), v);
 }
 
 /* ---- the release thread --------------------------------------------------- */

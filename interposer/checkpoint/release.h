@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* CUINTERPOSE_RELEASE_TIMEOUT_MS (read at load; default 5000): the most
+/* CUINTERPOSE_TEST_RELEASE_TIMEOUT_MS (read at load; default 5000): the most
  * a QUIESCE waits for the hooks. */
 extern unsigned cuip_release_timeout_ms;
 /* Whether this process has a hook to run (registered or from the environment). */

@@ -121,6 +121,7 @@ static void log_fork_child(void)
 
 __attribute__((constructor)) static void log_init(void)
 {
+	/* A bad value makes the first cuInit fail (runtime.c). */
 	const char *l = getenv("CUINTERPOSE_LOG");
 
 	if (l && *l)

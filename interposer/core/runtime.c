@@ -51,6 +51,7 @@
 #include "importers.h"
 #include "procstat.h"
 #include "runtime.h"
+#include "settings.h"
 #include "startmark.h"
 
 struct cuip_self self;
@@ -351,24 +352,44 @@ bool cuip_private_native;
 bool cuip_stacks_lower = true;
 
 /* A two-way choice read from the environment at load: true for `other`;
- * unset, empty or `dflt`: false; any other value is reported on stderr,
- * with what it means (`means`), and taken as `other`. */
-static bool env_choice(const char *name, const char *dflt, const char *other, const char *means)
+ * unset, empty or `dflt`: false. Any other value makes cuInit fail
+ * (cuip_settings_refused), so what it reads as does not matter. */
+static bool env_choice(const char *name, const char *dflt, const char *other)
 {
 	const char *v = getenv(name);
 
-	if (!v || !*v || !strcmp(v, dflt))
-		return false;
-	if (strcmp(v, other))
-		fprintf(stderr, "cuinterpose: pid %d: %s=%s is neither '%s' nor '%s'; %s\n", (int)getpid(), name, v,
-			dflt, other, means);
-	return true;
+	return v && *v && strcmp(v, dflt) && !strcmp(v, other);
+}
+
+/* One policy for a bad value (protocol/settings.h): the job's settings are
+ * checked once, at the first cuInit, before anything changes; each bad one
+ * is said on stderr with what it accepts, and every cuInit fails. */
+static pthread_once_t settings_once = PTHREAD_ONCE_INIT;
+static bool settings_bad;
+
+static void settings_check(void)
+{
+	char err[512];
+
+	for (size_t i = 0; i < cuip_settings_count; i++) {
+		const struct cuip_setting *s = &cuip_settings[i];
+
+		if (!(s->readers & CUIP_READER_JOB) || !cuip_setting_check(s, getenv(s->name), err, sizeof(err)))
+			continue;
+		fprintf(stderr, "cuinterpose: pid %d: %s; cuInit fails (nothing has changed)\n", (int)getpid(), err);
+		settings_bad = true;
+	}
+}
+
+bool cuip_settings_refused(void)
+{
+	pthread_once(&settings_once, settings_check);
+	return settings_bad;
 }
 
 __attribute__((constructor)) static void cuip_init(void)
 {
-	cuip_private_native = env_choice("CUINTERPOSE_PRIVATE", "carrier", "native",
-					 "private memory is left to the native checkpoint");
-	cuip_stacks_lower = !env_choice("CUINTERPOSE_STACKS", "lower", "keep", "the contexts keep their stack limits");
+	cuip_private_native = env_choice("CUINTERPOSE_PRIVATE", "carrier", "native");
+	cuip_stacks_lower = !env_choice("CUINTERPOSE_TEST_STACKS", "lower", "keep");
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
 }

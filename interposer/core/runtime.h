@@ -34,9 +34,13 @@ extern struct cuip_self self;
  * tracked memory is left to the driver's native checkpoint; otherwise the
  * carrier saves and reloads it like shared memory (cuip_carried). */
 extern bool cuip_private_native;
-/* CUINTERPOSE_STACKS (read once at load): "lower" (default) lowers the
+/* CUINTERPOSE_TEST_STACKS (read once at load): "lower" (default) lowers the
  * contexts' stack limits for the native checkpoint (ctx.c), "keep" not. */
 extern bool cuip_stacks_lower;
+/* Whether a CUINTERPOSE_* variable the job's processes read has a value
+ * protocol/settings.c's table refuses: checked once, each bad one said on
+ * stderr with its range; cuInit then fails, before anything changes. */
+bool cuip_settings_refused(void);
 /* Start the runtime (after the first successful cuInit); idempotent. */
 void cuip_start(void);
 bool cuip_started(void);

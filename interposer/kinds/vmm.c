@@ -117,6 +117,8 @@ CUIP_API CUresult CUDAAPI cuInit(unsigned int flags)
 	CUresult r;
 	bool first;
 
+	if (cuip_settings_refused())
+		return CUDA_ERROR_INVALID_VALUE; /* the variable and its range are on stderr */
 	if (cuip_driver_init() || !real.cuInit)
 		return CUDA_ERROR_NO_DEVICE;
 	first = cuip_start_begin(); /* may wait for a checkpoint in progress */

@@ -2,7 +2,7 @@
  * check_guardian.c - the guardian's lifecycle without CRIU (a forked child
  * plays criu: it starts the guardian, reports progress, then dies, commits
  * or loses it), the restore guardian's care for processes it did not make,
- * the reading of pstree.img, and the parsing of CUINTERPOSE_FAULT and
+ * the reading of pstree.img, and the parsing of CUINTERPOSE_TEST_FAULT and
  * CUINTERPOSE_GUARDIAN_STOP_MS. Single-threaded; each test forks.
  */
 #include "config.h"
@@ -303,21 +303,21 @@ START_TEST(fault_specs)
 {
 	char err[256];
 
-	unsetenv("CUINTERPOSE_FAULT");
+	unsetenv("CUINTERPOSE_TEST_FAULT");
 	ck_assert_int_eq(cuip_fault_load(err, sizeof(err)), 0);
-	setenv("CUINTERPOSE_FAULT", "kill@SAVE", 1);
+	setenv("CUINTERPOSE_TEST_FAULT", "kill@SAVE", 1);
 	ck_assert_int_eq(cuip_fault_load(err, sizeof(err)), 0);
 	cuip_fault("QUIESCE"); /* another point: nothing happens */
-	setenv("CUINTERPOSE_FAULT", "SAVE", 1);
+	setenv("CUINTERPOSE_TEST_FAULT", "SAVE", 1);
 	ck_assert_int_eq(cuip_fault_load(err, sizeof(err)), -EINVAL);
-	ck_assert_str_eq(err, "CUINTERPOSE_FAULT=SAVE: expected ACTION@POINT");
-	setenv("CUINTERPOSE_FAULT", "kill@", 1);
+	ck_assert_str_eq(err, "CUINTERPOSE_TEST_FAULT=SAVE: expected ACTION@POINT");
+	setenv("CUINTERPOSE_TEST_FAULT", "kill@", 1);
 	ck_assert_int_eq(cuip_fault_load(err, sizeof(err)), -EINVAL);
-	setenv("CUINTERPOSE_FAULT", "zap@SAVE", 1);
+	setenv("CUINTERPOSE_TEST_FAULT", "zap@SAVE", 1);
 	ck_assert_int_eq(cuip_fault_load(err, sizeof(err)), -EINVAL);
-	ck_assert_str_eq(err,
-			 "CUINTERPOSE_FAULT=zap@SAVE: action 'zap' is not kill, stop, kill-agent or kill-guardian");
-	unsetenv("CUINTERPOSE_FAULT");
+	ck_assert_str_eq(
+		err, "CUINTERPOSE_TEST_FAULT=zap@SAVE: action 'zap' is not kill, stop, kill-agent or kill-guardian");
+	unsetenv("CUINTERPOSE_TEST_FAULT");
 }
 END_TEST
 

@@ -99,11 +99,11 @@ START_TEST(options_come_from_the_environment_and_bad_values_are_named)
 	ck_assert_str_eq(o.libcuda, "libcuda.so.1");
 
 	setenv("CUINTERPOSE_LOCK_TIMEOUT_MS", "2500", 1);
-	setenv("CUINTERPOSE_LEAVE_RUNNING", "yes", 1);
+	setenv("CUINTERPOSE_TEST_LEAVE_RUNNING", "yes", 1);
 	setenv("CUINTERPOSE_GPU_REMAP", "00112233445566778899aabbccddeeff=ffeeddccbbaa99887766554433221100", 1);
-	setenv("CUINTERPOSE_VERIFY_CARRIERS", "1", 1);
+	setenv("CUINTERPOSE_VERIFY_BEFORE_RESTORE", "1", 1);
 	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), 0);
-	unsetenv("CUINTERPOSE_VERIFY_CARRIERS");
+	unsetenv("CUINTERPOSE_VERIFY_BEFORE_RESTORE");
 	ck_assert_int_eq(o.verify_carriers, 1);
 	ck_assert_uint_eq(o.lock_timeout_ms, 2500);
 	ck_assert_int_eq(o.leave_running, 1);
@@ -113,17 +113,17 @@ START_TEST(options_come_from_the_environment_and_bad_values_are_named)
 	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(err, "CUINTERPOSE_LOCK_TIMEOUT_MS"));
 	unsetenv("CUINTERPOSE_LOCK_TIMEOUT_MS");
-	setenv("CUINTERPOSE_CHUNK_SIZE", "12", 1);
+	setenv("CUINTERPOSE_TEST_CHUNK_SIZE", "12", 1);
 	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), -EINVAL);
-	ck_assert_ptr_nonnull(strstr(err, "CUINTERPOSE_CHUNK_SIZE"));
-	unsetenv("CUINTERPOSE_CHUNK_SIZE");
-	setenv("CUINTERPOSE_LOAD_COPIES", "sync", 1);
+	ck_assert_ptr_nonnull(strstr(err, "CUINTERPOSE_TEST_CHUNK_SIZE"));
+	unsetenv("CUINTERPOSE_TEST_CHUNK_SIZE");
+	setenv("CUINTERPOSE_TEST_LOAD_COPIES", "sync", 1);
 	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), 0);
 	ck_assert_int_eq(o.load_sync, 1);
-	setenv("CUINTERPOSE_LOAD_COPIES", "synchronous", 1);
+	setenv("CUINTERPOSE_TEST_LOAD_COPIES", "synchronous", 1);
 	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), -EINVAL);
-	ck_assert_str_eq(err, "CUINTERPOSE_LOAD_COPIES=\"synchronous\": want async or sync");
-	unsetenv("CUINTERPOSE_LOAD_COPIES");
+	ck_assert_str_eq(err, "CUINTERPOSE_TEST_LOAD_COPIES=synchronous: want async|sync");
+	unsetenv("CUINTERPOSE_TEST_LOAD_COPIES");
 	/* the restore's read-ahead budget: off (0) unless asked, auto (-1), MiB */
 	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), 0);
 	ck_assert_int_eq(o.prefetch_mb, 0);
@@ -146,13 +146,45 @@ START_TEST(options_come_from_the_environment_and_bad_values_are_named)
 			continue;
 		}
 		ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), -EINVAL);
-		snprintf(want, sizeof(want), "CUINTERPOSE_PREFETCH_MB=\"%s\": want auto or a number of MiB (0: off)",
-			 *v);
+		snprintf(want, sizeof(want), "CUINTERPOSE_PREFETCH_MB=%s: want MiB, 0 .. 1099511627776, or auto", *v);
 		ck_assert_str_eq(err, want);
 	}
 	unsetenv("CUINTERPOSE_PREFETCH_MB");
-	unsetenv("CUINTERPOSE_LEAVE_RUNNING");
+	unsetenv("CUINTERPOSE_TEST_LEAVE_RUNNING");
 	unsetenv("CUINTERPOSE_GPU_REMAP");
+}
+END_TEST
+
+/* One policy: a bad value of any variable the plugin reads, those read
+ * outside options.c too, fails the init naming it and its range. */
+START_TEST(every_plugin_variable_is_refused_with_its_range)
+{
+	static const char *const bad[][3] = {
+		{"CUINTERPOSE_DRIVER_TIMEOUT_MS", "5s", "CUINTERPOSE_DRIVER_TIMEOUT_MS=5s: want ms, 0 .. 2147483647"},
+		{"CUINTERPOSE_GUARDIAN_STOP_MS", "-1", "CUINTERPOSE_GUARDIAN_STOP_MS=-1: want ms, 0 .. 3600000"},
+		{"CUINTERPOSE_LOG", "debug", "CUINTERPOSE_LOG=debug: want level, 0 .. 3"},
+		{"CUINTERPOSE_VERIFY_BEFORE_RESTORE", "maybe",
+		 "CUINTERPOSE_VERIFY_BEFORE_RESTORE=maybe: want 1|yes|true|on or 0|no|false|off"},
+		{"CUINTERPOSE_TEST_FAULT", "zap@SAVE", "CUINTERPOSE_TEST_FAULT=zap@SAVE: want kill@POINT|"},
+		{"CUINTERPOSE_GPU_REMAP", "0011=22", "CUINTERPOSE_GPU_REMAP=0011=22: want OLDUUID=NEWUUID"},
+	};
+	struct cuip_opts o;
+	char err[256];
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		setenv(bad[i][0], bad[i][1], 1);
+		ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), -EINVAL);
+		ck_assert_msg(!strncmp(err, bad[i][2], strlen(bad[i][2])), "%s: %s", bad[i][0], err);
+		unsetenv(bad[i][0]);
+	}
+	/* CUINTERPOSE_LOG 2 or more: the per-participant lines at info */
+	setenv("CUINTERPOSE_LOG", "2", 1);
+	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), 0);
+	ck_assert_int_eq(o.verbose, 1);
+	setenv("CUINTERPOSE_LOG", "1", 1);
+	ck_assert_int_eq(cuip_opts_load(&o, err, sizeof(err)), 0);
+	ck_assert_int_eq(o.verbose, 0);
+	unsetenv("CUINTERPOSE_LOG");
 }
 END_TEST
 
@@ -1094,6 +1126,7 @@ Suite *rules_suite(void)
 	tcase_add_test(t, remap_parses_pairs_in_every_uuid_form);
 	tcase_add_test(t, remap_refuses_malformed_entries);
 	tcase_add_test(t, options_come_from_the_environment_and_bad_values_are_named);
+	tcase_add_test(t, every_plugin_variable_is_refused_with_its_range);
 	suite_add_tcase(s, t);
 	t = tcase_create("preflight");
 	tcase_set_timeout(t, 60); /* one test forks and reads /proc: a loaded machine is slow */

@@ -1,6 +1,6 @@
 #!/bin/bash
 # cold-bench.sh - issue 30: restore from cold storage, each carrier byte
-# read once (verification with LOAD, CUINTERPOSE_VERIFY_CARRIERS=0, the
+# read once (verification with LOAD, CUINTERPOSE_VERIFY_BEFORE_RESTORE=0, the
 # default) against read twice (=1: every carrier read and checked before
 # LOAD), and a job whose reserved, never-written memory is left as holes,
 # in the same run, on the fake driver. Run by `make -C test/e2e bench-cold
@@ -46,7 +46,7 @@ run_one() { # VERIFY MIB RESERVED: "dump sync restore stored_mib apparent_mib" i
 	wait_gone $pids || fail "$2 MiB: dumped processes still alive"
 	timeout 600 sync && echo 3 >/proc/sys/vm/drop_caches || fail "$2 MiB: cannot drop the page cache"
 	cb_t0=$(date +%s.%N)
-	CUINTERPOSE_VERIFY_CARRIERS=$1 criu_restore "$T/img" || fail "$2 MiB: criu restore"
+	CUINTERPOSE_VERIFY_BEFORE_RESTORE=$1 criu_restore "$T/img" || fail "$2 MiB: criu restore"
 	rest_s=$(secs "$cb_t0")
 	cmd $N verify 0
 	[ "$(answers $N)" = "$before" ] || fail "$2 MiB: addresses changed"

@@ -85,9 +85,9 @@ expect 2 "^cuinterpose precopy: unknown option '--bogus'" precopy --bogus 1 "$T/
 expect 2 "^cuinterpose precopy: --timeout needs a number of seconds \(1 \.\. 86400\), got 'x'" precopy --timeout x 1 "$T/p"
 expect 2 "^cuinterpose precopy: --timeout needs a number of seconds \(1 \.\. 86400\), got nothing" precopy 1 "$T/p" --timeout
 (
-	CUINTERPOSE_CHUNK_SIZE=12
-	export CUINTERPOSE_CHUNK_SIZE
-	expect 2 "^cuinterpose precopy: CUINTERPOSE_CHUNK_SIZE=12: want 4096 \.\. 1073741824" precopy 1 "$T/p"
+	CUINTERPOSE_TEST_CHUNK_SIZE=12
+	export CUINTERPOSE_TEST_CHUNK_SIZE
+	expect 2 "^cuinterpose precopy: CUINTERPOSE_TEST_CHUNK_SIZE=12: want 4096 \.\. 1073741824" precopy 1 "$T/p"
 ) || exit 1
 expect 0 "^usage: cuinterpose precopy \[--timeout SECONDS\] PID DIR" precopy --help
 expect 1 "^cuinterpose precopy: no such process: 999999$" precopy 999999 "$T/p"

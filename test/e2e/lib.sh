@@ -229,6 +229,22 @@ start_job() {
 	wait_ready "$n"
 }
 
+# job_refused VAR=VALUE...: e2e_group (one rank) under the interposer with
+# these variables, which the job's settings table refuses: its first cuInit
+# must fail (CUDA_ERROR_INVALID_VALUE) before anything changes. Its output
+# in $T/refused.log, for the caller to find each variable named there.
+job_refused() {
+	mkdir -p "$T/refused" && rm -f "$T"/refused/* && touch "$T/refused.start"
+	if env "$@" LD_PRELOAD="$SAN_PRELOAD$INTERPOSER" "$BOUNDED" 60 "$FAKERUN" "$WORKLOAD" "$T/refused" 1 \
+		</dev/null >"$T/refused.log" 2>&1; then
+		fail "the job ran with $*: $(cat "$T/refused.log")"
+	fi
+	grep -q 'cuInit(0) failed: CUDA_ERROR_INVALID_VALUE' "$T/refused.log" ||
+		fail "cuInit did not fail with $*: $(cat "$T/refused.log")"
+	[ -z "$(find "$T/sock" -newer "$T/refused.start" -print -quit)" ] ||
+		fail "the refused job made a control socket: $(ls "$T/sock")"
+}
+
 wait_ready() {
 	local f ready
 

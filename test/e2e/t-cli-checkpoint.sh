@@ -225,7 +225,7 @@ note "a criu that hangs is killed past --timeout"
 # Bounded by the --timeout under test, with timeout(1) as the backstop (its
 # 124 would come after 60 s: the time tells them apart).
 t0=$(now_ms)
-CUINTERPOSE_GUARDIAN_STOP_MS=0 CUINTERPOSE_FAULT=stop@SAVE timeout -k 5 60 "$FAKERUN" "$CLI" checkpoint \
+CUINTERPOSE_GUARDIAN_STOP_MS=0 CUINTERPOSE_TEST_FAULT=stop@SAVE timeout -k 5 60 "$FAKERUN" "$CLI" checkpoint \
 	--libdir "$T/plugins" --criu "$CRIU_RUN" --timeout 3 "$JOBPID" "$T/dh" -- --leave-running \
 	</dev/null >"$T/out" 2>"$T/err"
 rc=$?

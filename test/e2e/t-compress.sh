@@ -9,7 +9,7 @@
 #    through the chain decompresses chunks from both directories.
 #  - A frame damaged in the first dump's images (its magic number), of a
 #    chunk the second inherits, is refused: by show, by the plugin's full
-#    read (CUINTERPOSE_VERIFY_CARRIERS=1) and by LOAD, which kills the
+#    read (CUINTERPOSE_VERIFY_BEFORE_RESTORE=1) and by LOAD, which kills the
 #    restored tree instead of resuming it. The byte put back, the chain
 #    restores.
 . "$srcdir/lib.sh"
@@ -75,7 +75,7 @@ refused() { # WHAT PATTERN
 }
 refused LOAD "chunk 1 \(file offset 1048576 of [^ ]*$name\) does not decompress from its [0-9]+ bytes for its 1048576 \(corrupt carrier image\)"
 grep -q "killing the restored tree" "$T/d2/restore.log" || fail "LOAD: restored tree not killed"
-CUINTERPOSE_VERIFY_CARRIERS=1 refused "full read" "$name: corrupt: a frame that does not decompress in chunk 1"
+CUINTERPOSE_VERIFY_BEFORE_RESTORE=1 refused "full read" "$name: corrupt: a frame that does not decompress in chunk 1"
 flip_byte "$car" $((1 << 20))
 
 note "restore through the chain"

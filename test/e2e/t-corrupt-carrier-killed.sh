@@ -2,7 +2,7 @@
 # the restored tree is killed instead of resuming half-built; the images
 # stay usable. By default the corrupt chunk is found by LOAD, which checks
 # each chunk as it reads it (each byte is read once); with
-# CUINTERPOSE_VERIFY_CARRIERS=1 by the plugin's full read before LOAD.
+# CUINTERPOSE_VERIFY_BEFORE_RESTORE=1 by the plugin's full read before LOAD.
 # With the byte put back, the same images restore the job.
 . "$srcdir/lib.sh"
 
@@ -29,8 +29,8 @@ refused() { # WHAT PATTERN
 note "restore, verification with LOAD (the default)"
 refused LOAD "chunk 0 \(bytes 0-[0-9]+, file offset 0\) of $name has crc32c 0x[0-9a-f]+, the index says 0x[0-9a-f]+ \(corrupt carrier image\)"
 grep -q "CARRIERS verified" "$T/d/restore.log" && fail "the carriers were read before LOAD by default"
-note "restore, CUINTERPOSE_VERIFY_CARRIERS=1"
-CUINTERPOSE_VERIFY_CARRIERS=1 refused "full read" "$name: corrupt: checksum mismatch in chunk 0 \(bytes 0\.\.[0-9]+\)"
+note "restore, CUINTERPOSE_VERIFY_BEFORE_RESTORE=1"
+CUINTERPOSE_VERIFY_BEFORE_RESTORE=1 refused "full read" "$name: corrupt: checksum mismatch in chunk 0 \(bytes 0\.\.[0-9]+\)"
 grep -q "cuinterpose: LOAD: " "$T/d/restore.log" && fail "LOAD ran after the full read refused the images"
 
 note "the byte put back: the same images restore"

@@ -27,7 +27,7 @@ export FAKECUDA_VMM_GRANULARITY_KB=4
 # 16 MiB of staging on this machine's two I/O threads: 2 MiB buffers, so a
 # run is 512 small items (lib.sh's 4 MiB would give 1 MiB buffers).
 export CUINTERPOSE_STAGING_MB=16
-unset CUINTERPOSE_LOAD_COPIES # criu's: the default, asynchronous copies
+unset CUINTERPOSE_TEST_LOAD_COPIES # criu's: the default, asynchronous copies
 # A stalled LOAD is named by the plugin ("no progress for 20 s in LOAD")
 # well before criu's own bound ends it.
 export CUINTERPOSE_STALL_TIMEOUT_MS=20000

@@ -25,7 +25,7 @@
 . "$srcdir/lib.sh"
 
 export FAKECUDA_FAIL_DIR=$T/faults
-export CUINTERPOSE_QUIESCE_RETRIES=0
+export CUINTERPOSE_TEST_QUIESCE_RETRIES=0
 # Host<->device copies at ~20 MB/s: SAVE of the shared memory takes about a
 # second, a window to kill a rank in.
 export FAKECUDA_COPY_US_PER_MB=50000

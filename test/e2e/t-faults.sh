@@ -10,7 +10,7 @@
 . "$srcdir/lib.sh"
 
 export FAKECUDA_FAIL_DIR=$T/faults
-export CUINTERPOSE_QUIESCE_RETRIES=0
+export CUINTERPOSE_TEST_QUIESCE_RETRIES=0
 # One malloc arena: a thread's first malloc would otherwise map a new 64 MiB
 # arena that is never unmapped, which is not a leak.
 export MALLOC_ARENA_MAX=1
@@ -52,7 +52,7 @@ mv "$s2.away" "$s2"
 
 # HANDSHAKE timeout: rank 1 does not answer (stopped).
 kill -STOP "$(pid_of 1)"
-CUINTERPOSE_OP_TIMEOUT_MS=1000 CUINTERPOSE_DRIVER_TIMEOUT_MS=1000 dump_fails "participant not answering"
+CUINTERPOSE_TEST_OP_TIMEOUT_MS=1000 CUINTERPOSE_DRIVER_TIMEOUT_MS=1000 dump_fails "participant not answering"
 kill -CONT "$(pid_of 1)"
 intact "participant not answering"
 
@@ -103,7 +103,7 @@ expect_rollback "cuCheckpointProcessCheckpoint"
 rm -f "$T/w/busy.release"
 cmd $N busy 3 0
 note "dump with QUIESCE retries"
-(CUINTERPOSE_QUIESCE_TIMEOUT_MS=300 CUINTERPOSE_QUIESCE_RETRIES=100 criu_dump "$T/retry" --leave-running) &
+(CUINTERPOSE_QUIESCE_TIMEOUT_MS=300 CUINTERPOSE_TEST_QUIESCE_RETRIES=100 criu_dump "$T/retry" --leave-running) &
 dumper=$!
 for _ in $(seq 1200); do
 	grep -q "QUIESCE attempt 1 of 101 timed out" "$T/retry/dump.log" 2>/dev/null && break

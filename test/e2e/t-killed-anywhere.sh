@@ -1,5 +1,5 @@
 # criu SIGKILLed anywhere in a dump or a restore of a 3-process job (#45):
-# at every plugin fault point (CUINTERPOSE_FAULT=kill@POINT) of the dump and
+# at every plugin fault point (CUINTERPOSE_TEST_FAULT=kill@POINT) of the dump and
 # of the restore, then at timed delays spread over a measured dump and a
 # measured restore (evenly spaced fractions plus random offsets). After each
 # kill the guardian is waited for (bounded: until it has exited), then:
@@ -19,7 +19,7 @@
 # timed kills each of the dump and the restore gets.
 . "$srcdir/lib.sh"
 
-export CUINTERPOSE_QUIESCE_RETRIES=0
+export CUINTERPOSE_TEST_QUIESCE_RETRIES=0
 export MALLOC_ARENA_MAX=1 # see t-faults.sh
 N=3
 K=0
@@ -237,8 +237,8 @@ for point in discovery begin:HANDSHAKE HANDSHAKE begin:INSPECT INSPECT begin:QUI
 	PREPARE_UNICAST native-lock native-checkpoint memdump; do
 	K=$((K + 1))
 	note "iteration $K: dump, kill@$point"
-	CUINTERPOSE_FAULT=kill@$point criu_dump "$T/f$K" >"$T/f$K.out" 2>&1 && fail "$point: criu dump succeeded"
-	grep -q "fault injection (CUINTERPOSE_FAULT): kill at $point" "$T/f$K/dump.log" ||
+	CUINTERPOSE_TEST_FAULT=kill@$point criu_dump "$T/f$K" >"$T/f$K.out" 2>&1 && fail "$point: criu dump succeeded"
+	grep -q "fault injection (CUINTERPOSE_TEST_FAULT): kill at $point" "$T/f$K/dump.log" ||
 		fail "$point: the fault did not fire: $(grep "cuinterpose: \|Error" "$T/f$K/dump.log" | tail -n 5)"
 	after_dump_kill fault "$point" "$T/f$K"
 done
@@ -312,8 +312,8 @@ for point in restore-init post-forking native-restore begin:LOAD LOAD begin:REBU
 	LOG=restore-$K.log
 	note "iteration $K: restore, kill@$point"
 	rm -f "$IMG/cuinterpose-guardian.log"
-	CUINTERPOSE_FAULT=kill@$point criu_restore "$IMG" -o $LOG >"$T/r$K.out" 2>&1
-	grep -q "fault injection (CUINTERPOSE_FAULT): kill at $point" "$IMG/$LOG" ||
+	CUINTERPOSE_TEST_FAULT=kill@$point criu_restore "$IMG" -o $LOG >"$T/r$K.out" 2>&1
+	grep -q "fault injection (CUINTERPOSE_TEST_FAULT): kill at $point" "$IMG/$LOG" ||
 		fail "restore:$point: the fault did not fire: $(grep "cuinterpose: \|Error" "$IMG/$LOG" | tail -n 5)"
 	after_restore_kill fault "restore:$point" "$IMG" $pids
 done
@@ -355,7 +355,7 @@ K=$((K + 1))
 note "iteration $K: dump, stop@native-checkpoint, the driver mute on GetState in the guardian"
 FAKECUDA_FAIL_DIR=$T/faults
 mkdir -p "$FAKECUDA_FAIL_DIR"
-FAKECUDA_FAIL_DIR=$FAKECUDA_FAIL_DIR CUINTERPOSE_GUARDIAN_STOP_MS=1000 CUINTERPOSE_FAULT=stop@native-checkpoint \
+FAKECUDA_FAIL_DIR=$FAKECUDA_FAIL_DIR CUINTERPOSE_GUARDIAN_STOP_MS=1000 CUINTERPOSE_TEST_FAULT=stop@native-checkpoint \
 	criu_dump "$T/f$K" >"$T/f$K.out" 2>&1 &
 dumper=$!
 wait_line "$T/f$K/dump.log" "stop at native-checkpoint"

@@ -1,12 +1,12 @@
 # criu killed part-way through a dump (#21): at every phase boundary
-# (CUINTERPOSE_FAULT=kill@POINT), SIGSTOPped beyond the guardian's bound,
+# (CUINTERPOSE_TEST_FAULT=kill@POINT), SIGSTOPped beyond the guardian's bound,
 # and with its guardian or native agent killed. Each time the job answers
 # with every byte, address and sharing intact, no FD or mapping leaked, the
 # guardian's log next to the images and the job's stderr say what happened,
 # and the next dump still works. One job serves every kill point.
 . "$srcdir/lib.sh"
 
-export CUINTERPOSE_QUIESCE_RETRIES=0
+export CUINTERPOSE_TEST_QUIESCE_RETRIES=0
 export MALLOC_ARENA_MAX=1 # see t-faults.sh
 N=3
 K=0
@@ -17,10 +17,10 @@ export CENSUS_DEVMEM=1 # lib.sh census: FDs, mappings and device memory
 killed() {
 	K=$((K + 1))
 	note "kill $K: ${2:-kill}@$1"
-	if CUINTERPOSE_FAULT=${2:-kill}@$1 criu_dump "$T/f$K" >"$T/f$K.out" 2>&1; then
+	if CUINTERPOSE_TEST_FAULT=${2:-kill}@$1 criu_dump "$T/f$K" >"$T/f$K.out" 2>&1; then
 		fail "$1: criu dump succeeded"
 	fi
-	grep -q "fault injection (CUINTERPOSE_FAULT): ${2:-kill} at $1" "$T/f$K/dump.log" ||
+	grep -q "fault injection (CUINTERPOSE_TEST_FAULT): ${2:-kill} at $1" "$T/f$K/dump.log" ||
 		fail "$1: the fault did not fire"
 	guardian_done "$T/f$K"
 	intact "kill at $1"
@@ -45,7 +45,7 @@ grep -q "the checkpoint's control connection was lost in phase QUIESCED (criu ki
 for point in LOAD REBUILD_CREATORS REBUILD_IMPORTERS VERIFY; do
 	K=$((K + 1))
 	note "kill $K: kill@$point of the in-place restore (--leave-running)"
-	CUINTERPOSE_FAULT=kill@$point criu_dump "$T/f$K" --leave-running >"$T/f$K.out" 2>&1 &&
+	CUINTERPOSE_TEST_FAULT=kill@$point criu_dump "$T/f$K" --leave-running >"$T/f$K.out" 2>&1 &&
 		fail "$point (--leave-running): criu dump succeeded"
 	guardian_done "$T/f$K"
 	intact "kill at $point of the in-place restore"
@@ -56,7 +56,7 @@ grep -q "is RESTORING: a rebuild was under way; redoing it from REBUILD" "$T/f$(
 # criu stopped beyond the bound: the guardian kills it and rolls back.
 K=$((K + 1))
 note "kill $K: stop@SAVE, bound 1500 ms"
-if CUINTERPOSE_GUARDIAN_STOP_MS=1500 CUINTERPOSE_FAULT=stop@SAVE criu_dump "$T/f$K" >"$T/f$K.out" 2>&1; then
+if CUINTERPOSE_GUARDIAN_STOP_MS=1500 CUINTERPOSE_TEST_FAULT=stop@SAVE criu_dump "$T/f$K" >"$T/f$K.out" 2>&1; then
 	fail "stopped criu: dump succeeded"
 fi
 # (the shell's wait returns when criu stops; the guardian's log says the rest)
@@ -67,7 +67,7 @@ intact "criu stopped beyond the bound"
 # The guardian killed: criu does not go on without it, and rolls back itself.
 K=$((K + 1))
 note "kill $K: kill-guardian@QUIESCE"
-if CUINTERPOSE_FAULT=kill-guardian@QUIESCE criu_dump "$T/f$K" >"$T/f$K.out" 2>&1; then
+if CUINTERPOSE_TEST_FAULT=kill-guardian@QUIESCE criu_dump "$T/f$K" >"$T/f$K.out" 2>&1; then
 	fail "dump without a guardian succeeded"
 fi
 grep -q "is gone: refusing to go on with REINSPECT without it" "$T/f$K/dump.log" ||
@@ -79,7 +79,7 @@ intact "guardian killed"
 for point in PREPARE_UNICAST native-lock; do
 	K=$((K + 1))
 	note "kill $K: kill-agent@$point"
-	if CUINTERPOSE_FAULT=kill-agent@$point criu_dump "$T/f$K" >"$T/f$K.out" 2>&1; then
+	if CUINTERPOSE_TEST_FAULT=kill-agent@$point criu_dump "$T/f$K" >"$T/f$K.out" 2>&1; then
 		fail "agent killed at $point: dump succeeded"
 	fi
 	grep -q "native agent\|agent died\|killed by signal 9" "$T/f$K/dump.log" ||
@@ -97,7 +97,7 @@ second_dump_refused() {
 
 	K=$((K + 1))
 	note "kill $K: a second dump during $what"
-	CUINTERPOSE_GUARDIAN_STOP_MS=0 CUINTERPOSE_FAULT=stop@$point criu_dump "$T/f$K" --leave-running \
+	CUINTERPOSE_GUARDIAN_STOP_MS=0 CUINTERPOSE_TEST_FAULT=stop@$point criu_dump "$T/f$K" --leave-running \
 		>"$T/f$K.out" 2>&1 &
 	first=$!
 	wait_line "$T/f$K/dump.log" "stop at $point" # the first dump reached it
@@ -138,10 +138,10 @@ cmd $N verify $GEN
 # rollback; every survivor must be intact when no task died.
 K=$((K + 1))
 note "kill $K: kill@memdump"
-if CUINTERPOSE_FAULT=kill@memdump criu_dump "$T/f$K" >"$T/f$K.out" 2>&1; then
+if CUINTERPOSE_TEST_FAULT=kill@memdump criu_dump "$T/f$K" >"$T/f$K.out" 2>&1; then
 	fail "memdump: criu dump succeeded"
 fi
-grep -q "fault injection (CUINTERPOSE_FAULT): kill at memdump" "$T/f$K/dump.log" || fail "memdump: the fault did not fire"
+grep -q "fault injection (CUINTERPOSE_TEST_FAULT): kill at memdump" "$T/f$K/dump.log" || fail "memdump: the fault did not fire"
 guardian_done "$T/f$K"
 dead=
 for p in $(job_pids); do alive $p || dead="$dead $p"; done

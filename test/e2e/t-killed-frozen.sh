@@ -38,7 +38,7 @@ cmd $N verify 1
 # cgroup is frozen here by hand while criu is held at the native checkpoint,
 # as a criu that froze it would leave it; the bound then ends criu.
 note "stop@native-checkpoint, cgroup frozen, bound 1000 ms"
-CUINTERPOSE_GUARDIAN_STOP_MS=1000 CUINTERPOSE_FAULT=stop@native-checkpoint \
+CUINTERPOSE_GUARDIAN_STOP_MS=1000 CUINTERPOSE_TEST_FAULT=stop@native-checkpoint \
 	criu_dump "$T/f" --freeze-cgroup "$CG" >/dev/null 2>&1 &
 dumper=$!
 for _ in $(seq 600); do

@@ -19,7 +19,7 @@ start_reference 0 8
 for point in begin:PREPARE_MULTICAST PREPARE_MULTICAST SAVE begin:PREPARE_UNICAST PREPARE_UNICAST native-checkpoint; do
 	K=$((K + 1))
 	note "kill $K: kill@$point"
-	CUINTERPOSE_FAULT=kill@$point criu_dump "$T/f$K" >"$T/f$K.out" 2>&1 && fail "$point: criu dump succeeded"
+	CUINTERPOSE_TEST_FAULT=kill@$point criu_dump "$T/f$K" >"$T/f$K.out" 2>&1 && fail "$point: criu dump succeeded"
 	guardian_done "$T/f$K"
 	grep -q "guardian.*REBUILD_MC_BINDINGS\|REBUILD_MC_BINDINGS: $N participants" "$T/f$K/dump.log" ||
 		fail "$point: multicast not rebuilt"

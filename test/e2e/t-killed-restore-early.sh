@@ -87,9 +87,9 @@ for point in restore-init post-forking; do
 	K=$((K + 1))
 	note "restore kill $K: kill@$point"
 	rm -f "$glog"
-	CUINTERPOSE_FAULT=kill@$point criu_restore "$T/d" -o "restore-$K.log" >"$T/r$K.out" 2>&1 &&
+	CUINTERPOSE_TEST_FAULT=kill@$point criu_restore "$T/d" -o "restore-$K.log" >"$T/r$K.out" 2>&1 &&
 		fail "kill@$point: criu restore succeeded"
-	grep -q "fault injection (CUINTERPOSE_FAULT): kill at $point" "$T/d/restore-$K.log" ||
+	grep -q "fault injection (CUINTERPOSE_TEST_FAULT): kill at $point" "$T/d/restore-$K.log" ||
 		fail "kill@$point: the fault did not fire: $(grep "cuinterpose: \|Error" "$T/d/restore-$K.log" | tail -n 5)"
 	after_kill "kill@$point" "restore-$K.log"
 	case $point in
@@ -155,7 +155,7 @@ done
 K=$((K + 1))
 note "restore kill $K: stop@post-forking"
 rm -f "$glog"
-CUINTERPOSE_GUARDIAN_STOP_MS=1500 CUINTERPOSE_FAULT=stop@post-forking criu_restore "$T/d" -o "restore-$K.log" \
+CUINTERPOSE_GUARDIAN_STOP_MS=1500 CUINTERPOSE_TEST_FAULT=stop@post-forking criu_restore "$T/d" -o "restore-$K.log" \
 	>"$T/r$K.out" 2>&1 && fail "stop@post-forking: criu restore succeeded"
 after_kill "stop@post-forking" "restore-$K.log"
 grep -q "has been stopped for 1500 ms" "$glog" || fail "stop@post-forking: not killed by the bound: $(cat "$glog")"

@@ -1,5 +1,5 @@
 # criu killed part-way through a restore (#21): at each restore phase
-# (CUINTERPOSE_FAULT=kill@POINT) and stopped beyond the guardian's bound.
+# (CUINTERPOSE_TEST_FAULT=kill@POINT) and stopped beyond the guardian's bound.
 # Each time the guardian kills the half-built tree (nothing of it keeps
 # running), says so in its log next to the images, and the same images
 # restore fine afterwards, every byte and address intact. The job logs at
@@ -32,7 +32,7 @@ killed_restore() {
 	K=$((K + 1))
 	note "restore kill $K: $1"
 	rm -f "$glog"
-	if CUINTERPOSE_FAULT=$1 criu_restore "$T/d" -o "restore-$K.log" >"$T/r$K.out" 2>&1; then
+	if CUINTERPOSE_TEST_FAULT=$1 criu_restore "$T/d" -o "restore-$K.log" >"$T/r$K.out" 2>&1; then
 		: # the shell's wait ends when criu dies or stops; the guardian decides
 	fi
 	for _ in $(seq 600); do
@@ -40,7 +40,7 @@ killed_restore() {
 		nap 0.05
 	done
 	grep -qs "restored tree killed" "$glog" || fail "$1: the guardian did not kill the tree: $(cat "$glog" 2>&1)"
-	grep -q "fault injection (CUINTERPOSE_FAULT): ${1%@*} at ${1#*@}" "$T/d/restore-$K.log" ||
+	grep -q "fault injection (CUINTERPOSE_TEST_FAULT): ${1%@*} at ${1#*@}" "$T/d/restore-$K.log" ||
 		fail "$1: the fault did not fire"
 	wait_gone $pids || fail "$1: a restored process is still alive"
 	grep -h "restored tree killed" "$glog" | sed 's/.*restored tree killed/restored tree killed/'
@@ -62,7 +62,7 @@ grep -q "has been stopped for 1500 ms" "$glog" || fail "stopped restore: not kil
 # the tree itself.
 K=$((K + 1))
 note "restore kill $K: kill-guardian@LOAD"
-CUINTERPOSE_FAULT=kill-guardian@LOAD criu_restore "$T/d" -o "restore-$K.log" >"$T/r$K.out" 2>&1
+CUINTERPOSE_TEST_FAULT=kill-guardian@LOAD criu_restore "$T/d" -o "restore-$K.log" >"$T/r$K.out" 2>&1
 grep -q "is gone: refusing to go on with REBUILD_CREATORS without it" "$T/d/restore-$K.log" ||
 	fail "no refusal after the restore's guardian died: $(grep cuinterpose "$T/d/restore-$K.log" | tail -5)"
 grep -q "killing the restored tree" "$T/d/restore-$K.log" || fail "criu did not kill the tree without its guardian"

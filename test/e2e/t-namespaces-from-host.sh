@@ -84,7 +84,7 @@ killed_in_pidns() { # WHAT LOG
 	rm -f "$glog"
 }
 note "restore killed at post-forking, in a new pid namespace"
-CUINTERPOSE_FAULT=kill@post-forking criu_restore "$T/d1" --root / --network-lock skip -o restore-k1.log \
+CUINTERPOSE_TEST_FAULT=kill@post-forking criu_restore "$T/d1" --root / --network-lock skip -o restore-k1.log \
 	>"$T/rk1.out" 2>&1 && fail "kill@post-forking: criu restore succeeded"
 killed_in_pidns kill@post-forking restore-k1.log
 note "restore killed with the tasks in CRIU's restorer, in a new pid namespace"

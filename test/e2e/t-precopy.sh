@@ -59,14 +59,14 @@ cmd 2 verify 1
 [ "$(answers 2)" = "$before" ] || fail "answers differ after the restore: $(answers 2) vs $before"
 
 note "a process that is not running is not pre-copied"
-CUINTERPOSE_GUARDIAN_STOP_MS=60000 CUINTERPOSE_FAULT=stop@SAVE criu_dump "$T/held" --leave-running >"$T/held.out" 2>&1 &
+CUINTERPOSE_GUARDIAN_STOP_MS=60000 CUINTERPOSE_TEST_FAULT=stop@SAVE criu_dump "$T/held" --leave-running >"$T/held.out" 2>&1 &
 held=$!
 for _ in $(seq 1200); do
-	grep -q "fault injection (CUINTERPOSE_FAULT): stop at SAVE" "$T/held/dump.log" 2>/dev/null && break
+	grep -q "fault injection (CUINTERPOSE_TEST_FAULT): stop at SAVE" "$T/held/dump.log" 2>/dev/null && break
 	alive $held || fail "the held dump ended: $(tail -3 "$T/held.out")"
 	nap 0.05
 done
-grep -q "fault injection (CUINTERPOSE_FAULT): stop at SAVE" "$T/held/dump.log" || fail "criu did not stop at SAVE"
+grep -q "fault injection (CUINTERPOSE_TEST_FAULT): stop at SAVE" "$T/held/dump.log" || fail "criu did not stop at SAVE"
 "$CLI" precopy "$JOBPID" "$T/pre4" >"$T/pre4.out" 2>&1 && fail "pre-copy of a quiesced job succeeded"
 grep -q "pre-copy in phase QUIESCED (only a running job is pre-copied)" "$T/pre4.out" || fail "$(cat "$T/pre4.out")"
 [ ! -e "$T/pre4/cuinterpose-inventory.img" ] || fail "a refused pre-copy left an inventory"

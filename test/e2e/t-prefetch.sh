@@ -108,7 +108,7 @@ reader_gone "$T/d1/restore.log"
 cycle 2
 note "cycle 2: a malformed budget, then a budget of 1 MiB"
 CUINTERPOSE_PREFETCH_MB=-5 criu_restore "$T/d2" && fail "a restore with CUINTERPOSE_PREFETCH_MB=-5 succeeded"
-grep -q 'CUINTERPOSE_PREFETCH_MB="-5": want auto or a number of MiB' "$T/d2/restore.log" ||
+grep -q 'CUINTERPOSE_PREFETCH_MB=-5: want MiB, 0 .. 1099511627776, or auto' "$T/d2/restore.log" ||
 	fail "the refusal does not name the variable: $(grep -i error "$T/d2/restore.log" | head -n 3)"
 CUINTERPOSE_PREFETCH_MB=1 criu_restore "$T/d2" || fail "criu restore (cycle 2)"
 check_job 2
@@ -126,14 +126,14 @@ for v in "" 0; do
 done
 
 cycle 4
-CUINTERPOSE_PREFETCH_MB=auto CUINTERPOSE_FAULT=stop@prefetch criu_restore "$T/d4" || fail "criu restore with the reader stopped"
+CUINTERPOSE_PREFETCH_MB=auto CUINTERPOSE_TEST_FAULT=stop@prefetch criu_restore "$T/d4" || fail "criu restore with the reader stopped"
 check_job 4
-grep -q "fault injection (CUINTERPOSE_FAULT): stop at prefetch" "$T/d4/restore.log" || fail "the fault was not injected"
+grep -q "fault injection (CUINTERPOSE_TEST_FAULT): stop at prefetch" "$T/d4/restore.log" || fail "the fault was not injected"
 line "$T/d4/restore.log" "reader [0-9]+ still reading at LOAD after 0 of [0-9]+ bytes \([0-9.]+ s\): stopped$" >/dev/null
 reader_gone "$T/d4/restore.log"
 
 cycle 5
-CUINTERPOSE_PREFETCH_MB=64 CUINTERPOSE_FAULT=kill@prefetch criu_restore "$T/d5" || fail "criu restore with the reader killed"
+CUINTERPOSE_PREFETCH_MB=64 CUINTERPOSE_TEST_FAULT=kill@prefetch criu_restore "$T/d5" || fail "criu restore with the reader killed"
 check_job 5
 line "$T/d5/restore.log" "reader [0-9]+ ended before it was done, after 0 of [0-9]+ bytes; criu and LOAD read the rest themselves$" >/dev/null
 reader_gone "$T/d5/restore.log"

@@ -3,7 +3,7 @@
 # private in each process, carried by default) takes about 0.5 s;
 # CUINTERPOSE_PROGRESS_MS=50 must log progress lines with a total of
 # 30.0 MiB and a percentage in 0..100, and the restore still brings every
-# byte back, its CARRIERS line (CUINTERPOSE_VERIFY_CARRIERS=1) with a
+# byte back, its CARRIERS line (CUINTERPOSE_VERIFY_BEFORE_RESTORE=1) with a
 # throughput.
 . "$srcdir/lib.sh"
 
@@ -25,7 +25,7 @@ check_progress "$T/d/dump.log" SAVE
 grep -q "cuinterpose: SAVE: 2 participants, 7 records, 31457280 bytes" "$T/d/dump.log" || fail "no SAVE line in dump.log"
 wait_gone $pids || fail "dumped processes still alive"
 note "restore"
-CUINTERPOSE_VERIFY_CARRIERS=1 criu_restore "$T/d" || fail "criu restore"
+CUINTERPOSE_VERIFY_BEFORE_RESTORE=1 criu_restore "$T/d" || fail "criu restore"
 grep -E "cuinterpose: CARRIERS verified: [0-9]+ bytes, [0-9.]+ s, [0-9.]+ MB/s" "$T/d/restore.log" ||
 	fail "no throughput on the CARRIERS line"
 cmd 2 verify 0

@@ -7,12 +7,13 @@
 # exactly, and after each restore the job allocates the reservation again
 # and every other byte and address is back. Registration refuses NULL
 # (-EINVAL) and a 17th hook (-ENOSPC) (checked by the job at start).
-# A hook that overruns CUINTERPOSE_RELEASE_TIMEOUT_MS delays nothing: the
+# A hook that overruns CUINTERPOSE_TEST_RELEASE_TIMEOUT_MS delays nothing: the
 # dump goes on, carrying the memory it did not free; a dump while it still
 # runs neither waits for it nor runs it again, and the job restores with it
 # running.
 # CUINTERPOSE_RELEASE=torch in a process without Python is reported, and the
-# dump goes on; bad values of the two variables are reported at start.
+# dump goes on; bad values of the two variables (and of CUINTERPOSE_LOG)
+# make the job's first cuInit fail, each named with what it accepts.
 . "$srcdir/lib.sh"
 
 RESV=48
@@ -25,15 +26,15 @@ carrier_sizes() {
 }
 
 note "1: bad values"
-out=$(CUINTERPOSE_RELEASE=tensorflow CUINTERPOSE_RELEASE_TIMEOUT_MS=5s LD_PRELOAD="$SAN_PRELOAD$INTERPOSER" \
-	"$WORKLOAD" 2>&1)
-echo "$out" | grep -q "CUINTERPOSE_RELEASE=tensorflow is none of 'torch', 'cupy', 'python:STATEMENT' or 'none'" ||
-	fail "a bad CUINTERPOSE_RELEASE is not reported: $out"
-echo "$out" | grep -q "CUINTERPOSE_RELEASE_TIMEOUT_MS=5s is not a number of milliseconds from 1 to 3600000" ||
-	fail "a bad CUINTERPOSE_RELEASE_TIMEOUT_MS is not reported: $out"
+job_refused CUINTERPOSE_RELEASE=tensorflow CUINTERPOSE_TEST_RELEASE_TIMEOUT_MS=5s CUINTERPOSE_LOG=debug
+for want in 'CUINTERPOSE_RELEASE=tensorflow: want torch|cupy|python:STATEMENT|none' \
+	'CUINTERPOSE_TEST_RELEASE_TIMEOUT_MS=5s: want ms, 1 .. 3600000' 'CUINTERPOSE_LOG=debug: want level, 0 .. 3'; do
+	grep -qF "cuinterpose: pid " "$T/refused.log" && grep -qF "$want; cuInit fails (nothing has changed)" "$T/refused.log" ||
+		fail "'$want' is not said: $(cat "$T/refused.log")"
+done
 note "2: a hook that overruns its time"
 export E2E_RESERVED_MB=$RESV
-E2E_RELEASE=slow:20000 CUINTERPOSE_RELEASE_TIMEOUT_MS=300 start_job 2 --private
+E2E_RELEASE=slow:20000 CUINTERPOSE_TEST_RELEASE_TIMEOUT_MS=300 start_job 2 --private
 cmd 2 verify 0
 before=$(answers 2)
 criu_dump "$T/slow" --leave-running || fail "criu dump with a slow hook"

@@ -1,4 +1,4 @@
-# Striped carriers (CUINTERPOSE_CARRIER_FILES=3): two processes with only
+# Striped carriers (CUINTERPOSE_TEST_CARRIER_FILES=3): two processes with only
 # private memory (4 MiB + 2 MiB each, chunks of 1 MiB) write their carrier
 # over three files each, 2 MiB per file (the stripe unit is one chunk
 # here); `cuinterpose show` reads and verifies the striped images; two
@@ -9,11 +9,11 @@
 # and the chunk, and the restored tree is killed instead of resumed. (The
 # refusals come first: ASan builds skip at a second restore of one process.)
 # Last, one cycle with LOAD's copies synchronous (criu's
-# CUINTERPOSE_LOAD_COPIES=sync; every asynchronous copy would fail), after a
+# CUINTERPOSE_TEST_LOAD_COPIES=sync; every asynchronous copy would fail), after a
 # restore refused for a bad value.
 . "$srcdir/lib.sh"
 CLI=$B/cli/cuinterpose
-export CUINTERPOSE_CARRIER_FILES=3
+export CUINTERPOSE_TEST_CARRIER_FILES=3
 N=2
 MiB=1048576
 
@@ -99,7 +99,7 @@ done
 kill -9 $(job_pids) 2>/dev/null
 wait_gone $(job_pids) || fail "job still alive"
 
-note "LOAD with synchronous copies (criu's CUINTERPOSE_LOAD_COPIES)"
+note "LOAD with synchronous copies (criu's CUINTERPOSE_TEST_LOAD_COPIES)"
 export FAKECUDA_FAIL_DIR=$T/faults
 mkdir -p "$FAKECUDA_FAIL_DIR"
 CUINTERPOSE_LOG=2 start_job $N --private
@@ -108,14 +108,14 @@ before=$(answers $N)
 pids=$(job_pids)
 criu_dump "$T/s" || fail "criu dump (synchronous copies)"
 wait_gone $pids || fail "dumped processes still alive"
-CUINTERPOSE_LOAD_COPIES=synchronous criu_restore "$T/s" -o restore-bad.log && fail "criu restore took CUINTERPOSE_LOAD_COPIES=synchronous"
-grep -q 'CUINTERPOSE_LOAD_COPIES="synchronous": want async or sync' "$T/s/restore-bad.log" ||
+CUINTERPOSE_TEST_LOAD_COPIES=synchronous criu_restore "$T/s" -o restore-bad.log && fail "criu restore took CUINTERPOSE_TEST_LOAD_COPIES=synchronous"
+grep -q 'CUINTERPOSE_TEST_LOAD_COPIES=synchronous: want async|sync' "$T/s/restore-bad.log" ||
 	fail "the bad value is not named: $(grep cuinterpose "$T/s/restore-bad.log" | tail -3)"
 wait_gone $pids || fail "the refused restore left processes"
 # Any asynchronous host-to-device copy fails from here: the restore passes
 # only if LOAD made none.
 arm any "cuMemcpyHtoDAsync:1"
-CUINTERPOSE_LOAD_COPIES=sync criu_restore "$T/s" || fail "criu restore (synchronous copies)"
+CUINTERPOSE_TEST_LOAD_COPIES=sync criu_restore "$T/s" || fail "criu restore (synchronous copies)"
 disarm
 grep -q "injected failure of cuMemcpyHtoDAsync" "$T/job.log" && fail "LOAD made an asynchronous copy"
 cmd $N verify 0

@@ -54,7 +54,7 @@
 # that are larger than the memory the restore may use (as in a container
 # with a memory limit); criu restores with --manage-cgroups=ignore so the
 # job stays inside. "vf" (bench-llm) is ours verifying every carrier before
-# LOAD (CUINTERPOSE_CARRIER_VERIFY=first: each byte read twice); its capped
+# LOAD (CUINTERPOSE_TEST_LOAD_VERIFY=first: each byte read twice); its capped
 # row goes beside ours and upstream's. For every dump and restore: seconds, the peak extra RSS of EVERY
 # process of the job (rss.sh: VmHWM after clear_refs over the RSS before the
 # dump; restore against the same process's RSS before the dump), and for
@@ -238,7 +238,7 @@ sc_bench_llm() {
 	[ "$kind" = pf ] && export CUINTERPOSE_PREFETCH_MB=auto
 	READY_TIMEOUT=600 start_fw "$name" llm 1 "$pre" $([ "$kind" = rel ] && echo CUINTERPOSE_RELEASE=torch) \
 		$([ "$kind" = zs ] && echo CUINTERPOSE_CARRIER_COMPRESS=zstd CUINTERPOSE_LOG=2) \
-		$([ "$kind" = vf ] && echo CUINTERPOSE_CARRIER_VERIFY=first) \
+		$([ "$kind" = vf ] && echo CUINTERPOSE_TEST_LOAD_VERIFY=first) \
 		-- $([ -n "${BENCH_LLM_FREED:-}" ] && echo --cache-mib 256 --temp-mib || echo --cache-mib) "$mib" ||
 		fail "start: $(tail -n 2 "$T/$name/job.log" | tr '\n' ' ')"
 	cmd 300 verify || fail "verify before: $CMDERR"

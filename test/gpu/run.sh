@@ -63,7 +63,7 @@
 #          cuda_plugin, peak extra RSS of every process, the carrier's
 #          SAVE/LOAD rates against the best plain parallel write/read into
 #          the same directory; carrier-bench -x striped over 16 files
-#  killed  criu SIGKILLed (CUINTERPOSE_FAULT) after the native checkpoint of a
+#  killed  criu SIGKILLed (CUINTERPOSE_TEST_FAULT) after the native checkpoint of a
 #          dump: the guardian restores and rebuilds the job in place; then
 #          criu killed during a restore's LOAD: the guardian kills the tree
 #          and the same images restore; bytes, addresses, a kernel checked
@@ -457,7 +457,7 @@ sc_killed() {
 	start_job "$name" 2 1 || fail "start: $(tail -n 1 "$T/$name/job.log")"
 	cmd 60 add 0 3 && cmd 60 verify || fail "before: $CMDERR"
 	before=$(answers)
-	CUINTERPOSE_FAULT=kill@native-checkpoint criu_do dump "$T/$name/k" "$T/plugins" && fail "killed dump succeeded"
+	CUINTERPOSE_TEST_FAULT=kill@native-checkpoint criu_do dump "$T/$name/k" "$T/plugins" && fail "killed dump succeeded"
 	guardian_says "$T/$name/k" "rollback complete\|ROLLBACK FAILED" || fail "no guardian verdict after the killed dump"
 	grep -q "rollback complete" "$T/$name/k/cuinterpose-guardian.log" ||
 		fail "dump rollback: $(tail -n 3 "$T/$name/k/cuinterpose-guardian.log" | tr '\n' ' ')"
@@ -469,7 +469,7 @@ sc_killed() {
 	pids=$(job_pids)
 	criu_do dump "$T/$name/d" "$T/plugins" || fail "criu dump after the killed one"
 	wait_gone $pids || fail "dumped processes still alive"
-	CUINTERPOSE_FAULT=kill@LOAD criu_do restore "$T/$name/d" "$T/plugins"
+	CUINTERPOSE_TEST_FAULT=kill@LOAD criu_do restore "$T/$name/d" "$T/plugins"
 	guardian_says "$T/$name/d" "restored tree killed" || fail "the guardian did not kill the half-restored tree"
 	wait_gone $pids || fail "a half-restored process is still alive"
 	wait_reaped $pids || fail "a half-restored process is still not reaped: $(for p in $pids; do [ -d /proc/$p ] && echo "$p $(awk '{print $3}' /proc/$p/stat)"; done | tr '\n' ' ')"

@@ -11,7 +11,8 @@
 #     mentions CUINTERPOSE fails too, as this check cannot see it;
 #   - the table lists a name that no product code names so;
 #   - docs/configuration.md does not document a user setting of the table
-#     (as `NAME`);
+#     (as `NAME`), a test hook is not named CUINTERPOSE_TEST_*, a user
+#     setting is, or there are more than 20 user settings;
 #   - `cuinterpose options --all` (the built command) leaves out a name of
 #     the table, `cuinterpose options` shows a test hook or leaves out a
 #     user setting, or `--check` does not refuse a bad value naming it and
@@ -73,7 +74,13 @@ hook_names=$(echo "$table_names" | grep -vxF "$user_names")
 [ -n "$user_names" ] || no "found no user setting in $table"
 for v in $user_names; do
 	grep -qF "\`$v\`" "$docs" || no "$v is a user setting of $table but $docs does not document it"
+	case $v in CUINTERPOSE_TEST_*) no "$v is a user setting of $table but named as a test hook" ;; esac
 done
+for v in $hook_names; do
+	case $v in CUINTERPOSE_TEST_*) ;; *) no "$v is a test hook of $table but not named CUINTERPOSE_TEST_*" ;; esac
+done
+n=$(echo "$user_names" | grep -c .)
+[ "$n" -le 20 ] || no "$table has $n user settings, more than 20: make a knob only tests need a CUINTERPOSE_TEST_ hook"
 
 # The command prints the table.
 if [ ! -x "$cli" ]; then
@@ -95,21 +102,21 @@ else
 	echo "$out" | grep -q '^CUINTERPOSE_LOG=2 ' || no "cuinterpose options does not show CUINTERPOSE_LOG=2"
 
 	# --check: one bad value of each kind, each named with what it accepts.
-	out=$(clean CUINTERPOSE_LOG=debug CUINTERPOSE_CARRIER_HASH=sha1 CUINTERPOSE_VERIFY_CARRIERS=maybe \
-		CUINTERPOSE_CHUNK_SIZE=12 CUINTERPOSE_GPU_REMAP=0011=22 CUINTERPOSE_FAULT=zap@SAVE \
+	out=$(clean CUINTERPOSE_LOG=debug CUINTERPOSE_CARRIER_HASH=sha1 CUINTERPOSE_VERIFY_BEFORE_RESTORE=maybe \
+		CUINTERPOSE_TEST_CHUNK_SIZE=12 CUINTERPOSE_GPU_REMAP=0011=22 CUINTERPOSE_TEST_FAULT=zap@SAVE \
 		CUINTERPOSE_CARRIER_COMPRESS=zstd:99 "$cli" options --check 2>&1)
 	rc=$?
 	[ $rc = 1 ] || no "options --check with bad values exited $rc, not 1: $out"
 	for want in 'CUINTERPOSE_LOG=debug: want level, 0 .. 3' 'CUINTERPOSE_CARRIER_HASH=sha1: want device|sha256|off' \
-		'CUINTERPOSE_VERIFY_CARRIERS=maybe: want 1|yes|true|on or 0|no|false|off' \
-		'CUINTERPOSE_CHUNK_SIZE=12: want bytes, 4096 .. 1073741824' 'CUINTERPOSE_GPU_REMAP=0011=22: want ' \
-		'CUINTERPOSE_FAULT=zap@SAVE: want ' 'CUINTERPOSE_CARRIER_COMPRESS=zstd:99: want ' '7 bad values'; do
+		'CUINTERPOSE_VERIFY_BEFORE_RESTORE=maybe: want 1|yes|true|on or 0|no|false|off' \
+		'CUINTERPOSE_TEST_CHUNK_SIZE=12: want bytes, 4096 .. 1073741824' 'CUINTERPOSE_GPU_REMAP=0011=22: want ' \
+		'CUINTERPOSE_TEST_FAULT=zap@SAVE: want ' 'CUINTERPOSE_CARRIER_COMPRESS=zstd:99: want ' '7 bad values'; do
 		echo "$out" | grep -qF "$want" || no "options --check did not say '$want': $out"
 	done
-	out=$(clean CUINTERPOSE_LOG=3 CUINTERPOSE_CARRIER_HASH=device CUINTERPOSE_VERIFY_CARRIERS=yes \
+	out=$(clean CUINTERPOSE_LOG=3 CUINTERPOSE_CARRIER_HASH=device CUINTERPOSE_VERIFY_BEFORE_RESTORE=yes \
 		CUINTERPOSE_LOCK_TIMEOUT_MS=0x10 CUINTERPOSE_PREFETCH_MB=auto CUINTERPOSE_RELEASE=python:x=1 \
 		CUINTERPOSE_GPU_REMAP=GPU-00112233-4455-6677-8899-aabbccddeeff=ffeeddccbbaa99887766554433221100 \
-		CUINTERPOSE_FAULT=kill-agent@SAVE CUINTERPOSE_CARRIER_COMPRESS=zstd:-7 CUINTERPOSE_TEST_LOG= \
+		CUINTERPOSE_TEST_FAULT=kill-agent@SAVE CUINTERPOSE_CARRIER_COMPRESS=zstd:-7 CUINTERPOSE_TEST_LOG= \
 		CUINTERPOSE_NOT_A_SETTING=1 "$cli" options --check 2>&1)
 	rc=$?
 	[ $rc = 0 ] || no "options --check with good values exited $rc: $out"
@@ -118,6 +125,22 @@ else
 	"$cli" options --bogus >/dev/null 2>&1
 	rc=$?
 	[ $rc = 2 ] || no "options --bogus exited $rc, not 2"
+
+	# checkpoint and restore refuse a bad value of the plugin's or their
+	# own before they start criu or touch a process (exit 1), naming it.
+	d=$(mktemp -d) || exit 1
+	out=$(clean CUINTERPOSE_DRIVER_TIMEOUT_MS=5s "$cli" checkpoint $$ "$d/ck" 2>&1)
+	rc=$?
+	[ $rc = 1 ] || no "checkpoint with a bad value exited $rc, not 1: $out"
+	echo "$out" | grep -qx 'cuinterpose checkpoint: CUINTERPOSE_DRIVER_TIMEOUT_MS=5s: want ms, 0 .. 2147483647' ||
+		no "checkpoint did not name the bad value: $out"
+	[ ! -e "$d/ck" ] || no "checkpoint with a bad value made $d/ck"
+	out=$(clean CUINTERPOSE_PROGRESS_MS=fast "$cli" restore "$d" 2>&1)
+	rc=$?
+	[ $rc = 1 ] || no "restore with a bad value exited $rc, not 1: $out"
+	echo "$out" | grep -qx 'cuinterpose restore: CUINTERPOSE_PROGRESS_MS=fast: want ms, 0 .. 3600000' ||
+		no "restore did not name the bad value: $out"
+	rm -rf "$d"
 fi
 
 [ $bad = 0 ] && echo "PASS: $(echo "$table_names" | wc -l) settings in $table ($(echo "$user_names" | wc -l) user," \
