@@ -8,7 +8,10 @@
  * "IMAGES", "PREPARE_UNICAST", "LOAD", "REBUILD_CREATORS", "VERIFY",
  * "RESUME", ...), "native-lock", "native-checkpoint", "native-restore",
  * "begin:PHASE" for a coordinator phase that is about to send its first
- * request (the guardian already knows it started), "restore-init" (the
+ * request (the guardian already knows it started), "restore-start" (the
+ * start of init(RESTORE) for images of ours: no guardian yet, criu has
+ * forked nothing), "restore-guardian" (the GPUs checked, the guardian
+ * about to start), "restore-init" (the
  * end of init(RESTORE): the restore's guardian runs, criu has forked
  * nothing), "post-forking" (CRIU's POST_FORKING hook: the tree's root is
  * forked, the other tasks fork and fill themselves in after it),

@@ -152,15 +152,22 @@ int cuip_gpus_present(const char *lib, struct cuip_gpu *v, size_t max, char *err
 	int pfd[2], ret, st;
 	pid_t child;
 
-	if (!a)
+	if (!a) {
+		snprintf(err, errlen, "out of memory asking the driver for this machine's GPUs");
 		return -ENOMEM;
+	}
 	if (pipe2(pfd, O_CLOEXEC)) {
+		ret = -errno;
+		snprintf(err, errlen, "cannot create a pipe to ask the driver for this machine's GPUs: %s",
+			 strerror(errno));
 		free(a);
-		return -errno;
+		return ret;
 	}
 	child = fork();
 	if (child < 0) {
 		ret = -errno;
+		snprintf(err, errlen, "cannot fork a child to ask the driver for this machine's GPUs: %s",
+			 strerror(errno));
 		close(pfd[0]);
 		close(pfd[1]);
 		free(a);

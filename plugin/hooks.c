@@ -1433,8 +1433,12 @@ static int cuip_init(int stage)
 			pr_debug("no %s in the image directory: declining", CUIP_INVENTORY_IMG);
 			S.disabled = true;
 		}
+		if (!S.disabled)
+			cuip_fault("restore-start");
 		if (!S.disabled && dir >= 0 && check_gpus(dir))
 			return -1;
+		if (!S.disabled)
+			cuip_fault("restore-guardian");
 		if (!S.disabled && dir >= 0 && start_restore_guardian(dir))
 			return -1;
 		if (!S.disabled)

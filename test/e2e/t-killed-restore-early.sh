@@ -12,7 +12,9 @@
 # a task restoring its resources, a task entering the restorer blob) and
 # at delays after the guardian started; each kill waits on its event. A
 # timed kill that this machine's restore outran (criu committed first)
-# finds the job intact and dumps it again.
+# finds the job intact and dumps it again. Last, an init(RESTORE) that
+# cannot fork (a pids cgroup at its limit) refuses the restore before criu
+# forks anything: the GPU query's child, then the guardian.
 . "$srcdir/lib.sh"
 
 export MALLOC_ARENA_MAX=1
@@ -160,15 +162,53 @@ CUINTERPOSE_GUARDIAN_STOP_MS=1500 CUINTERPOSE_TEST_FAULT=stop@post-forking criu_
 after_kill "stop@post-forking" "restore-$K.log"
 grep -q "has been stopped for 1500 ms" "$glog" || fail "stop@post-forking: not killed by the bound: $(cat "$glog")"
 
-# no guardian, no restore: one that cannot start refuses at init, before
-# criu forks anything
-K=$((K + 1))
-note "restore $K: the guardian cannot start"
-CUINTERPOSE_GUARDIAN_STOP_MS=soon criu_restore "$T/d" -o "restore-$K.log" >"$T/r$K.out" 2>&1 &&
-	fail "a restore went on without its guardian"
-grep -q "refusing to restore without a guardian: CUINTERPOSE_GUARDIAN_STOP_MS=soon: expected milliseconds" \
-	"$T/d/restore-$K.log" || fail "no refusal: $(grep "cuinterpose: \|Error" "$T/d/restore-$K.log" | tail -n 5)"
-grep -q "Forking task with" "$T/d/restore-$K.log" && fail "the refused restore forked the tree"
+# no guardian, no restore: a restore whose init cannot fork what it needs
+# refuses at init, before criu forks anything. criu stops at a point of
+# init(RESTORE), is moved into a pids cgroup that allows MAX tasks (threads
+# count), and goes on, as on a node at its pid limit: at restore-start with
+# 1, the child that asks the driver for this machine's GPUs cannot be
+# forked; at restore-guardian with 1, the guardian's first fork fails; with
+# 2, its second (the guardian itself) fails and no guardian says hello.
+PIDS=/sys/fs/cgroup/pids
+[ -w "$PIDS" ] || fail "no writable cgroup v1 pids controller at $PIDS for the refused forks"
+# refused_at POINT MAX WHAT: the restore stops at POINT, runs on under
+# pids.max MAX and is refused with WHAT (a grep pattern)
+refused_at() {
+	local point=$1 max=$2 what=$3 pcg=$PIDS/cuip-restore-$$-$K restorer criu_pid= p
+
+	K=$((K + 1))
+	note "restore $K: its init cannot fork (stopped at $point, pids.max $max)"
+	mkdir "$pcg" || fail "cannot create $pcg"
+	at_exit "rmdir $pcg 2>/dev/null"
+	CUINTERPOSE_TEST_FAULT=stop@$point criu_restore "$T/d" -o "restore-$K.log" >"$T/r$K.out" 2>&1 &
+	restorer=$!
+	wait_line "$T/d/restore-$K.log" "fault injection \(CUINTERPOSE_TEST_FAULT\): stop at $point"
+	waiting "criu stopped at $point"
+	for _ in $(seq 200); do
+		for p in $(pgrep -x criu); do
+			tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- "-o restore-$K.log" &&
+				[ "$(proc_state "$p")" = "stopped (T)" ] && criu_pid=$p
+		done
+		[ -n "$criu_pid" ] && break
+		nap 0.05
+	done
+	waited
+	[ -n "$criu_pid" ] || fail "no stopped criu restore with restore-$K.log"
+	echo "$criu_pid" >"$pcg/cgroup.procs" || fail "cannot move criu $criu_pid into $pcg"
+	echo "$max" >"$pcg/pids.max" || fail "cannot set $pcg/pids.max"
+	kill -CONT "$criu_pid"
+	wait $restorer && fail "pids.max $max: the restore went on"
+	grep -q "$what" "$T/d/restore-$K.log" ||
+		fail "pids.max $max: no '$what': $(grep "cuinterpose: \|Error" "$T/d/restore-$K.log" | tail -n 5)"
+	grep -q "Forking task with" "$T/d/restore-$K.log" && fail "pids.max $max: the refused restore forked the tree"
+	[ "$(cat "$pcg/pids.current")" = 0 ] || fail "tasks left in $pcg: $(cat "$pcg/cgroup.procs")"
+	rmdir "$pcg"
+}
+refused_at restore-start 1 \
+	"restore refused: cannot fork a child to ask the driver for this machine's GPUs: Resource temporarily unavailable"
+refused_at restore-guardian 1 \
+	"refusing to restore without a guardian: cannot fork the guardian: Resource temporarily unavailable"
+refused_at restore-guardian 2 "refusing to restore without a guardian: the guardian did not start"
 
 note "restore"
 rm -f "$glog"
