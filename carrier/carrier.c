@@ -1,7 +1,8 @@
 /*
  * carrier.c - host carriers: stream shared allocations between device
  * memory and a CRIU image file through bounded pinned staging. Contract in
- * carrier.h; called by the interposer's SAVE and LOAD operations.
+ * carrier.h; called by the interposer's SAVE and LOAD operations through
+ * stripe.c's carrier_save_striped/_load_striped, and by the tests.
  *
  * A transfer cuts the items into slices of at most one staging buffer:
  * whole chunks of one large item, or a run of consecutive small items of
