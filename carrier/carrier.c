@@ -1,7 +1,8 @@
 /*
  * carrier.c - host carriers: stream shared allocations between device
  * memory and a CRIU image file through bounded pinned staging. Contract in
- * carrier.h; called by the interposer's SAVE and LOAD operations.
+ * carrier.h; called by the interposer's SAVE and LOAD operations through
+ * stripe.c's carrier_save_striped/_load_striped, and by the tests.
  *
  * A transfer cuts the items into slices of at most one staging buffer:
  * whole chunks of one large item, or a run of consecutive small items of
@@ -29,20 +30,11 @@
  * its own two buffers when it starts (in parallel with the others, which
  * already move bytes) and unpins them when its last pass ends.
  *
- * A save owns each regular file from its first item on: it makes those
- * bytes zero (punched out of an old file, never a truncation to size 0:
- * see cut_from), writes no piece of a 64 KiB unit (aligned in the file)
- * that is all zero, then sets the file's size to its end. Those bytes read back as
- * zeros and whole units hold no disk block, so memory a framework reserved
- * but never wrote costs neither the write nor the restore's read. The CRCs
- * still cover every byte.
- *
- * Striping (carrier_save_striped/_load_striped) sits on top: a pure split
- * (carrier_stripe_split) cuts each item into extents of whole chunks and
- * gives each to the least-filled file; the extents are items of their own
- * for the pipeline above, with crc pointing into their item's array and
- * name_offset keeping chunk numbers in messages those of the allocation.
- * Staging is sized to need: at most the bytes carried (or two chunks).
+ * Each side's work on a slice is in its own file: save.c (checksums,
+ * holes, compression, the device scan's use), load.c (reads, CRC checks,
+ * frames, zero chunks); stripe.c stripes over several files on top of the
+ * public save and load here, and config.c reads the environment and
+ * resolves the driver table. What they share: xfer.h.
  *
  * An error names the item and its bytes where one item is to blame (an
  * async copy refused, a bad CRC, the file ending inside it), and the run's
@@ -54,14 +46,11 @@
  * count. Slots and the per-thread timings belong to one thread and need no
  * lock.
  */
-#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,171 +60,15 @@
 #include <unistd.h>
 
 #include "carrier.h"
-#include "chunkscan.h"
 #include "deadline.h"
-#include "devscan.h"
 #include "errfmt.h"
-#include "sha256.h"
 #include "threads.h"
-#include "wire.h"
+#include "xfer.h"
 #include "zchunk.h"
-
-#define MIB  (1024ull * 1024)
-#define PAGE 4096ull
-/* 224 MiB of staging keeps a process within 256 MiB of extra resident
- * memory during a transfer: measured on the fake driver (private-bench),
- * staging plus 1.3 MiB for threads, index and the driver's bookkeeping
- * (docs/benchmarks.md). A carrier smaller than this pins its own size. */
-#define DEFAULT_STAGING (224 * MIB)
-#define DEFAULT_CHUNK	(1u << 20) /* as the plugin's CUINTERPOSE_TEST_CHUNK_SIZE */
-/* Measured on an H200 host (docs/benchmarks.md): buffered writes to one
- * file serialize on its inode lock, so save peaks at two threads per file
- * (one writes while the other copies and checksums); reads scale with
- * threads up to about 12. */
-#define DEFAULT_SAVE_THREADS 2 /* per file */
-#define DEFAULT_LOAD_THREADS 12
-#define DEFAULT_MAX_THREADS  16
-#define MAX_THREADS	     64
-#define SLOTS_PER_THREAD     2
-#define THREAD_STACK	     (1u << 20)
-/* Buffer size that runs of small items ask for (bigger items get what they
- * need): one stream wait and one pwrite()/pread() then serve 64 items of
- * 4 KiB. Measured on the fake driver with 1,250 and 20,000 items of 4 KiB
- * (carrier-bench -i 4K): 256 KiB-1 MiB runs cost 2.5-4 us per item, runs
- * as big as all the bytes 4-6 us (fresh staging to fault in, no overlap
- * of copies with file I/O), one item per slice 6-7.5 us. */
-#define RUN_BYTES (256u << 10)
-/* Bytes checksummed and then written (save), or read and then checksummed
- * (load), at a time within a slice: small enough to stay in a core's L2
- * between the two, so each byte crosses the memory bus once on the CPU
- * side; big enough that the extra system calls cost little. */
-#define CRC_BLOCK (512u << 10)
-/* Zero runs of a saved carrier are left as holes in units of this many
- * bytes, aligned in the file (a multiple of any file system's block). */
-#define HOLE_UNIT (64u << 10)
-/* The largest staging buffer a slot gets (a chunk bigger than this still
- * gets its size). Small buffers keep a save's bytes in the host's
- * last-level cache from the device copy to the CRC and the write: the
- * copy's writes land in the cache (Intel DDIO) as long as what all threads
- * have in flight fits there, so each byte crosses the memory bus once on
- * the host instead of three times. Measured on the H200 host (Xeon, 300 MiB
- * L3; docs/benchmarks.md, staging-sweep.sh), striped over 16 files at 16
- * threads: 8 MiB buffers save at 0.83 of the best plain parallel write
- * (summed CRC time 1.81 s for 8 GiB), 4 MiB at 0.80 (1.64 s), 2 MiB at
- * 1.03 (0.69 s); loads 0.83, 1.00 and 0.94. */
-#define BUF_MAX (2u << 20)
-#define ERRMSG	512
-
-enum pass { PASS_SAVE, PASS_VERIFY, PASS_LOAD };
-
-/*
- * What one staging buffer carries at a time: either whole chunks of one
- * item (a large item takes several slices), or a run of consecutive items
- * of one file and one context whose file ranges are contiguous, the first
- * possibly the tail of a large item and the others whole. A run moves with
- * one device copy per item but one stream wait and one pwrite()/pread(),
- * which is what makes thousands of small items cheap. Items of other files
- * and empty items between `item` and `last` are not part of it.
- */
-struct slice {
-	size_t item;   /* first item */
-	size_t last;   /* last item with bytes in the slice (== item: one item) */
-	size_t nitems; /* items with bytes in it */
-	uint64_t off;  /* from the first item's start (a multiple of its chunk size) */
-	uint64_t len;  /* bytes in all, laid out in the buffer as in the file */
-	uint64_t foff; /* file offset of its first byte */
-};
-
-/* One staging buffer, its streams (one per context) and its slice. */
-struct slot {
-	void *buf;
-	CUstream *streams; /* [xfer->nctx] */
-	struct slice s;
-	bool busy; /* load: a host->device copy from buf may be in flight */
-	bool own;  /* buf is our mapping, registered (else the driver's cuMemHostAlloc) */
-};
-
-struct worker {
-	struct xfer *x;
-	unsigned idx;
-	struct slot *slot[SLOTS_PER_THREAD];
-	CUcontext cur; /* context current on this thread */
-	bool has_cur;
-	pthread_t tid;
-	void *stack; /* mmap'd with a guard page; NULL for thread 0 */
-	bool started;
-	double copy_s, io_s, crc_s, pin_s, hash_s, zip_s;
-	uint64_t holes;		      /* save: zero bytes left as holes */
-	uint64_t inherited;	      /* save: bytes of chunks the parent has, not written */
-	uint64_t zip_raw, zip_stored; /* chunks stored compressed: raw and frame bytes */
-	uint64_t zero;		      /* save on the host: bytes of chunks found all zero */
-	/* Compressed chunks (x->zws_len > 0): the thread's codec workspace,
-	 * mapped when it starts, unmapped in teardown(): a frame buffer
-	 * (zbuf, x->zbuf_len bytes) and a zstd context in the rest. */
-	void *zws;
-	void *zctx;
-	uint8_t *zbuf;
-};
-
-struct xfer {
-	const struct carrier_ops *ops;
-	const struct carrier_config *cfg;
-	enum pass pass;
-	const int *fds; /* [nfds]; items[i].file indexes it */
-	size_t nfds;
-	struct carrier_item *items; /* const for load: never written there */
-	size_t n;
-	uint64_t total;
-
-	CUcontext *ctxs; /* distinct contexts of the items */
-	size_t nctx;
-	uint32_t *item_ctx; /* index into ctxs per item */
-
-	uint64_t buf_bytes;
-	unsigned nthreads, nslots;
-	struct slot *slots;
-	struct worker *workers;
-
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	/* under lock */
-	size_t *cur_item; /* [nfds]: per-file cursors */
-	uint64_t *cur_off;
-	size_t next_file; /* round robin over files in claim() */
-	uint64_t done;
-	unsigned running; /* threads other than the caller still working */
-	int rc;		  /* first error */
-	char msg[ERRMSG];
-	double copy_s, io_s, crc_s, pin_s, hash_s, zip_s; /* summed after the threads are joined */
-	uint64_t holes, inherited, zip_raw, zip_stored;	  /* summed after the threads are joined */
-	uint64_t zero_host;				  /* summed after the threads are joined */
-	/* Chunks decided before the pipeline (set before the threads start):
-	 * save, the device scan's zero and unchanged chunks; load, the zero
-	 * chunks a memset set. skips: the slices leave them out; skipped:
-	 * their bytes, counted as done by every pass. */
-	bool devscanned, skips;
-	uint64_t skipped;
-	struct devscan_report scan;
-	uint64_t zero_set; /* load: bytes set by memset */
-	/* Compressed chunks: each thread's codec workspace (0: none, no chunk
-	 * is compressed), its frame buffer's share; save compresses. */
-	size_t zws_len, zbuf_len;
-	bool zsave;
-	/* save: each file's carrier ends at fend; sparse once it was cut at
-	 * its first item's offset (a regular file), so a zero run need not be
-	 * written (set before the threads start). */
-	uint64_t fend[CARRIER_FILES_MAX];
-	bool sparse[CARRIER_FILES_MAX];
-
-	/* progress, touched by thread 0 only */
-	uint64_t p_base, p_grand, p_next;
-	uint64_t pinned; /* staging bytes allocated, under lock */
-	size_t map_len;	 /* this block */
-};
 
 /* ---- small helpers ---------------------------------------------------- */
 
-static double now(void)
+double xfer_now(void)
 {
 	struct timespec ts;
 
@@ -243,7 +76,7 @@ static double now(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static const char *cu_name(const struct carrier_ops *ops, CUresult rc)
+const char *xfer_cu_name(const struct carrier_ops *ops, CUresult rc)
 {
 	const char *s = NULL;
 
@@ -252,7 +85,7 @@ static const char *cu_name(const struct carrier_ops *ops, CUresult rc)
 	return "CUDA error";
 }
 
-static const char *item_name(const struct carrier_item *it, size_t i, char *buf, size_t len)
+const char *carrier_item_name(const struct carrier_item *it, size_t i, char *buf, size_t len)
 {
 	if (it->name)
 		return it->name;
@@ -261,7 +94,7 @@ static const char *item_name(const struct carrier_item *it, size_t i, char *buf,
 }
 
 /* The file of index f for messages: its name, or "file f". */
-static const char *cfg_file_name(const struct carrier_config *c, size_t f, char *buf, size_t len)
+const char *carrier_cfg_file_name(const struct carrier_config *c, size_t f, char *buf, size_t len)
 {
 	if (c->file_names && f < c->n_file_names && c->file_names[f])
 		return c->file_names[f];
@@ -269,12 +102,8 @@ static const char *cfg_file_name(const struct carrier_config *c, size_t f, char 
 	return buf;
 }
 
-#define file_name(x, f, buf, len) cfg_file_name((x)->cfg, f, buf, len)
-
 /* Record the transfer's first error; later ones are consequences. */
-static void fail(struct xfer *x, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void fail(struct xfer *x, int rc, const char *fmt, ...)
+void xfer_fail(struct xfer *x, int rc, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -289,13 +118,13 @@ static void fail(struct xfer *x, int rc, const char *fmt, ...)
 	pthread_mutex_unlock(&x->lock);
 }
 
-static const char *pass_name(enum pass p)
+const char *xfer_pass_name(enum pass p)
 {
 	return p == PASS_SAVE ? "save" : p == PASS_VERIFY ? "verify" : "load";
 }
 
 /* Whether chunk k of item it was decided before the pipeline (skipped by it). */
-static bool skipped(const struct xfer *x, const struct carrier_item *it, uint64_t k)
+bool xfer_skipped(const struct xfer *x, const struct carrier_item *it, uint64_t k)
 {
 	return x->skips && ((it->zero && it->zero[k]) || (x->pass == PASS_SAVE && it->inherited && it->inherited[k]));
 }
@@ -303,7 +132,7 @@ static bool skipped(const struct xfer *x, const struct carrier_item *it, uint64_
 static bool any_skipped(const struct xfer *x, const struct carrier_item *it)
 {
 	for (uint64_t k = 0; x->skips && k < it->ncrc; k++)
-		if (skipped(x, it, k))
+		if (xfer_skipped(x, it, k))
 			return true;
 	return false;
 }
@@ -336,7 +165,7 @@ static void cut(const struct xfer *x, size_t i, uint64_t off, struct slice *s)
 	s->len = left < m ? left : m;
 	/* A decided chunk ends the slice (next_slice starts past it). */
 	for (uint64_t o = it->chunk_size; x->skips && o < s->len; o += it->chunk_size)
-		if (skipped(x, it, (off + o) / it->chunk_size)) {
+		if (xfer_skipped(x, it, (off + o) / it->chunk_size)) {
 			s->len = o;
 			break;
 		}
@@ -364,7 +193,7 @@ static bool next_slice(const struct xfer *x, size_t f, size_t *ci, uint64_t *co,
 	while (*ci < x->n) {
 		const struct carrier_item *it = &x->items[*ci];
 
-		while (*co < it->size && skipped(x, it, *co / it->chunk_size))
+		while (*co < it->size && xfer_skipped(x, it, *co / it->chunk_size))
 			*co += it->chunk_size;
 		if (it->file != f || *co >= it->size) {
 			(*ci)++;
@@ -400,7 +229,7 @@ static uint64_t count_slices(const struct xfer *x)
 
 /* Item i's part of slice s: bytes [*off, *off + *len) of the item, at *boff
  * in the buffer. False when i is not in the slice (another file, empty). */
-static bool piece(const struct xfer *x, const struct slice *s, size_t i, uint64_t *off, uint64_t *len, uint64_t *boff)
+bool xfer_piece(const struct xfer *x, const struct slice *s, size_t i, uint64_t *off, uint64_t *len, uint64_t *boff)
 {
 	const struct carrier_item *it = &x->items[i];
 
@@ -415,14 +244,14 @@ static bool piece(const struct xfer *x, const struct slice *s, size_t i, uint64_
 
 /* The slice's items for a message: "alloc 3", or "alloc 3 through alloc 9
  * (7 items)". */
-static const char *slice_name(const struct xfer *x, const struct slice *s, char *buf, size_t len)
+const char *xfer_slice_name(const struct xfer *x, const struct slice *s, char *buf, size_t len)
 {
 	char a[32], b[32];
 
 	if (s->nitems == 1)
-		return item_name(&x->items[s->item], s->item, buf, len);
-	snprintf(buf, len, "%s through %s (%zu items)", item_name(&x->items[s->item], s->item, a, sizeof(a)),
-		 item_name(&x->items[s->last], s->last, b, sizeof(b)), s->nitems);
+		return carrier_item_name(&x->items[s->item], s->item, buf, len);
+	snprintf(buf, len, "%s through %s (%zu items)", carrier_item_name(&x->items[s->item], s->item, a, sizeof(a)),
+		 carrier_item_name(&x->items[s->last], s->last, b, sizeof(b)), s->nitems);
 	return buf;
 }
 
@@ -433,7 +262,7 @@ static bool claim_file(struct xfer *x, size_t f, struct slice *s)
 }
 
 /* Take the next slice, files in turn; false when none is left or on error. */
-static bool claim(struct xfer *x, struct slice *s)
+bool xfer_claim(struct xfer *x, struct slice *s)
 {
 	bool got = false;
 
@@ -449,7 +278,7 @@ static bool claim(struct xfer *x, struct slice *s)
 	return got;
 }
 
-static void account(struct xfer *x, uint64_t bytes)
+void xfer_account(struct xfer *x, uint64_t bytes)
 {
 	struct cuip_save_progress *pg = x->pass == PASS_SAVE ? x->cfg->progress_page : NULL;
 
@@ -474,8 +303,8 @@ static int use_ctx(struct worker *w, size_t item)
 	rc = x->ops->ctx_set_current(c);
 	if (rc != CUDA_SUCCESS) {
 		char nb[32];
-		fail(x, -EIO, "carrier %s: %s: cuCtxSetCurrent failed: %s (%d)", pass_name(x->pass),
-		     item_name(&x->items[item], item, nb, sizeof(nb)), cu_name(x->ops, rc), rc);
+		xfer_fail(x, -EIO, "carrier %s: %s: cuCtxSetCurrent failed: %s (%d)", xfer_pass_name(x->pass),
+			  carrier_item_name(&x->items[item], item, nb, sizeof(nb)), xfer_cu_name(x->ops, rc), rc);
 		return -1;
 	}
 	w->cur = c;
@@ -489,29 +318,29 @@ static CUstream slot_stream(const struct xfer *x, const struct slot *sl)
 }
 
 /* Wait for the slot's device copy; on failure record it. */
-static int slot_wait(struct worker *w, struct slot *sl)
+int xfer_slot_wait(struct worker *w, struct slot *sl)
 {
 	struct xfer *x = w->x;
-	double t = now();
+	double t = xfer_now();
 	CUresult rc = x->ops->stream_synchronize(slot_stream(x, sl));
 
-	w->copy_s += now() - t;
+	w->copy_s += xfer_now() - t;
 	if (rc != CUDA_SUCCESS && sl->s.nitems == 1) {
 		char nb[32];
 		const struct carrier_item *it = &x->items[sl->s.item];
-		fail(x, -EIO, "carrier %s: %s: device copy of bytes %" PRIu64 "-%" PRIu64 " failed: %s (%d)",
-		     pass_name(x->pass), item_name(it, sl->s.item, nb, sizeof(nb)), sl->s.off,
-		     sl->s.off + sl->s.len - 1, cu_name(x->ops, rc), rc);
+		xfer_fail(x, -EIO, "carrier %s: %s: device copy of bytes %" PRIu64 "-%" PRIu64 " failed: %s (%d)",
+			  xfer_pass_name(x->pass), carrier_item_name(it, sl->s.item, nb, sizeof(nb)), sl->s.off,
+			  sl->s.off + sl->s.len - 1, xfer_cu_name(x->ops, rc), rc);
 		return -1;
 	}
 	if (rc != CUDA_SUCCESS) {
 		/* One wait covers the run's copies: any of them may have failed. */
 		char nb[160];
-		fail(x, -EIO,
-		     "carrier %s: %s: device copies of the run (file offsets %" PRIu64 "-%" PRIu64
-		     ", one stream wait) failed: %s (%d)",
-		     pass_name(x->pass), slice_name(x, &sl->s, nb, sizeof(nb)), sl->s.foff, sl->s.foff + sl->s.len - 1,
-		     cu_name(x->ops, rc), rc);
+		xfer_fail(x, -EIO,
+			  "carrier %s: %s: device copies of the run (file offsets %" PRIu64 "-%" PRIu64
+			  ", one stream wait) failed: %s (%d)",
+			  xfer_pass_name(x->pass), xfer_slice_name(x, &sl->s, nb, sizeof(nb)), sl->s.foff,
+			  sl->s.foff + sl->s.len - 1, xfer_cu_name(x->ops, rc), rc);
 		return -1;
 	}
 	return 0;
@@ -534,17 +363,15 @@ static void report(struct xfer *x, bool final)
 	x->p_next = done - done % c->progress_every + c->progress_every;
 }
 
-static void slice_done(struct worker *w)
+void xfer_slice_done(struct worker *w)
 {
 	if (w->idx == 0)
 		report(w->x, false);
 }
 
-/* ---- save --------------------------------------------------------------- */
-
 /* One copy per item of the slot's slice, all on one stream: device->host
  * for save, host->device for load. A failed copy names its item and bytes. */
-static int issue(struct worker *w, struct slot *sl, bool to_host)
+int xfer_issue(struct worker *w, struct slot *sl, bool to_host)
 {
 	struct xfer *x = w->x;
 	CUstream st = slot_stream(x, sl);
@@ -557,489 +384,23 @@ static int issue(struct worker *w, struct slot *sl, bool to_host)
 		const struct carrier_item *it = &x->items[i];
 		uint8_t *host;
 
-		if (!piece(x, &sl->s, i, &off, &len, &boff))
+		if (!xfer_piece(x, &sl->s, i, &off, &len, &boff))
 			continue;
 		host = (uint8_t *)sl->buf + boff;
 		rc = to_host ? x->ops->memcpy_dtoh_async(host, it->va + off, len, st)
 			     : x->ops->memcpy_htod_async(it->va + off, host, len, st);
 		if (rc != CUDA_SUCCESS) {
 			char nb[32];
-			fail(x, -EIO, "carrier %s: %s: %s of bytes %" PRIu64 "-%" PRIu64 " %s %#llx failed: %s (%d)",
-			     to_host ? "save" : "load", item_name(it, i, nb, sizeof(nb)),
-			     to_host ? "cuMemcpyDtoHAsync" : "cuMemcpyHtoDAsync", off, off + len - 1,
-			     to_host ? "at" : "to", (unsigned long long)(it->va + off), cu_name(x->ops, rc), rc);
+			xfer_fail(x, -EIO,
+				  "carrier %s: %s: %s of bytes %" PRIu64 "-%" PRIu64 " %s %#llx failed: %s (%d)",
+				  to_host ? "save" : "load", carrier_item_name(it, i, nb, sizeof(nb)),
+				  to_host ? "cuMemcpyDtoHAsync" : "cuMemcpyHtoDAsync", off, off + len - 1,
+				  to_host ? "at" : "to", (unsigned long long)(it->va + off), xfer_cu_name(x->ops, rc),
+				  rc);
 			return -1;
 		}
 	}
 	return 0;
-}
-
-static int pwrite_all(int fd, const uint8_t *p, uint64_t len, uint64_t off)
-{
-	while (len) {
-		ssize_t r = pwrite(fd, p, len, (off_t)off);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			return -EIO;
-		p += r;
-		off += r;
-		len -= r;
-	}
-	return 0;
-}
-
-/* Whether p[0..n) is all zero: stops at the first other byte, so data
- * costs a word or two; a zero run is read once, from the cache. */
-static bool all_zero(const uint8_t *p, uint64_t n)
-{
-	uint64_t i = 0;
-
-	for (; i + 8 <= n; i += 8) {
-		uint64_t v;
-
-		memcpy(&v, p + i, 8); /* a unit need not be aligned in memory */
-		if (v)
-			return false;
-	}
-	for (; i < n; i++)
-		if (p[i])
-			return false;
-	return true;
-}
-
-/*
- * Write p[0..len) at file offset off. In a sparse file each piece of a
- * HOLE_UNIT (aligned in the file) that is all zero is skipped: the file was
- * cut at its first item and each byte is written once, so what is skipped
- * reads back as zeros, and a whole unit skipped holds no block (a piece
- * may share its blocks with the rest of its unit, written by another
- * slice). *holes counts the bytes skipped.
- */
-static int write_run(int fd, bool sparse, const uint8_t *p, uint64_t len, uint64_t off, uint64_t *holes)
-{
-	uint64_t start = 0;
-
-	if (!sparse)
-		return pwrite_all(fd, p, len, off);
-	for (uint64_t o = 0; o < len;) {
-		uint64_t u = HOLE_UNIT - (off + o) % HOLE_UNIT, m = len - o < u ? len - o : u;
-		int rc;
-
-		if (all_zero(p + o, m)) {
-			rc = o > start ? pwrite_all(fd, p + start, o - start, off + start) : 0;
-			if (rc)
-				return rc;
-			*holes += m;
-			start = o + m;
-		}
-		o += m;
-	}
-	return len > start ? pwrite_all(fd, p + start, len - start, off + start) : 0;
-}
-
-/* Whether chunk k of item it equals its parent's (both hashes known). */
-static bool same_as_parent(const struct carrier_item *it, uint64_t k)
-{
-	return it->parent_sha && k < it->n_parent_sha &&
-	       !memcmp(it->sha + k * CARRIER_HASH_LEN, it->parent_sha + k * CARRIER_HASH_LEN, CARRIER_HASH_LEN);
-}
-
-/* Chunk k (l bytes at p) of item it, stored compressed where that is
- * worth it: the frame's length in w->zbuf, or 0 (store it raw). Zero
- * chunks stay raw: they are holes already. */
-static size_t zip_chunk(struct worker *w, struct carrier_item *it, uint64_t k, const uint8_t *p, uint64_t l)
-{
-	double t;
-	size_t z;
-
-	if (all_zero(p, l))
-		return 0;
-	t = now();
-	z = cuip_zchunk_compress(w->zctx, w->x->cfg->compress_level, w->zbuf, w->x->zbuf_len, p, l);
-	w->zip_s += now() - t;
-	if (z) {
-		it->stored[k] = (uint32_t)z;
-		w->zip_raw += l;
-		w->zip_stored += z;
-	}
-	return z;
-}
-
-/* The slot's copies are done: checksum each item's chunks and write the
- * slice out, CRC_BLOCK bytes at a time right after they were checksummed,
- * so that the write reads them from the cache rather than DRAM a second
- * time. The CRC of a chunk continues across blocks (same values). An item
- * with hashes gets each chunk's SHA-256 in the same pass; one with a parent
- * writes a chunk only once its hash is known, and not at all when it
- * equals the parent's (inherited: the file keeps a hole there). With
- * compression a chunk of at least HOLE_UNIT bytes is also held: once
- * checksummed (still in the cache) it is compressed, and its frame written
- * at the start of its place when that is worth it (the rest a hole). */
-static int save_finish(struct worker *w, struct slot *sl)
-{
-	struct xfer *x = w->x;
-	const uint8_t *buf = sl->buf;
-	unsigned file = x->items[sl->s.item].file;
-	int fd = x->fds[file];
-	uint64_t off, len, boff, written = 0;
-	double crc_s = 0, io_s = 0, hash_s = 0, t;
-	int rc = 0;
-
-	if (slot_wait(w, sl))
-		return -1;
-	for (size_t i = sl->s.item; !rc && i <= sl->s.last; i++) {
-		struct carrier_item *it = &x->items[i];
-		const uint8_t *p;
-
-		if (!piece(x, &sl->s, i, &off, &len, &boff))
-			continue;
-		p = buf + boff;
-		for (uint64_t o = 0, k = off / it->chunk_size; !rc && o < len; o += it->chunk_size, k++) {
-			uint64_t l = len - o < it->chunk_size ? len - o : it->chunk_size;
-			bool zip = x->zsave && it->stored && x->sparse[file] && l >= HOLE_UNIT;
-			/* write once the chunk is judged (the device scan judged it already) */
-			bool hold = ((it->parent_sha && !x->devscanned) || zip) && x->sparse[file];
-			bool sha = it->sha && !x->devscanned;
-			struct cuip_sha256 h;
-			uint32_t c = 0;
-			size_t z;
-
-			if (sha)
-				cuip_sha256_init(&h);
-			for (uint64_t b = 0; !rc && b < l; b += CRC_BLOCK) {
-				uint64_t m = l - b < CRC_BLOCK ? l - b : CRC_BLOCK, end = boff + o + b + m;
-
-				t = now();
-				c = cuip_crc32c(c, p + o + b, m);
-				crc_s += now() - t;
-				if (sha) {
-					t = now();
-					cuip_sha256_update(&h, p + o + b, m);
-					hash_s += now() - t;
-				}
-				if (hold || (end - written < CRC_BLOCK && end < sl->s.len))
-					continue;
-				t = now();
-				rc = write_run(fd, x->sparse[file], buf + written, end - written, sl->s.foff + written,
-					       &w->holes);
-				io_s += now() - t;
-				written = end;
-			}
-			it->crc[k] = c;
-			if (sha)
-				cuip_sha256_final(&h, it->sha + k * CARRIER_HASH_LEN);
-			/* Judged on the host: a zero chunk is recorded as such (a
-			 * load sets it with a memset), never as inherited. */
-			if (it->zero && !x->devscanned && all_zero(p + o, l)) {
-				it->zero[k] = 1;
-				w->zero += l;
-			}
-			/* A live save: the hashes of the bytes written, not of
-			 * those the scan saw (the job may have written since). */
-			if (x->devscanned && x->cfg->live && it->dhash) {
-				uint64_t r[3];
-
-				t = now();
-				cuip_chunkscan_host(p + o, l, it->dhash_key, r);
-				hash_s += now() - t;
-				carrier_dhash_put(it->dhash + k * CARRIER_DHASH_LEN, r);
-			}
-			if (rc || !hold)
-				continue;
-			/* Held: what precedes the chunk goes out, then the chunk
-			 * unless the parent has it, compressed where that pays. */
-			if (!(it->zero && it->zero[k]) && same_as_parent(it, k)) {
-				t = now();
-				if (boff + o > written)
-					rc = write_run(fd, x->sparse[file], buf + written, boff + o - written,
-						       sl->s.foff + written, &w->holes);
-				it->inherited[k] = 1;
-				w->inherited += l;
-			} else if (zip && (z = zip_chunk(w, it, k, p + o, l))) {
-				t = now();
-				if (boff + o > written)
-					rc = write_run(fd, x->sparse[file], buf + written, boff + o - written,
-						       sl->s.foff + written, &w->holes);
-				if (!rc)
-					rc = pwrite_all(fd, w->zbuf, z, sl->s.foff + boff + o);
-			} else {
-				t = now();
-				rc = write_run(fd, x->sparse[file], buf + written, boff + o + l - written,
-					       sl->s.foff + written, &w->holes);
-			}
-			io_s += now() - t;
-			written = boff + o + l;
-		}
-	}
-	/* A run of small items may end in bytes nobody held back. */
-	if (!rc && written < sl->s.len) {
-		t = now();
-		rc = write_run(fd, x->sparse[file], buf + written, sl->s.len - written, sl->s.foff + written,
-			       &w->holes);
-		io_s += now() - t;
-		written = sl->s.len;
-	}
-	assert(rc || written == sl->s.len); /* pieces tile the slice */
-	w->crc_s += crc_s;
-	w->io_s += io_s;
-	w->hash_s += hash_s;
-	if (rc) {
-		char nb[160], fb[32];
-		fail(x, rc, "carrier save: %s: writing %" PRIu64 " bytes at file offset %" PRIu64 " of %s failed: %s",
-		     slice_name(x, &sl->s, nb, sizeof(nb)), sl->s.len, sl->s.foff,
-		     file_name(x, x->items[sl->s.item].file, fb, sizeof(fb)), strerror(-rc));
-		return -1;
-	}
-	account(x, sl->s.len);
-	return 0;
-}
-
-static void save_worker(struct worker *w)
-{
-	struct xfer *x = w->x;
-	struct slot *a = w->slot[0], *b = w->slot[1];
-	bool have_a = claim(x, &a->s) && !issue(w, a, true);
-
-	while (have_a) {
-		struct slot *t;
-		bool have_b = claim(x, &b->s) && !issue(w, b, true);
-
-		if (save_finish(w, a))
-			return;
-		slice_done(w);
-		t = a;
-		a = b;
-		b = t;
-		have_a = have_b;
-	}
-}
-
-/* ---- load and verify ------------------------------------------------------ */
-
-/* A short read of the slot's slice ended at file offset `at`: name the
- * item whose bytes are missing. */
-static void short_read(struct xfer *x, const struct slot *sl, uint64_t at)
-{
-	uint64_t off, len, boff;
-	char nb[32], fb[32];
-
-	for (size_t i = sl->s.item; i <= sl->s.last; i++) {
-		const struct carrier_item *it = &x->items[i];
-		uint64_t fo;
-
-		if (!piece(x, &sl->s, i, &off, &len, &boff))
-			continue;
-		fo = sl->s.foff + boff;
-		if (at >= fo + len)
-			continue;
-		fail(x, -ENODATA,
-		     "carrier %s: %s: %s ends at offset %" PRIu64 ", %" PRIu64 " bytes short of the %" PRIu64
-		     " bytes at %" PRIu64 " (chunk %" PRIu64 "; truncated carrier image)",
-		     pass_name(x->pass), item_name(it, i, nb, sizeof(nb)), file_name(x, it->file, fb, sizeof(fb)), at,
-		     fo + len - at, len, fo, (it->name_offset + off + (at > fo ? at - fo : 0)) / it->chunk_size);
-		return;
-	}
-	assert(!"short read beyond the slice");
-}
-
-/* Chunk k of item i (bytes [o, o + l) of its piece at byte off of the item)
- * has crc32c c where the index says otherwise: record it. */
-static void bad_chunk(struct xfer *x, size_t i, uint64_t off, uint64_t o, uint64_t l, uint32_t c, uint64_t k)
-{
-	const struct carrier_item *it = &x->items[i];
-	uint64_t foff = it->offset + off, base = it->name_offset;
-	char nb[32], fb[32];
-
-	fail(x, -EBADMSG,
-	     "carrier %s: %s: chunk %" PRIu64 " (bytes %" PRIu64 "-%" PRIu64 ", file offset %" PRIu64
-	     ") of %s has crc32c %#010x, the index says %#010x (corrupt carrier image)",
-	     pass_name(x->pass), item_name(it, i, nb, sizeof(nb)), (base + off + o) / it->chunk_size, base + off + o,
-	     base + off + o + l - 1, foff + o, file_name(x, it->file, fb, sizeof(fb)), c, it->crc[k]);
-}
-
-/* Chunk k of item i, stored compressed in z bytes, does not come out as
- * its l bytes (ret -EBADMSG), or its stored length cannot be (-EINVAL). */
-static void bad_frame(struct xfer *x, size_t i, uint64_t off, uint64_t o, uint64_t l, uint64_t k, uint32_t z, int ret)
-{
-	const struct carrier_item *it = &x->items[i];
-	char nb[32], fb[32];
-
-	fail(x, -EBADMSG,
-	     "carrier %s: %s: chunk %" PRIu64 " (file offset %" PRIu64 " of %s) %s %" PRIu32 " bytes for its %" PRIu64
-	     " (%s)",
-	     pass_name(x->pass), item_name(it, i, nb, sizeof(nb)), (it->name_offset + off + o) / it->chunk_size,
-	     it->offset + off + o, file_name(x, it->file, fb, sizeof(fb)),
-	     ret == -EINVAL ? "is stored compressed in" : "does not decompress from its", z, l,
-	     ret == -EINVAL ? "corrupt carrier index" : "corrupt carrier image");
-}
-
-/* Read chunk k of item i (bytes [o, o + l) of its piece at byte off of the
- * item, at p), stored compressed in z bytes at file offset foff: the
- * frame into the thread's buffer, decompressed into place. 0, -ENODATA
- * (*got bytes were there), a read's -errno, or -EBADMSG (failed here). */
-static int load_frame(struct worker *w, size_t i, uint64_t off, uint64_t o, uint64_t l, uint64_t k, uint8_t *p,
-		      uint64_t foff, uint64_t *got, double *io_s)
-{
-	const struct carrier_item *it = &w->x->items[i];
-	uint32_t z = it->stored[k];
-	double t;
-	int rc;
-
-	if (!cuip_zchunk_stored_ok(z, l)) {
-		bad_frame(w->x, i, off, o, l, k, z, -EINVAL);
-		return -EBADMSG;
-	}
-	t = now();
-	rc = cuip_pread_all(w->x->fds[it->file], w->zbuf, z, foff, got);
-	*io_s += now() - t;
-	if (rc)
-		return rc;
-	t = now();
-	rc = cuip_zchunk_decompress(w->zctx, p, l, w->zbuf, z);
-	w->zip_s += now() - t;
-	if (rc) {
-		bad_frame(w->x, i, off, o, l, k, z, rc);
-		return -EBADMSG;
-	}
-	/* Counted once per restore: after a verify-first pass, LOAD reads
-	 * them again (its decompression time is summed over both). */
-	if (w->x->pass != PASS_VERIFY) {
-		w->zip_raw += l;
-		w->zip_stored += z;
-	}
-	return 0;
-}
-
-/* Read the slot's slice and check every item's chunks, CRC_BLOCK bytes at
- * a time right after they were read (still in the cache); a chunk is
- * judged once all of it is read. A compressed chunk is read and
- * decompressed whole, then checked. Nothing touches the device. */
-static int load_read(struct worker *w, struct slot *sl)
-{
-	struct xfer *x = w->x;
-	uint8_t *buf = sl->buf;
-	int fd = x->fds[x->items[sl->s.item].file];
-	uint64_t got = 0, off, len, boff, have = 0;
-	double crc_s = 0, io_s = 0, t;
-	bool reported = false; /* a bad chunk, already failed with its own message */
-	int rc = 0;
-
-	for (size_t i = sl->s.item; !rc && i <= sl->s.last; i++) {
-		const struct carrier_item *it = &x->items[i];
-		const uint8_t *p;
-
-		if (!piece(x, &sl->s, i, &off, &len, &boff))
-			continue;
-		p = buf + boff;
-		for (uint64_t o = 0, k = off / it->chunk_size; !rc && o < len; o += it->chunk_size, k++) {
-			uint64_t l = len - o < it->chunk_size ? len - o : it->chunk_size;
-			uint32_t c = 0;
-
-			if (it->stored && it->stored[k]) {
-				have = boff + o; /* a short read ends at have + got */
-				rc = load_frame(w, i, off, o, l, k, buf + boff + o, sl->s.foff + boff + o, &got, &io_s);
-				if (rc == -EBADMSG)
-					reported = true;
-				if (rc)
-					break;
-				have = boff + o + l;
-				t = now();
-				c = cuip_crc32c(0, p + o, l);
-				crc_s += now() - t;
-			}
-			for (uint64_t b = 0; !rc && b < l && !(it->stored && it->stored[k]); b += CRC_BLOCK) {
-				uint64_t m = l - b < CRC_BLOCK ? l - b : CRC_BLOCK, end = boff + o + b + m;
-
-				if (end > have) {
-					/* Read ahead a block: one pread() serves a
-					 * run of small items; never into a chunk
-					 * that may be stored compressed. */
-					uint64_t to = have + CRC_BLOCK > end ? have + CRC_BLOCK : end;
-
-					if (to > sl->s.len)
-						to = sl->s.len;
-					if (it->stored && to > boff + o + l)
-						to = boff + o + l;
-					t = now();
-					rc = cuip_pread_all(fd, buf + have, to - have, sl->s.foff + have, &got);
-					io_s += now() - t;
-					if (rc)
-						break;
-					have = to;
-				}
-				t = now();
-				c = cuip_crc32c(c, p + o + b, m);
-				crc_s += now() - t;
-			}
-			if (!rc && c != it->crc[k]) {
-				bad_chunk(x, i, off, o, l, c, k);
-				reported = true;
-				rc = -EBADMSG;
-			}
-		}
-	}
-	w->crc_s += crc_s;
-	w->io_s += io_s;
-	if (rc == -ENODATA) {
-		short_read(x, sl, sl->s.foff + have + got);
-		return -1;
-	}
-	if (rc && !reported) {
-		char nb[160], fb[32];
-		fail(x, -EIO, "carrier %s: %s: reading %" PRIu64 " bytes at file offset %" PRIu64 " of %s failed: %s",
-		     pass_name(x->pass), slice_name(x, &sl->s, nb, sizeof(nb)), sl->s.len, sl->s.foff,
-		     file_name(x, x->items[sl->s.item].file, fb, sizeof(fb)), strerror(-rc));
-	}
-	return rc ? -1 : 0;
-}
-
-static int load_issue(struct worker *w, struct slot *sl)
-{
-	if (issue(w, sl, false))
-		return -1;
-	sl->busy = true;
-	return 0;
-}
-
-/* A slot's previous host->device copy must finish before buf is reused. */
-static int load_retire(struct worker *w, struct slot *sl)
-{
-	if (!sl->busy)
-		return 0;
-	sl->busy = false;
-	if (slot_wait(w, sl))
-		return -1;
-	account(w->x, sl->s.len);
-	return 0;
-}
-
-static void load_worker(struct worker *w)
-{
-	struct xfer *x = w->x;
-	struct slice s;
-	unsigned k = 0;
-
-	while (claim(x, &s)) {
-		struct slot *sl = w->slot[k++ % SLOTS_PER_THREAD];
-
-		if (load_retire(w, sl))
-			return;
-		sl->s = s;
-		if (load_read(w, sl))
-			return;
-		if (x->pass == PASS_VERIFY)
-			account(x, s.len);
-		else if (load_issue(w, sl))
-			return;
-		slice_done(w);
-	}
-	for (unsigned i = 0; i < SLOTS_PER_THREAD; i++)
-		if (load_retire(w, w->slot[i]))
-			return;
 }
 
 /* ---- threads ---------------------------------------------------------------- */
@@ -1090,7 +451,7 @@ static int pin_slots(struct worker *w)
 {
 	struct xfer *x = w->x;
 	const struct carrier_ops *ops = x->ops;
-	double t = now();
+	double t = xfer_now();
 	CUresult rc;
 
 	if (!x->total)
@@ -1104,8 +465,8 @@ static int pin_slots(struct worker *w)
 		if (!w->has_cur || w->cur != x->ctxs[0]) {
 			rc = ops->ctx_set_current(x->ctxs[0]);
 			if (rc != CUDA_SUCCESS) {
-				fail(x, -EIO, "carrier %s: cuCtxSetCurrent(%p) failed: %s (%d)", pass_name(x->pass),
-				     (void *)x->ctxs[0], cu_name(ops, rc), rc);
+				xfer_fail(x, -EIO, "carrier %s: cuCtxSetCurrent(%p) failed: %s (%d)",
+					  xfer_pass_name(x->pass), (void *)x->ctxs[0], xfer_cu_name(ops, rc), rc);
 				return -1;
 			}
 			w->cur = x->ctxs[0];
@@ -1113,8 +474,8 @@ static int pin_slots(struct worker *w)
 		}
 		rc = staging_get(ops, x->buf_bytes, &p, &sl->own);
 		if (rc != CUDA_SUCCESS) {
-			fail(x, -ENOMEM, "carrier %s: cannot pin %u x %" PRIu64 " bytes of staging: %s (%d)",
-			     pass_name(x->pass), x->nslots, x->buf_bytes, cu_name(ops, rc), rc);
+			xfer_fail(x, -ENOMEM, "carrier %s: cannot pin %u x %" PRIu64 " bytes of staging: %s (%d)",
+				  xfer_pass_name(x->pass), x->nslots, x->buf_bytes, xfer_cu_name(ops, rc), rc);
 			return -1;
 		}
 		sl->buf = p;
@@ -1122,7 +483,7 @@ static int pin_slots(struct worker *w)
 		x->pinned += x->buf_bytes;
 		pthread_mutex_unlock(&x->lock);
 	}
-	w->pin_s += now() - t;
+	w->pin_s += xfer_now() - t;
 	return 0;
 }
 
@@ -1164,8 +525,8 @@ static int zip_workspace(struct worker *w)
 		return 0;
 	p = mmap(NULL, x->zws_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED) {
-		fail(x, -ENOMEM, "carrier %s: cannot map %zu bytes for compressed chunks: %s", pass_name(x->pass),
-		     x->zws_len, strerror(errno));
+		xfer_fail(x, -ENOMEM, "carrier %s: cannot map %zu bytes for compressed chunks: %s",
+			  xfer_pass_name(x->pass), x->zws_len, strerror(errno));
 		return -1;
 	}
 	w->zws = p;
@@ -1181,9 +542,9 @@ static void work(struct worker *w)
 	if (pin_slots(w) || zip_workspace(w))
 		return;
 	if (w->x->pass == PASS_SAVE)
-		save_worker(w);
+		xfer_save_worker(w);
 	else
-		load_worker(w);
+		xfer_load_worker(w);
 	if (w->x->pass != PASS_VERIFY)
 		release_slots(w);
 }
@@ -1257,7 +618,8 @@ static int run_pass(struct xfer *x, enum pass pass)
 			pthread_mutex_lock(&x->lock);
 			x->running--;
 			pthread_mutex_unlock(&x->lock);
-			fail(x, rc, "carrier %s: cannot start I/O thread %u: %s", pass_name(pass), i, strerror(-rc));
+			xfer_fail(x, rc, "carrier %s: cannot start I/O thread %u: %s", xfer_pass_name(pass), i,
+				  strerror(-rc));
 			break;
 		}
 	}
@@ -1310,8 +672,9 @@ static int run_pass(struct xfer *x, enum pass pass)
 		w->hash_s = w->zip_s = 0;
 	}
 	if (!x->rc && x->done + x->skipped != x->total)
-		fail(x, -EIO, "carrier %s: moved %" PRIu64 " bytes and decided %" PRIu64 " before, expected %" PRIu64,
-		     pass_name(pass), x->done, x->skipped, x->total);
+		xfer_fail(x, -EIO,
+			  "carrier %s: moved %" PRIu64 " bytes and decided %" PRIu64 " before, expected %" PRIu64,
+			  xfer_pass_name(pass), x->done, x->skipped, x->total);
 	return x->rc;
 }
 
@@ -1459,8 +822,8 @@ static struct xfer *xfer_new(const struct carrier_ops *ops, const struct carrier
 
 		if (!c && !x->rc) {
 			char nb[32];
-			fail(x, -EINVAL, "carrier: %s has no context and none is current",
-			     item_name(&items[i], i, nb, sizeof(nb)));
+			xfer_fail(x, -EINVAL, "carrier: %s has no context and none is current",
+				  carrier_item_name(&items[i], i, nb, sizeof(nb)));
 		}
 		if (k < 0) {
 			k = (int)x->nctx;
@@ -1538,16 +901,16 @@ static int setup(struct xfer *x)
 	for (size_t c = 0; c < x->nctx; c++) {
 		rc = ops->ctx_set_current(x->ctxs[c]);
 		if (rc != CUDA_SUCCESS) {
-			fail(x, -EIO, "carrier %s: cuCtxSetCurrent(%p) failed: %s (%d)", pass_name(x->pass),
-			     (void *)x->ctxs[c], cu_name(ops, rc), rc);
+			xfer_fail(x, -EIO, "carrier %s: cuCtxSetCurrent(%p) failed: %s (%d)", xfer_pass_name(x->pass),
+				  (void *)x->ctxs[c], xfer_cu_name(ops, rc), rc);
 			return x->rc;
 		}
 		for (unsigned i = 0; i < x->nslots; i++) {
 			rc = ops->stream_create(&x->slots[i].streams[c], CU_STREAM_NON_BLOCKING);
 			if (rc != CUDA_SUCCESS) {
 				x->slots[i].streams[c] = NULL;
-				fail(x, -EIO, "carrier %s: cuStreamCreate failed: %s (%d)", pass_name(x->pass),
-				     cu_name(ops, rc), rc);
+				xfer_fail(x, -EIO, "carrier %s: cuStreamCreate failed: %s (%d)",
+					  xfer_pass_name(x->pass), xfer_cu_name(ops, rc), rc);
 				return x->rc;
 			}
 		}
@@ -1556,7 +919,8 @@ static int setup(struct xfer *x)
 	 * own staging (pin_slots()). */
 	rc = ops->ctx_set_current(x->ctxs[0]);
 	if (rc != CUDA_SUCCESS) {
-		fail(x, -EIO, "carrier %s: cuCtxSetCurrent failed: %s (%d)", pass_name(x->pass), cu_name(ops, rc), rc);
+		xfer_fail(x, -EIO, "carrier %s: cuCtxSetCurrent failed: %s (%d)", xfer_pass_name(x->pass),
+			  xfer_cu_name(ops, rc), rc);
 		return x->rc;
 	}
 	return 0;
@@ -1569,7 +933,7 @@ static void fill_stats(const struct xfer *x, struct carrier_stats *st, double t0
 	memset(st, 0, sizeof(*st));
 	st->bytes = x->done;
 	st->total = x->total;
-	st->seconds = now() - t0;
+	st->seconds = xfer_now() - t0;
 	st->setup_seconds = setup_s;
 	st->buffers = x->nslots;
 	st->buffer_bytes = x->buf_bytes;
@@ -1600,14 +964,14 @@ static bool ops_ok(const struct carrier_ops *o)
 }
 
 /* Checks shared by save and load; chunk sizes are already resolved. */
-static int check_items(const char *what, const struct carrier_item *items, size_t n, bool load, char *err,
-		       size_t errlen)
+int carrier_check_items(const char *what, const struct carrier_item *items, size_t n, bool load, char *err,
+			size_t errlen)
 {
 	for (size_t i = 0; i < n; i++) {
 		const struct carrier_item *it = &items[i];
 		uint64_t k = carrier_nchunks(it->size, it->chunk_size);
 		char nb[32];
-		const char *nm = item_name(it, i, nb, sizeof(nb));
+		const char *nm = carrier_item_name(it, i, nb, sizeof(nb));
 
 		if (!it->chunk_size || it->chunk_size > CARRIER_CHUNK_MAX) {
 			errfmt(err, errlen, "carrier %s: %s: chunk size %u out of range (1..%u)", what, nm,
@@ -1668,9 +1032,9 @@ static int check_fd(const char *what, int fd, bool load, char *err, size_t errle
 }
 
 /* Arguments common to both directions; resolves cfg (NULL: environment). */
-static int check_args(const char *what, const struct carrier_ops *ops, const struct carrier_config **cfg,
-		      struct carrier_config *envcfg, const int *fds, size_t nfds, const struct carrier_item *items,
-		      size_t n, bool load, char *err, size_t errlen)
+int carrier_check_args(const char *what, const struct carrier_ops *ops, const struct carrier_config **cfg,
+		       struct carrier_config *envcfg, const int *fds, size_t nfds, const struct carrier_item *items,
+		       size_t n, bool load, char *err, size_t errlen)
 {
 	int rc;
 
@@ -1694,232 +1058,11 @@ static int check_args(const char *what, const struct carrier_ops *ops, const str
 		if (items[i].file >= nfds) {
 			char nb[32];
 			errfmt(err, errlen, "carrier %s: %s: file %u, but only %zu files", what,
-			       item_name(&items[i], i, nb, sizeof(nb)), items[i].file, nfds);
+			       carrier_item_name(&items[i], i, nb, sizeof(nb)), items[i].file, nfds);
 			return -EINVAL;
 		}
 	}
 	return 0;
-}
-
-/*
- * Make f's bytes from `start` on read as zeros: nothing to do in a file
- * that ends there (a new one), else punch them out, keeping the size so
- * that the file is never truncated to nothing. Measured on the H200 host
- * (ext4; docs/driver-facts.md, "Containers and tools on Debian 12"): a file ext4 has seen truncated to size 0
- * is flushed when it is closed (its auto_da_alloc), and a 9.5 GB SAVE
- * took 4.1 s instead of 0.25 s, the close queueing every page for the
- * disk. ftruncate only where punching is not supported. 0 or -1.
- */
-static int cut_from(int fd, uint64_t start, uint64_t size)
-{
-	if (size <= start)
-		return 0;
-	if (!fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)start, (off_t)(size - start)))
-		return 0;
-	return ftruncate(fd, (off_t)start);
-}
-
-/*
- * Save: cut each file at its first item's offset, so that the zero runs
- * save_finish() skips read back as zeros whatever the file held before
- * (a file that cannot be cut, not a regular one, is written in full).
- */
-static void save_begin(struct xfer *x)
-{
-	uint64_t start[CARRIER_FILES_MAX];
-
-	for (size_t f = 0; f < x->nfds; f++)
-		start[f] = UINT64_MAX;
-	for (size_t i = 0; i < x->n; i++) {
-		const struct carrier_item *it = &x->items[i];
-
-		if (it->offset < start[it->file])
-			start[it->file] = it->offset;
-		if (it->offset + it->size > x->fend[it->file])
-			x->fend[it->file] = it->offset + it->size;
-	}
-	for (size_t f = 0; f < x->nfds; f++) {
-		struct stat sb;
-
-		x->sparse[f] = start[f] != UINT64_MAX && !fstat(x->fds[f], &sb) && S_ISREG(sb.st_mode) &&
-			       !cut_from(x->fds[f], start[f], (uint64_t)sb.st_size);
-	}
-}
-
-/* Save: a sparse file whose carrier ends in a hole is extended to its end;
- * one that held more before (punched, its size kept) is cut at its end. */
-static int save_end(struct xfer *x)
-{
-	for (size_t f = 0; f < x->nfds; f++) {
-		struct stat sb;
-
-		if (!x->sparse[f] || (!fstat(x->fds[f], &sb) && (uint64_t)sb.st_size == x->fend[f]))
-			continue;
-		if (ftruncate(x->fds[f], (off_t)x->fend[f])) {
-			int e = errno;
-			char fb[32];
-
-			fail(x, -e, "carrier save: cannot size %s to %" PRIu64 " bytes: %s",
-			     file_name(x, f, fb, sizeof(fb)), x->fend[f], strerror(e));
-			return -e;
-		}
-	}
-	return 0;
-}
-
-/* ---- decided before the pipeline ------------------------------------------ */
-
-/* The device scan's progress: to the plugin's page and the caller's callback. */
-static void scan_progress(void *arg, uint64_t scanned, uint64_t decided)
-{
-	struct xfer *x = arg;
-	struct cuip_save_progress *pg = x->cfg->progress_page;
-
-	if (pg) {
-		cuip_progress_store(&pg->scanned, scanned);
-		cuip_progress_store(&pg->done, decided);
-	}
-	if (x->cfg->progress && x->cfg->progress_every)
-		x->cfg->progress(x->cfg->progress_arg, decided, x->p_grand);
-}
-
-/*
- * Save: where every item asks for it (zero and dhash arrays) and the
- * configuration allows it, the device scan decides the zero and unchanged
- * chunks, which the slices then leave out. A device that cannot scan
- * leaves the save to the host (scan_fallback says why); one that fails
- * while scanning fails the save.
- */
-static void save_scan(struct xfer *x, char *why, size_t whylen)
-{
-	CUcontext *ctxs;
-	bool asked = x->cfg->device_scan && x->n;
-	char msg[ERRMSG];
-	int rc;
-
-	for (size_t i = 0; asked && i < x->n; i++)
-		asked = !x->items[i].size || (x->items[i].zero && x->items[i].dhash);
-	if (!asked || x->rc)
-		return;
-	ctxs = malloc(sizeof(*ctxs) * x->n);
-	if (!ctxs) {
-		fail(x, -ENOMEM, "carrier save: out of memory for the device scan");
-		return;
-	}
-	for (size_t i = 0; i < x->n; i++)
-		ctxs[i] = x->ctxs[x->item_ctx[i]];
-	rc = carrier_devscan(x->ops, x->items, x->n, ctxs, scan_progress, x, &x->scan, msg, sizeof(msg));
-	free(ctxs);
-	if (rc == -ENOTSUP) {
-		size_t l = strnlen(msg, whylen - 1);
-
-		memcpy(why, msg, l); /* cut to fit: a reason, not an error */
-		why[l] = '\0';
-		return;
-	}
-	if (rc) {
-		fail(x, rc, "carrier save: %s", msg);
-		return;
-	}
-	x->devscanned = true;
-	x->skips = true;
-	x->skipped = x->scan.zero + x->scan.inherited;
-}
-
-/*
- * Load: the chunks the index records as zero, where the driver can set
- * them, are left out of the slices (and of a verify pass). Each must
- * carry the CRC of zeros: an index that marks a chunk zero whose CRC says
- * otherwise is corrupt, and is refused before the device is touched.
- */
-static void load_plan_zero(struct xfer *x)
-{
-	uint64_t bytes = 0;
-
-	for (size_t i = 0; i < x->n && !x->rc; i++) {
-		const struct carrier_item *it = &x->items[i];
-
-		for (uint64_t k = 0; it->zero && k < it->ncrc; k++) {
-			uint64_t l = it->size - k * it->chunk_size < it->chunk_size ? it->size - k * it->chunk_size
-										    : it->chunk_size;
-			char nb[32];
-
-			if (!it->zero[k])
-				continue;
-			if (it->crc[k] != carrier_zero_crc(l)) {
-				fail(x, -EBADMSG,
-				     "carrier load: %s: chunk %" PRIu64 " is recorded as all zero but its CRC32C is "
-				     "%08x, not that of zeros (%08x): corrupt carrier index",
-				     item_name(it, i, nb, sizeof(nb)), (it->name_offset / it->chunk_size) + k,
-				     it->crc[k], carrier_zero_crc(l));
-				return;
-			}
-			bytes += l;
-		}
-	}
-	if (!bytes || !x->ops->memset_d8_async)
-		return;
-	x->skips = true;
-	x->skipped = bytes;
-}
-
-/* Load: set the zero chunks on the device (after setup(): one memset per
- * run of them, on the first slot's stream of the item's context, then one
- * wait per context). */
-static int load_zero(struct xfer *x)
-{
-	const struct carrier_ops *ops = x->ops;
-	CUresult rc = CUDA_SUCCESS;
-	char nb[32];
-
-	if (!x->skips)
-		return 0;
-	for (size_t i = 0; i < x->n && rc == CUDA_SUCCESS; i++) {
-		const struct carrier_item *it = &x->items[i];
-		CUstream st = x->slots[0].streams[x->item_ctx[i]];
-
-		if (!it->zero)
-			continue;
-		rc = ops->ctx_set_current(x->ctxs[x->item_ctx[i]]);
-		for (uint64_t k = 0; rc == CUDA_SUCCESS && k < it->ncrc;) {
-			uint64_t e = k;
-
-			if (!it->zero[k]) {
-				k++;
-				continue;
-			}
-			while (e < it->ncrc && it->zero[e])
-				e++;
-			{
-				uint64_t off = k * it->chunk_size, end = e * it->chunk_size;
-
-				if (end > it->size)
-					end = it->size;
-				rc = ops->memset_d8_async(it->va + off, 0, end - off, st);
-				if (rc != CUDA_SUCCESS) {
-					fail(x, -EIO,
-					     "carrier load: %s: cuMemsetD8Async of the zero chunks %" PRIu64 "-%" PRIu64
-					     " failed: %s (%d)",
-					     item_name(it, i, nb, sizeof(nb)), (it->name_offset / it->chunk_size) + k,
-					     (it->name_offset / it->chunk_size) + e - 1, cu_name(ops, rc), rc);
-					return x->rc;
-				}
-				x->zero_set += end - off;
-			}
-			k = e;
-		}
-	}
-	for (size_t c = 0; c < x->nctx && rc == CUDA_SUCCESS; c++) {
-		rc = ops->ctx_set_current(x->ctxs[c]);
-		if (rc == CUDA_SUCCESS)
-			rc = ops->stream_synchronize(x->slots[0].streams[c]);
-	}
-	if (rc == CUDA_SUCCESS)
-		rc = ops->ctx_set_current(x->ctxs[0]);
-	if (rc != CUDA_SUCCESS)
-		fail(x, -EIO, "carrier load: setting the zero chunks on the device failed: %s (%d)", cu_name(ops, rc),
-		     rc);
-	return x->rc;
 }
 
 /* Shared driver of both directions once arguments are checked. */
@@ -1927,7 +1070,7 @@ static int transfer(const struct carrier_ops *ops, const struct carrier_config *
 		    struct carrier_item *items, size_t n, bool load, struct carrier_stats *st, char *err, size_t errlen)
 {
 	char scan_why[sizeof(st->scan_fallback)] = "";
-	double t0 = now(), setup_s;
+	double t0 = xfer_now(), setup_s;
 	CUcontext saved = NULL;
 	bool have_saved;
 	struct xfer *x;
@@ -1948,9 +1091,9 @@ static int transfer(const struct carrier_ops *ops, const struct carrier_config *
 	if (!load && cfg->progress_page)
 		cuip_progress_store(&cfg->progress_page->magic, CUIP_PROGRESS_MAGIC);
 	if (load)
-		load_plan_zero(x);
+		xfer_load_plan_zero(x);
 	else
-		save_scan(x, scan_why, sizeof(scan_why));
+		xfer_save_scan(x, scan_why, sizeof(scan_why));
 	plan(x);
 	zip_plan(x, load);
 	for (unsigned i = 0; i < x->nthreads; i++) {
@@ -1965,8 +1108,8 @@ static int transfer(const struct carrier_ops *ops, const struct carrier_config *
 	if (!rc)
 		rc = setup(x);
 	if (!rc && load)
-		rc = load_zero(x);
-	setup_s = now() - t0;
+		rc = xfer_load_zero(x);
+	setup_s = xfer_now() - t0;
 	if (!rc && x->nctx) {
 		x->workers[0].cur = x->ctxs[0];
 		x->workers[0].has_cur = true;
@@ -1976,11 +1119,11 @@ static int transfer(const struct carrier_ops *ops, const struct carrier_config *
 		rc = run_pass(x, PASS_VERIFY);
 	x->p_base = x->p_grand - x->total;
 	if (!rc && !load)
-		save_begin(x);
+		xfer_save_begin(x);
 	if (!rc)
 		rc = run_pass(x, load ? PASS_LOAD : PASS_SAVE);
 	if (!rc && !load)
-		rc = save_end(x);
+		rc = xfer_save_end(x);
 	if (!rc)
 		report(x, true);
 	teardown(x);
@@ -2009,7 +1152,7 @@ int carrier_save_files(const struct carrier_ops *ops, const struct carrier_confi
 
 	if (stats)
 		memset(stats, 0, sizeof(*stats));
-	rc = check_args("save", ops, &cfg, &envcfg, fds, nfds, items, n, false, err, errlen);
+	rc = carrier_check_args("save", ops, &cfg, &envcfg, fds, nfds, items, n, false, err, errlen);
 	if (rc)
 		return rc;
 	for (size_t f = 0; f < nfds; f++)
@@ -2026,7 +1169,7 @@ int carrier_save_files(const struct carrier_ops *ops, const struct carrier_confi
 		items[i].offset = *o;
 		*o += items[i].size;
 	}
-	rc = check_items("save", items, n, false, err, errlen);
+	rc = carrier_check_items("save", items, n, false, err, errlen);
 	if (rc)
 		return rc;
 	for (size_t i = 0; i < n; i++)
@@ -2049,9 +1192,9 @@ int carrier_load_files(const struct carrier_ops *ops, const struct carrier_confi
 
 	if (stats)
 		memset(stats, 0, sizeof(*stats));
-	rc = check_args("load", ops, &cfg, &envcfg, fds, nfds, items, n, true, err, errlen);
+	rc = carrier_check_args("load", ops, &cfg, &envcfg, fds, nfds, items, n, true, err, errlen);
 	if (!rc)
-		rc = check_items("load", items, n, true, err, errlen);
+		rc = carrier_check_items("load", items, n, true, err, errlen);
 	if (rc)
 		return rc;
 	/* A truncated regular file is refused before the device is touched. */
@@ -2068,8 +1211,8 @@ int carrier_load_files(const struct carrier_ops *ops, const struct carrier_confi
 			errfmt(err, errlen,
 			       "carrier load: %s: needs file bytes %" PRIu64 "-%" PRIu64 ", the file has %" PRIu64
 			       " (%s; chunk %" PRIu64 " is missing: truncated carrier image)",
-			       item_name(&items[i], i, nb, sizeof(nb)), items[i].offset, end - 1, (uint64_t)sb.st_size,
-			       cfg_file_name(cfg, items[i].file, fb, sizeof(fb)),
+			       carrier_item_name(&items[i], i, nb, sizeof(nb)), items[i].offset, end - 1,
+			       (uint64_t)sb.st_size, carrier_cfg_file_name(cfg, items[i].file, fb, sizeof(fb)),
 			       (items[i].name_offset + have) / items[i].chunk_size);
 			return -ENODATA;
 		}
@@ -2082,429 +1225,4 @@ int carrier_load(const struct carrier_ops *ops, const struct carrier_config *cfg
 		 const struct carrier_item *items, size_t n, struct carrier_stats *stats, char *err, size_t errlen)
 {
 	return carrier_load_files(ops, cfg, &fd, 1, items, n, stats, err, errlen);
-}
-
-/* ---- striping ----------------------------------------------------------- */
-
-uint64_t carrier_stripe_unit(uint64_t total, size_t nfiles, uint32_t chunk_size)
-{
-	uint64_t c = chunk_size ? chunk_size : DEFAULT_CHUNK, u;
-
-	if (nfiles < 1)
-		nfiles = 1;
-	/* Four extents per file balance the files within a quarter of a
-	 * share; bigger extents only make the index shorter. */
-	u = total / nfiles / 4;
-	if (u > CARRIER_STRIPE_MAX)
-		u = CARRIER_STRIPE_MAX;
-	u = (u + c - 1) / c * c;
-	return u ? u : c;
-}
-
-/* Extent size for item it: unit in whole chunks of it. */
-static uint64_t item_unit(const struct carrier_item *it, uint64_t unit)
-{
-	return (unit + it->chunk_size - 1) / it->chunk_size * it->chunk_size;
-}
-
-size_t carrier_stripe_count(const struct carrier_item *items, size_t n, uint64_t unit)
-{
-	size_t k = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		uint64_t u = items[i].chunk_size && unit ? item_unit(&items[i], unit) : 0;
-
-		k += !u || items[i].size <= u ? 1 : (size_t)((items[i].size + u - 1) / u);
-	}
-	return k;
-}
-
-int carrier_stripe_split(const struct carrier_item *items, size_t n, size_t nfiles, uint64_t unit,
-			 struct carrier_item *out, size_t nout, size_t *parent)
-{
-	uint64_t load[CARRIER_FILES_MAX] = {0};
-	size_t j = 0;
-
-	if (!nfiles || nfiles > CARRIER_FILES_MAX || !unit || nout < carrier_stripe_count(items, n, unit))
-		return -EINVAL;
-	for (size_t i = 0; i < n; i++) {
-		const struct carrier_item *it = &items[i];
-		uint64_t u, off = 0;
-
-		if (!it->chunk_size || (it->crc && it->ncrc < carrier_nchunks(it->size, it->chunk_size)))
-			return -EINVAL;
-		u = item_unit(it, unit);
-		do {
-			struct carrier_item *e = &out[j];
-			uint64_t len = it->size - off < u ? it->size - off : u;
-			size_t f = 0;
-
-			for (size_t k = 1; k < nfiles; k++)
-				if (load[k] < load[f])
-					f = k;
-			load[f] += len;
-			*e = (struct carrier_item){.va = it->va + off,
-						   .size = len,
-						   .ctx = it->ctx,
-						   .name = it->name,
-						   .chunk_size = it->chunk_size,
-						   .file = (unsigned)f,
-						   .crc = it->crc ? it->crc + off / it->chunk_size : NULL,
-						   .ncrc = carrier_nchunks(len, it->chunk_size),
-						   .name_offset = it->name_offset + off};
-			if (it->sha)
-				e->sha = it->sha + off / it->chunk_size * CARRIER_HASH_LEN;
-			if (it->inherited)
-				e->inherited = it->inherited + off / it->chunk_size;
-			if (it->stored)
-				e->stored = it->stored + off / it->chunk_size;
-			if (it->zero)
-				e->zero = it->zero + off / it->chunk_size;
-			if (it->dhash)
-				e->dhash = it->dhash + off / it->chunk_size * CARRIER_DHASH_LEN;
-			e->dhash_key[0] = it->dhash_key[0];
-			e->dhash_key[1] = it->dhash_key[1];
-			if ((it->parent_sha || it->parent_dhash) && off / it->chunk_size < it->n_parent_sha) {
-				if (it->parent_sha)
-					e->parent_sha = it->parent_sha + off / it->chunk_size * CARRIER_HASH_LEN;
-				if (it->parent_dhash)
-					e->parent_dhash = it->parent_dhash + off / it->chunk_size * CARRIER_DHASH_LEN;
-				if (it->parent_crc)
-					e->parent_crc = it->parent_crc + off / it->chunk_size;
-				e->n_parent_sha = it->n_parent_sha - off / it->chunk_size;
-			}
-			if (parent)
-				parent[j] = i;
-			j++;
-			off += len;
-		} while (off < it->size);
-	}
-	assert(j == carrier_stripe_count(items, n, unit));
-	return 0;
-}
-
-void carrier_items_free_extents(struct carrier_item *items, size_t n)
-{
-	for (size_t i = 0; items && i < n; i++) {
-		free(items[i].ext);
-		items[i].ext = NULL;
-		items[i].next = 0;
-	}
-}
-
-/* The extents' item arrays live in one mapping: a load runs while the
- * application's threads are frozen, maybe inside malloc. */
-static void *map_array(size_t count, size_t size, size_t *len)
-{
-	void *p;
-
-	*len = (count ? count : 1) * size;
-	p = mmap(NULL, *len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	return p == MAP_FAILED ? NULL : p;
-}
-
-int carrier_save_striped(const struct carrier_ops *ops, const struct carrier_config *cfg, const int *fds, size_t nfds,
-			 uint64_t offset, struct carrier_item *items, size_t n, struct carrier_stats *stats, char *err,
-			 size_t errlen)
-{
-	struct carrier_config envcfg;
-	struct carrier_item *sub;
-	size_t *parent, nsub, len_sub, len_par;
-	uint64_t total = 0, unit;
-	uint32_t chunk = 0;
-	int rc;
-
-	for (size_t i = 0; i < n; i++) {
-		items[i].ext = NULL;
-		items[i].next = 0;
-	}
-	if (nfds <= 1 || !items)
-		return carrier_save_files(ops, cfg, fds, nfds, offset, items, n, stats, err, errlen);
-	if (stats)
-		memset(stats, 0, sizeof(*stats));
-	for (size_t i = 0; i < n; i++)
-		items[i].file = 0;
-	rc = check_args("save", ops, &cfg, &envcfg, fds, nfds, items, n, false, err, errlen);
-	if (rc)
-		return rc;
-	for (size_t i = 0; i < n; i++) {
-		if (!items[i].chunk_size)
-			items[i].chunk_size = cfg->chunk_size;
-		if (items[i].chunk_size > chunk)
-			chunk = items[i].chunk_size;
-		total += items[i].size;
-	}
-	rc = check_items("save", items, n, false, err, errlen);
-	if (rc)
-		return rc;
-	unit = carrier_stripe_unit(total, nfds, chunk);
-	nsub = carrier_stripe_count(items, n, unit);
-	sub = map_array(nsub, sizeof(*sub), &len_sub);
-	parent = map_array(nsub, sizeof(*parent), &len_par);
-	if (!sub || !parent) {
-		errfmt(err, errlen, "carrier save: cannot map %zu extents: %s", nsub, strerror(errno));
-		rc = -ENOMEM;
-		goto out;
-	}
-	rc = carrier_stripe_split(items, n, nfds, unit, sub, nsub, parent);
-	assert(!rc); /* arguments checked above */
-	rc = carrier_save_files(ops, cfg, fds, nfds, offset, sub, nsub, stats, err, errlen);
-	if (rc)
-		goto out;
-	for (size_t j = 0; j < nsub; j++) {
-		struct carrier_item *it = &items[parent[j]];
-
-		if (!it->ext) {
-			size_t k = carrier_stripe_count(it, 1, unit);
-
-			it->ext = calloc(k, sizeof(*it->ext));
-			if (!it->ext) {
-				errfmt(err, errlen, "carrier save: out of memory for the extents of %zu items", n);
-				rc = -ENOMEM;
-				goto out;
-			}
-			it->offset = sub[j].offset;
-			it->file = sub[j].file;
-			it->ncrc = carrier_nchunks(it->size, it->chunk_size);
-		}
-		it->ext[it->next++] =
-			(struct carrier_extent){.file = sub[j].file, .offset = sub[j].offset, .size = sub[j].size};
-	}
-out:
-	if (sub)
-		munmap(sub, len_sub);
-	if (parent)
-		munmap(parent, len_par);
-	return rc;
-}
-
-int carrier_load_striped(const struct carrier_ops *ops, const struct carrier_config *cfg, const int *fds, size_t nfds,
-			 const struct carrier_item *items, size_t n, struct carrier_stats *stats, char *err,
-			 size_t errlen)
-{
-	struct carrier_item *sub;
-	size_t nsub = 0, len_sub, j = 0;
-	bool striped = false;
-	int rc;
-
-	if (stats)
-		memset(stats, 0, sizeof(*stats));
-	for (size_t i = 0; i < n && items; i++) {
-		nsub += items[i].ext ? items[i].next : 1;
-		striped = striped || items[i].ext;
-	}
-	if (!striped)
-		return carrier_load_files(ops, cfg, fds, nfds, items, n, stats, err, errlen);
-	sub = map_array(nsub, sizeof(*sub), &len_sub);
-	if (!sub) {
-		errfmt(err, errlen, "carrier load: cannot map %zu extents: %s", nsub, strerror(errno));
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < n; i++) {
-		const struct carrier_item *it = &items[i];
-		uint64_t off = 0;
-		char nb[32];
-
-		if (!it->ext) {
-			sub[j++] = *it;
-			continue;
-		}
-		for (size_t k = 0; k < it->next; k++) {
-			const struct carrier_extent *e = &it->ext[k];
-			const char *why = NULL;
-
-			if (!it->chunk_size)
-				why = "has no chunk size";
-			else if (e->file >= nfds)
-				why = "names a file beyond the carrier files";
-			else if (e->size > it->size - off || (!e->size && it->size))
-				why = "runs past the item's size";
-			else if (k + 1 < it->next && e->size % it->chunk_size)
-				why = "splits a chunk";
-			else if (it->crc && it->ncrc < carrier_nchunks(off + e->size, it->chunk_size))
-				why = "has no checksums";
-			if (why) {
-				errfmt(err, errlen,
-				       "carrier load: %s: extent %zu (file %u, %" PRIu64 " bytes at offset %" PRIu64
-				       ") %s (corrupt carrier index)",
-				       item_name(it, i, nb, sizeof(nb)), k, e->file, e->size, e->offset, why);
-				rc = -EINVAL;
-				goto out;
-			}
-			sub[j] = (struct carrier_item){.va = it->va + off,
-						       .size = e->size,
-						       .ctx = it->ctx,
-						       .name = it->name,
-						       .chunk_size = it->chunk_size,
-						       .offset = e->offset,
-						       .file = e->file,
-						       .crc = it->crc ? it->crc + off / it->chunk_size : NULL,
-						       .ncrc = carrier_nchunks(e->size, it->chunk_size),
-						       .name_offset = it->name_offset + off,
-						       .stored = it->stored ? it->stored + off / it->chunk_size : NULL,
-						       .zero = it->zero ? it->zero + off / it->chunk_size : NULL};
-			j++;
-			off += e->size;
-		}
-		if (off != it->size) {
-			errfmt(err, errlen,
-			       "carrier load: %s: its %zu extents hold %" PRIu64 " bytes, the item %" PRIu64
-			       " (corrupt carrier index)",
-			       item_name(it, i, nb, sizeof(nb)), it->next, off, it->size);
-			rc = -EINVAL;
-			goto out;
-		}
-	}
-	assert(j == nsub);
-	rc = carrier_load_files(ops, cfg, fds, nfds, sub, nsub, stats, err, errlen);
-out:
-	munmap(sub, len_sub);
-	return rc;
-}
-
-/* ---- the index's form of the extents -------------------------------------- */
-
-int carrier_extents_to_entry(const struct carrier_item *it, Cuip__CarrierEntry *e, void *(*zalloc)(size_t))
-{
-	if (!it->ext)
-		return 0;
-	e->extents = zalloc(sizeof(*e->extents) * it->next);
-	if (!e->extents)
-		return -ENOMEM;
-	for (size_t k = 0; k < it->next; k++) {
-		Cuip__CarrierExtent *x = zalloc(sizeof(*x));
-
-		if (!x)
-			return -ENOMEM;
-		cuip__carrier_extent__init(x);
-		x->file = it->ext[k].file;
-		x->offset = it->ext[k].offset;
-		x->size = it->ext[k].size;
-		e->extents[e->n_extents++] = x;
-	}
-	return 0;
-}
-
-int carrier_extents_from_entry(struct carrier_item *it, const Cuip__CarrierEntry *e)
-{
-	it->ext = NULL;
-	it->next = 0;
-	if (!e->n_extents)
-		return 0;
-	it->ext = calloc(e->n_extents, sizeof(*it->ext));
-	if (!it->ext)
-		return -ENOMEM;
-	for (size_t k = 0; k < e->n_extents; k++)
-		it->ext[k] = (struct carrier_extent){
-			.file = e->extents[k]->file, .offset = e->extents[k]->offset, .size = e->extents[k]->size};
-	it->next = e->n_extents;
-	return 0;
-}
-
-/* ---- configuration ------------------------------------------------------ */
-
-static int env_num(const char *name, uint64_t lo, uint64_t hi, uint64_t *out, char *err, size_t errlen)
-{
-	const char *s = getenv(name);
-	char *end;
-	unsigned long long v;
-
-	if (!s || !*s)
-		return 0;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || *end || v < lo || v > hi || *s == '-') {
-		errfmt(err, errlen, "%s=%s: expected a whole number from %" PRIu64 " to %" PRIu64, name, s, lo, hi);
-		return -EINVAL;
-	}
-	*out = v;
-	return 0;
-}
-
-int carrier_config_init(struct carrier_config *cfg, char *err, size_t errlen)
-{
-	uint64_t staging = DEFAULT_STAGING / MIB, chunk = DEFAULT_CHUNK / MIB, threads = 0;
-	const char *v;
-	int rc;
-
-	memset(cfg, 0, sizeof(*cfg));
-	cfg->staging_bytes = DEFAULT_STAGING;
-	cfg->chunk_size = DEFAULT_CHUNK;
-	cfg->threads = 0;
-	rc = env_num("CUINTERPOSE_STAGING_MB", 1, 1 << 20, &staging, err, errlen);
-	if (!rc)
-		rc = env_num("CUINTERPOSE_TEST_CHUNK_MB", 1, CARRIER_CHUNK_MAX / MIB, &chunk, err, errlen);
-	if (!rc)
-		rc = env_num("CUINTERPOSE_TEST_CARRIER_THREADS", 0, MAX_THREADS, &threads, err, errlen);
-	if (rc)
-		return rc;
-	v = getenv("CUINTERPOSE_TEST_LOAD_VERIFY");
-	if (v && *v && strcmp(v, "first") && strcmp(v, "chunk")) {
-		errfmt(err, errlen, "CUINTERPOSE_TEST_LOAD_VERIFY=%s: expected \"first\" or \"chunk\"", v);
-		return -EINVAL;
-	}
-	cfg->staging_bytes = staging * MIB;
-	cfg->chunk_size = (uint32_t)(chunk * MIB);
-	cfg->threads = (unsigned)threads;
-	cfg->verify_first = v && !strcmp(v, "first");
-	v = getenv("CUINTERPOSE_CARRIER_HASH");
-	if (v && *v && strcmp(v, "device") && strcmp(v, "sha256") && strcmp(v, "off")) {
-		errfmt(err, errlen, "CUINTERPOSE_CARRIER_HASH=%s: expected \"device\", \"sha256\" or \"off\"", v);
-		return -EINVAL;
-	}
-	cfg->hash = !v || !*v || strcmp(v, "off");
-	cfg->device_scan = !v || !*v || !strcmp(v, "device");
-	v = getenv("CUINTERPOSE_CARRIER_COMPRESS");
-	if (cuip_zchunk_parse(v, &cfg->compress_level, &cfg->compress)) {
-		errfmt(err, errlen,
-		       "CUINTERPOSE_CARRIER_COMPRESS=%s: expected \"off\", \"zstd\" or \"zstd:LEVEL\" (%d..%d)", v,
-		       CUIP_ZCHUNK_LEVEL_MIN, CUIP_ZCHUNK_LEVEL_MAX);
-		return -EINVAL;
-	}
-	return 0;
-}
-
-int carrier_ops_resolve(struct carrier_ops *ops, void *(*lookup)(void *arg, const char *name), void *arg, char *err,
-			size_t errlen)
-{
-	static const struct {
-		const char *name;
-		size_t off;
-		bool optional;
-	} syms[] = {
-#define SYM(field, name, opt) {name, offsetof(struct carrier_ops, field), opt}
-		SYM(ctx_get_current, "cuCtxGetCurrent", false),
-		SYM(ctx_set_current, "cuCtxSetCurrent", false),
-		SYM(mem_host_alloc, "cuMemHostAlloc", true),
-		SYM(mem_alloc_host, "cuMemAllocHost_v2", false),
-		SYM(mem_free_host, "cuMemFreeHost", false),
-		SYM(stream_create, "cuStreamCreate", false),
-		SYM(stream_destroy, "cuStreamDestroy_v2", false),
-		SYM(stream_synchronize, "cuStreamSynchronize", false),
-		SYM(memcpy_dtoh_async, "cuMemcpyDtoHAsync_v2", false),
-		SYM(memcpy_htod_async, "cuMemcpyHtoDAsync_v2", false),
-		SYM(get_error_name, "cuGetErrorName", true),
-		SYM(mem_host_register, "cuMemHostRegister_v2", true),
-		SYM(mem_host_unregister, "cuMemHostUnregister", true),
-		SYM(module_load_data, "cuModuleLoadData", true),
-		SYM(module_unload, "cuModuleUnload", true),
-		SYM(module_get_function, "cuModuleGetFunction", true),
-		SYM(launch_kernel, "cuLaunchKernel", true),
-		SYM(mem_alloc, "cuMemAlloc_v2", true),
-		SYM(mem_free, "cuMemFree_v2", true),
-		SYM(memset_d8_async, "cuMemsetD8Async", true),
-#undef SYM
-	};
-
-	memset(ops, 0, sizeof(*ops));
-	for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
-		void *p = lookup(arg, syms[i].name);
-
-		if (!p && !syms[i].optional) {
-			errfmt(err, errlen, "carrier: driver lacks %s", syms[i].name);
-			return -ENOENT;
-		}
-		memcpy((uint8_t *)ops + syms[i].off, &p, sizeof(p));
-	}
-	return 0;
 }

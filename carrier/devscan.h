@@ -9,9 +9,10 @@
  * of zeros or the parent's. Only the other chunks go through the pipeline.
  * At load, chunks recorded as zero are set by a device memset.
  *
- * Called by carrier.c's transfer() on the calling thread before the I/O
- * threads start; touches only the items it is given and its own module,
- * stream and result buffer, all released before it returns.
+ * Called by save.c's xfer_save_scan(), from carrier.c's transfer(), on the
+ * calling thread before the I/O threads start; touches only the items it is
+ * given and its own module, stream and result buffer, all released before
+ * it returns.
  */
 #ifndef CUIP_DEVSCAN_H
 #define CUIP_DEVSCAN_H

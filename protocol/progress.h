@@ -3,11 +3,12 @@
  *
  * The plugin creates a memfd of CUIP_PROGRESS_PAGE bytes, maps it and
  * passes it after the carrier files when Save.progress_page is set. The
- * process (carrier/carrier.c through interposer/checkpoint/carry.c) maps it
- * shared and stores into it while it saves; the plugin's monitor reads it
- * for its progress lines and its stall bound. Without it the monitor could
- * only count the blocks of the carrier files, and a scan that finds every
- * chunk zero or unchanged writes none: a long scan would look stalled.
+ * process (carrier/carrier.c and save.c, through
+ * interposer/checkpoint/carry.c) maps it shared and stores into it while it
+ * saves; the plugin's monitor reads it for its progress lines and its stall
+ * bound. Without it the monitor could only count the blocks of the carrier
+ * files, and a scan that finds every chunk zero or unchanged writes none: a
+ * long scan would look stalled.
  *
  * Single writer (the saving process), any number of readers: each field is
  * stored and loaded with relaxed 64-bit atomics, and only grows during one

@@ -124,25 +124,25 @@ const struct cuip_setting cuip_settings[] = {
 	    "Log level: the interposer's stderr 0 quiet, 1 errors, 2 info, 3 debug; 2 or more also puts the "
 	    "plugin's per-participant lines at info level."),
 	ROW("CUINTERPOSE_STAGING_MB", MIB, NULL, 1, 1048576, NULL, "224", J, USER, REFUSE, 0,
-	    "carrier/carrier.c:carrier_config_init",
+	    "carrier/config.c:carrier_config_init",
 	    "Most pinned host staging per creating process for carrier copies."),
 	ROW("CUINTERPOSE_TEST_CHUNK_MB", MIB, NULL, 1, 256, NULL, "1", J, HOOK, REFUSE, 0,
-	    "carrier/carrier.c:carrier_config_init",
+	    "carrier/config.c:carrier_config_init",
 	    "Chunk of carrier items saved without one; the interposer always passes CUINTERPOSE_TEST_CHUNK_SIZE's, so "
 	    "only "
 	    "direct carrier users (carrier-bench, test/carrier) see it."),
 	ROW("CUINTERPOSE_TEST_CARRIER_THREADS", INT, "threads", 0, 64, NULL,
 	    "0 (2 per file to save, 12 to load, at most 16 and the CPUs)", J, HOOK, REFUSE, 0,
-	    "carrier/carrier.c:carrier_config_init", "I/O threads per carrier save or load, the caller included."),
+	    "carrier/config.c:carrier_config_init", "I/O threads per carrier save or load, the caller included."),
 	ROW("CUINTERPOSE_TEST_LOAD_VERIFY", ENUM, NULL, 0, 0, "chunk|first", "chunk", J, HOOK, REFUSE, 0,
-	    "carrier/carrier.c:carrier_config_init",
+	    "carrier/config.c:carrier_config_init",
 	    "In the job's LOAD: check each chunk as it loads, or the whole carrier before any byte reaches the "
 	    "device."),
 	ROW("CUINTERPOSE_CARRIER_HASH", ENUM, NULL, 0, 0, "device|sha256|off", "device", J, USER, REFUSE, 0,
-	    "carrier/carrier.c:carrier_config_init",
+	    "carrier/config.c:carrier_config_init",
 	    "Each chunk's hash at SAVE (on the device, or SHA-256 on the host), which makes the checkpoint a parent."),
 	ROW("CUINTERPOSE_CARRIER_COMPRESS", ENUM, NULL, 0, 0, "off|zstd|zstd:LEVEL (-7 .. 19)", "off", J, USER, REFUSE,
-	    0, "carrier/carrier.c:carrier_config_init, protocol/zchunk.c:cuip_zchunk_parse",
+	    0, "carrier/config.c:carrier_config_init, protocol/zchunk.c:cuip_zchunk_parse",
 	    "Store compressible carrier chunks as zstd frames."),
 
 	/* ---- the cuinterpose command ---- */

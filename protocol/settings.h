@@ -4,7 +4,7 @@
  * and its carrier), criu's plugin and the `cuinterpose` command.
  *
  * Each reader still parses its own variables where it always did
- * (plugin/options.c, carrier/carrier.c, interposer/core/, ...), and the
+ * (plugin/options.c, carrier/config.c, interposer/core/, ...), and the
  * table states what they accept, their defaults and who reads them. One
  * policy for a bad value: every reader refuses it before anything changes,
  * through cuip_settings_check_env (criu's plugin at init, the command

@@ -1,6 +1,6 @@
 /*
  * carry.c - the carried bytes of unicast memory: SAVE to and LOAD from the
- * striped carrier files (carrier.c moves them; this file names the
+ * striped carrier files (carrier/ moves them; this file names the
  * allocations and slab pieces, maps each one temporarily and builds the
  * carrier entries of the reply). It registers a slice (slice.h) with only
  * save and load; ops.c checks the phase, runs it and builds the reply.

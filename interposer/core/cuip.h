@@ -28,7 +28,8 @@
  *   entry/      control.c (control socket), lifecycle.c (starts control,
  *               stops it at exit), resolve.c (every resolution path to the
  *               wrappers)
- *   from protocol/: client.c, importers.c, wire.c; from carrier/: carrier.c
+ *   from protocol/: client.c, importers.c, wire.c; from carrier/: stripe.c,
+ *   config.c
  *
  * Locks, outermost first: cuip_state_lock (record.c), xc_lock (xcache.c),
  * the gate's lock (gate.c). The control thread takes only xc_lock, never

@@ -5,7 +5,7 @@
  * over -F files in -d with -t threads, the minimum wall time of -r runs,
  * and the summed per-thread setup, copy wait, I/O and CRC times of that
  * run. No GPU and no fake-driver process, so what changes between two
- * builds of carrier/carrier.c is the pipeline (pinning, CRC passes,
+ * builds of carrier/ is the pipeline (pinning, CRC passes,
  * system calls). Built by `make pipeline-bench`, not part of `make check`;
  * single-threaded main, no locks of its own.
  */

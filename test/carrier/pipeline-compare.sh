@@ -1,8 +1,8 @@
 #!/bin/sh
 # pipeline-compare.sh BUILD REV [ARGS...]: the carrier pipeline's CPU cost
 # before and after: builds pipeline-bench (test/carrier/pipeline-bench.c on
-# the stub driver) against carrier/carrier.c of git revision REV (where
-# older revisions kept it: interposer/carrier.c) and of
+# the stub driver) against the carrier's sources (carrier/*.c) of git
+# revision REV (where older revisions kept it: interposer/carrier.c) and of
 # the working tree, with the flags of the configured build tree BUILD, then
 # runs the two alternately ROUNDS times (default 5; ARGS go to both, e.g.
 # -s 512 -F 4 -t 4 -S 56 -r 5) and prints every result, so that the minimum
@@ -22,15 +22,25 @@ lib=$build/protocol/.libs/libcuiproto.a
 flags="-std=gnu11 -D_GNU_SOURCE -O2 -pthread -I$src/carrier -I$build/protocol -I$src/protocol -I/usr/local/cuda/include"
 old=carrier
 git -C "$src" cat-file -e "$rev:carrier/carrier.c" 2>/dev/null || old=interposer
-git -C "$src" show "$rev:$old/carrier.c" >"$d/carrier.c"
-git -C "$src" show "$rev:$old/carrier.h" >"$d/carrier.h"
-# The old build: its own carrier.h first on the include path.
+mkdir "$d/src"
+if [ $old = carrier ]; then
+	# Every source and header of the revision's carrier/.
+	for f in $(git -C "$src" ls-tree --name-only "$rev" carrier/ | grep '\.[ch]$'); do
+		git -C "$src" show "$rev:$f" >"$d/src/${f#carrier/}"
+	done
+else
+	git -C "$src" show "$rev:$old/carrier.c" >"$d/src/carrier.c"
+	git -C "$src" show "$rev:$old/carrier.h" >"$d/src/carrier.h"
+fi
+# The chunk scan's PTX (carrier/Makefile.am makes it) where a side uses it.
+ptx() { grep -qs cuip_chunkscan_ptx "$@" && echo "$build/carrier/chunkscan_ptx.c"; }
+# The old build: its own headers first on the include path.
 old_flags=
-grep -q pin_seconds "$d/carrier.h" || old_flags=-DNO_PIN_SECONDS
-$cc $flags -I"$d" $old_flags -o "$d/old" "$d/carrier.c" "$src/test/carrier/stub.c" \
-	"$src/test/carrier/pipeline-bench.c" "$lib" -lprotobuf-c
-$cc $flags -o "$d/new" "$src/carrier/carrier.c" "$src/test/carrier/stub.c" \
-	"$src/test/carrier/pipeline-bench.c" "$lib" -lprotobuf-c
+grep -q pin_seconds "$d/src/carrier.h" || old_flags=-DNO_PIN_SECONDS
+$cc $flags -I"$d/src" $old_flags -o "$d/old" "$d"/src/*.c $(ptx "$d"/src/*.c) "$src/test/carrier/stub.c" \
+	"$src/test/carrier/pipeline-bench.c" "$lib" -lprotobuf-c -lzstd
+$cc $flags -o "$d/new" "$src"/carrier/*.c $(ptx "$src"/carrier/*.c) "$src/test/carrier/stub.c" \
+	"$src/test/carrier/pipeline-bench.c" "$lib" -lprotobuf-c -lzstd
 for i in $(seq "${ROUNDS:-5}"); do
 	for v in old new; do
 		echo "== $v ($([ $v = old ] && echo "$rev" || echo "working tree"))"

@@ -7,7 +7,7 @@
 #
 #   bundle/scripts/staging-sweep.sh DIR [STAGING_MIB:CHUNK_MIB ...]
 #
-# A slot's buffer is at most 2 MiB (carrier.c BUF_MAX) or one chunk where
+# A slot's buffer is at most 2 MiB (carrier/xfer.h BUF_MAX) or one chunk where
 # that is more, so at 16 threads the default pairs give 8, 4, 2 and 1 MiB
 # buffers: 224:8, 224:4, 224:1 (the plugin's defaults) and 32:1. (The
 # first measurements, before BUF_MAX, had 8 and 4 MiB buffers from 256:4

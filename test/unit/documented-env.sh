@@ -3,7 +3,7 @@
 # documented in README.md and in the man page (cli/cuinterpose.1).
 #
 # Variables are read by getenv() or by the option helpers (env_uint,
-# env_bool, env_str in plugin/options.c, env_num in carrier/carrier.c),
+# env_bool, env_str in plugin/options.c, env_num in carrier/config.c),
 # always with the name as a whole string literal, so every whole literal
 # "CUINTERPOSE_..." in the C sources counts; the contrib scripts read theirs
 # as ${CUINTERPOSE_...}. A name built at run time (no literal) would escape
