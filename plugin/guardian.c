@@ -85,9 +85,7 @@ static struct {
 	struct cuip_pstree img;	      /* restore: the images' tree */
 	unsigned long long t0;	      /* restore: the guardian's start, in clock ticks since boot */
 	int *pre_fd;		      /* restore: per image process, the process at its pid when the guardian started */
-	ino_t *pre_ns;		      /* restore: the pid namespaces that had an init one level below then */
-	size_t n_pre_ns;
-	char phase[64]; /* last progress seen, for the log */
+	char phase[64];		      /* last progress seen, for the log */
 	bool after;
 	double t_lost;
 } W;
@@ -595,10 +593,13 @@ static size_t find_ns_init(struct victim *v)
 		if (pid <= 0 || nspid_of(pid, &inner) != depth + 1 || inner != 1 || stat_of(pid, &ppid, &start) ||
 		    start < W.t0)
 			continue;
+		/* A namespace is born with its init and dies with it: one whose
+		 * init started after the guardian did not exist before the
+		 * restore began. (Not by the namespace's inode: a namespace of
+		 * an earlier restore, gone since, may have left its number to
+		 * this one.) */
 		ns = pidns_of(pid);
 		all = ns != 0;
-		for (size_t k = 0; k < W.n_pre_ns; k++)
-			all &= W.pre_ns[k] != ns; /* there before the restore began */
 		{
 			struct dirent *e2;
 			DIR *d2 = opendir("/proc");
@@ -639,36 +640,15 @@ static size_t find_ns_init(struct victim *v)
 /*
  * What exists before criu forks anything: a process at a pid of the
  * images (pinned by a pidfd: while it lives, the pid is its own, and it is
- * not this restore's), and, for a tree restored in a new pid namespace,
- * the namespaces one level below ours that already have an init.
+ * not this restore's).
  */
 static void note_preexisting(void)
 {
-	pid_t self_inner = 0;
-	int depth = nspid_of(getpid(), &self_inner);
-	struct dirent *de;
-	DIR *d;
-
 	W.pre_fd = calloc(W.img.n ? W.img.n : 1, sizeof(int));
 	if (!W.pre_fd)
 		_exit(1);
 	for (size_t i = 0; i < W.img.n; i++)
 		W.pre_fd[i] = pidfd_open_(W.img.t[i].pid);
-	if (!W.img.n || W.img.t[0].pid != 1 || !(d = opendir("/proc")))
-		return;
-	while ((de = readdir(d))) {
-		pid_t pid = (pid_t)atoi(de->d_name), inner = 0;
-		ino_t *nv;
-
-		if (pid <= 0 || nspid_of(pid, &inner) != depth + 1 || inner != 1)
-			continue;
-		nv = realloc(W.pre_ns, (W.n_pre_ns + 1) * sizeof(*nv));
-		if (!nv)
-			_exit(1);
-		W.pre_ns = nv;
-		W.pre_ns[W.n_pre_ns++] = pidns_of(pid);
-	}
-	closedir(d);
 }
 
 static void __attribute__((noreturn)) kill_restored(const char *why)
