@@ -33,6 +33,7 @@
 #include "gphase.h"
 #include "guardian.h"
 #include "proc.h"
+#include "outside.h"
 #include "procstat.h"
 #include "pstree.h"
 #include "criulog.h"
@@ -470,30 +471,16 @@ static int stat_of(pid_t pid, pid_t *ppid, unsigned long long *start)
 	return 0;
 }
 
-/* /proc/PID/status's NSpid: how many levels, and the innermost pid. */
+/* /proc/PID/status's NSpid (outside.h): how many levels, and the innermost
+ * pid. */
 static int nspid_of(pid_t pid, pid_t *inner)
 {
-	char path[64], line[512];
-	int levels = 0;
-	FILE *f;
+	pid_t v[32];
+	int n = cuip_proc_nspid(pid, v, 32);
 
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "re");
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f)) {
-		char *p = line + 6, *end;
-
-		if (strncmp(line, "NSpid:", 6))
-			continue;
-		for (long v; (v = strtol(p, &end, 10)), end != p; p = end) {
-			*inner = (pid_t)v;
-			levels++;
-		}
-		break;
-	}
-	fclose(f);
-	return levels;
+	if (n > 0 && n <= 32)
+		*inner = v[n - 1];
+	return n;
 }
 
 static ino_t pidns_of(pid_t pid)
