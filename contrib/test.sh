@@ -26,7 +26,12 @@ run_suite() {
 	if ! make -j"$jobs" check >"$top/$dir/check.out" 2>&1; then
 		cat "$top/$dir/check.out"
 		find . -name '*.log' -path '*test*' -newer Makefile -exec grep -l -E '^(FAIL|ERROR)' {} + 2>/dev/null |
-			while read -r f; do echo "==== $f"; tail -n 60 "$f"; done
+			while read -r f; do
+				# the verdict and the step first: the tail below may hold
+				# only the report's logs
+				echo "==== $f: $(grep -m 3 -E '^(FAIL|step:|waiting for:)' "$f" | tr '\n' ' ')"
+				tail -n 60 "$f"
+			done
 		return 1
 	fi
 	grep -E '^(PASS|SKIP|XFAIL|FAIL|ERROR):' "$top/$dir/check.out" || true

@@ -54,6 +54,7 @@ waited() { WAIT_WHAT=; }
 # The report goes to the test's log (fd 9), whatever the caller redirects.
 fail() {
 	FAILED=1
+	FAIL_WHY=$*
 	{
 		echo "FAIL: $*"
 		report
@@ -86,6 +87,7 @@ report() {
 	[ -n "$WAIT_WHAT" ] && echo "waiting for: $WAIT_WHAT, for $(elapsed "$WAIT_US")s"
 	if [ -z "${T:-}" ] || [ ! -d "$T" ]; then
 		echo "=== end of the report (no test directory)"
+		report_why
 		return 0
 	fi
 	# criu's logs: the two last written in full detail, the others named
@@ -110,6 +112,12 @@ report() {
 	done
 	for f in $(newest -path "$T/*.out" | head -n 4); do tail_of 15 "$f"; done
 	echo "=== end of the report (test directory $T$([ "${KEEP:-0}" = 1 ] && echo ", kept" || echo ", removed now: KEEP=1 keeps it"))"
+	report_why
+}
+# report_why: the verdict again, last: a reader who sees only the log's
+# tail (a CI summary) still learns what failed and where
+report_why() {
+	echo "FAIL: ${FAIL_WHY:-exited before its last step}; step '$LAST_NOTE'${WAIT_WHAT:+, waiting for $WAIT_WHAT}"
 }
 
 # at_exit COMMAND: run COMMAND when the test ends (the last added first),
@@ -135,11 +143,13 @@ on_exit() {
 	if [ -z "${FAILED:-}" ] && [ "$rc" != 77 ]; then
 		if [ "$rc" != 0 ]; then
 			FAILED=1
-			echo "FAIL: the test exited with status $rc, without a message (see the lines above)"
+			FAIL_WHY="the test exited with status $rc, without a message (see the lines above)"
+			echo "FAIL: $FAIL_WHY"
 			report
 		elif [ -z "$DONE" ] && [[ $TEST_NAME == t-*.sh ]]; then
 			FAILED=1
-			echo "FAIL: the test shell ended with status 0 before its last step (note done)"
+			FAIL_WHY="the test shell ended with status 0 before its last step (note done)"
+			echo "FAIL: $FAIL_WHY"
 			report
 		fi
 	fi
@@ -401,13 +411,32 @@ criu_restore() { # DIR [extra criu args]
 }
 
 alive() { kill -0 "$1" 2>/dev/null; }
+# stat_state PID: the state letter of /proc/PID/stat, read once (empty when
+# the process is gone). After the last ')': a comm may hold spaces and
+# parentheses.
+stat_state() {
+	local st=
+	[ -n "$1" ] && read -r st <"/proc/$1/stat" 2>/dev/null
+	st=${st##*) }
+	echo "${st%% *}"
+}
+# live PID: the process runs (stopped or traced counts): neither gone nor a
+# zombie nor dead while its parent reaps it (X). One read of its stat: a
+# test of /proc/PID then a read of its stat races with the reaper, and a
+# process reaped in between must not count as running.
+live() {
+	case $(stat_state "$1") in '' | Z | X) return 1 ;; esac
+	return 0
+}
 # proc_state PID: running, stopped, a zombie (dead, not reaped) or gone
 proc_state() {
-	local st=
-	[ -n "$1" ] && read -r _ _ st _ <"/proc/$1/stat" 2>/dev/null
+	local st
+
+	st=$(stat_state "$1")
 	case $st in
 	'') echo gone ;;
 	Z) echo "a zombie: dead, not reaped" ;;
+	X) echo "dead, being reaped" ;;
 	T | t) echo "stopped ($st)" ;;
 	*) echo "running ($st)" ;;
 	esac
@@ -644,7 +673,7 @@ wait_gone() {
 	waiting "pids $* to be gone"
 	i=0
 	for p in "$@"; do
-		while alive "$p" && [ "$(awk '{print $3}' /proc/$p/stat 2>/dev/null)" != Z ]; do
+		while live "$p"; do
 			i=$((i + 1))
 			[ $i -gt 200 ] && return 1
 			nap 0.05

@@ -65,7 +65,7 @@ stuck_report() {
 			"native $(timeout 10 "$FAKERUN" "$CKPT" --pid "$p" --action state 2>&1 | tr '\n' ' ')," \
 			"tracer $(awk '/TracerPid/ {print $2}' /proc/$p/status 2>/dev/null)"
 		for t in /proc/$p/task/*; do
-			echo "  tid ${t##*/} $(cat $t/comm 2>/dev/null) $(awk '{print $3}' $t/stat 2>/dev/null)" \
+			echo "  tid ${t##*/} $(cat $t/comm 2>/dev/null) $(stat_state "$p/task/${t##*/}")" \
 				"wchan $(cat $t/wchan 2>/dev/null)"
 		done
 		timeout 10 "$CLI" inspect "$p" 2>&1 | head -n 6 | sed 's/^/  inspect: /'
@@ -107,7 +107,7 @@ guardian_gone() {
 		left=
 		for p in $(crius "$1" "$2"); do
 			[ "$(cat /proc/$p/comm 2>/dev/null)" = $GUARD_COMM ] &&
-				[ "$(awk '{print $3}' /proc/$p/stat 2>/dev/null)" != Z ] && left="$left $p"
+				live "$p" && left="$left $p"
 		done
 		[ -z "$left" ] && { waited; return 0; }
 		nap 0.05
@@ -149,7 +149,7 @@ after_dump_kill() {
 	guardian_gone "$dir" dump
 	v=$(verdict "$dir")
 	[ "$v" = "ROLLBACK FAILED" ] && fail "$point: the guardian's rollback failed: $(tail -n 8 "$dir/cuinterpose-guardian.log")"
-	for p in $(job_pids); do alive "$p" && [ "$(awk '{print $3}' /proc/$p/stat)" != Z ] || dead="$dead $p"; done
+	for p in $(job_pids); do live "$p" || dead="$dead $p"; done
 	if { [ -n "$dead" ] && grep -q "Dumping finished successfully" "$dir/dump.log"; } ||
 		grep -q "guardian: released: commit: the dump succeeded" "$dir/dump.log"; then
 		# committed: criu ended the job (or was ending it when killed;
@@ -203,7 +203,7 @@ after_restore_kill() {
 	fi
 	wait_gone "$@" || true
 	for p in "$@"; do
-		[ -d /proc/$p ] && [ "$(awk '{print $3}' /proc/$p/stat 2>/dev/null)" != Z ] && left="$left $p"
+		live "$p" && left="$left $p"
 	done
 	[ -z "$left" ] || fail "$point: restored process(es)$left still alive after criu died (guardian: $v)
 $(stuck_report)"

@@ -53,11 +53,11 @@ after_kill() {
 	if [ -n "$g" ]; then
 		waiting "guardian $g's verdict"
 		for _ in $(seq 1200); do
-			[ -d /proc/$g ] && [ "$(awk '{print $3}' /proc/$g/stat 2>/dev/null)" != Z ] || break
+			live "$g" || break
 			nap 0.05
 		done
 		waited
-		[ -d /proc/$g ] && [ "$(awk '{print $3}' /proc/$g/stat 2>/dev/null)" != Z ] &&
+		live "$g" &&
 			fail "$what: guardian $g still runs after 60 s: $(cat "$glog" 2>&1)"
 		grep -q "restored tree killed [0-9.]* s after criu was lost" "$glog" ||
 			fail "$what: no verdict of the guardian: $(cat "$glog" 2>&1)"
@@ -70,7 +70,7 @@ after_kill() {
 	fi
 	# the guardian waited until its kills were done: nothing may run now
 	for p in $pids; do
-		[ -d /proc/$p ] && [ "$(awk '{print $3}' /proc/$p/stat 2>/dev/null)" != Z ] && left="$left $p"
+		live "$p" && left="$left $p"
 	done
 	[ -z "$left" ] || fail "$what: restored process(es)$left still alive after the guardian's verdict:
 $(left_report)

@@ -71,14 +71,14 @@ killed_in_pidns() { # WHAT LOG
 	g=$(sed -n 's/.*guardian pid \([0-9]*\) watches this restore.*/\1/p' "$T/d1/$2" | head -n1)
 	[ -n "$g" ] || fail "$1: no guardian: $(grep "cuinterpose: \|Error" "$T/d1/$2" | tail -n 5)"
 	for _ in $(seq 1200); do
-		[ -d /proc/$g ] && [ "$(awk '{print $3}' /proc/$g/stat 2>/dev/null)" != Z ] || break
+		live "$g" || break
 		nap 0.05
 	done
 	grep -q "restored tree killed [0-9.]* s after criu was lost" "$glog" || fail "$1: no verdict: $(cat "$glog" 2>&1)"
 	x=$(sed -n 's/.*the restored tree is the pid namespace of pid \([0-9]*\) (pid 1 there).*/\1/p' "$glog")
 	[ -n "$x" ] || fail "$1: the guardian did not find the namespace's init: $(cat "$glog")"
 	grep -q "killed pid $x " "$glog" || fail "$1: pid $x not killed: $(cat "$glog")"
-	[ -d /proc/$x ] && [ "$(awk '{print $3}' /proc/$x/stat 2>/dev/null)" != Z ] &&
+	live "$x" &&
 		fail "$1: the namespace's init $x still runs after the verdict"
 	echo "$1: $(grep -h "the restored tree is\|restored tree killed" "$glog" | sed 's/.*(criu [0-9]*): //' | tr '\n' ' ')"
 	rm -f "$glog"

@@ -131,7 +131,7 @@ tree_of() {
 		      for (c in k) print c }'
 }
 # alive PID: exists and is not a zombie
-alive() { local st; st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1); [ -n "$st" ] && [ "$st" != Z ]; }
+alive() { local st; st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1); [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]; }
 # gone_within SECONDS PIDS...: 0 once none exists (zombies included: a
 # zombie keeps its pid and criu restore fails "Can't fork for PID")
 gone_within() {

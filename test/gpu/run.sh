@@ -250,14 +250,21 @@ cmd() {
 }
 answers() { for ((r = 0; r < NP; r++)); do cat "$JOBDIR/r$r.$SEQ"; done; }
 
+# live PID: runs (one read of its stat: neither gone, a zombie nor being reaped)
+live() {
+	local st=
+	read -r st <"/proc/$1/stat" 2>/dev/null
+	st=${st##*) }
+	case ${st%% *} in '' | Z | X) return 1 ;; esac
+}
 wait_gone() { # PIDS...: 0 once none is alive (zombies count as gone)
 	local p i
 	for p in "$@"; do
 		for ((i = 0; i < 200; i++)); do
-			[ -d /proc/$p ] && [ "$(awk '{print $3}' /proc/$p/stat 2>/dev/null)" != Z ] || break
+			live "$p" || break
 			sleep 0.05
 		done
-		[ -d /proc/$p ] && [ "$(awk '{print $3}' /proc/$p/stat 2>/dev/null)" != Z ] && return 1
+		live "$p" && return 1
 	done
 	return 0
 }

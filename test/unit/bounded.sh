@@ -4,7 +4,8 @@
 # contrib/bounded (every criu call of the demo, the tests and the GPU
 # scripts runs under it): a command's own exit status passes through; a
 # command past its bound is killed, exits 124 and is named on stderr with
-# criu's log (-W or -D, and -o); a bad call is a usage error (2). Then the
+# criu's log (-W or -D, and -o); a command killed by another process
+# before its bound keeps its status (137) without that message; a bad call is a usage error (2). Then the
 # source check: every line of the project's scripts that starts criu dump,
 # restore or pre-dump runs it through bounded (or the GPU suite's criu_do,
 # which does). Run by `make check` in test/unit with top_srcdir set.
@@ -37,6 +38,28 @@ grep -q "its log: $T/work/dump.log$" "$T/err" || no "-W names the log's director
 "$B" 1 sleep 30 2>"$T/err"
 grep -qx 'bounded: "sleep 30" did not finish within 1 s and was killed: it hung' "$T/err" ||
 	no "message for another command: $(cat "$T/err")"
+
+# killed by someone else well before its bound (a test's SIGKILL of criu):
+# its own status, 137, and no word of a hang
+mkdir "$T/bin2"
+printf '#!/bin/sh\necho $$ >"%s/pid"\nexec sleep 30\n' "$T" >"$T/bin2/criu"
+chmod +x "$T/bin2/criu"
+"$B" 60 "$T/bin2/criu" restore -D "$T/img" -o restore.log 2>"$T/err" &
+bpid=$!
+c=
+for _ in $(seq 200); do
+	c=$(cat "$T/pid" 2>/dev/null)
+	[ -n "$c" ] && break
+	sleep 0.05
+done
+[ -n "$c" ] || no "the command under bounded did not start"
+start=$(date +%s)
+kill -9 "$c"
+wait $bpid
+rc=$?
+[ $rc = 137 ] || no "a criu SIGKILLed by another process exited $rc, not 137"
+[ $(($(date +%s) - start)) -lt 15 ] || no "bounded waited on after its command was killed"
+grep -q "did not finish" "$T/err" && no "a killed command reported as hung: $(cat "$T/err")"
 
 "$B" 2>/dev/null
 [ $? = 2 ] || no "no arguments: not a usage error"
