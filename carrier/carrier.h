@@ -193,7 +193,7 @@ static inline uint64_t carrier_nchunks(uint64_t size, uint32_t chunk_size)
 
 struct carrier_config {
 	uint64_t staging_bytes; /* most pinned staging per call, all buffers [CUINTERPOSE_STAGING_MB, 224] */
-	uint32_t chunk_size;	/* default bytes per CRC for save [CUINTERPOSE_TEST_CHUNK_MB, 4] */
+	uint32_t chunk_size;	/* default bytes per CRC for save [CUINTERPOSE_TEST_CHUNK_MB, 1] */
 	unsigned threads;	/* I/O threads incl. the caller, 1..64; 0: 2 per file for save (buffered
 				   writes to one file serialize in the kernel), 12 for load, at most 16
 				   and the online CPUs [CUINTERPOSE_TEST_CARRIER_THREADS, 0] */

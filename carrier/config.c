@@ -15,32 +15,23 @@
 
 #include "carrier.h"
 #include "errfmt.h"
+#include "settings.h"
 #include "xfer.h"
 #include "zchunk.h"
 
 /* ---- configuration ------------------------------------------------------ */
 
-static int env_num(const char *name, uint64_t lo, uint64_t hi, uint64_t *out, char *err, size_t errlen)
+/* A number by the settings table: its range and default are the row's. */
+static int env_num(const char *name, uint64_t *out, char *err, size_t errlen)
 {
-	const char *s = getenv(name);
-	char *end;
-	unsigned long long v;
+	int rc = cuip_setting_number(name, out, err, errlen);
 
-	if (!s || !*s)
-		return 0;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || *end || v < lo || v > hi || *s == '-') {
-		errfmt(err, errlen, "%s=%s: expected a whole number from %" PRIu64 " to %" PRIu64, name, s, lo, hi);
-		return -EINVAL;
-	}
-	*out = v;
-	return 0;
+	return rc < 0 ? rc : 0;
 }
 
 int carrier_config_init(struct carrier_config *cfg, char *err, size_t errlen)
 {
-	uint64_t staging = DEFAULT_STAGING / MIB, chunk = DEFAULT_CHUNK / MIB, threads = 0;
+	uint64_t staging = 0, chunk = 0, threads = 0;
 	const char *v;
 	int rc;
 
@@ -48,11 +39,11 @@ int carrier_config_init(struct carrier_config *cfg, char *err, size_t errlen)
 	cfg->staging_bytes = DEFAULT_STAGING;
 	cfg->chunk_size = DEFAULT_CHUNK;
 	cfg->threads = 0;
-	rc = env_num("CUINTERPOSE_STAGING_MB", 1, 1 << 20, &staging, err, errlen);
+	rc = env_num("CUINTERPOSE_STAGING_MB", &staging, err, errlen);
 	if (!rc)
-		rc = env_num("CUINTERPOSE_TEST_CHUNK_MB", 1, CARRIER_CHUNK_MAX / MIB, &chunk, err, errlen);
+		rc = env_num("CUINTERPOSE_TEST_CHUNK_MB", &chunk, err, errlen);
 	if (!rc)
-		rc = env_num("CUINTERPOSE_TEST_CARRIER_THREADS", 0, MAX_THREADS, &threads, err, errlen);
+		rc = env_num("CUINTERPOSE_TEST_CARRIER_THREADS", &threads, err, errlen);
 	if (rc)
 		return rc;
 	v = getenv("CUINTERPOSE_TEST_LOAD_VERIFY");

@@ -32,6 +32,7 @@
 #include "errfmt.h"
 #include "images.h"
 #include "proc.h"
+#include "settings.h"
 
 #define PRECOPY_TIMEOUT_MS 600000 /* one process's copy; --timeout changes it */
 
@@ -161,9 +162,8 @@ int cli_precopy(int argc, char **argv)
 	struct part *v = NULL;
 	pid_t root = 0, *tree = NULL;
 	unsigned timeout_ms = PRECOPY_TIMEOUT_MS;
-	uint32_t chunk = 1u << 20;
+	uint32_t chunk;
 	char err[1024] = "", *end;
-	const char *cs = getenv("CUINTERPOSE_TEST_CHUNK_SIZE");
 	size_t parts = 0, carried = 0;
 	uint64_t bytes = 0;
 	struct timespec t0, t1;
@@ -223,11 +223,11 @@ int cli_precopy(int argc, char **argv)
 		return 2;
 	}
 	/* The chunk size must be the dump's for its chunks to match. */
-	if (cs && *cs) {
-		unsigned long c = strtoul(cs, &end, 10);
-		if (*end || c < 4096 || c > (1ul << 30)) {
-			fprintf(stderr,
-				"cuinterpose precopy: CUINTERPOSE_TEST_CHUNK_SIZE=%s: want 4096 .. 1073741824\n", cs);
+	{
+		uint64_t c = 0;
+
+		if (cuip_setting_number("CUINTERPOSE_TEST_CHUNK_SIZE", &c, err, sizeof(err)) < 0) {
+			fprintf(stderr, "cuinterpose precopy: %s\n", err);
 			return 2;
 		}
 		chunk = (uint32_t)c;

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "settings.h"
 #include "wire.h"
 
 _Static_assert(sizeof(pid_t) == sizeof(int32_t), "pids travel as int32");
@@ -465,9 +466,14 @@ pid_t cuip_agent_pid(void)
  */
 static int answer_wait_ms(enum cuip_agent_op op, unsigned timeout_ms)
 {
-	const char *env = getenv("CUINTERPOSE_DRIVER_TIMEOUT_MS");
-	long margin = env && *env ? strtol(env, NULL, 10) : 5000;
+	uint64_t v = 0;
+	char err[160];
+	long margin;
 
+	/* checked at init: a bad value is not expected here, and it leaves
+	 * the table's default */
+	cuip_setting_number("CUINTERPOSE_DRIVER_TIMEOUT_MS", &v, err, sizeof(err));
+	margin = (long)v;
 	if (margin <= 0)
 		return -1;
 	switch (op) {

@@ -37,6 +37,7 @@
 #include "procstat.h"
 #include "pstree.h"
 #include "criulog.h"
+#include "settings.h"
 #include "wire.h"
 
 /* ---- shared -------------------------------------------------------------- */
@@ -54,21 +55,11 @@ static int pidfd_kill(int pfd, int sig)
 /* CUINTERPOSE_GUARDIAN_STOP_MS: how long criu may stay stopped (0: forever). */
 static int stop_bound(unsigned *ms, char *err, size_t errlen)
 {
-	const char *v = getenv("CUINTERPOSE_GUARDIAN_STOP_MS");
-	char *end;
-	unsigned long x;
+	uint64_t v = 0;
+	int ret = cuip_setting_number("CUINTERPOSE_GUARDIAN_STOP_MS", &v, err, errlen);
 
-	*ms = 10000;
-	if (!v || !*v)
-		return 0;
-	errno = 0;
-	x = strtoul(v, &end, 10);
-	if (errno || *end || x > 3600000) {
-		snprintf(err, errlen, "CUINTERPOSE_GUARDIAN_STOP_MS=%s: expected milliseconds, 0 to 3600000", v);
-		return -EINVAL;
-	}
-	*ms = (unsigned)x;
-	return 0;
+	*ms = (unsigned)v; /* the default, also for a bad value */
+	return ret < 0 ? ret : 0;
 }
 
 /* ---- the guardian -------------------------------------------------------- */

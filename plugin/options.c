@@ -72,41 +72,26 @@ int cuip_parse_remap(const char *s, struct cuip_gpu_pair *pairs, unsigned max, c
 	return (int)n;
 }
 
-static int env_uint(const char *name, unsigned def, unsigned min, unsigned max, unsigned *out, char *err, size_t errlen)
+/* A number or yes/no by the settings table (range and default there). */
+static int env_num(const char *name, unsigned *out, char *err, size_t errlen)
 {
-	const char *v = getenv(name);
-	unsigned long long x;
-	char *end;
+	uint64_t v = 0;
+	int ret = cuip_setting_number(name, &v, err, errlen);
 
-	*out = def;
-	if (!v || !*v)
-		return 0;
-	errno = 0;
-	x = strtoull(v, &end, 0);
-	if (errno || *end || x < min || x > max) {
-		errfmt(err, errlen, "%s=\"%s\": want a number between %u and %u", name, v, min, max);
-		return -EINVAL;
-	}
-	*out = (unsigned)x;
+	if (ret < 0)
+		return ret;
+	if (ret == 0)
+		*out = (unsigned)v; /* every such row's max fits */
 	return 0;
 }
 
-static int env_bool(const char *name, int def, int *out, char *err, size_t errlen)
+static int env_flag(const char *name, int *out, char *err, size_t errlen)
 {
-	const char *v = getenv(name);
+	unsigned v = (unsigned)*out;
+	int ret = env_num(name, &v, err, errlen);
 
-	*out = def;
-	if (!v || !*v)
-		return 0;
-	if (!strcmp(v, "1") || !strcasecmp(v, "yes") || !strcasecmp(v, "true") || !strcasecmp(v, "on"))
-		*out = 1;
-	else if (!strcmp(v, "0") || !strcasecmp(v, "no") || !strcasecmp(v, "false") || !strcasecmp(v, "off"))
-		*out = 0;
-	else {
-		errfmt(err, errlen, "%s=\"%s\": want 0 or 1", name, v);
-		return -EINVAL;
-	}
-	return 0;
+	*out = (int)v;
+	return ret;
 }
 
 static int env_str(const char *name, const char *def, char *out, size_t len, char *err, size_t errlen)
@@ -125,8 +110,8 @@ static int env_str(const char *name, const char *def, char *out, size_t len, cha
 
 int cuip_opts_load(struct cuip_opts *o, char *err, size_t errlen)
 {
-	char copies[32], prefetch[32];
-	unsigned chunk, level;
+	char copies[32];
+	unsigned chunk = 0, level = 0;
 	int ret, n;
 
 	memset(o, 0, sizeof(*o));
@@ -135,40 +120,32 @@ int cuip_opts_load(struct cuip_opts *o, char *err, size_t errlen)
 	ret = cuip_settings_check_env(CUIP_READER_PLUGIN, err, errlen);
 	if (ret)
 		return ret;
-	if ((ret = env_uint("CUINTERPOSE_LOCK_TIMEOUT_MS", 0, 0, 3600000, &o->lock_timeout_ms, err, errlen)) ||
-	    (ret = env_uint("CUINTERPOSE_TEST_OP_TIMEOUT_MS", 60000, 0, 3600000, &o->op_timeout_ms, err, errlen)) ||
-	    (ret = env_uint("CUINTERPOSE_TEST_DATA_TIMEOUT_MS", 0, 0, 86400000, &o->data_timeout_ms, err, errlen)) ||
-	    (ret = env_uint("CUINTERPOSE_STALL_TIMEOUT_MS", 60000, 0, 86400000, &o->stall_timeout_ms, err, errlen)) ||
-	    (ret = env_uint("CUINTERPOSE_QUIESCE_TIMEOUT_MS", 10000, 1, 3600000, &o->quiesce_timeout_ms, err,
-			    errlen)) ||
-	    (ret = env_uint("CUINTERPOSE_TEST_QUIESCE_RETRIES", 3, 0, 100, &o->quiesce_retries, err, errlen)) ||
-	    (ret = env_uint("CUINTERPOSE_START_WAIT_MS", 5000, 1, 3600000, &o->start_wait_ms, err, errlen)) ||
-	    (ret = env_uint("CUINTERPOSE_PROGRESS_MS", 5000, 0, 3600000, &o->progress_ms, err, errlen)) ||
-	    (ret = env_uint("CUINTERPOSE_TEST_CHUNK_SIZE", 1u << 20, 4096, 1u << 30, &chunk, err, errlen)) ||
-	    (ret = env_uint("CUINTERPOSE_TEST_CARRIER_FILES", 0, 0, 64, &o->carrier_files, err, errlen)) ||
-	    (ret = env_bool("CUINTERPOSE_VERIFY_BEFORE_RESTORE", 0, &o->verify_carriers, err, errlen)) ||
-	    (ret = env_uint("CUINTERPOSE_LOG", 1, 0, 3, &level, err, errlen)) ||
-	    (ret = env_bool("CUINTERPOSE_TEST_LEAVE_RUNNING", -1, &o->leave_running, err, errlen)) ||
+	o->leave_running = -1; /* unset: ask CRIU */
+	if ((ret = env_num("CUINTERPOSE_LOCK_TIMEOUT_MS", &o->lock_timeout_ms, err, errlen)) ||
+	    (ret = env_num("CUINTERPOSE_TEST_OP_TIMEOUT_MS", &o->op_timeout_ms, err, errlen)) ||
+	    (ret = env_num("CUINTERPOSE_TEST_DATA_TIMEOUT_MS", &o->data_timeout_ms, err, errlen)) ||
+	    (ret = env_num("CUINTERPOSE_STALL_TIMEOUT_MS", &o->stall_timeout_ms, err, errlen)) ||
+	    (ret = env_num("CUINTERPOSE_QUIESCE_TIMEOUT_MS", &o->quiesce_timeout_ms, err, errlen)) ||
+	    (ret = env_num("CUINTERPOSE_TEST_QUIESCE_RETRIES", &o->quiesce_retries, err, errlen)) ||
+	    (ret = env_num("CUINTERPOSE_START_WAIT_MS", &o->start_wait_ms, err, errlen)) ||
+	    (ret = env_num("CUINTERPOSE_PROGRESS_MS", &o->progress_ms, err, errlen)) ||
+	    (ret = env_num("CUINTERPOSE_TEST_CHUNK_SIZE", &chunk, err, errlen)) ||
+	    (ret = env_num("CUINTERPOSE_TEST_CARRIER_FILES", &o->carrier_files, err, errlen)) ||
+	    (ret = env_flag("CUINTERPOSE_VERIFY_BEFORE_RESTORE", &o->verify_carriers, err, errlen)) ||
+	    (ret = env_num("CUINTERPOSE_LOG", &level, err, errlen)) ||
+	    (ret = env_flag("CUINTERPOSE_TEST_LEAVE_RUNNING", &o->leave_running, err, errlen)) ||
 	    (ret = env_str("CUINTERPOSE_SOCKET_DIR", "", o->socket_dir, sizeof(o->socket_dir), err, errlen)) ||
 	    (ret = env_str("CUINTERPOSE_LIBCUDA", "libcuda.so.1", o->libcuda, sizeof(o->libcuda), err, errlen)) ||
 	    (ret = env_str("CUINTERPOSE_TEST_LOAD_COPIES", "async", copies, sizeof(copies), err, errlen)) ||
-	    (ret = env_str("CUINTERPOSE_PARENT", "", o->parent, sizeof(o->parent), err, errlen)) ||
-	    (ret = env_str("CUINTERPOSE_PREFETCH_MB", "0", prefetch, sizeof(prefetch), err, errlen)))
+	    (ret = env_str("CUINTERPOSE_PARENT", "", o->parent, sizeof(o->parent), err, errlen)))
 		return ret;
-	if (strcmp(prefetch, "auto")) {
-		unsigned long long mb;
-		char *end;
+	{
+		uint64_t mb = 0;
 
-		errno = 0;
-		mb = strtoull(prefetch, &end, 10);
-		if (errno || *end || !isdigit((unsigned char)prefetch[0]) || mb > (1ull << 40)) {
-			errfmt(err, errlen, "CUINTERPOSE_PREFETCH_MB=\"%s\": want auto or a number of MiB (0: off)",
-			       prefetch);
-			return -EINVAL;
-		}
-		o->prefetch_mb = (int64_t)mb;
-	} else {
-		o->prefetch_mb = -1;
+		ret = cuip_setting_number("CUINTERPOSE_PREFETCH_MB", &mb, err, errlen);
+		if (ret < 0)
+			return ret;
+		o->prefetch_mb = ret == CUIP_SETTING_WORD ? -1 : (int64_t)mb; /* auto: -1 */
 	}
 	if (strcmp(copies, "async") && strcmp(copies, "sync")) {
 		errfmt(err, errlen, "CUINTERPOSE_TEST_LOAD_COPIES=\"%s\": want async or sync", copies);

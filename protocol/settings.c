@@ -3,13 +3,16 @@
  * settings.h. Stateless; the table is read-only.
  *
  * One row per variable that product code (interposer/, plugin/, carrier/,
- * protocol/, cli/) reads. Ranges and defaults are the readers' own, taken
- * from the code named in `where`; keep them together when either changes
- * (test/unit/settings.sh checks the names, not the ranges).
+ * protocol/, cli/) reads. A number's or a yes/no's range and default are
+ * the readers' through cuip_setting_number; a default that is no number
+ * ("ask CRIU", "0 (by size...)" aside) is the reader's own, in `where`
+ * (test/unit/test_settings.c checks that every such default is a number in
+ * its range, and test/unit/settings.sh the names).
  */
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -360,6 +363,11 @@ static int number_ok(const struct cuip_setting *s, const char *v)
 	return !errno && !*end && x >= s->min && x <= s->max;
 }
 
+static int truthy(const char *v)
+{
+	return !strcmp(v, "1") || !strcasecmp(v, "yes") || !strcasecmp(v, "true") || !strcasecmp(v, "on");
+}
+
 int cuip_setting_check(const struct cuip_setting *s, const char *value, char *err, size_t errlen)
 {
 	char range[160];
@@ -369,9 +377,8 @@ int cuip_setting_check(const struct cuip_setting *s, const char *value, char *er
 		return 0;
 	switch (s->type) {
 	case CUIP_SETTING_BOOL:
-		ok = !strcmp(value, "1") || !strcmp(value, "0") || !strcasecmp(value, "yes") ||
-		     !strcasecmp(value, "no") || !strcasecmp(value, "true") || !strcasecmp(value, "false") ||
-		     !strcasecmp(value, "on") || !strcasecmp(value, "off");
+		ok = truthy(value) || !strcmp(value, "0") || !strcasecmp(value, "no") || !strcasecmp(value, "false") ||
+		     !strcasecmp(value, "off");
 		break;
 	case CUIP_SETTING_FLAG:
 		break;
@@ -410,5 +417,34 @@ int cuip_settings_check_env(unsigned readers, char *err, size_t errlen)
 		if ((s->readers & readers) && cuip_setting_check(s, getenv(s->name), err, errlen))
 			return -EINVAL;
 	}
+	return 0;
+}
+
+int cuip_setting_number(const char *name, uint64_t *out, char *err, size_t errlen)
+{
+	const struct cuip_setting *s = cuip_setting_find(name);
+	const char *v = getenv(name);
+	bool has_default;
+
+	if (!s || (s->type != CUIP_SETTING_BOOL && s->type != CUIP_SETTING_INT && s->type != CUIP_SETTING_MIB &&
+		   s->type != CUIP_SETTING_MS)) {
+		errfmt(err, errlen, "%s is no number or yes/no setting of the table", name);
+		return -ENOENT;
+	}
+	/* the default: the whole number the row's default starts with */
+	has_default = isdigit((unsigned char)s->dflt[0]);
+	if (has_default)
+		*out = strtoull(s->dflt, NULL, 10);
+	if (cuip_setting_check(s, v, err, errlen))
+		return -EINVAL;
+	if (!v || !*v)
+		return has_default ? 0 : CUIP_SETTING_UNSET;
+	if (s->type == CUIP_SETTING_BOOL) {
+		*out = truthy(v);
+		return 0;
+	}
+	if (s->values && one_of(v, s->values))
+		return CUIP_SETTING_WORD;
+	*out = strtoull(v, NULL, (s->flags & CUIP_SETTING_HEX) ? 0 : 10);
 	return 0;
 }

@@ -3,10 +3,11 @@
  * that the product reads (settings.c): the job's processes (the interposer
  * and its carrier), criu's plugin and the `cuinterpose` command.
  *
- * Each reader still parses its own variables where it always did
- * (plugin/options.c, carrier/config.c, interposer/core/, ...), and the
- * table states what they accept, their defaults and who reads them. One
- * policy for a bad value: every reader refuses it before anything changes,
+ * Readers take a number or a yes/no through cuip_setting_number, which
+ * parses by the row and applies its default: range and default are written
+ * once, here. Strings, words and lists (paths, enums, GPU_REMAP) are read
+ * where they are used, and the row states what they accept. One policy
+ * for a bad value: every reader refuses it before anything changes,
  * through cuip_settings_check_env (criu's plugin at init, the command
  * before it starts criu, the job at its first cuInit), with the table's
  * "NAME=VALUE: want RANGE".
@@ -83,6 +84,21 @@ const struct cuip_setting *cuip_setting_find(const char *name);
  * are the default's and pass.
  */
 int cuip_setting_check(const struct cuip_setting *s, const char *value, char *err, size_t errlen);
+
+/* What cuip_setting_number found besides a number (its value >= 0). */
+#define CUIP_SETTING_UNSET 1 /* unset or empty, and the default is no number: the reader's own */
+#define CUIP_SETTING_WORD  2 /* one of the row's words ("auto"): the reader reads it by name */
+
+/*
+ * The value of a number (INT, MIB, MS) or yes/no (BOOL) setting in this
+ * environment, by its row: the default when unset or empty (the number
+ * the row's default starts with), else the value in the row's base, a
+ * BOOL as 1 or 0. 0 with *out set; CUIP_SETTING_UNSET or
+ * CUIP_SETTING_WORD with *out left as it was; -EINVAL for a bad value
+ * (err as cuip_setting_check says; *out holds the default); -ENOENT for a
+ * name that is no number or yes/no row of the table.
+ */
+int cuip_setting_number(const char *name, uint64_t *out, char *err, size_t errlen);
 
 /* The accepted values of s in words ("ms, 0 .. 3600000", "async|sync"). */
 void cuip_setting_range(const struct cuip_setting *s, char *buf, size_t len);

@@ -38,6 +38,7 @@
 #include "log.h"
 #include "release.h"
 #include "runtime.h"
+#include "settings.h"
 #include "thread.h"
 
 struct hook {
@@ -106,17 +107,14 @@ static void python_hook(char *why, size_t len)
 
 __attribute__((constructor)) static void release_env(void)
 {
-	const char *v = getenv("CUINTERPOSE_TEST_RELEASE_TIMEOUT_MS");
-	char *end;
+	const char *v;
+	uint64_t ms = 0;
+	char err[160];
 
 	/* A bad value of either variable makes cuInit fail (runtime.c,
-	 * cuip_settings_refused): only good ones are taken here. */
-	if (v && *v) {
-		unsigned long ms = strtoul(v, &end, 10);
-
-		if (!*end && ms >= 1 && ms <= 3600000)
-			cuip_release_timeout_ms = (unsigned)ms;
-	}
+	 * cuip_settings_refused); the timeout keeps the table's default. */
+	cuip_setting_number("CUINTERPOSE_TEST_RELEASE_TIMEOUT_MS", &ms, err, sizeof(err));
+	cuip_release_timeout_ms = (unsigned)ms;
 	v = getenv("CUINTERPOSE_RELEASE");
 	if (!v || !*v || !strcmp(v, "none"))
 		return;

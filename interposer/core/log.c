@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "settings.h"
 
 #define HELD_BYTES (64u << 10)
 
@@ -121,10 +122,12 @@ static void log_fork_child(void)
 
 __attribute__((constructor)) static void log_init(void)
 {
-	/* A bad value makes the first cuInit fail (runtime.c). */
-	const char *l = getenv("CUINTERPOSE_LOG");
+	/* A bad value makes the first cuInit fail (runtime.c) and leaves the
+	 * table's default here. */
+	uint64_t level = 0;
+	char err[160];
 
-	if (l && *l)
-		cuip_log_level = atoi(l);
+	cuip_setting_number("CUINTERPOSE_LOG", &level, err, sizeof(err));
+	cuip_log_level = (int)level;
 	pthread_atfork(NULL, NULL, log_fork_child);
 }

@@ -87,7 +87,7 @@ expect 2 "^cuinterpose precopy: --timeout needs a number of seconds \(1 \.\. 864
 (
 	CUINTERPOSE_TEST_CHUNK_SIZE=12
 	export CUINTERPOSE_TEST_CHUNK_SIZE
-	expect 2 "^cuinterpose precopy: CUINTERPOSE_TEST_CHUNK_SIZE=12: want 4096 \.\. 1073741824" precopy 1 "$T/p"
+	expect 2 "^cuinterpose precopy: CUINTERPOSE_TEST_CHUNK_SIZE=12: want bytes, 4096 \.\. 1073741824" precopy 1 "$T/p"
 ) || exit 1
 expect 0 "^usage: cuinterpose precopy \[--timeout SECONDS\] PID DIR" precopy --help
 expect 1 "^cuinterpose precopy: no such process: 999999$" precopy 999999 "$T/p"
