@@ -416,7 +416,7 @@ alive() { kill -0 "$1" 2>/dev/null; }
 # parentheses.
 stat_state() {
 	local st=
-	[ -n "$1" ] && read -r st <"/proc/$1/stat" 2>/dev/null
+	[ -n "$1" ] && { read -r st <"/proc/$1/stat"; } 2>/dev/null
 	st=${st##*) }
 	echo "${st%% *}"
 }

@@ -253,7 +253,7 @@ answers() { for ((r = 0; r < NP; r++)); do cat "$JOBDIR/r$r.$SEQ"; done; }
 # live PID: runs (one read of its stat: neither gone, a zombie nor being reaped)
 live() {
 	local st=
-	read -r st <"/proc/$1/stat" 2>/dev/null
+	{ read -r st <"/proc/$1/stat"; } 2>/dev/null
 	st=${st##*) }
 	case ${st%% *} in '' | Z | X) return 1 ;; esac
 }
