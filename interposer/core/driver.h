@@ -84,7 +84,11 @@
 	X(cuMemAllocFromPoolAsync)                \
 	X(cuMemAllocFromPoolAsync_ptsz)           \
 	X(cuMemFreeAsync)                         \
-	X(cuMemFreeAsync_ptsz)
+	X(cuMemFreeAsync_ptsz)                    \
+	X(cuMemPoolGetAttribute)                  \
+	X(cuMemPoolTrimTo)                        \
+	X(cuDeviceGetDefaultMemPool)              \
+	X(cuDeviceGetMemPool)
 
 struct cuip_real {
 #define X(name) __typeof__(&name) name;

@@ -1,7 +1,8 @@
 /*
  * pool.c - stream-ordered memory pools (cuMemPool*, cuMemAllocAsync,
  * cuMemAllocFromPoolAsync, cuMemFreeAsync): tracked, passed through to the
- * driver, and either left to native checkpoint or refused.
+ * driver, and either left to native checkpoint or refused; around the
+ * native checkpoint every pool gives back its cache and takes it again.
  *
  * Decision (README.md "Memory pools", FACTS in test/fakecuda/README): a
  * private pool (never exported or imported) stays with native checkpoint,
@@ -31,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctx.h"
 #include "cuip.h"
 #include "gate.h"
 #include "driver.h"
@@ -65,6 +67,14 @@ static struct blk *bucket[NBUCKET];
 static uint64_t next_serial = 1;
 static CUmemoryPool current[64]; /* cuDeviceSetMemPool, per ordinal */
 static _Atomic uint32_t nblocks; /* fast path: frees look nothing up while 0 */
+/* Pools trimmed before the native checkpoint (op thread only; see below). */
+#define NTRIM 128
+static struct trimmed {
+	CUmemoryPool drv;
+	int device;
+	uint64_t held, after; /* reserved before and after the trim */
+} trimmed[NTRIM];
+static size_t ntrimmed;
 
 static void fork_child(void)
 {
@@ -73,6 +83,7 @@ static void fork_child(void)
 	memset(bucket, 0, sizeof(bucket));
 	memset(current, 0, sizeof(current));
 	nblocks = 0;
+	ntrimmed = 0;
 }
 
 CUIP_FORK_HOOK(pool, NULL, NULL, fork_child);
@@ -509,6 +520,155 @@ static int pool_slice_state(Cuip__ProcessState *st)
 	return 0;
 }
 
+/* ---- around the native checkpoint: what the pools cache ------------------ */
+
+/*
+ * A pool keeps freed memory reserved up to its release threshold: JAX's
+ * cuda_async allocator sets the default pool's threshold to the size it
+ * preallocates (75% of the GPU) and frees the block, so the pool holds that
+ * much, written or not. NVIDIA's native checkpoint copies every byte a pool
+ * holds into the process, where criu writes it (60 GB of images for a JAX
+ * job on the H200). Before the native checkpoint each pool of the process
+ * (its devices' default and current pools, the ones it created) gives back
+ * what no live allocation uses (cuMemPoolTrimTo after QUIESCE drained the
+ * device); at RESUME (after a restore, or a dump that lets the job run on)
+ * the pool takes as much again, one allocation freed at once, so that it
+ * holds what it held before, as its threshold asks. Only the size
+ * of the cache is the job's: its bytes were free memory.
+ */
+static void trim_note(CUmemoryPool drv, int device)
+{
+	for (size_t i = 0; i < ntrimmed; i++)
+		if (trimmed[i].drv == drv)
+			return;
+	if (drv && ntrimmed < NTRIM)
+		trimmed[ntrimmed++] = (struct trimmed){.drv = drv, .device = device};
+}
+
+/* The default and the current pool of the current context's device. */
+static CUresult trim_collect(CUcontext c, void *arg)
+{
+	CUmemoryPool p = NULL;
+	CUdevice dev;
+
+	(void)c;
+	(void)arg;
+	if (real.cuCtxGetDevice(&dev) != CUDA_SUCCESS)
+		return CUDA_SUCCESS;
+	if (real.cuDeviceGetDefaultMemPool(&p, dev) == CUDA_SUCCESS)
+		trim_note(p, (int)dev);
+	if (real.cuDeviceGetMemPool(&p, dev) == CUDA_SUCCESS)
+		trim_note(p, (int)dev);
+	return CUDA_SUCCESS;
+}
+
+static uint64_t reserved(CUmemoryPool p)
+{
+	cuuint64_t v = 0;
+
+	return real.cuMemPoolGetAttribute(p, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v) == CUDA_SUCCESS ? v : 0;
+}
+
+static void pools_before_native(void)
+{
+	struct cuip_ctx_at at;
+	uint64_t before = 0, after = 0;
+	size_t n = 0;
+
+	ntrimmed = 0;
+	if (!real.cuMemPoolTrimTo || !real.cuMemPoolGetAttribute || !real.cuDeviceGetDefaultMemPool ||
+	    !real.cuDeviceGetMemPool)
+		return;
+	cuip_each_context(trim_collect, NULL, &at);
+	pthread_mutex_lock(&pool_lock);
+	for (struct pool *p = pools; p; p = p->next)
+		if (!p->destroyed && !p->imported)
+			trim_note(p->drv, p->device);
+	pthread_mutex_unlock(&pool_lock);
+	for (size_t i = 0; i < ntrimmed; i++) {
+		struct trimmed *t = &trimmed[i];
+		CUresult r;
+
+		t->held = t->after = reserved(t->drv);
+		if (!t->held)
+			continue;
+		r = real.cuMemPoolTrimTo(t->drv, 0);
+		if (r != CUDA_SUCCESS) {
+			pr_err("memory pool %p of device %d: cuMemPoolTrimTo failed: %s (the native checkpoint copies "
+			       "its %" PRIu64 " MiB)",
+			       (void *)t->drv, t->device, cuip_cuerr(r), t->held >> 20);
+			continue;
+		}
+		t->after = reserved(t->drv);
+		if (t->after < t->held) {
+			n++;
+			before += t->held;
+			after += t->after;
+		}
+	}
+	if (n)
+		pr_info("memory pools: %zu pool(s) gave back %" PRIu64 " MiB they cached but no allocation used "
+			"(%" PRIu64 " MiB still in use) before the native checkpoint; they take it again at RESUME",
+			n, (before - after) >> 20, after >> 20);
+}
+
+/* Takes back what each trimmed pool of the current context's device gave. */
+static CUresult regrow_device(CUcontext c, void *arg)
+{
+	uint64_t *taken = arg;
+	CUstream st = NULL;
+	CUdevice dev;
+
+	(void)c;
+	if (real.cuCtxGetDevice(&dev) != CUDA_SUCCESS)
+		return CUDA_SUCCESS;
+	for (size_t i = 0; i < ntrimmed; i++) {
+		struct trimmed *t = &trimmed[i];
+		uint64_t now = reserved(t->drv);
+		CUdeviceptr va = 0;
+		CUresult r;
+
+		if (t->device != (int)dev || t->after >= t->held || now >= t->held)
+			continue;
+		if (!st && (r = real.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
+			pr_err("device %d: no stream to refill its memory pools: %s (they grow again on demand)",
+			       (int)dev, cuip_cuerr(r));
+			return CUDA_SUCCESS;
+		}
+		r = real.cuMemAllocFromPoolAsync(&va, t->held - now, t->drv, st);
+		if (r == CUDA_SUCCESS)
+			r = real.cuMemFreeAsync(va, st);
+		if (r == CUDA_SUCCESS)
+			r = real.cuStreamSynchronize(st);
+		if (r != CUDA_SUCCESS) {
+			pr_err("memory pool %p of device %d: taking back %" PRIu64 " MiB failed: %s (it grows again "
+			       "on demand)",
+			       (void *)t->drv, t->device, (t->held - now) >> 20, cuip_cuerr(r));
+			continue;
+		}
+		*taken += t->held - now;
+		t->after = t->held; /* done */
+	}
+	if (st)
+		real.cuStreamDestroy_v2(st);
+	return CUDA_SUCCESS;
+}
+
+static void pools_resume(void)
+{
+	struct cuip_ctx_at at;
+	uint64_t taken = 0;
+
+	if (!ntrimmed)
+		return;
+	cuip_each_context(regrow_device, &taken, &at);
+	if (taken)
+		pr_info("memory pools: took back the %" PRIu64 " MiB they cached before the checkpoint", taken >> 20);
+	ntrimmed = 0;
+}
+
 /* Pools keep no state across a checkpoint but what INSPECT reports; shared
- * ones refuse QUIESCE. */
-CUIP_SLICE(pool, .name = "pool", .inspect = pool_slice_state, .refuse = pool_refusal);
+ * ones refuse QUIESCE; around the native checkpoint they give back their
+ * cache and take it again. */
+CUIP_SLICE(pool, .name = "pool", .inspect = pool_slice_state, .refuse = pool_refusal,
+	   .before_native = pools_before_native, .resume = pools_resume);

@@ -5,10 +5,15 @@
  * as cudaMallocAsync does) on one stream and a block of its own POSIX-capable
  * pool that is never exported (cuMemAllocFromPoolAsync) on another.
  *
- *   e2e_pool DIR NPROCS [--shared] [--mib N]
+ *   e2e_pool DIR NPROCS [--shared] [--mib N] [--cache N]
  *
  * --mib N: each block is N MiB (default 2); test/gpu/run.sh runs this same
  * program on the GPU machine (built there as gpu_pool by test/gpu/build.sh).
+ *
+ * --cache N: each rank's two pools keep N MiB more reserved, as JAX's
+ * cuda_async allocator preallocates: the default pool's release threshold
+ * raised to keep everything (the private pool's already is), a block of N
+ * MiB allocated from each, written and freed, so the pools hold it cached.
  *
  * --shared: rank 0 also makes a POSIX pool, allocates a block from it,
  * exports the pool to every rank (SCM_RIGHTS) and the block
@@ -20,6 +25,8 @@
  *   write R G     rank R writes word(G, i) into every block it holds
  *                 (asynchronously on its streams, then synchronizes)
  *   verify G      every byte of every block this rank holds is word(G, i)
+ *   pools         "ok default R U private R U": each pool's reserved and used
+ *                 bytes (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, USED_MEM_CURRENT)
  *   churn         allocate and free a temporary block on each stream (the
  *                 pools still work), answer "ok"
  *   release-importers   ranks > 0 free the imported pointer and destroy
@@ -114,6 +121,17 @@ static int command(const char *verb, unsigned a, unsigned b, char *out, size_t l
 			if (shr)
 				fill(shr, b, s1);
 		}
+	} else if (!strcmp(verb, "pools")) {
+		cuuint64_t v[4];
+		CUmemoryPool dp;
+
+		CK(cuDeviceGetDefaultMemPool(&dp, 0));
+		CK(cuMemPoolGetAttribute(dp, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v[0]));
+		CK(cuMemPoolGetAttribute(dp, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &v[1]));
+		CK(cuMemPoolGetAttribute(own, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v[2]));
+		CK(cuMemPoolGetAttribute(own, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &v[3]));
+		snprintf(out, len, "ok default %llu %llu private %llu %llu", (unsigned long long)v[0],
+			 (unsigned long long)v[1], (unsigned long long)v[2], (unsigned long long)v[3]);
 	} else if (!strcmp(verb, "churn")) {
 		CUdeviceptr t1, t2;
 
@@ -144,6 +162,7 @@ static int command(const char *verb, unsigned a, unsigned b, char *out, size_t l
 int main(int argc, char **argv)
 {
 	int nprocs, shared = 0, peer[16];
+	size_t cache = 0;
 	CUcontext ctx;
 	CUdevice dev;
 
@@ -159,6 +178,8 @@ int main(int argc, char **argv)
 			shared = 1;
 		else if (!strcmp(argv[i], "--mib") && i + 1 < argc)
 			block = (size_t)atol(argv[++i]) * MiB;
+		else if (!strcmp(argv[i], "--cache") && i + 1 < argc)
+			cache = (size_t)atol(argv[++i]) * MiB;
 	}
 	nw = block / 4;
 	host = malloc(block);
@@ -173,6 +194,22 @@ int main(int argc, char **argv)
 	CK(cuMemAllocFromPoolAsync(&priv, block, own, s2));
 	fill(dflt, 1000 + (uint32_t)wl_rank, s1);
 	fill(priv, 2000 + (uint32_t)wl_rank, s2);
+	if (cache) {
+		cuuint64_t keep = ~0ull;
+		CUdeviceptr c1, c2;
+		CUmemoryPool dp;
+
+		CK(cuDeviceGetDefaultMemPool(&dp, 0));
+		CK(cuMemPoolSetAttribute(dp, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep));
+		CK(cuMemAllocAsync(&c1, cache, s1));
+		CK(cuMemAllocFromPoolAsync(&c2, cache, own, s2));
+		CK(cuMemsetD32Async(c1, 0x11111111u, cache / 4, s1));
+		CK(cuMemsetD32Async(c2, 0x22222222u, cache / 4, s2));
+		CK(cuMemFreeAsync(c1, s1));
+		CK(cuMemFreeAsync(c2, s2));
+		CK(cuStreamSynchronize(s1));
+		CK(cuStreamSynchronize(s2));
+	}
 
 	if (shared && wl_rank == 0) {
 		CUmemPoolPtrExportData ed;
