@@ -386,12 +386,19 @@ sc_base() {
 # with our plugin the dump must be refused naming every pid and pool, the job
 # keeps its bytes, and after the pool is released a cycle succeeds; through
 # cuda_plugin exit 2 says how it failed (exit 3: it survived).
+# POOL_CACHE_MIB=N (private jobs): each rank's two pools also cache N MiB
+# (freed, kept by their release threshold, as JAX's cuda_async allocator
+# does); each cycle then records the images' size and the dump and restore
+# times, and the pools must hold the same reserved and used bytes after
+# the restore as before the dump.
 sc_pool() {
-	local name=$1 pl=$2 pre=$3 shr=$4 c n=2 before pids rcd rcr p errs
+	local name=$1 pl=$2 pre=$3 shr=$4 c n=2 before pids rcd rcr p errs cache=${POOL_CACHE_MIB:-0} pools_pre sizes=
 	fail() { echo "$*" >"$T/why"; echo "FAIL: $*"; exit 1; }
 	JOBBIN=gpu_pool
 	[ "$shr" = 1 ] && n=3
-	start_job "$name" "$n" "$pre" --mib "${POOL_MIB:-64}" $([ "$shr" = 1 ] && echo --shared) ||
+	[ "$shr" = 1 ] && cache=0
+	start_job "$name" "$n" "$pre" --mib "${POOL_MIB:-64}" $([ "$shr" = 1 ] && echo --shared) \
+		$([ "$cache" -gt 0 ] && echo --cache "$cache") ||
 		fail "start: $(tail -n 1 "$T/$name/job.log")"
 	cmd 60 verify 0 || fail "verify before: $CMDERR"
 	before=$(answers | awk '{print $2, $3, $4, $5, $6, $7}')
@@ -429,21 +436,32 @@ sc_pool() {
 		exit 2
 	fi
 	for c in 1 2; do
+		if [ "$cache" -gt 0 ]; then
+			cmd 60 pools || fail "pools before the dump (cycle $c): $CMDERR"
+			pools_pre=$(answers)
+		fi
 		pids=$(job_pids)
 		criu_do dump "$T/$name/d$c" "$pl" || fail "criu dump (cycle $c) failed: $(grep -E 'Error|cuinterpose:.*(refus|fail)' "$T/$name/d$c/dump.log" | tail -n 2 | tr '\n' ' ')"
+		[ "$cache" -gt 0 ] && sizes="$sizes cycle $c: images $(du -sm "$T/$name/d$c" | cut -f1) MiB, dump ${SECS}s"
 		wait_gone $pids || fail "dumped processes still alive (cycle $c)"
 		criu_do restore "$T/$name/d$c" "$pl" || fail "criu restore (cycle $c) failed: $(grep -E 'Error|cuinterpose:.*fail' "$T/$name/d$c/restore.log" | tail -n 2 | tr '\n' ' ')"
+		[ "$cache" -gt 0 ] && sizes="$sizes, restore ${SECS}s;"
 		drop_images "$T/$name/d$c"
 		cmd 120 verify 5 || fail "bytes after restore (cycle $c): $CMDERR"
 		[ "$shr" = 1 ] || [ "$(answers | awk '{print $2, $3, $4, $5, $6, $7}')" = "$before" ] ||
 			fail "addresses changed (cycle $c): $(answers | tr '\n' ' ') vs $before"
+		if [ "$cache" -gt 0 ]; then
+			cmd 60 pools || fail "pools after the restore (cycle $c): $CMDERR"
+			[ "$(answers)" = "$pools_pre" ] ||
+				fail "the pools hold $(answers | tr '\n' ' ') after the restore, $(echo "$pools_pre" | tr '\n' ' ') before (cycle $c)"
+		fi
 		cmd 60 churn || fail "the pools after restore (cycle $c): $CMDERR"
 	done
 	cmd 30 exit
 	if [ "$shr" = 1 ]; then
 		echo "ok: refused at preflight naming every pid and pool, bytes intact; released: 2 cycles" >"$T/why"
 	else
-		echo "ok: private pools, $n processes, 2 cycles, bytes and addresses verified" >"$T/why"
+		echo "ok: private pools, $n processes, 2 cycles, bytes and addresses verified${sizes:+; each pool caching $cache MiB:$sizes the reserved and used bytes of the pools kept}" >"$T/why"
 	fi
 	kill_job
 }
