@@ -646,7 +646,17 @@ static CUresult regrow_device(CUcontext c, void *arg)
 			       (void *)t->drv, t->device, (t->held - now) >> 20, cuip_cuerr(r));
 			continue;
 		}
-		*taken += t->held - now;
+		/* a pool whose release threshold is below what it held gives
+		 * the memory back at the synchronize: say so */
+		{
+			uint64_t got = reserved(t->drv);
+
+			if (got < t->held)
+				pr_info("memory pool %p of device %d holds %" PRIu64 " MiB after taking back, %" PRIu64
+					" MiB before the checkpoint (its release threshold keeps no more)",
+					(void *)t->drv, t->device, got >> 20, t->held >> 20);
+			*taken += got > now ? got - now : 0;
+		}
 		t->after = t->held; /* done */
 	}
 	if (st)

@@ -8,11 +8,16 @@
 # cycles: the live blocks keep every byte and address, each pool holds the
 # same reserved and used bytes as before the dump, and the pools allocate
 # and free afterwards. Then a dump that lets the job run on (RESUME in
-# place) does the same.
+# place) does the same. Last, the fake driver fails a trim in rank 0 and
+# taking the cache back in rank 1: the dump still succeeds (the native
+# checkpoint copies that pool's cache), each rank says what failed, and the
+# job runs on with its bytes, rank 1's pool growing again on demand.
 . "$srcdir/lib.sh"
 WORKLOAD=$B/test/e2e/e2e_pool
 [ -x "$WORKLOAD" ] || skip "workload not built"
 CACHE_MIB=64
+export FAKECUDA_FAIL_DIR=$T/faults
+mkdir -p "$FAKECUDA_FAIL_DIR"
 
 CUINTERPOSE_LOG=2 start_job 2 --cache $CACHE_MIB
 cmd 2 verify 0
@@ -74,5 +79,33 @@ cmd 2 pools
 [ "$(answers 2)" = "$pre" ] || fail "after the dump in place the pools hold $(answers 2), not $pre"
 [ "$(tail -c +$((logged + 1)) "$T/job.log" | grep -c "memory pools: took back the [0-9]* MiB")" = 2 ] ||
 	fail "the job ran on without its pools' cache: $(grep "memory pool" "$T/job.log" | tail -n 4)"
+m3=$(images_mib "$T/d3")
+
+note "a trim and a taking back that fail"
+p0=$(pid_of 0)
+p1=$(pid_of 1)
+arm "$p0" cuMemPoolTrimTo:1:CUDA_ERROR_INVALID_VALUE
+arm "$p1" cuMemAllocFromPoolAsync:1:CUDA_ERROR_OUT_OF_MEMORY
+logged=$(stat -c %s "$T/job.log")
+criu_dump "$T/d4" --leave-running || fail "criu dump with a failing trim"
+disarm
+tail -c +$((logged + 1)) "$T/job.log" >"$T/faults.log"
+grep -q "cuinterpose\[$p0\]: memory pool .*: cuMemPoolTrimTo failed: invalid argument (the native checkpoint copies its [0-9]* MiB)" \
+	"$T/faults.log" || fail "rank 0 does not say its trim failed: $(cat "$T/faults.log")"
+grep -q "cuinterpose\[$p1\]: memory pool .*: taking back [0-9]* MiB failed: out of memory (it grows again on demand)" \
+	"$T/faults.log" || fail "rank 1 does not say taking back failed: $(cat "$T/faults.log")"
+m4=$(images_mib "$T/d4")
+[ "$m4" -ge $((m3 + CACHE_MIB)) ] || fail "the untrimmed pool's cache is not in the images: $m4 MiB, $m3 MiB before"
+echo "a pool that could not trim: page images $m4 MiB, $m3 MiB when all trimmed"
+cmd 2 verify 21
+cmd 2 pools
+now=$(answers 2)
+# rank 0's pools hold what they held; one of rank 1's holds only what is used
+[ "$(echo "$now" | head -n1)" = "$(echo "$pre" | head -n1)" ] || fail "rank 0's pools: $now, before $pre"
+echo "$now" | tail -n1 | awk -v b=$((2 << 20)) '($3 == b) + ($6 == b) == 1 { ok = 1 } END { exit !ok }' ||
+	fail "rank 1 should have one pool without its cache: $now"
+cmd 2 churn
+for r in 0 1; do cmd 2 write $r 22; done
+cmd 2 verify 22
 cmd 2 exit
 note done
