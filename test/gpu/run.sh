@@ -909,7 +909,7 @@ if want forked; then
 	bash "$S/forked.sh" --out "$T/forked" 2>&1 | sed 's/^/  forked: /'
 	[ -s "$T/forked/summary.txt" ] || result forked FAIL "forked.sh wrote no summary (see the forked: lines)"
 	[ -s "$T/forked/summary.txt" ] && while IFS=$'\t' read -r n st why; do
-		case $st in PASS | UPSTREAM-FAILS) ;; *) st=FAIL ;; esac
+		case $st in PASS | UPSTREAM-FAILS | MET | MISSED) ;; *) st=FAIL ;; esac
 		result "forked-$n" "$st" "$why"
 	done <"$T/forked/summary.txt"
 fi
