@@ -568,9 +568,17 @@ static size_t find_ns_init(struct victim *v)
 		ino_t ns;
 		bool all;
 
-		if (pid <= 0 || nspid_of(pid, &inner) != depth + 1 || inner != 1 || stat_of(pid, &ppid, &start) ||
-		    start < W.t0)
+		if (pid <= 0 || nspid_of(pid, &inner) != depth + 1 || inner != 1 || stat_of(pid, &ppid, &start))
 			continue;
+		if (start < W.t0) {
+			/* said, so that a restore whose init was not found shows
+			 * every init it passed over and why */
+			glog(false,
+			     "pid %d is pid 1 of a pid namespace that started before this guardian: not this "
+			     "restore's",
+			     (int)pid);
+			continue;
+		}
 		/* A namespace is born with its init and dies with it: one whose
 		 * init started after the guardian did not exist before the
 		 * restore began. (Not by the namespace's inode: a namespace of
@@ -578,6 +586,11 @@ static size_t find_ns_init(struct victim *v)
 		 * this one.) */
 		ns = pidns_of(pid);
 		all = ns != 0;
+		if (!all)
+			glog(false,
+			     "pid %d is pid 1 of a pid namespace this guardian cannot read (/proc/%d/ns/pid): "
+			     "passed over",
+			     (int)pid, (int)pid);
 		{
 			struct dirent *e2;
 			DIR *d2 = opendir("/proc");
@@ -586,8 +599,14 @@ static size_t find_ns_init(struct victim *v)
 				pid_t q = (pid_t)atoi(e2->d_name), qi = 0;
 
 				if (q > 0 && pidns_of(q) == ns && nspid_of(q, &qi) == depth + 1 &&
-				    !cuip_pstree_has(&W.img, qi))
+				    !cuip_pstree_has(&W.img, qi)) {
 					all = false;
+					glog(false,
+					     "pid %d is pid 1 of a pid namespace that also holds pid %d (%d there), "
+					     "which "
+					     "is not in the images: passed over",
+					     (int)pid, (int)q, (int)qi);
+				}
 			}
 			if (d2)
 				closedir(d2);

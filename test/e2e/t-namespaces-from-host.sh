@@ -66,6 +66,17 @@ grep -q "^OK: every image decodes" "$T/show.txt" || fail "show: verdict"
 # the guardian finds that namespace's init and kills it, and with it the
 # namespace; nothing of it is left.
 glog=$T/d1/cuinterpose-guardian.log
+# other_pidns: every process in a pid namespace other than ours (pid,
+# NSpid, state, comm), for a failure: whether a restored tree was left
+other_pidns() {
+	local p me
+
+	me=$(readlink /proc/self/ns/pid)
+	for p in /proc/[0-9]*; do
+		[ "$(readlink "$p/ns/pid" 2>/dev/null)" = "$me" ] && continue
+		echo "${p#/proc/} [$(awk '/^NSpid/ {$1 = ""; print}' "$p/status" 2>/dev/null)] $(stat_state "${p#/proc/}") $(cat "$p/comm" 2>/dev/null);"
+	done
+}
 killed_in_pidns() { # WHAT LOG
 	local g x
 	g=$(sed -n 's/.*guardian pid \([0-9]*\) watches this restore.*/\1/p' "$T/d1/$2" | head -n1)
@@ -76,7 +87,8 @@ killed_in_pidns() { # WHAT LOG
 	done
 	grep -q "restored tree killed [0-9.]* s after criu was lost" "$glog" || fail "$1: no verdict: $(cat "$glog" 2>&1)"
 	x=$(sed -n 's/.*the restored tree is the pid namespace of pid \([0-9]*\) (pid 1 there).*/\1/p' "$glog")
-	[ -n "$x" ] || fail "$1: the guardian did not find the namespace's init: $(cat "$glog")"
+	[ -n "$x" ] || fail "$1: the guardian did not find the namespace's init: $(cat "$glog")
+processes in other pid namespaces now: $(other_pidns)"
 	grep -q "killed pid $x " "$glog" || fail "$1: pid $x not killed: $(cat "$glog")"
 	live "$x" &&
 		fail "$1: the namespace's init $x still runs after the verdict"
