@@ -145,8 +145,19 @@ expect 0 "^y --help$" run --lib "$CUIP_LIB" sh -c 'echo "$0 $1"' y --help
 : >"$T/cuinterpose_plugin.so"
 printf '#!/bin/sh\nfor a in "$@"; do printf "[%%s]\\n" "$a"; done >"%s/criu.args"\n' "$T" >"$T/criu"
 chmod +x "$T/criu"
-"$cli" checkpoint --libdir "$T" --criu "$T/criu" --timeout 30 $$ "$T/pt" -- --help -h -- 'a b' --timeout \
-	>"$T/out" 2>&1 || fail "checkpoint with a fake criu failed"
+# The root leads a session of its own: this shell's session may be led from
+# outside its pid namespace (CI), which checkpoint refuses before criu runs.
+setsid sleep 60 &
+sj=$!
+n=0
+until [ "$(sed 's/.*) //' "/proc/$sj/stat" 2>/dev/null | cut -d' ' -f4)" = "$sj" ]; do
+	n=$((n + 1))
+	[ $n -le 100 ] || { kill $sj; fail "setsid sleep did not lead a session of its own within 10 s"; }
+	sleep 0.1
+done
+"$cli" checkpoint --libdir "$T" --criu "$T/criu" --timeout 30 $sj "$T/pt" -- --help -h -- 'a b' --timeout \
+	>"$T/out" 2>&1 || { kill $sj; fail "checkpoint with a fake criu failed"; }
+kill $sj
 tail -n 5 "$T/criu.args" | tr -d '\n' >"$T/tail"
 [ "$(cat "$T/tail")" = "[--help][-h][--][a b][--timeout]" ] || fail "criu got '$(cat "$T/tail")' after the flags"
 
