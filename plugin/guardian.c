@@ -77,7 +77,10 @@ static struct {
 	struct cuip_pstree img;	      /* restore: the images' tree */
 	unsigned long long t0;	      /* restore: the guardian's start, in clock ticks since boot */
 	int *pre_fd;		      /* restore: per image process, the process at its pid when the guardian started */
-	char phase[64];		      /* last progress seen, for the log */
+	int depth;		      /* restore: how many pid namespaces deep the guardian is (NSpid's levels) */
+	int init_fd;		      /* restore in a new pid namespace: a pidfd of its init, seen as criu's child */
+	pid_t init_pid;
+	char phase[64]; /* last progress seen, for the log */
 	bool after;
 	double t_lost;
 } W;
@@ -254,7 +257,8 @@ static pid_t tracer_of(pid_t pid)
 	return t;
 }
 
-/* Read a short cgroup file into buf (trailing newline dropped): 0 or -errno. */
+/* Read a short cgroup or /proc file into buf (trailing newline dropped): 0
+ * or -errno. */
 static int read_small(const char *path, char *buf, size_t len)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -552,8 +556,8 @@ static size_t find_tree(struct victim *v)
  */
 static size_t find_ns_init(struct victim *v)
 {
-	pid_t self_inner = 0, found = 0;
-	int depth = nspid_of(getpid(), &self_inner), many = 0;
+	pid_t found = 0;
+	int depth = W.depth, many = 0;
 	struct dirent *de;
 	DIR *d = opendir("/proc");
 
@@ -568,8 +572,14 @@ static size_t find_ns_init(struct victim *v)
 		ino_t ns;
 		bool all;
 
-		if (pid <= 0 || nspid_of(pid, &inner) != depth + 1 || inner != 1 || stat_of(pid, &ppid, &start))
+		if (pid <= 0 || nspid_of(pid, &inner) != depth + 1 || inner != 1)
 			continue;
+		if (stat_of(pid, &ppid, &start)) {
+			glog(false,
+			     "pid %d is pid 1 of a pid namespace whose /proc/%d/stat cannot be read: passed over",
+			     (int)pid, (int)pid);
+			continue;
+		}
 		if (start < W.t0) {
 			/* said, so that a restore whose init was not found shows
 			 * every init it passed over and why */
@@ -630,8 +640,88 @@ static size_t find_ns_init(struct victim *v)
 			glog(false, "the restored tree is the pid namespace of pid %d (pid 1 there)", (int)found);
 			return 1;
 		}
+		glog(true, "pid %d, pid 1 of this restore's pid namespace, cannot be pinned: %s", (int)found,
+		     strerror(errno));
 	}
 	return 0;
+}
+
+/*
+ * A restore into a new pid namespace: criu clones the images' root into it
+ * itself, so while criu runs, its child one level below the guardian whose
+ * pid there is 1 is this restore's init, with no other evidence needed
+ * (CRIU may have helpers of its own in that namespace while it restores).
+ * Pinned by a pidfd taken before checking that it is still criu's child,
+ * so that the pid cannot have passed to another process. Called while
+ * criu lives, until found; an init that exits while criu lives (a restore
+ * that failed and is retried, or a probe of criu's own) is let go.
+ */
+static void watch_ns_init(void)
+{
+	char path[64], buf[4096];
+	struct dirent *de;
+	DIR *d;
+
+	if (W.init_fd >= 0) {
+		struct pollfd pf = {.fd = W.init_fd, .events = POLLIN};
+
+		if (poll(&pf, 1, 0) != 1)
+			return;
+		glog(false, "pid %d, criu's child in a new pid namespace, exited while criu runs: let go",
+		     (int)W.init_pid);
+		close(W.init_fd);
+		W.init_fd = -1;
+		W.init_pid = 0;
+	}
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)W.criu);
+	d = opendir(path);
+	if (!d)
+		return;
+	while (W.init_fd < 0 && (de = readdir(d))) {
+		int tid = atoi(de->d_name);
+		char *p = buf, *end;
+
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)W.criu, tid);
+		if (tid <= 0 || read_small(path, buf, sizeof(buf)))
+			continue;
+		for (long c; (c = strtol(p, &end, 10)) > 0 && end != p; p = end) {
+			pid_t inner = 0, ppid;
+			unsigned long long start;
+			int fd;
+
+			if (nspid_of((pid_t)c, &inner) != W.depth + 1 || inner != 1)
+				continue;
+			fd = pidfd_open_((pid_t)c);
+			if (fd < 0)
+				continue;
+			if (stat_of((pid_t)c, &ppid, &start) || ppid != W.criu || start < W.t0) {
+				close(fd);
+				continue;
+			}
+			W.init_fd = fd;
+			W.init_pid = (pid_t)c;
+			glog(false, "pid %d, criu's child, is pid 1 of a new pid namespace: this restore's tree",
+			     (int)c);
+			break;
+		}
+	}
+	closedir(d);
+}
+
+/* The init of the restored tree's pid namespace: the one seen as criu's
+ * child if it still lives, else found by its namespace. */
+static size_t ns_init(struct victim *v)
+{
+	if (W.init_fd >= 0 && pidfd_kill(W.init_fd, 0) == 0) {
+		v[0] = (struct victim){.pid = W.init_pid, .fd = W.init_fd};
+		glog(false, "the restored tree is the pid namespace of pid %d (pid 1 there, criu's child)",
+		     (int)W.init_pid);
+		return 1;
+	}
+	if (W.init_fd >= 0)
+		glog(false, "pid %d, seen as criu's child in a new pid namespace, is gone: looking for another",
+		     (int)W.init_pid);
+	return find_ns_init(v);
 }
 
 /*
@@ -661,7 +751,7 @@ static void __attribute__((noreturn)) kill_restored(const char *why)
 	     why, W.img.n, W.img.n ? (int)W.img.t[0].pid : 0, pidns ? " in a new pid namespace" : "");
 	if (!v)
 		_exit(1);
-	n = pidns ? find_ns_init(v) : find_tree(v);
+	n = pidns ? ns_init(v) : find_tree(v);
 	for (size_t i = 0; i < n; i++) {
 		char comm[32] = "?";
 		char path[64];
@@ -718,6 +808,7 @@ static void __attribute__((noreturn)) guardian_main(void)
 	int keep[4] = {W.ch, W.imgdir, log_fd ? log_fd() : 2, -1};
 	double stopped_since = 0;
 	sigset_t none;
+	bool watch;
 
 	prctl(PR_SET_NAME, CUIP_GUARDIAN_COMM);
 	for (int sig = 1; sig < NSIG; sig++)
@@ -745,8 +836,12 @@ static void __attribute__((noreturn)) guardian_main(void)
 			rl.rlim_cur = rl.rlim_max;
 			setrlimit(RLIMIT_NOFILE, &rl);
 		}
+		pid_t self_inner;
+
 		if (stat_of(getpid(), &ppid, &W.t0))
 			_exit(1);
+		W.depth = nspid_of(getpid(), &self_inner);
+		W.init_fd = -1;
 		note_preexisting();
 	} else {
 		W.topo = calloc(W.g->n ? W.g->n : 1, sizeof(*W.topo));
@@ -757,6 +852,7 @@ static void __attribute__((noreturn)) guardian_main(void)
 			W.g->p[i].inspect = W.g->p[i].save = NULL;
 		}
 	}
+	watch = W.restore && W.img.n && W.img.t[0].pid == 1;
 	/* poll() says a message starts; this bounds one that never ends
 	 * (criu stopped mid-write), so the stop bound below still runs. */
 	setsockopt(W.ch, SOL_SOCKET, SO_RCVTIMEO, &(struct timeval){2, 0}, sizeof(struct timeval));
@@ -767,10 +863,12 @@ static void __attribute__((noreturn)) guardian_main(void)
 	for (;;) {
 		struct pollfd pf[2] = {{.fd = W.pidfd, .events = POLLIN}, {.fd = W.ch, .events = POLLIN}};
 		bool end = false;
-		int n = poll(pf, W.ch >= 0 ? 2 : 1, W.stop_ms ? 50 : -1);
+		int n = poll(pf, W.ch >= 0 ? 2 : 1, W.stop_ms || watch ? 50 : -1);
 
 		if (n < 0 && errno != EINTR)
 			_exit(1);
+		if (watch)
+			watch_ns_init();
 		if (n > 0 && W.ch >= 0 && (pf[1].revents & (POLLIN | POLLHUP))) {
 			if (!read_msg(&end)) {
 				close(W.ch);

@@ -14,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -232,6 +234,75 @@ START_TEST(restore_leaves_unrelated)
 }
 END_TEST
 
+/*
+ * Restore into a new pid namespace: fake criu clones the images' root (pid
+ * 1 there) itself, and that init forks a helper (pid 2 there) that the
+ * images lack, as CRIU's own helpers can be while it restores. Looking at
+ * the namespace alone would pass such an init over; the guardian knows it
+ * as criu's child, and when criu dies it kills it, and the namespace with
+ * it. Unprivileged, a user namespace makes the pid namespace possible.
+ */
+START_TEST(restore_kills_ns_init_seen_as_child)
+{
+	struct cuip_pstree_task t = {.pid = 1};
+	char buf[4096], want[160];
+	int st;
+	pid_t c, init;
+
+	mkdir_tmp();
+	unsetenv("CUINTERPOSE_GUARDIAN_STOP_MS");
+	if (!shared_pid) {
+		shared_pid = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		ck_assert_ptr_ne((void *)shared_pid, MAP_FAILED);
+	}
+	*shared_pid = 0;
+	/* the init outlives fake criu: it comes back to this process */
+	ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+	c = fork();
+	ck_assert_int_ge(c, 0);
+	if (c == 0) {
+		struct cuip_pstree img = {.t = &t, .n = 1};
+		char err[256];
+		pid_t i;
+
+		if (cuip_guardian_start_restore(&img, open(dir, O_RDONLY | O_DIRECTORY), err, sizeof(err)))
+			_exit(10);
+		if (geteuid() && unshare(CLONE_NEWUSER))
+			_exit(11);
+		if (unshare(CLONE_NEWPID))
+			_exit(12);
+		i = fork();
+		if (i < 0)
+			_exit(13);
+		if (i == 0) { /* pid 1 of the new namespace, and a helper at pid 2 */
+			if (fork() == 0)
+				for (;;)
+					pause();
+			for (;;)
+				pause();
+		}
+		*shared_pid = i;
+		read_log(buf, sizeof(buf), "is pid 1 of a new pid namespace: this restore's tree");
+		_exit(strstr(buf, "this restore's tree") ? 0 : 14); /* dies before any commit */
+	}
+	ck_assert_int_eq(waitpid(c, &st, 0), c);
+	ck_assert_int_eq(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 0);
+	init = *shared_pid;
+	ck_assert_int_gt(init, 0);
+	read_log(buf, sizeof(buf), "restored tree killed");
+	snprintf(want, sizeof(want), "pid %d, criu's child, is pid 1 of a new pid namespace", (int)init);
+	ck_assert_msg(strstr(buf, want), "log: %s", buf);
+	snprintf(want, sizeof(want), "the restored tree is the pid namespace of pid %d (pid 1 there, criu's child)",
+		 (int)init);
+	ck_assert_msg(strstr(buf, want), "log: %s", buf);
+	snprintf(want, sizeof(want), "killed pid %d ", (int)init);
+	ck_assert_msg(strstr(buf, want), "log: %s", buf);
+	ck_assert_int_eq(waitpid(init, &st, 0), init);
+	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "init ended with status 0x%x", st);
+	rm_tmp();
+}
+END_TEST
+
 /* A pstree.img of two processes, 100 (root, ppid 1) and 101 (ppid 100,
  * threads 101 and 102 packed), both in group and session 100, as CRIU
  * writes it. */
@@ -335,6 +406,7 @@ Suite *guardian_suite(void)
 	tcase_add_test(tc, bad_stop_bound);
 	tcase_add_test(tc, fault_specs);
 	tcase_add_test(tc, restore_leaves_unrelated);
+	tcase_add_test(tc, restore_kills_ns_init_seen_as_child);
 	tcase_add_test(tc, pstree_reads);
 	suite_add_tcase(s, tc);
 	return s;

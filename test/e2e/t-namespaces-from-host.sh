@@ -63,7 +63,8 @@ grep -q "^OK: every image decodes" "$T/show.txt" || fail "show: verdict"
 
 # criu killed inside its restore, before RESUME_DEVICES_LATE, with the
 # tree in a new pid namespace (its pids there are the images', not ours):
-# the guardian finds that namespace's init and kills it, and with it the
+# the guardian knows that namespace's init as criu's child (or, when criu
+# dies first, finds it by its namespace) and kills it, and with it the
 # namespace; nothing of it is left.
 glog=$T/d1/cuinterpose-guardian.log
 # other_pidns: every process in a pid namespace other than ours (pid,
@@ -77,7 +78,7 @@ other_pidns() {
 		echo "${p#/proc/} [$(awk '/^NSpid/ {$1 = ""; print}' "$p/status" 2>/dev/null)] $(stat_state "${p#/proc/}") $(cat "$p/comm" 2>/dev/null);"
 	done
 }
-killed_in_pidns() { # WHAT LOG
+killed_in_pidns() { # WHAT LOG [child]
 	local g x
 	g=$(sed -n 's/.*guardian pid \([0-9]*\) watches this restore.*/\1/p' "$T/d1/$2" | head -n1)
 	[ -n "$g" ] || fail "$1: no guardian: $(grep "cuinterpose: \|Error" "$T/d1/$2" | tail -n 5)"
@@ -86,9 +87,13 @@ killed_in_pidns() { # WHAT LOG
 		nap 0.05
 	done
 	grep -q "restored tree killed [0-9.]* s after criu was lost" "$glog" || fail "$1: no verdict: $(cat "$glog" 2>&1)"
-	x=$(sed -n 's/.*the restored tree is the pid namespace of pid \([0-9]*\) (pid 1 there).*/\1/p' "$glog")
+	x=$(sed -n 's/.*the restored tree is the pid namespace of pid \([0-9]*\) (pid 1 there[,)].*/\1/p' "$glog")
 	[ -n "$x" ] || fail "$1: the guardian did not find the namespace's init: $(cat "$glog")
 processes in other pid namespaces now: $(other_pidns)"
+	# criu's child since the forking stage: known as such, whatever else
+	# the namespace holds
+	[ "${3:-}" != child ] || grep -q "of pid $x (pid 1 there, criu's child)" "$glog" ||
+		fail "$1: the init was not known as criu's child: $(cat "$glog")"
 	grep -q "killed pid $x " "$glog" || fail "$1: pid $x not killed: $(cat "$glog")"
 	live "$x" &&
 		fail "$1: the namespace's init $x still runs after the verdict"
@@ -105,7 +110,7 @@ restorer=$!
 wait_line "$T/d1/restore-k2.log" "Restore via sigreturn"
 c=$(criu_main "$T/d1" restore) && kill -9 "$c"
 wait $restorer && fail "killed in the restorer: criu restore succeeded"
-killed_in_pidns "killed in the restorer" restore-k2.log
+killed_in_pidns "killed in the restorer" restore-k2.log child
 
 note restore
 criu_restore "$T/d1" --root / --network-lock skip --pidfile "$T/init.pid" || fail "criu restore of the namespaces"
