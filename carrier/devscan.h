@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "carrier.h"
+#include "carrier_types.h"
 
 /* Bytes one batch of launches covers before the scan waits for it,
  * reports progress and decides its chunks: small enough that a slow

@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "carrier.h"
+#include "carrier_types.h"
 #include "devscan.h"
 #include "wire.h"
 #include "xfer.h"

@@ -28,7 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "carrier.h"
+#include "carrier_types.h"
 #include "chunkscan.h"
 #include "devscan.h"
 #include "sha256.h"

@@ -5,13 +5,15 @@
  * Included by the .c files of carrier/ only: not installed and not part of
  * the contract (that is carrier.h).
  *
- * The files: carrier.c plans a transfer, cuts and claims slices, runs the
- * threads and the staging, and holds the public save and load; save.c is
- * the save side (checksums, sparse writes, compression, the device
- * scan's use), load.c the load side (reads, CRC checks, frames, zero
- * chunks); stripe.c stripes over several files and keeps the extents in
- * the index; config.c reads the environment and resolves the driver
- * table.
+ * The files: carrier.c holds the public save and load and orders a
+ * transfer's steps; pipeline.c plans a transfer, cuts and claims slices,
+ * runs the threads and the staging; save.c is the save side (checksums,
+ * sparse writes, compression, the device scan's use), load.c the load
+ * side (reads, CRC checks, frames, zero chunks); stripe.c stripes over
+ * several files and keeps the extents in the index; config.c reads the
+ * environment and resolves the driver table. Calls go down that list's
+ * first three: the engine reaches a pass's worker only through the
+ * pointer xfer_run_pass() is handed.
  *
  * All of a transfer's state lives in one mmap'd block (struct xfer); its
  * mutex guards the cursors, the first error, the byte count and the
@@ -27,7 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "carrier.h"
+#include "carrier_types.h"
 #include "devscan.h"
 
 #define MIB  (1024ull * 1024)
@@ -131,7 +133,8 @@ struct xfer {
 	const struct carrier_ops *ops;
 	const struct carrier_config *cfg;
 	enum pass pass;
-	const int *fds; /* [nfds]; items[i].file indexes it */
+	void (*worker)(struct worker *w); /* the pass's, for each thread (xfer_run_pass()) */
+	const int *fds;			  /* [nfds]; items[i].file indexes it */
 	size_t nfds;
 	struct carrier_item *items; /* const for load: never written there */
 	size_t n;
@@ -183,7 +186,21 @@ struct xfer {
 	size_t map_len;	 /* this block */
 };
 
-/* ---- carrier.c: shared helpers of the pipeline ------------------------- */
+/* ---- pipeline.c: the engine and the helpers the passes share ------------ */
+
+struct xfer *xfer_new(const struct carrier_ops *ops, const struct carrier_config *cfg, const int *fds, size_t nfds,
+		      struct carrier_item *items, size_t n, CUcontext cur);
+void xfer_plan(struct xfer *x);
+void xfer_zip_plan(struct xfer *x, bool load);
+void xfer_wire(struct xfer *x);
+int xfer_setup(struct xfer *x);
+/* One pass over all items with every thread, each running worker on the
+ * slices it claims. Returns x->rc. */
+int xfer_run_pass(struct xfer *x, enum pass pass, void (*worker)(struct worker *w));
+void xfer_report(struct xfer *x, bool final);
+void xfer_teardown(struct xfer *x);
+void xfer_fill_stats(const struct xfer *x, struct carrier_stats *st, double t0, double setup_s);
+void xfer_free(struct xfer *x);
 
 double xfer_now(void);
 const char *xfer_cu_name(const struct carrier_ops *ops, CUresult rc);
@@ -202,6 +219,8 @@ void xfer_account(struct xfer *x, uint64_t bytes);
 int xfer_slot_wait(struct worker *w, struct slot *sl);
 void xfer_slice_done(struct worker *w);
 int xfer_issue(struct worker *w, struct slot *sl, bool to_host);
+/* ---- carrier.c ---------------------------------------------------------- */
+
 /* Argument checks of the public save and load, shared with striping. */
 int carrier_check_items(const char *what, const struct carrier_item *items, size_t n, bool load, char *err,
 			size_t errlen);
