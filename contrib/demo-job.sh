@@ -15,6 +15,8 @@ say() { printf '\n== %s\n' "$*"; }
 # criu runs under a bound (contrib/bounded): a criu that hangs is named and
 # killed instead of holding the demo forever. criu_failed LOG says why.
 BOUNDED=$(cd "$(dirname "$0")" && pwd)/bounded
+# live PID: one read of its stat (the tests' own reader)
+. "$(dirname "$BOUNDED")/../test/e2e/procstate.sh"
 criu_failed() {
 	echo "criu failed; its log: $1"
 	grep -E "Error|cuinterpose:.*(refus|fail)" "$1" | tail -n 5
@@ -86,7 +88,7 @@ grep "cuinterpose:" "$D/img/dump.log" | grep -vE ": pid [0-9]+ done" | grep -E "
 	sed "s/^/  /"
 ls -la "$D/img" | grep cuinterpose | sed 's/^/  /'
 for p in $parent $children; do
-	if kill -0 "$p" 2>/dev/null && [ "$(awk '{print $3}' /proc/$p/stat)" != Z ]; then
+	if live "$p"; then
 		echo "process $p still running after dump"
 		exit 1
 	fi
@@ -137,7 +139,7 @@ kill -TERM "$parent"
 for _ in $(seq 400); do
 	gone=1
 	for p in $parent $children; do
-		[ -d /proc/$p ] && [ "$(awk '{print $3}' /proc/$p/stat 2>/dev/null)" != Z ] && gone=0
+		live "$p" && gone=0
 	done
 	[ $gone = 1 ] && break
 	sleep 0.05

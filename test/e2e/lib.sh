@@ -411,23 +411,7 @@ criu_restore() { # DIR [extra criu args]
 }
 
 alive() { kill -0 "$1" 2>/dev/null; }
-# stat_state PID: the state letter of /proc/PID/stat, read once (empty when
-# the process is gone). After the last ')': a comm may hold spaces and
-# parentheses.
-stat_state() {
-	local st=
-	[ -n "$1" ] && { read -r st <"/proc/$1/stat"; } 2>/dev/null
-	st=${st##*) }
-	echo "${st%% *}"
-}
-# live PID: the process runs (stopped or traced counts): neither gone nor a
-# zombie nor dead while its parent reaps it (X). One read of its stat: a
-# test of /proc/PID then a read of its stat races with the reaper, and a
-# process reaped in between must not count as running.
-live() {
-	case $(stat_state "$1") in '' | Z | X) return 1 ;; esac
-	return 0
-}
+. "$srcdir/procstate.sh" # stat_state, live
 # proc_state PID: running, stopped, a zombie (dead, not reaped) or gone
 proc_state() {
 	local st

@@ -61,7 +61,7 @@ stuck_report() {
 	local p t
 
 	for p in $(job_pids); do
-		echo "pid $p: $(awk '{print "state " $3}' /proc/$p/stat 2>/dev/null || echo gone)," \
+		echo "pid $p: state $(stat_state "$p" | grep . || echo gone)," \
 			"native $(timeout 10 "$FAKERUN" "$CKPT" --pid "$p" --action state 2>&1 | tr '\n' ' ')," \
 			"tracer $(awk '/TracerPid/ {print $2}' /proc/$p/status 2>/dev/null)"
 		for t in /proc/$p/task/*; do

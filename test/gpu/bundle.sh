@@ -75,6 +75,7 @@ done
 cp "$top"/test/gpu/*.sh "$top"/test/gpu/*.py "$top"/test/gpu/*.c "$top"/test/gpu/*.cu "$out/scripts/"
 cp -r "$top/test/gpu/frameworks" "$out/scripts/"
 cp "$top/test/e2e/e2e_pool.c" "$out/scripts/" # gpu_pool
+cp "$top/test/e2e/procstate.sh" "$out/scripts/" # stat_state, live for run.sh and jobs.sh
 cp "$top/test/workloads/wl.c" "$top/test/workloads/wl.h" "$out/scripts/" # the workloads' library
 strip --strip-debug "$out"/bin/* "$out"/lib/* "$out"/plugins/* "$out"/workloads/* 2>/dev/null || true
 {

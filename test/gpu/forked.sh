@@ -32,6 +32,8 @@
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 S=$(cd "$(dirname "$0")" && pwd)
+# stat_state, live: beside this script in a bundle, in test/e2e in the tree
+. "$S/procstate.sh" 2>/dev/null || . "$S/../e2e/procstate.sh" || exit 2
 BUNDLE=$(cd "$S/.." && pwd)
 OUT=
 ONLY=dl-persist,dl-fresh,compile,dl-precopy,dl-release,dl-incr,base
@@ -166,7 +168,7 @@ cycle() {
 }
 
 # ended PID: the process is gone or a zombie (a child not yet waited for)
-ended() { local st; st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1); [ -z "$st" ] || [ "$st" = Z ]; }
+ended() { ! live "$1"; }
 
 # reference NAME PRELOAD ARGS...: the uninterrupted run of scenario NAME (its
 # losses in $T/NAME-ref), its exit waited for at most 60 s after its last

@@ -60,6 +60,8 @@
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 S=$(cd "$(dirname "$0")" && pwd)
+# stat_state, live: beside this script in a bundle, in test/e2e in the tree
+. "$S/procstate.sh" 2>/dev/null || . "$S/../e2e/procstate.sh" || exit 2
 BUNDLE=${BUNDLE:-$(cd "$S/.." && pwd)}
 OUT=
 ONLY=jax,ddp
@@ -130,8 +132,6 @@ tree_of() {
 		END { k[r] = 1; do { n = 0; for (c in p) if (!(c in k) && (p[c] in k)) { k[c] = 1; n = 1 } } while (n)
 		      for (c in k) print c }'
 }
-# alive PID: exists and is not a zombie
-alive() { local st; st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1); [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]; }
 # gone_within SECONDS PIDS...: 0 once none exists (zombies included: a
 # zombie keeps its pid and criu restore fails "Can't fork for PID")
 gone_within() {
@@ -146,7 +146,7 @@ gone_within() {
 # ended_within SECONDS PID: 0 once PID is gone or a zombie
 ended_within() {
 	local i
-	for ((i = 0; i < $1 * 20; i++)); do alive "$2" || return 0; sleep 0.05; done
+	for ((i = 0; i < $1 * 20; i++)); do live "$2" || return 0; sleep 0.05; done
 	return 1
 }
 # wait_for FILE SECONDS PID: FILE exists (0); PID ended or the time ran out (1)
@@ -154,7 +154,7 @@ wait_for() {
 	local i
 	for ((i = 0; i < $2 * 20; i++)); do
 		[ -e "$1" ] && return 0
-		alive "$3" || { sleep 0.2; [ -e "$1" ]; return; }
+		live "$3" || { sleep 0.2; [ -e "$1" ]; return; }
 		sleep 0.05
 	done
 	return 1
@@ -238,7 +238,7 @@ guarded() {
 	pid=$!
 	DISKFULL=''
 	for ((i = 0; ; i++)); do
-		alive "$pid" || break
+		live "$pid" || break
 		if [ $((i % 10)) = 0 ] && [ "$(df -Pk "$IMG" | awk 'NR == 2 {print int($4 / 1024)}')" -lt "$floor" ]; then
 			DISKFULL="less than $floor MiB left free under $IMG while criu wrote the images: criu killed"
 			say "$DISKFULL"

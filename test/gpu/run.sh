@@ -84,6 +84,8 @@ set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 S=$(cd "$(dirname "$0")" && pwd)
+# stat_state, live: beside this script in a bundle, in test/e2e in the tree
+. "$S/procstate.sh" 2>/dev/null || . "$S/../e2e/procstate.sh" || exit 2
 BUNDLE=${BUNDLE:-$(cd "$S/.." && pwd)}
 WL=$BUNDLE/workloads
 
@@ -250,13 +252,6 @@ cmd() {
 }
 answers() { for ((r = 0; r < NP; r++)); do cat "$JOBDIR/r$r.$SEQ"; done; }
 
-# live PID: runs (one read of its stat: neither gone, a zombie nor being reaped)
-live() {
-	local st=
-	{ read -r st <"/proc/$1/stat"; } 2>/dev/null
-	st=${st##*) }
-	case ${st%% *} in '' | Z | X) return 1 ;; esac
-}
 wait_gone() { # PIDS...: 0 once none is alive (zombies count as gone)
 	local p i
 	for p in "$@"; do
@@ -497,7 +492,7 @@ sc_killed() {
 	CUINTERPOSE_TEST_FAULT=kill@LOAD criu_do restore "$T/$name/d" "$T/plugins"
 	guardian_says "$T/$name/d" "restored tree killed" || fail "the guardian did not kill the half-restored tree"
 	wait_gone $pids || fail "a half-restored process is still alive"
-	wait_reaped $pids || fail "a half-restored process is still not reaped: $(for p in $pids; do [ -d /proc/$p ] && echo "$p $(awk '{print $3}' /proc/$p/stat)"; done | tr '\n' ' ')"
+	wait_reaped $pids || fail "a half-restored process is still not reaped: $(for p in $pids; do live "$p" && echo "$p $(stat_state "$p")"; done | tr '\n' ' ')"
 	echo "restore: $(grep -o 'restored tree killed [0-9.]* s' "$T/$name/d/cuinterpose-guardian.log")" >>"$T/$name/times"
 	criu_do restore "$T/$name/d" "$T/plugins" || fail "criu restore after the killed one"
 	cmd 120 verify || fail "bytes after restore: $CMDERR"
