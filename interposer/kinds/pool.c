@@ -73,6 +73,7 @@ static struct trimmed {
 	CUmemoryPool drv;
 	int device;
 	uint64_t held, after; /* reserved before and after the trim */
+	bool taken;	      /* RESUME took the cache back (a device's contexts share its pools) */
 } trimmed[NTRIM];
 static size_t ntrimmed;
 
@@ -628,7 +629,7 @@ static CUresult regrow_device(CUcontext c, void *arg)
 		CUdeviceptr va = 0;
 		CUresult r;
 
-		if (t->device != (int)dev || t->after >= t->held || now >= t->held)
+		if (t->device != (int)dev || t->taken || t->after >= t->held || now >= t->held)
 			continue;
 		if (!st && (r = real.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
 			pr_err("device %d: no stream to refill its memory pools: %s (they grow again on demand)",
@@ -657,7 +658,7 @@ static CUresult regrow_device(CUcontext c, void *arg)
 					(void *)t->drv, t->device, got >> 20, t->held >> 20);
 			*taken += got > now ? got - now : 0;
 		}
-		t->after = t->held; /* done */
+		t->taken = true;
 	}
 	if (st)
 		real.cuStreamDestroy_v2(st);
