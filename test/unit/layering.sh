@@ -1,7 +1,7 @@
 #!/bin/sh
 # layering.sh - the interposer's modules call and include each other without
-# cycles: FAILS, printing the cycle, when module A uses module B and B
-# (directly or through others) uses A.
+# cycles, and so do the carrier's files: FAILS, printing the cycle, when
+# module A uses module B and B (directly or through others) uses A.
 #
 # A module is one name: interposer/FOLDER/NAME.c and NAME.h (or a header
 # in interposer/ itself). Calls come from the built objects of
@@ -236,4 +236,33 @@ for what in call include; do
 	cat "$tmp/out"
 	grep -q '^FAIL' "$tmp/out" && status=1
 done
+
+# ---- the carrier -------------------------------------------------------------
+
+# carrier/ calls one way too: carrier.c (the public save and load) calls
+# the engine (pipeline.c) and the sides (save.c, load.c), the sides call
+# the engine, and the engine reaches a side's worker only through a
+# pointer. Its call arrows, from libcuipcarrier's objects, must not close
+# a cycle.
+find "$top_builddir/carrier" -name 'libcuipcarrier_la-*.o' >"$tmp/cobjs"
+grep -q '/\.libs/' "$tmp/cobjs" && grep '/\.libs/' "$tmp/cobjs" >"$tmp/cobjs2" && mv "$tmp/cobjs2" "$tmp/cobjs"
+: >"$tmp/csyms"
+ncobj=0
+while read -r o; do
+	[ -f "$o" ] || continue
+	m=${o##*/libcuipcarrier_la-}
+	m=${m%.o}
+	ncobj=$((ncobj + 1))
+	nm -P -g --defined-only "$o" | awk -v m="$m" '{ print "D", m, $1 }' >>"$tmp/csyms" || exit 1
+	nm -P -u "$o" | awk -v m="$m" '{ print "U", m, $1 }' >>"$tmp/csyms" || exit 1
+done <"$tmp/cobjs"
+if [ "$ncobj" -lt 2 ]; then
+	echo "FAIL: no objects of libcuipcarrier under $top_builddir/carrier (build it first)"
+	exit 1
+fi
+awk '$1 == "D" { def[$3] = $2; next }
+     $1 == "U" && ($3 in def) && def[$3] != $2 { print $2, def[$3], $3 }' "$tmp/csyms" "$tmp/csyms" |
+	sort -u | cycles "carrier call" >"$tmp/out"
+cat "$tmp/out"
+grep -q '^FAIL' "$tmp/out" && status=1
 exit $status
