@@ -29,22 +29,29 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 
 # ---- arrows ----------------------------------------------------------------
 
-nobj=0
-# Objects under .libs/ when libtool builds PIC ones there, else beside the sources.
-find "$top_builddir/interposer" -name 'libcuinterpose_la-*.o' >"$tmp/objs"
-grep -q '/\.libs/' "$tmp/objs" && grep '/\.libs/' "$tmp/objs" >"$tmp/objs2" && mv "$tmp/objs2" "$tmp/objs"
-while read -r o; do
-	[ -f "$o" ] || continue
-	m=${o##*/libcuinterpose_la-}
-	m=${m%.o}
-	nobj=$((nobj + 1))
-	nm -P -g --defined-only "$o" | awk -v m="$m" '{ print "D", m, $1 }' >>"$tmp/syms" || exit 1
-	nm -P -u "$o" | awk -v m="$m" '{ print "U", m, $1 }' >>"$tmp/syms" || exit 1
-done <"$tmp/objs"
-if [ "$nobj" -lt 2 ]; then
-	echo "FAIL: no objects of libcuinterpose under $top_builddir/interposer (build it first; or the build layout changed and this check must follow)"
-	exit 1
-fi
+# symbols DIR LIB OUT: "D module symbol" and "U module symbol" lines of
+# the objects of libtool library LIB built under DIR (under .libs/ when
+# libtool builds PIC ones there, else beside the sources), one module per
+# object; fails the check when there are fewer than two.
+symbols() {
+	local n=0 o m
+	find "$1" -name "$2_la-*.o" >"$tmp/objs"
+	grep -q '/\.libs/' "$tmp/objs" && grep '/\.libs/' "$tmp/objs" >"$tmp/objs2" && mv "$tmp/objs2" "$tmp/objs"
+	: >"$3"
+	while read -r o; do
+		[ -f "$o" ] || continue
+		m=${o##*/"$2"_la-}
+		m=${m%.o}
+		n=$((n + 1))
+		nm -P -g --defined-only "$o" | awk -v m="$m" '{ print "D", m, $1 }' >>"$3" || exit 1
+		nm -P -u "$o" | awk -v m="$m" '{ print "U", m, $1 }' >>"$3" || exit 1
+	done <"$tmp/objs"
+	if [ "$n" -lt 2 ]; then
+		echo "FAIL: no objects of $2 under $1 (build it first; or the build layout changed and this check must follow)"
+		exit 1
+	fi
+}
+symbols "$top_builddir/interposer" libcuinterpose "$tmp/syms"
 # "from to via" for every call arrow.
 awk '$1 == "D" { if ($3 in def && def[$3] != $2) dup[$3] = def[$3] " and " $2; def[$3] = $2; next }
      $1 == "U" && ($3 in def) && def[$3] != $2 { print $2, def[$3], $3 }
@@ -244,22 +251,7 @@ done
 # the engine, and the engine reaches a side's worker only through a
 # pointer. Its call arrows, from libcuipcarrier's objects, must not close
 # a cycle.
-find "$top_builddir/carrier" -name 'libcuipcarrier_la-*.o' >"$tmp/cobjs"
-grep -q '/\.libs/' "$tmp/cobjs" && grep '/\.libs/' "$tmp/cobjs" >"$tmp/cobjs2" && mv "$tmp/cobjs2" "$tmp/cobjs"
-: >"$tmp/csyms"
-ncobj=0
-while read -r o; do
-	[ -f "$o" ] || continue
-	m=${o##*/libcuipcarrier_la-}
-	m=${m%.o}
-	ncobj=$((ncobj + 1))
-	nm -P -g --defined-only "$o" | awk -v m="$m" '{ print "D", m, $1 }' >>"$tmp/csyms" || exit 1
-	nm -P -u "$o" | awk -v m="$m" '{ print "U", m, $1 }' >>"$tmp/csyms" || exit 1
-done <"$tmp/cobjs"
-if [ "$ncobj" -lt 2 ]; then
-	echo "FAIL: no objects of libcuipcarrier under $top_builddir/carrier (build it first)"
-	exit 1
-fi
+symbols "$top_builddir/carrier" libcuipcarrier "$tmp/csyms"
 awk '$1 == "D" { def[$3] = $2; next }
      $1 == "U" && ($3 in def) && def[$3] != $2 { print $2, def[$3], $3 }' "$tmp/csyms" "$tmp/csyms" |
 	sort -u | cycles "carrier call" >"$tmp/out"
