@@ -15,8 +15,10 @@ say() { printf '\n== %s\n' "$*"; }
 # criu runs under a bound (contrib/bounded): a criu that hangs is named and
 # killed instead of holding the demo forever. criu_failed LOG says why.
 BOUNDED=$(cd "$(dirname "$0")" && pwd)/bounded
-# live PID: one read of its stat (the tests' own reader)
-. "$(dirname "$BOUNDED")/../test/e2e/procstate.sh"
+# live PID: one read of its stat (the tests' own reader, test/e2e/procstate.sh;
+# beside this script where it was copied out of the tree)
+here=$(dirname "$BOUNDED")
+if [ -f "$here/procstate.sh" ]; then . "$here/procstate.sh"; else . "$here/../test/e2e/procstate.sh"; fi
 criu_failed() {
 	echo "criu failed; its log: $1"
 	grep -E "Error|cuinterpose:.*(refus|fail)" "$1" | tail -n 5

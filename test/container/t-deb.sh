@@ -68,6 +68,7 @@ cp -a "$ROOT" "$R" || fail "copying the clean root"
 install -D -m 755 "$CRIU_BIN" "$R/usr/local/sbin/criu"
 install -D -m 755 "$top/contrib/demo-job.sh" "$R/opt/demo/demo-job.sh"
 install -D -m 755 "$top/contrib/bounded" "$R/opt/demo/bounded"
+install -D -m 644 "$top/test/e2e/procstate.sh" "$R/opt/demo/procstate.sh"
 install -D -m 755 "${top_builddir:?}/test/e2e/e2e_reaper" "$R/opt/demo/e2e_reaper"
 cp "$deb" "$fake" "$R/tmp/"
 # in the root, in a pid and mount namespace of its own: the root bound on
