@@ -487,6 +487,20 @@ static ino_t pidns_of(pid_t pid)
 	return stat(path, &st) ? 0 : st.st_ino;
 }
 
+/* PID is pid 1 of a pid namespace one level below the guardian's. */
+static bool pid1_below(pid_t pid)
+{
+	pid_t inner = 0;
+
+	return nspid_of(pid, &inner) == W.depth + 1 && inner == 1;
+}
+
+/* The images' root is pid 1: CRIU restores them in a new pid namespace. */
+static bool images_in_new_pidns(void)
+{
+	return W.img.n && W.img.t[0].pid == 1;
+}
+
 struct victim {
 	pid_t pid;
 	int fd;
@@ -557,7 +571,7 @@ static size_t find_tree(struct victim *v)
 static size_t find_ns_init(struct victim *v)
 {
 	pid_t found = 0;
-	int depth = W.depth, many = 0;
+	int many = 0;
 	struct dirent *de;
 	DIR *d = opendir("/proc");
 
@@ -566,13 +580,13 @@ static size_t find_ns_init(struct victim *v)
 		return 0;
 	}
 	while ((de = readdir(d))) {
-		pid_t pid = (pid_t)atoi(de->d_name), inner = 0, ppid;
+		pid_t pid = (pid_t)atoi(de->d_name), ppid;
 		unsigned long long start;
 
 		ino_t ns;
 		bool all;
 
-		if (pid <= 0 || nspid_of(pid, &inner) != depth + 1 || inner != 1)
+		if (pid <= 0 || !pid1_below(pid))
 			continue;
 		if (stat_of(pid, &ppid, &start)) {
 			glog(false,
@@ -608,7 +622,7 @@ static size_t find_ns_init(struct victim *v)
 			while (all && d2 && (e2 = readdir(d2))) {
 				pid_t q = (pid_t)atoi(e2->d_name), qi = 0;
 
-				if (q > 0 && pidns_of(q) == ns && nspid_of(q, &qi) == depth + 1 &&
+				if (q > 0 && pidns_of(q) == ns && nspid_of(q, &qi) == W.depth + 1 &&
 				    !cuip_pstree_has(&W.img, qi)) {
 					all = false;
 					glog(false,
@@ -685,11 +699,11 @@ static void watch_ns_init(void)
 		if (tid <= 0 || read_small(path, buf, sizeof(buf)))
 			continue;
 		for (long c; (c = strtol(p, &end, 10)) > 0 && end != p; p = end) {
-			pid_t inner = 0, ppid;
 			unsigned long long start;
+			pid_t ppid;
 			int fd;
 
-			if (nspid_of((pid_t)c, &inner) != W.depth + 1 || inner != 1)
+			if (!pid1_below((pid_t)c))
 				continue;
 			fd = pidfd_open_((pid_t)c);
 			if (fd < 0)
@@ -741,7 +755,7 @@ static void note_preexisting(void)
 static void __attribute__((noreturn)) kill_restored(const char *why)
 {
 	struct victim *v = calloc(W.img.n ? W.img.n : 1, sizeof(*v));
-	bool pidns = W.img.n && W.img.t[0].pid == 1;
+	bool pidns = images_in_new_pidns();
 	size_t n, left = 0;
 	int ret = 0;
 
@@ -829,15 +843,13 @@ static void __attribute__((noreturn)) guardian_main(void)
 	cuip_proc_close_inherited(keep, 4);
 	if (W.restore) {
 		struct rlimit rl;
-		pid_t ppid;
+		pid_t ppid, self_inner;
 
 		/* two pidfds per process of the images, at most */
 		if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
 			rl.rlim_cur = rl.rlim_max;
 			setrlimit(RLIMIT_NOFILE, &rl);
 		}
-		pid_t self_inner;
-
 		if (stat_of(getpid(), &ppid, &W.t0))
 			_exit(1);
 		W.depth = nspid_of(getpid(), &self_inner);
@@ -852,7 +864,7 @@ static void __attribute__((noreturn)) guardian_main(void)
 			W.g->p[i].inspect = W.g->p[i].save = NULL;
 		}
 	}
-	watch = W.restore && W.img.n && W.img.t[0].pid == 1;
+	watch = W.restore && images_in_new_pidns();
 	/* poll() says a message starts; this bounds one that never ends
 	 * (criu stopped mid-write), so the stop bound below still runs. */
 	setsockopt(W.ch, SOL_SOCKET, SO_RCVTIMEO, &(struct timeval){2, 0}, sizeof(struct timeval));
