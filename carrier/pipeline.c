@@ -41,7 +41,6 @@
  * lock.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -49,13 +48,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "carrier_types.h"
 #include "deadline.h"
-#include "errfmt.h"
 #include "threads.h"
 #include "xfer.h"
 #include "zchunk.h"
