@@ -150,7 +150,7 @@ chmod +x "$T/criu"
 setsid sleep 60 &
 sj=$!
 n=0
-until [ "$(sed 's/.*) //' "/proc/$sj/stat" 2>/dev/null | cut -d' ' -f4)" = "$sj" ]; do
+until [ "$(ps -o sid= -p "$sj" | tr -d ' ')" = "$sj" ]; do
 	n=$((n + 1))
 	[ $n -le 100 ] || { kill $sj; fail "setsid sleep did not lead a session of its own within 10 s"; }
 	sleep 0.1

@@ -413,7 +413,7 @@ criu_restore() { # DIR [extra criu args]
 alive() { kill -0 "$1" 2>/dev/null; }
 # stat_state, live: beside this file (the container tests source it from
 # test/e2e with their own srcdir)
-. "${BASH_SOURCE[0]%/*}/procstate.sh" || exit 99
+. "$(dirname "${BASH_SOURCE[0]}")/procstate.sh" || exit 99
 # proc_state PID: running, stopped, a zombie (dead, not reaped) or gone
 proc_state() {
 	local st
