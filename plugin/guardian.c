@@ -79,6 +79,7 @@ static struct {
 	int *pre_fd;		      /* restore: per image process, the process at its pid when the guardian started */
 	int depth;		      /* restore: how many pid namespaces deep the guardian is (NSpid's levels) */
 	int init_fd;		      /* restore in a new pid namespace: a pidfd of its init, seen as criu's child */
+	pid_t root_ppid;	      /* restore: the parent of the images' root when first found, or -1 */
 	pid_t init_pid;
 	char phase[64]; /* last progress seen, for the log */
 	bool after;
@@ -508,24 +509,28 @@ struct victim {
 
 /*
  * The images' processes that this restore created (no pid namespace: CRIU
- * gives each its pid of the images): a process at such a pid counts only
- * if it started after the guardian (which the plugin started at
- * init(RESTORE), before criu forks anything), and, below the root, if its
- * parent is its parent of the images (already counted) or the root's
- * parent (the reaper that took both from the dead criu). Anything else at
- * one of those pids is not ours and is left alone.
+ * gives each its pid of the images), beyond the n already in v: a process
+ * at such a pid counts only if it started after the guardian (which the
+ * plugin started at init(RESTORE), before criu forks anything), and, below
+ * the root, if its parent is its parent of the images (already counted) or
+ * the root's parent (the reaper that took both from the dead criu, and
+ * that takes the children of every victim killed). Anything else at one
+ * of those pids is not ours and is left alone (said on the first look).
+ * Returns the new count.
  */
-static size_t find_tree(struct victim *v)
+static size_t find_tree(struct victim *v, size_t n, bool first)
 {
-	pid_t root_ppid = -1;
-	size_t n = 0;
-
 	for (size_t i = 0; i < W.img.n; i++) {
 		pid_t pid = W.img.t[i].pid, ppid;
 		unsigned long long start;
-		bool ours;
-		int fd = pidfd_open_(pid);
+		bool ours, seen = false;
+		int fd;
 
+		for (size_t k = 0; k < n && !seen; k++)
+			seen = v[k].pid == pid;
+		if (seen)
+			continue;
+		fd = pidfd_open_(pid);
 		if (fd < 0)
 			continue;
 		if (stat_of(pid, &ppid, &start)) {
@@ -535,7 +540,7 @@ static size_t find_tree(struct victim *v)
 		/* the one that held the pid before the restore began, still there */
 		ours = start >= W.t0 && !(W.pre_fd[i] >= 0 && !pidfd_kill(W.pre_fd[i], 0));
 		if (ours && i) {
-			bool parent_ours = ppid == root_ppid;
+			bool parent_ours = ppid == W.root_ppid;
 
 			for (size_t k = 0; k < n && !parent_ours; k++)
 				parent_ours = v[k].pid == ppid && ppid == W.img.t[i].ppid;
@@ -547,15 +552,16 @@ static size_t find_tree(struct victim *v)
 			continue;
 		}
 		if (!ours) {
-			glog(false,
-			     "pid %d (of the images) is not a process of this restore (started before it or "
-			     "under another parent): left alone",
-			     (int)pid);
+			if (first)
+				glog(false,
+				     "pid %d (of the images) is not a process of this restore (started before it or "
+				     "under another parent): left alone",
+				     (int)pid);
 			close(fd);
 			continue;
 		}
 		if (!i)
-			root_ppid = ppid;
+			W.root_ppid = ppid;
 		v[n++] = (struct victim){.pid = pid, .fd = fd};
 	}
 	return n;
@@ -752,21 +758,14 @@ static void note_preexisting(void)
 		W.pre_fd[i] = pidfd_open_(W.img.t[i].pid);
 }
 
-static void __attribute__((noreturn)) kill_restored(const char *why)
+/* Kill v[from..n) and wait until each has exited, within 10 s of losing
+ * criu; 0, or how many still run (each said). *failed is set when a kill
+ * was refused. */
+static size_t kill_victims(struct victim *v, size_t from, size_t n, int *failed)
 {
-	struct victim *v = calloc(W.img.n ? W.img.n : 1, sizeof(*v));
-	bool pidns = images_in_new_pidns();
-	size_t n, left = 0;
-	int ret = 0;
+	size_t left = 0;
 
-	glog(true,
-	     "%s, before the restore's commit point: killing the restored tree (%zu processes in the images, root "
-	     "%d%s) so that it does not run half-built; the images are unchanged, restore again",
-	     why, W.img.n, W.img.n ? (int)W.img.t[0].pid : 0, pidns ? " in a new pid namespace" : "");
-	if (!v)
-		_exit(1);
-	n = pidns ? ns_init(v) : find_tree(v);
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = from; i < n; i++) {
 		char comm[32] = "?";
 		char path[64];
 		int fd;
@@ -782,15 +781,13 @@ static void __attribute__((noreturn)) kill_restored(const char *why)
 		}
 		if (pidfd_kill(v[i].fd, SIGKILL) && errno != ESRCH) {
 			glog(true, "cannot kill pid %d: %s", (int)v[i].pid, strerror(errno));
-			ret = 1;
+			*failed = 1;
 		} else {
 			glog(false, "killed pid %d (%s)", (int)v[i].pid, comm);
 		}
 	}
-	if (!n)
-		glog(false, "no process of the restored tree exists: nothing to kill");
 	/* bounded: SIGKILL ends a process within moments, stopped or traced */
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = from; i < n; i++) {
 		struct pollfd pf = {.fd = v[i].fd, .events = POLLIN};
 		double rest = 10.0 - (cuip_now() - W.t_lost);
 
@@ -799,6 +796,55 @@ static void __attribute__((noreturn)) kill_restored(const char *why)
 			left++;
 		}
 	}
+	return left;
+}
+
+/* Test seam (guardian.h): NULL in the product. */
+void (*cuip_guardian_test_before_kill)(void);
+
+/*
+ * Kill what this restore made of the tree. In a new pid namespace, its
+ * init: the namespace dies with it. Without one, the processes at the
+ * images' pids, in rounds: a process found alive may fork another of the
+ * images (CRIU's restore forks the tree from its root down) after the look
+ * and before its SIGKILL, so once every victim of a round has exited (its
+ * children passed to the reaper), the images' pids are looked at again,
+ * until a look finds no new process. A victim cannot fork once dead, and
+ * each round kills at least one process of the images, so this ends.
+ */
+static void __attribute__((noreturn)) kill_restored(const char *why)
+{
+	struct victim *v = calloc(W.img.n ? W.img.n : 1, sizeof(*v));
+	bool pidns = images_in_new_pidns();
+	size_t n = 0, left = 0;
+	int ret = 0, rounds = 0;
+
+	glog(true,
+	     "%s, before the restore's commit point: killing the restored tree (%zu processes in the images, root "
+	     "%d%s) so that it does not run half-built; the images are unchanged, restore again",
+	     why, W.img.n, W.img.n ? (int)W.img.t[0].pid : 0, pidns ? " in a new pid namespace" : "");
+	if (!v)
+		_exit(1);
+	for (;;) {
+		size_t from = n;
+
+		n = pidns ? ns_init(v) : find_tree(v, n, rounds == 0);
+		if (n == from)
+			break;
+		if (rounds)
+			glog(false,
+			     "%zu more process(es) of the images appeared after the look before (forked by a victim "
+			     "before its SIGKILL)",
+			     n - from);
+		rounds++;
+		if (cuip_guardian_test_before_kill)
+			cuip_guardian_test_before_kill();
+		left += kill_victims(v, from, n, &ret);
+		if (pidns || left)
+			break;
+	}
+	if (!n)
+		glog(false, "no process of the restored tree exists: nothing to kill");
 	if (left) {
 		glog(true, "%zu process(es) of the restored tree still run: kill them before restoring again", left);
 		_exit(1);
@@ -854,6 +900,7 @@ static void __attribute__((noreturn)) guardian_main(void)
 			_exit(1);
 		W.depth = nspid_of(getpid(), &self_inner);
 		W.init_fd = -1;
+		W.root_ppid = -1;
 		note_preexisting();
 	} else {
 		W.topo = calloc(W.g->n ? W.g->n : 1, sizeof(*W.topo));

@@ -74,4 +74,10 @@ void cuip_guardian_end(const char *how);
 /* The guardian's pid, 0 when none. */
 pid_t cuip_guardian_pid(void);
 
+/* Test seam: when set (by check_guardian, before the guardian forks), the
+ * restore's guardian calls it in each round between finding processes of
+ * the restored tree and killing them, so that a test can fork another in
+ * that window. NULL in the product. */
+extern void (*cuip_guardian_test_before_kill)(void);
+
 #endif /* CUIP_PLUGIN_GUARDIAN_H */

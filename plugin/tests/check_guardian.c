@@ -15,7 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#include <stdint.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/syscall.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -314,6 +317,165 @@ START_TEST(restore_kills_ns_init_seen_as_child)
 }
 END_TEST
 
+/* Between the restore guardian's look at the tree and its kill (the test
+ * seam), the root forks the images' second process. */
+struct race {
+	volatile int go;    /* guardian -> root: fork it now */
+	volatile int ready; /* root -> guardian: forked */
+};
+static struct race *race;
+
+static void fork_in_the_window(void)
+{
+	race->go = 1;
+	for (int i = 0; i < 5000 && !race->ready; i++)
+		usleep(1000);
+}
+
+/* clone3 with the pid of the images in this pid namespace (as CRIU forks
+ * the tree); the kernel's struct clone_args up to set_tid_size. */
+static pid_t fork_at(pid_t pid)
+{
+	struct {
+		uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+			set_tid_size;
+	} a = {.exit_signal = SIGCHLD, .set_tid = (uint64_t)(uintptr_t)&pid, .set_tid_size = 1};
+
+	return (pid_t)syscall(SYS_clone3, &a, sizeof(a));
+}
+
+enum { ROOT = 400, CHILD = 500 };
+
+/* pid 1 of the test's pid namespace: fake criu restores a root at ROOT
+ * and dies; the root forks CHILD in the guardian's window. Both come back
+ * here; each must end by SIGKILL within 10 s. 0, or where it went wrong. */
+static int race_init(void)
+{
+	struct cuip_pstree_task t[2] = {{.pid = ROOT}, {.pid = CHILD, .ppid = ROOT}};
+	int st, dead = 0, code = 0;
+	pid_t c;
+
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
+	    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL))
+		return 20;
+	cuip_guardian_test_before_kill = fork_in_the_window;
+	c = fork();
+	if (c < 0)
+		return 21;
+	if (c == 0) { /* fake criu */
+		struct cuip_pstree img = {.t = t, .n = 2};
+		char err[256];
+		pid_t root;
+
+		t[0].ppid = getpid();
+		if (cuip_guardian_start_restore(&img, open(dir, O_RDONLY | O_DIRECTORY), err, sizeof(err)))
+			_exit(22);
+		root = fork_at(ROOT);
+		if (root < 0)
+			_exit(23);
+		if (root == 0) {
+			for (int i = 0; i < 10000 && !race->go; i++)
+				usleep(1000);
+			if (race->go && fork_at(CHILD) == 0)
+				for (;;)
+					pause();
+			race->ready = 1;
+			sleep(10);
+			_exit(0);
+		}
+		_exit(0); /* dies before any commit */
+	}
+	if (waitpid(c, &st, 0) != c || !WIFEXITED(st) || WEXITSTATUS(st))
+		return WIFEXITED(st) ? WEXITSTATUS(st) : 24;
+	/* the root and its child, reparented to this init (and the guardian) */
+	for (int i = 0; i < 1000 && dead < 2; i++) {
+		pid_t r = waitpid(-1, &st, WNOHANG);
+
+		if (r == ROOT || r == CHILD) {
+			dead++;
+			if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL)
+				code = r == ROOT ? 25 : 26;
+		} else if (r <= 0) {
+			usleep(10000);
+		}
+	}
+	if (dead < 2) {
+		kill(CHILD, SIGKILL);
+		kill(ROOT, SIGKILL);
+		code = 27;
+	}
+	return code;
+}
+
+/*
+ * The tree grows while the guardian kills it: after the guardian looked
+ * (the root alive, its child not yet forked) and before its SIGKILL, the
+ * root forks the images' next process, which then passes to the reaper.
+ * One look would leave it running half-built; the guardian looks again
+ * once its victims are dead and kills it. In a pid namespace of the test
+ * (a user namespace too when unprivileged) so that the images' pids are
+ * the processes' own.
+ */
+START_TEST(restore_kills_child_forked_after_look)
+{
+	char buf[4096], want[128];
+	int st;
+	pid_t x;
+
+	mkdir_tmp();
+	unsetenv("CUINTERPOSE_GUARDIAN_STOP_MS");
+	race = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ck_assert_ptr_ne((void *)race, MAP_FAILED);
+	x = fork();
+	ck_assert_int_ge(x, 0);
+	if (x == 0) {
+		uid_t uid = geteuid();
+		gid_t gid = getegid();
+		pid_t i;
+
+		if (uid) {
+			char map[64];
+			int fd;
+
+			if (unshare(CLONE_NEWUSER))
+				_exit(30);
+			fd = open("/proc/self/setgroups", O_WRONLY);
+			if (fd < 0 || write(fd, "deny", 4) != 4)
+				_exit(31);
+			close(fd);
+			snprintf(map, sizeof(map), "0 %u 1", (unsigned)uid);
+			fd = open("/proc/self/uid_map", O_WRONLY);
+			if (fd < 0 || write(fd, map, strlen(map)) != (ssize_t)strlen(map))
+				_exit(32);
+			close(fd);
+			snprintf(map, sizeof(map), "0 %u 1", (unsigned)gid);
+			fd = open("/proc/self/gid_map", O_WRONLY);
+			if (fd < 0 || write(fd, map, strlen(map)) != (ssize_t)strlen(map))
+				_exit(33);
+			close(fd);
+		}
+		if (unshare(CLONE_NEWPID | CLONE_NEWNS))
+			_exit(34);
+		i = fork();
+		if (i < 0)
+			_exit(35);
+		if (i == 0)
+			_exit(race_init());
+		_exit(waitpid(i, &st, 0) == i && WIFEXITED(st) ? WEXITSTATUS(st) : 36);
+	}
+	ck_assert_int_eq(waitpid(x, &st, 0), x);
+	read_log(buf, sizeof(buf), "restored tree killed");
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the namespace's init: status 0x%x; log: %s", st, buf);
+	snprintf(want, sizeof(want), "killed pid %d ", ROOT);
+	ck_assert_msg(strstr(buf, want), "log: %s", buf);
+	ck_assert_msg(strstr(buf, "1 more process(es) of the images appeared after the look before"), "log: %s", buf);
+	snprintf(want, sizeof(want), "killed pid %d ", CHILD);
+	ck_assert_msg(strstr(buf, want), "log: %s", buf);
+	munmap((void *)race, 4096);
+	rm_tmp();
+}
+END_TEST
+
 /* A pstree.img of two processes, 100 (root, ppid 1) and 101 (ppid 100,
  * threads 101 and 102 packed), both in group and session 100, as CRIU
  * writes it. */
@@ -418,6 +580,7 @@ Suite *guardian_suite(void)
 	tcase_add_test(tc, fault_specs);
 	tcase_add_test(tc, restore_leaves_unrelated);
 	tcase_add_test(tc, restore_kills_ns_init_seen_as_child);
+	tcase_add_test(tc, restore_kills_child_forked_after_look);
 	tcase_add_test(tc, pstree_reads);
 	suite_add_tcase(s, tc);
 	return s;
