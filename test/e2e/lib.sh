@@ -638,12 +638,12 @@ criu_main() {
 	local d c st a
 
 	for d in /proc/[0-9]*; do
-		read -r c <"$d/comm" 2>/dev/null && [ "$c" = criu ] || continue
-		read -r st <"$d/stat" 2>/dev/null || continue
+		read -r c 2>/dev/null <"$d/comm" && [ "$c" = criu ] || continue
+		read -r st 2>/dev/null <"$d/stat" || continue
 		st=${st##*) }
 		read -r _ st _ <<<"$st"
-		read -r c <"/proc/$st/comm" 2>/dev/null && [ "$c" = timeout ] || continue
-		mapfile -d '' -t a <"$d/cmdline" 2>/dev/null
+		read -r c 2>/dev/null <"/proc/$st/comm" && [ "$c" = timeout ] || continue
+		mapfile -d '' -t a 2>/dev/null <"$d/cmdline"
 		[ "${a[1]:-}" = "$2" ] && [[ " ${a[*]} " == *" -D $1 "* ]] || continue
 		echo "${d#/proc/}"
 		return 0

@@ -56,7 +56,7 @@ cuda_answers() {
 	local n=0 p=$1 f=$T/w/forked$2.cuda
 	[ -f "$f" ] && n=$(wc -l <"$f")
 	kill -USR1 "$p"
-	for _ in $(seq 200); do [ "$(wc -l <"$f" 2>/dev/null || echo 0)" -gt "$n" ] && break; nap 0.05; done
+	for _ in $(seq 200); do [ "$(wc -l 2>/dev/null <"$f" || echo 0)" -gt "$n" ] && break; nap 0.05; done
 	tail -n 1 "$f" 2>/dev/null
 }
 

@@ -186,7 +186,7 @@ refused_at() {
 	waiting "criu stopped at $point"
 	for _ in $(seq 200); do
 		for p in $(pgrep -x criu); do
-			tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- "-o restore-$K.log" &&
+			tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline" | grep -q -- "-o restore-$K.log" &&
 				[ "$(proc_state "$p")" = "stopped (T)" ] && criu_pid=$p
 		done
 		[ -n "$criu_pid" ] && break

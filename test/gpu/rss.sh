@@ -40,7 +40,7 @@ rss_sample() { # OUT PID BASE_RSS BASE_ANON
 				VmRSS:) rss=$v ;;
 				RssAnon:) a=$v ;;
 				esac
-			done <"/proc/$p/status" 2>/dev/null
+			done 2>/dev/null <"/proc/$p/status"
 			[ "$rss" -gt "$hwm" ] && hwm=$rss
 			[ "$a" -gt "$anon" ] && anon=$a
 			[ -n "${RSS_SERIES:-}" ] && echo "${EPOCHREALTIME:-0} $rss $a" >>"$out.series.txt"
