@@ -21,13 +21,14 @@
 #include <unistd.h>
 
 #include "devfiles.h"
+#include "../../test/tmpname.h"
 
 static char dir[64];
 static int dfd = -1;
 
 static void setup(void)
 {
-	snprintf(dir, sizeof(dir), "/tmp/cuip-devfiles.XXXXXX");
+	test_tmpname(dir, sizeof(dir), "cuip-devfiles.XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(dir));
 	dfd = open(dir, O_RDONLY | O_DIRECTORY);
 	ck_assert_int_ge(dfd, 0);

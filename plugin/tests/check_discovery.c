@@ -28,8 +28,9 @@
 
 #include "proc.h"
 #include "sockdiag.h"
+#include "../../test/tmpname.h"
 
-static char tdir[32];
+static char tdir[48];
 static pid_t child, grandchild;
 
 static void *named_thread(void *a)
@@ -89,10 +90,10 @@ static void child_main(int ready, int isolate)
 
 static int start_child(int isolate)
 {
-	char buf[32] = "";
+	char buf[64] = "";
 	int p[2];
 
-	strcpy(tdir, "/tmp/cuip-disc-XXXXXX");
+	test_tmpname(tdir, sizeof(tdir), "cuip-disc-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(tdir));
 	snprintf(buf, sizeof(buf), "%s/run", tdir);
 	ck_assert_int_eq(mkdir(buf, 0700), 0);

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "gpus.h"
+#include "../../test/tmpname.h"
 
 static struct cuip_gpu gpu(int ord, unsigned char id, const char *name)
 {
@@ -137,7 +138,9 @@ static void put(const char *path, const char *text)
 
 START_TEST(the_kernel_modules_list_gives_uuids_and_models_in_pci_order)
 {
-	char d[] = "/tmp/cuip-gpus.XXXXXX", p[256], cmd[300];
+	char d[160], p[256], cmd[300];
+
+	test_tmpname(d, sizeof(d), "cuip-gpus.XXXXXX");
 	struct cuip_gpu v[4];
 	uint8_t u[16];
 

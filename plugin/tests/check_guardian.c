@@ -27,6 +27,7 @@
 #include "fault.h"
 #include "guardian.h"
 #include "pstree.h"
+#include "../../test/tmpname.h"
 
 static char dir[64];
 /* fake criu -> test: the guardian's pid (a shared page: fork copies the rest) */
@@ -35,7 +36,7 @@ static pid_t guardian;
 
 static void mkdir_tmp(void)
 {
-	snprintf(dir, sizeof(dir), "/tmp/cuip-guard.XXXXXX");
+	test_tmpname(dir, sizeof(dir), "cuip-guard.XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(dir));
 }
 

@@ -24,6 +24,7 @@
 #include "importers.h"
 #include "procstat.h"
 #include "sha256.h"
+#include "../../test/tmpname.h"
 
 /* ---- options -------------------------------------------------------------- */
 
@@ -517,7 +518,7 @@ static uint8_t shas[2 * CUIP_SHA256_LEN];
 
 static void img_setup(void)
 {
-	strcpy(dir, "/tmp/cuip-img-XXXXXX");
+	test_tmpname(dir, sizeof(dir), "cuip-img-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(dir));
 	dirfd_ = open(dir, O_RDONLY | O_DIRECTORY);
 	ck_assert_int_ge(dirfd_, 0);
@@ -829,7 +830,7 @@ static void write_child(const char *parent, const uint8_t *pid, int bad)
 	int fd;
 
 	if (cdirfd < 0) {
-		strcpy(cdir, "/tmp/cuip-child-XXXXXX");
+		test_tmpname(cdir, sizeof(cdir), "cuip-child-XXXXXX");
 		ck_assert_ptr_nonnull(mkdtemp(cdir));
 		cdirfd = open(cdir, O_RDONLY | O_DIRECTORY);
 		ck_assert_int_ge(cdirfd, 0);
@@ -918,7 +919,7 @@ START_TEST(a_chain_is_read_flattened_onto_its_parent_and_verified_through_it)
 {
 	struct cuip_ckpt c;
 	const Cuip__CarrierEntry *e;
-	char err[512], pfile[128], gdir[64] = "/tmp/cuip-grand-XXXXXX", cmd[128];
+	char err[512], pfile[128], gdir[64], cmd[128];
 	int gfd;
 
 	write_ckpt();
@@ -942,7 +943,7 @@ START_TEST(a_chain_is_read_flattened_onto_its_parent_and_verified_through_it)
 	ck_assert_msg(cuip_images_verify_carriers(cdirfd, &c, err, sizeof(err)) == 0, "%s", err);
 	cuip_images_free(&c);
 	/* Two deep: chunk 0 from the grandparent, chunk 1 from the child. */
-	gfd = write_grandchild(gdir);
+	gfd = write_grandchild(test_tmpname(gdir, sizeof(gdir), "cuip-grand-XXXXXX"));
 	ck_assert_msg(cuip_images_read(gfd, &c, err, sizeof(err)) == 0, "%s", err);
 	ck_assert_uint_eq(c.depth, 2);
 	e = c.topo[0]->carriers[0];
@@ -1043,13 +1044,13 @@ END_TEST
  * gone. */
 START_TEST(a_chain_moved_as_a_whole_is_followed)
 {
-	char mv[64] = "/tmp/cuip-mv-XXXXXX", pdir[160], cpath[160], err[512], want[160];
+	char mv[64], pdir[160], cpath[160], err[512], want[160];
 	struct cuip_ckpt c;
 	int fd;
 
 	write_ckpt();
 	write_child(dir, ckid, 0);
-	ck_assert_ptr_nonnull(mkdtemp(mv));
+	ck_assert_ptr_nonnull(mkdtemp(test_tmpname(mv, sizeof(mv), "cuip-mv-XXXXXX")));
 	snprintf(pdir, sizeof(pdir), "%s/%s", mv, strrchr(dir, '/') + 1);
 	snprintf(cpath, sizeof(cpath), "%s/%s", mv, strrchr(cdir, '/') + 1);
 	ck_assert_int_eq(rename(dir, pdir), 0);
@@ -1073,13 +1074,13 @@ END_TEST
  * at its absolute path, which still holds it. */
 START_TEST(a_relative_path_to_something_else_falls_back_to_the_absolute_one)
 {
-	char mv[64] = "/tmp/cuip-mv-XXXXXX", there[160], cpath[160], cmd[512], err[512], want[160];
+	char mv[64], there[160], cpath[160], cmd[512], err[512], want[160], gone[64];
 	struct cuip_ckpt c;
 	int fd;
 
 	write_ckpt();
 	write_child(dir, ckid, 0);
-	ck_assert_ptr_nonnull(mkdtemp(mv));
+	ck_assert_ptr_nonnull(mkdtemp(test_tmpname(mv, sizeof(mv), "cuip-mv-XXXXXX")));
 	snprintf(there, sizeof(there), "%s/%s", mv, strrchr(dir, '/') + 1);
 	snprintf(cpath, sizeof(cpath), "%s/%s", mv, strrchr(cdir, '/') + 1);
 	ck_assert_int_eq(rename(cdir, cpath), 0);
@@ -1098,14 +1099,14 @@ START_TEST(a_relative_path_to_something_else_falls_back_to_the_absolute_one)
 		ck_assert_int_eq(system(cmd), 0);
 	}
 	/* Both gone: the message names the absolute path and the relative one. */
-	ck_assert_int_eq(rename(dir, "/tmp/cuip-parent-gone"), 0);
+	ck_assert_int_eq(rename(dir, test_tmpname(gone, sizeof(gone), "cuip-parent-gone")), 0);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", there);
 	ck_assert_int_eq(system(cmd), 0);
 	fd = open(cpath, O_RDONLY | O_DIRECTORY);
 	ck_assert_int_eq(cuip_images_read(fd, &c, err, sizeof(err)), -ESTALE);
 	ck_assert_msg(strstr(err, "is missing (nor is it at ../") && strstr(err, dir), "%s", err);
 	close(fd);
-	ck_assert_int_eq(rename("/tmp/cuip-parent-gone", dir), 0);
+	ck_assert_int_eq(rename(gone, dir), 0);
 	ck_assert_int_eq(rename(cpath, cdir), 0);
 	ck_assert_int_eq(rmdir(mv), 0);
 }

@@ -25,6 +25,7 @@
 #include "startmark.h"
 #include "proc.h"
 #include "startgate.h"
+#include "../../test/tmpname.h"
 
 static char lib[64];
 static void *libmap;
@@ -34,7 +35,12 @@ static void setup(void)
 {
 	int fd;
 
-	snprintf(lib, sizeof(lib), "/tmp/libcuinterpose.so-gate.%d", (int)getpid());
+	{
+		char name[64];
+
+		snprintf(name, sizeof(name), "libcuinterpose.so-gate.%d", (int)getpid());
+		test_tmpname(lib, sizeof(lib), name);
+	}
 	fd = open(lib, O_RDWR | O_CREAT | O_TRUNC, 0644);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(ftruncate(fd, 4096), 0);

@@ -32,6 +32,7 @@
 #include "images.h"
 #include "importers.h"
 #include "participants.h"
+#include "../../test/tmpname.h"
 
 struct fake fk[NFAKE];
 void (*fake_thread_start)(void);
@@ -305,7 +306,7 @@ static void *fake_main(void *a)
 
 void fakes_setup(void)
 {
-	strcpy(tdir, "/tmp/cuip-coord-XXXXXX");
+	test_tmpname(tdir, sizeof(tdir), "cuip-coord-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(tdir));
 	memset(fk, 0, sizeof(fk));
 	nev = 0;

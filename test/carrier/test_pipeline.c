@@ -27,6 +27,7 @@
 #include "stub.h"
 #include "util.h"
 #include "zchunk.h"
+#include "../tmpname.h"
 
 #define KIB 1024ull
 #define MIB (1024ull * 1024)
@@ -789,13 +790,13 @@ END_TEST
 
 START_TEST(write_enospc_on_full_tmpfs)
 {
-	char dir[] = "/tmp/carrier-tmpfs-XXXXXX", path[64];
+	char dir[64], path[96];
 	int fd;
 
 	/* Own mount namespace (the test runs in a forked child); main() made sure we are root. */
 	ck_assert_msg(unshare(CLONE_NEWNS) == 0, "unshare(CLONE_NEWNS): %s", strerror(errno));
 	ck_assert_msg(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0, "private /: %s", strerror(errno));
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_ptr_nonnull(mkdtemp(test_tmpname(dir, sizeof(dir), "carrier-tmpfs-XXXXXX")));
 	ck_assert_msg(mount("tmpfs", dir, "tmpfs", 0, "size=1m") == 0, "mount tmpfs: %s", strerror(errno));
 	snprintf(path, sizeof(path), "%s/carrier", dir);
 	fd = open(path, O_WRONLY | O_CREAT, 0600);

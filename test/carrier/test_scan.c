@@ -22,6 +22,7 @@
 #include "devscan.h"
 #include "harness.h"
 #include "util.h"
+#include "../tmpname.h"
 
 #define KIB   1024ull
 #define CHUNK (64 * KIB)
@@ -78,7 +79,12 @@ static void setup(void)
 {
 	char err[128];
 
-	snprintf(copylog, sizeof(copylog), "/tmp/cuip-scan-copies.%d", (int)getpid());
+	{
+		char name[64];
+
+		snprintf(name, sizeof(name), "cuip-scan-copies.%d", (int)getpid());
+		test_tmpname(copylog, sizeof(copylog), name);
+	}
 	setenv("FAKECUDA_COPY_LOG", copylog, 1);
 	ck_assert_msg(carrier_ops_resolve(&ops, lookup, NULL, err, sizeof(err)) == 0, "%s", err);
 }

@@ -19,6 +19,7 @@
 
 #include "harness.h"
 #include "wl.h"
+#include "../tmpname.h"
 
 static char dir[64];
 static char sock[128];
@@ -67,7 +68,7 @@ void h_devd_start(const char *env)
 	int st;
 
 	ck_assert_msg(devd != NULL, "FAKECUDA_DEVD not set (run through make check)");
-	snprintf(dir, sizeof(dir), "/tmp/fakecuda-test-XXXXXX");
+	test_tmpname(dir, sizeof(dir), "fakecuda-test-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(dir));
 	snprintf(sock, sizeof(sock), "%s/devd.sock", dir);
 	setenv("FAKECUDA_SOCKET", sock, 1);

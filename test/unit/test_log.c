@@ -15,13 +15,14 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "../tmpname.h"
 
-static char path[] = "/tmp/cuip-test-log.XXXXXX";
+static char path[64];
 static int saved_stderr = -1;
 
 static void setup(void)
 {
-	int fd = mkstemp(path);
+	int fd = mkstemp(test_tmpname(path, sizeof(path), "cuip-test-log.XXXXXX"));
 
 	ck_assert_int_ge(fd, 0);
 	saved_stderr = dup(STDERR_FILENO);

@@ -26,6 +26,7 @@
 #include "importers.h"
 #include "sha256.h"
 #include "wire.h"
+#include "../tmpname.h"
 
 #define SIZE  ((1u << 20) + 100) /* creator 101 carries two chunks of 1 MiB */
 #define CHUNK (1u << 20)
@@ -185,8 +186,8 @@ static void setup(void)
 	fx_import(&im, 0xc1, 1, SIZE, 0x30000000);
 	ceid.creator = 0xc1;
 	ceid.serial = 1;
-	strcpy(pdir, "/tmp/cuip-oom-p-XXXXXX");
-	strcpy(cdir, "/tmp/cuip-oom-c-XXXXXX");
+	test_tmpname(pdir, sizeof(pdir), "cuip-oom-p-XXXXXX");
+	test_tmpname(cdir, sizeof(cdir), "cuip-oom-c-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(pdir));
 	ck_assert_ptr_nonnull(mkdtemp(cdir));
 	pfd = open(pdir, O_RDONLY | O_DIRECTORY);

@@ -17,6 +17,7 @@
 
 #include "arena.h"
 #include "wire.h"
+#include "../tmpname.h"
 
 static int count_fds(void)
 {
@@ -427,13 +428,13 @@ END_TEST
 
 START_TEST(image_files_are_atomic_and_checked)
 {
-	char dir[] = "/tmp/cuip-wire-XXXXXX", err[512];
+	char dir[64], err[512];
 	Cuip__Inventory inv = CUIP__INVENTORY__INIT, *out;
 	uint8_t idb[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
 	struct stat st;
 	int dfd;
 
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_ptr_nonnull(mkdtemp(test_tmpname(dir, sizeof(dir), "cuip-wire-XXXXXX")));
 	dfd = open(dir, O_RDONLY | O_DIRECTORY);
 	inv.checkpoint_id.data = idb;
 	inv.checkpoint_id.len = 16;

@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "../../tmpname.h"
 
 static char dir[64], sock[128];
 
@@ -122,7 +123,7 @@ int main(void)
 	if (!devd || !wl)
 		return skip("run through make check");
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
-	snprintf(dir, sizeof(dir), "/tmp/fakecuda-criu-XXXXXX");
+	test_tmpname(dir, sizeof(dir), "fakecuda-criu-XXXXXX");
 	if (!mkdtemp(dir))
 		return 1;
 	/* An empty plugin directory: whatever is installed in CRIU's default

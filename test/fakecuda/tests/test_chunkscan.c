@@ -16,6 +16,7 @@
 
 #include "harness.h"
 #include "../../carrier/chunkscan.h"
+#include "../../tmpname.h"
 
 static const uint64_t keys[2] = {0x0123456789abcdefull % CUIP_P61, 0x1ffffffffffff0f1ull};
 
@@ -384,8 +385,8 @@ static int copy_lines(const char *path, unsigned long long *bytes)
 
 START_TEST(copy_log_records_each_device_to_host_copy)
 {
-	char path[] = "/tmp/fakecuda-copylog-XXXXXX";
-	int fd = mkstemp(path);
+	char path[64];
+	int fd = mkstemp(test_tmpname(path, sizeof(path), "fakecuda-copylog-XXXXXX"));
 	unsigned char h[3 << 16];
 	unsigned long long bytes;
 	CUdeviceptr d, out;
