@@ -225,7 +225,10 @@ keep_log() {
 	b=$(basename "$2" .log)
 	[ -f "$2" ] || return 0
 	mkdir -p "$OUT/$1"
-	grep -E "cuinterpose|cuda_plugin|cuda-checkpoint|Error|Warn|FAIL|pause:" "$2" | head -n 3000 >"$OUT/$1/$b.log"
+	# with criu's milestones, whose timestamps split a dump or a restore
+	# into criu's own steps around the plugin's
+	grep -E "cuinterpose|cuda_plugin|cuda-checkpoint|Error|Warn|FAIL|pause:|finished successfully|Freezing tasks|Forking task with|Restore via sigreturn|Unlock network|Running post-|Dumping pages|Writing image" "$2" |
+		head -n 3000 >"$OUT/$1/$b.log"
 	[ "${FAILED:-0}" = 1 ] && grep -v "^(.*) \(unix\|fsnotify\|Dumping\|mnt\|ns\): " "$2" | tail -n 200 >"$OUT/$1/$b.tail.log"
 	return 0
 }
@@ -260,14 +263,17 @@ criu_plain() {
 	t0=$(date +%s.%N)
 	if [ "$what" = dump ]; then
 		PATH=$T/shimbin:$PATH guarded "$BOUNDED" "$CRIU_TIMEOUT" "$CRIU" dump -t "$ROOT" -D "$d" -L "$pl" --link-remap \
-			-v4 -o dump.log "$@" >"$d.dump.txt" 2>&1
+			--display-stats -v4 -o dump.log "$@" >"$d.dump.txt" 2>&1
 	else
 		PATH=$T/shimbin:$PATH "$BOUNDED" "$CRIU_TIMEOUT" "$CRIU" restore -D "$d" -L "$pl" --restore-detached \
-			-v4 -o restore.log "$@" >"$d.restore.txt" 2>&1
+			--display-stats -v4 -o restore.log "$@" >"$d.restore.txt" 2>&1
 	fi
 	rc=$?
 	SECS=$(echo "$(date +%s.%N) $t0" | awk '{printf "%.2f", $1 - $2}')
-	sed "s/^/  criu $what: /" "$d.$what.txt" | tail -n 5
+	# criu's --display-stats (its freezing, memory dump and write times and
+	# page counts; its forking and restore times), then its last lines
+	sed -n '/Displaying/,$p' "$d.$what.txt" | sed "s/^/  criu $what stats: /"
+	grep -v "Displaying\|time:\|pages \|Pages " "$d.$what.txt" | sed "s/^/  criu $what: /" | tail -n 5
 	return $rc
 }
 # criu_cli dump|restore DIR PLUGINDIR: `cuinterpose checkpoint ROOT DIR` /
