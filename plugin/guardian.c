@@ -766,19 +766,9 @@ static size_t kill_victims(struct victim *v, size_t from, size_t n, int *failed)
 	size_t left = 0;
 
 	for (size_t i = from; i < n; i++) {
-		char comm[32] = "?";
-		char path[64];
-		int fd;
+		char comm[32];
 
-		snprintf(path, sizeof(path), "/proc/%d/comm", (int)v[i].pid);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd >= 0) {
-			ssize_t k = read(fd, comm, sizeof(comm) - 1);
-
-			comm[k > 0 ? k : 0] = 0;
-			comm[strcspn(comm, "\n")] = 0;
-			close(fd);
-		}
+		cuip_proc_comm(v[i].pid, comm, sizeof(comm));
 		if (pidfd_kill(v[i].fd, SIGKILL) && errno != ESRCH) {
 			glog(true, "cannot kill pid %d: %s", (int)v[i].pid, strerror(errno));
 			*failed = 1;
