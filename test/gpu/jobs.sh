@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # jobs.sh - issue #46's jobs on the GPU machine, with a bundle (test/gpu/bundle.sh):
 #
-#   bundle/scripts/jobs.sh [--out DIR] [--only jax,ddp] [--budget SECONDS]
+#   bundle/scripts/jobs.sh [--out DIR] [--only jax,ddp,hostmem] [--budget SECONDS]
 #   (or through run.sh: bundle/scripts/run.sh --only jax,ddp --out DIR)
 #
 # Every job is run straight through once (the reference, no interposer, no
@@ -21,6 +21,21 @@
 #                                  (cudaMallocAsync; preallocation left as is)
 #                    XLA_FLAGS gets deterministic ops and no autotuning, the
 #                    spelling this JAX accepts (probed on the CPU backend).
+#  jax-VARIANT-lazy  (VARIANTs in JAX_LAZY, default prealloc) the same
+#                    dump, restored with criu's lazy pages: `criu
+#                    lazy-pages` serves the job's host memory from the
+#                    images through userfaultfd while the job runs (a
+#                    measurement: the product restores every page before
+#                    the job runs; docs/benchmarks.md says why); the row
+#                    adds when every host page was in place
+#  hostmem[-lazy]    after jax-prealloc (JOBS_HOSTMEM=0: not): a process
+#                    without CUDA holding as much host memory as that
+#                    job's restore brought back, every byte 0xFF as JAX's
+#                    allocator table (frameworks/hostmem.py), dumped and
+#                    restored by plain criu without a plugin, then lazily:
+#                    criu's own time for that memory, bytes checked.
+#                    `--only hostmem` runs it alone at JOBS_HOSTMEM_MIB
+#                    (4096), without a GPU
 #  jax-VARIANT-base  the same job without the interposer through CRIU's
 #                    upstream cuda_plugin; run only when the free disk under
 #                    the image directory is > 1.3x and the host's available
@@ -88,6 +103,7 @@ TMO=${JOBS_TIMEOUT:-300}
 CRIU_TIMEOUT=${CRIU_TIMEOUT:-300}
 PY=${JOBS_PY:-python3}
 JAX_VARIANTS=${JAX_VARIANTS:-prealloc noprealloc async}
+JAX_LAZY=${JAX_LAZY:-prealloc}
 T=$(mktemp -d /tmp/cuip-jobs.XXXXXX)
 OUT=${OUT:-$T/out}
 IMG=$T/img # or a directory of its own under JOBS_IMGDIR, removed at the end
@@ -186,6 +202,7 @@ launch() {
 	[ "$pre" = 1 ] && launcher=("$CLI" run --lib "$INTERPOSER" --)
 	case $kind in
 	jax) cmd=("$PY" "$S/frameworks/jaxjob.py" "$W" "$@") ;;
+	hostmem) cmd=("$PY" "$S/frameworks/hostmem.py" "$W" "$@") ;;
 	ddp) cmd=("$PY" -m torch.distributed.run --standalone --nproc_per_node=1 "$S/frameworks/ddpjob.py" "$W" "$@") ;;
 	esac
 	say "start $name: ${envs[*]} ${launcher[*]:+cuinterpose run} ${cmd[*]}"
@@ -257,7 +274,7 @@ guarded() {
 # criu_plain dump|restore DIR PLUGINDIR [CRIU-ARGS...]: bounded plain criu
 # (dump of ROOT's tree); SECS
 criu_plain() {
-	local what=$1 d=$2 pl=$3 t0 rc
+	local what=$1 d=$2 pl=$3 t0 rc i
 	shift 3
 	mkdir -p "$d"
 	t0=$(date +%s.%N)
@@ -265,6 +282,17 @@ criu_plain() {
 		PATH=$T/shimbin:$PATH guarded "$BOUNDED" "$CRIU_TIMEOUT" "$CRIU" dump -t "$ROOT" -D "$d" -L "$pl" --link-remap \
 			--display-stats -v4 -o dump.log "$@" >"$d.dump.txt" 2>&1
 	else
+		LAZY_T0=$t0
+		if [ "${LAZY:-0}" = 1 ]; then
+			# criu's lazy-pages daemon serves the job's host pages from the
+			# images through userfaultfd: on a fault first, then the rest in
+			# the background once criu's restore has finished
+			"$BOUNDED" "$CRIU_TIMEOUT" "$CRIU" lazy-pages -D "$d" --display-stats -v4 -o lazy.log >"$d.lazy.txt" 2>&1 &
+			LAZYPID=$!
+			for ((i = 0; i < 200; i++)); do [ -S "$d/lazy-pages.socket" ] && break; live "$LAZYPID" || break; sleep 0.05; done
+			[ -S "$d/lazy-pages.socket" ] || say "criu lazy-pages: no $d/lazy-pages.socket within 10 s: $(tail -n 2 "$d.lazy.txt" | tr '\n' ' ')"
+			set -- "$@" --lazy-pages
+		fi
 		PATH=$T/shimbin:$PATH "$BOUNDED" "$CRIU_TIMEOUT" "$CRIU" restore -D "$d" -L "$pl" --restore-detached \
 			--display-stats -v4 -o restore.log "$@" >"$d.restore.txt" 2>&1
 	fi
@@ -293,6 +321,18 @@ criu_cli() {
 	grep -E "running:|--tcp-established|--shell-job|--link-remap|criu (succeeded|failed)|did not finish|warning" \
 		"$d.$what.txt" | sed "s/^/  cli $what: /" | cut -c1-400
 	return $rc
+}
+
+# lazy_done DIR: criu's lazy-pages daemon of the restore from DIR has ended
+# (bounded by CRIU_TIMEOUT): LAZYLINE says when, from the restore's start,
+# every host page of the job was in place, and how the daemon ended
+lazy_done() {
+	local rc n
+	wait "$LAZYPID"
+	rc=$?
+	n=$(grep -ho "UFFD transferred pages: ([0-9]*/[0-9]*)" "$1/lazy.log" 2>/dev/null | tail -n 1)
+	LAZYLINE="host pages all in place $(echo "$(date +%s.%N) $LAZY_T0" | awk '{printf "%.2f", $1 - $2}') s after the restore began (criu lazy-pages rc $rc${n:+, $n})"
+	say "$name: $LAZYLINE"
 }
 
 # The plugin's lines of a dump (ours): SAVE summary, pause line, carried bytes.
@@ -342,7 +382,7 @@ ckpt() {
 	[ "$mode" = base ] && pass=UPSTREAM-PASS fail=UPSTREAM-FAILS
 	d=$IMG/$name
 	rm -rf "$d" "$d".*.txt
-	SAVE='' PAUSE='' CARRIED='' SECS='' DUMP_S=- RESTORE_S=- IMG_MIB=- gpu='' LOAD='' FAILED=0
+	SAVE='' PAUSE='' CARRIED='' SECS='' DUMP_S=- RESTORE_S=- IMG_MIB=- gpu='' LOAD='' FAILED=0 LAZYLINE=''
 	local extra=()
 	[ "$kind" = ddp ] && [ "$via" = criu ] && extra=("${NETFLAGS[@]}")
 	local path_used="plain criu${extra[*]:+ ${extra[*]}}"
@@ -354,6 +394,7 @@ ckpt() {
 		[ "$st" = "$fail" ] && FAILED=1
 		keep_log "$name" "$d/dump.log"
 		keep_log "$name" "$d/restore.log"
+		keep_log "$name" "$d/lazy.log"
 		cp "$d".*.txt "$OUT/$name/" 2>/dev/null
 		cp "$d/cuinterpose-criu-flags" "$OUT/$name/" 2>/dev/null
 		cp "$W/losses" "$W/info" "$W/mem.1" "$W/paused.1" "$OUT/$name/" 2>/dev/null
@@ -362,6 +403,7 @@ ckpt() {
 		detail="$why; via $path_used; GPU ${gpu:-?} MiB in use at the pause${jx:+ ($jx)}"
 		[ -n "$CARRIED" ] && detail="$detail; carried $(gib "$CARRIED")"
 		detail="$detail; images $IMG_MIB MiB; dump ${DUMP_S}s; restore ${RESTORE_S}s"
+		[ -n "$LAZYLINE" ] && detail="$detail; $LAZYLINE"
 		[ -n "$PAUSE" ] && detail="$detail; $PAUSE"
 		[ -n "$SAVE" ] && detail="$detail; $SAVE"
 		[ "$st" = SKIP ] && detail="$why"
@@ -374,6 +416,7 @@ ckpt() {
 			echo "  GPU memory in use at the pause: ${gpu:-?} MiB${jx:+; $jx}"
 			echo "  carried: ${CARRIED:+$CARRIED bytes ($(gib "$CARRIED"))}${CARRIED:-n/a}; images: $IMG_MIB MiB"
 			echo "  dump: ${DUMP_S} s; restore: ${RESTORE_S} s"
+			[ -n "$LAZYLINE" ] && echo "  lazy pages: $LAZYLINE"
 			echo "  pause: ${PAUSE:-none in dump.log}"
 			echo "  SAVE: ${SAVE:-none in dump.log}"
 			[ -n "$LOAD" ] && echo "  LOAD: $LOAD"
@@ -439,6 +482,7 @@ ckpt() {
 	fi
 	say "$name: restored in ${RESTORE_S}s${LOAD:+; $LOAD}"
 	touch "$W/go.1"
+	[ "${LAZY:-0}" = 1 ] && lazy_done "$d"
 	if ! wait_for "$W/done" "$TMO" "$ROOT"; then
 		finish_run "$fail" "no end after the restore within ${TMO}s: $(joblog "$name" 4)"
 		return
@@ -513,6 +557,28 @@ run_jax() {
 			continue
 		fi
 		ckpt "jax-$v" ours jax "jax-$v-ref" criu "${args[@]}"
+		case " $JAX_LAZY " in
+		*" $v "*)
+			if past_budget; then
+				result "jax-$v-lazy" SKIP "not run: past the budget (${BUDGET}s)"
+			else
+				LAZY=1 ckpt "jax-$v-lazy" ours jax "jax-$v-ref" criu "${args[@]}"
+			fi
+			;;
+		esac
+		# criu alone restoring as much host memory as this job's restore did
+		if [ "$v" = prealloc ] && [ "${JOBS_HOSTMEM:-1}" = 1 ]; then
+			local pages
+			pages=$(sed -n 's/^Pages restored: \([0-9]*\).*/\1/p' "$OUT/jax-$v/jax-$v.restore.txt" 2>/dev/null | head -n 1)
+			if [ -z "$pages" ]; then
+				result hostmem SKIP "jax-$v's restore gave no page count"
+			elif past_budget; then
+				result hostmem SKIP "not run: past the budget (${BUDGET}s)"
+			else
+				run_hostmem $((pages / 256)) "jax-$v"
+				LAZY=1 run_hostmem $((pages / 256)) "jax-$v"
+			fi
+		fi
 		[ "${JOBS_BASE:-1}" = 1 ] || continue
 		if [ ! -f "$T/base-plugins/cuda_plugin.so" ]; then
 			result "jax-$v-base" SKIP "no baseline/cuda_plugin.so in the bundle"
@@ -522,6 +588,54 @@ run_jax() {
 			ckpt "jax-$v-base" base jax "jax-$v-ref" criu "${args[@]}"
 		fi
 	done
+}
+
+# run_hostmem MIB JOB: hostmem.py holding MIB of 0xFF host memory, no CUDA,
+# dumped and restored by plain criu without a plugin: criu's own time for
+# the host memory that JOB's restore brought back (its page count)
+run_hostmem() {
+	local mib=$1 job=$2 name=hostmem${LAZY:+-lazy} st why stats d
+	d=$IMG/$name
+	LAZYLINE=''
+	say "== hostmem: $mib MiB of host memory, no GPU, as much as $job's restore brought back"
+	mkdir -p "$T/noplugins"
+	launch "$name" 0 hostmem -- --mib "$mib"
+	if ! wait_for "$W/paused.1" "$TMO" "$LAUNCHED"; then
+		result "$name" FAIL "no pause within ${TMO}s: $(joblog "$name" 4)"
+		kill_tree "$LAUNCHED"
+		wait "$LAUNCHED" 2>/dev/null
+		return
+	fi
+	ROOT=$(cat "$W/pid")
+	DUMP_S=- RESTORE_S=- why=''
+	if ! criu_plain dump "$d" "$T/noplugins"; then
+		why="dump failed: $(grep -h Error "$d/dump.log" 2>/dev/null | tail -n 2 | tr '\n' ' ')"
+	else
+		DUMP_S=$SECS
+		ended_within 10 "$LAUNCHED" && wait "$LAUNCHED" 2>/dev/null
+		if ! gone_within 10 "$ROOT"; then
+			why="after the dump: $GONE_WHY"
+		elif ! criu_plain restore "$d" "$T/noplugins"; then
+			why="restore failed: $(grep -h Error "$d/restore.log" 2>/dev/null | tail -n 2 | tr '\n' ' ')"
+		else
+			RESTORE_S=$SECS
+			touch "$W/go.1"
+			[ "${LAZY:-0}" = 1 ] && lazy_done "$d"
+			wait_for "$W/done" "$TMO" "$ROOT" || why="no end after the restore within ${TMO}s: $(joblog "$name" 4)"
+		fi
+	fi
+	stats=$(sed -n 's/^\(Pages restored\|Restore time\): \([0-9]*\).*/\2/p' "$d.restore.txt" 2>/dev/null | tr '\n' ' ')
+	kill_tree "$ROOT"
+	rm -rf "$d" "$d".*.txt
+	if [ -n "$why" ]; then
+		result "$name" FAIL "$why"
+	elif [ "$(cut -d' ' -f1 "$W/done")" != ok ]; then
+		result "$name" FAIL "bytes differ after the restore: $(cat "$W/done")"
+	else
+		# shellcheck disable=SC2086 # $stats: pages, then microseconds
+		set -- $stats
+		result "$name" PASS "criu alone (no GPU, no plugin): $mib MiB of 0xFF host memory, every byte back; dump ${DUMP_S}s; restore ${RESTORE_S}s${LAZYLINE:+; $LAZYLINE}; criu's Pages restored ${1:-?}, Restore time ${2:-?} us ($(awk -v p="${1:-0}" -v u="${2:-0}" 'BEGIN {if (u > 0) printf "%.2f GB/s", p * 4096 / u / 1000; else printf "?"}'))"
+	fi
 }
 
 # ---- torchrun + DDP ------------------------------------------------------------------
@@ -571,6 +685,10 @@ run_ddp() {
 } >>"$OUT/jobs.txt"
 NETFLAGS=()
 want jax && run_jax
+if want hostmem; then
+	run_hostmem "${JOBS_HOSTMEM_MIB:-4096}" JOBS_HOSTMEM_MIB
+	LAZY=1 run_hostmem "${JOBS_HOSTMEM_MIB:-4096}" JOBS_HOSTMEM_MIB
+fi
 want ddp && run_ddp
 echo "== summary"
 cat "$OUT/summary.txt"
