@@ -216,6 +216,7 @@ int main(int argc, char **argv)
 	CK(cuCtxSetCurrent(ctx));
 	CK(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
 	CK(cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
+	double t_load = now_s();
 	{
 		CUresult r = cuModuleLoadData(&mod, cuip_chunkscan_ptx);
 
@@ -233,7 +234,10 @@ int main(int argc, char **argv)
 		}
 	}
 	CK(cuModuleGetFunction(&scan, mod, CUIP_CHUNKSCAN_KERNEL));
-	printf("device sm_%d%d, PTX %zu bytes loaded\n", major, minor, strlen(cuip_chunkscan_ptx));
+	/* the first load on a machine JIT-compiles the PTX; later ones find it
+	 * in the driver's compute cache (~/.nv/ComputeCache) */
+	printf("device sm_%d%d, PTX %zu bytes loaded in %.3f s\n", major, minor, strlen(cuip_chunkscan_ptx),
+	       now_s() - t_load);
 
 	host = malloc(size + slack);
 	res = malloc(24 * ((size + 999) / 1000 + 1));
