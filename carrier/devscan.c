@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "carrier.h"
 #include "chunkscan.h"
 #include "devscan.h"
 #include "errfmt.h"
@@ -125,6 +126,37 @@ static int scan_begin(struct scan *s)
 		scan_end(s);
 		return -ENOTSUP;
 	}
+	return 0;
+}
+
+int carrier_scan_warm(const struct carrier_ops *ops, const struct carrier_config *cfg, double *secs, char *err,
+		      size_t errlen)
+{
+	const char *off = getenv("CUDA_CACHE_DISABLE");
+	CUmodule mod = NULL;
+	double t0 = mono();
+	CUresult rc;
+
+	*secs = 0;
+	if (!cfg->device_scan) {
+		errfmt(err, errlen, "the device scan is off (CUINTERPOSE_CARRIER_HASH)");
+		return -ECANCELED;
+	}
+	if (off && !strcmp(off, "1")) {
+		errfmt(err, errlen, "CUDA_CACHE_DISABLE=1: the driver would not keep the compiled scan");
+		return -ECANCELED;
+	}
+	if (!ops->module_load_data || !ops->module_unload) {
+		errfmt(err, errlen, "the driver lacks cuModuleLoadData or cuModuleUnload");
+		return -ENOTSUP;
+	}
+	rc = ops->module_load_data(&mod, cuip_chunkscan_ptx);
+	*secs = mono() - t0;
+	if (rc != CUDA_SUCCESS) {
+		errfmt(err, errlen, "cuModuleLoadData of the chunk-scan PTX failed: %s (%d)", cu_err(ops, rc), rc);
+		return -EIO;
+	}
+	ops->module_unload(mod);
 	return 0;
 }
 

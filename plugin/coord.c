@@ -319,13 +319,21 @@ static int step_quiesce(struct cuip_group *g, struct cuip_part *p, const void *a
 {
 	Cuip__Request req = CUIP__REQUEST__INIT;
 	Cuip__Quiesce q = CUIP__QUIESCE__INIT;
+	Cuip__Response *resp = NULL;
 	int ret;
 
 	q.timeout_ms = g->o->quiesce_timeout_ms;
 	req.body_case = CUIP__REQUEST__BODY_QUIESCE;
 	req.quiesce = &q;
 	p->quiesced = true;
-	ret = call(g, p, &req, -1, g->o->quiesce_timeout_ms + op_timeout(g), NULL);
+	p->has_gate_after = false;
+	ret = call(g, p, &req, -1, g->o->quiesce_timeout_ms + op_timeout(g), &resp);
+	if (!ret && resp && resp->has_gate_after_ms) {
+		p->has_gate_after = true;
+		p->gate_after_ms = resp->gate_after_ms;
+		pr_info("pid %d closed its gate after %u ms of work with the job running", p->pid, p->gate_after_ms);
+	}
+	cuip_client_free(resp);
 	/* Another checkpoint's gate: not ours to reopen. */
 	if (ret == -EALREADY)
 		p->quiesced = false;

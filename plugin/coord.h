@@ -55,7 +55,11 @@ struct cuip_part {
 	const struct cuip_save_progress *progress;
 	int progress_fd;
 	bool progress_sent;
-	bool quiesced;	   /* QUIESCE was sent: the gate may be closed */
+	bool quiesced; /* QUIESCE was sent: the gate may be closed */
+	/* QUIESCE's reply: ms the participant worked before its gate closed
+	 * (the job running; has_gate_after: the reply said). */
+	bool has_gate_after;
+	unsigned gate_after_ms;
 	bool torn_down;	   /* multicast or unicast detached: rebuild needed */
 	bool unicast_down; /* PREPARE_UNICAST was sent: LOAD and unicast stages too */
 	int phase;	   /* Cuip__Phase from the last HANDSHAKE */

@@ -32,6 +32,7 @@
 #include <dlfcn.h>
 #include <assert.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <link.h>
@@ -421,6 +422,24 @@ static int native_restore(char *err, size_t errlen)
 	return ret;
 }
 
+/* After a QUIESCE that closed every gate: the pause began when the first
+ * gate closed, not when the request went out; each participant said how
+ * long it worked before its gate (release hooks, the chunk scan's
+ * compile), the job still running. */
+static void held_from_first_gate(const struct cuip_group *g)
+{
+	unsigned first = UINT_MAX;
+
+	for (size_t i = 0; i < g->n; i++) {
+		const struct cuip_part *p = &g->p[i];
+
+		if (p->quiesced && (p->has_gate_after ? p->gate_after_ms : 0) < first)
+			first = p->has_gate_after ? p->gate_after_ms : 0; /* no word: closed at once */
+	}
+	if (first != UINT_MAX && S.held_t0)
+		S.held_t0 += first / 1000.0;
+}
+
 /* Every coordinator phase: the guardian hears of it before and after;
  * CUINTERPOSE_TEST_FAULT may strike once the guardian knows. */
 static int on_phase(struct cuip_group *g, enum cuip_gphase ph, bool after, int status)
@@ -432,6 +451,8 @@ static int on_phase(struct cuip_group *g, enum cuip_gphase ph, bool after, int s
 	if (!after && ph == CUIP_GPHASE_QUIESCE) {
 		S.held_t0 = cuip_now(); /* the gate closes with this request */
 		S.held_t1 = 0;
+	} else if (after && !status && ph == CUIP_GPHASE_QUIESCE) {
+		held_from_first_gate(g);
 	} else if (after && !status && ph == CUIP_GPHASE_RESUME && S.held_t0) {
 		S.held_t1 = cuip_now(); /* every gate is open again */
 	}
@@ -1527,9 +1548,11 @@ static int cuip_update_vma_map(const char *path, const uint64_t addr, const uint
  * The job's pause, one line at the end of a dump that froze the tree:
  * "pause: CUDA calls held H s, threads frozen F s".
  *
- * CUDA calls held: from the start of the QUIESCE phase that closed the
- * participants' gates (the last one, after QUIESCE retries; in a tree
- * without participants, from the start of the native lock) until every
+ * CUDA calls held: from the moment the first participant's gate closed in
+ * the QUIESCE phase that closed them all (the last one, after QUIESCE
+ * retries): the phase's start plus the least time a participant said it
+ * worked before its gate, the job running (held_from_first_gate); in a
+ * tree without participants, from the start of the native lock) until every
  * gate was open again (the RESUME of a rollback or of the in-place
  * restore that --leave-running and a failed dump do; without
  * participants, the native unlock), or else until this line: the end of

@@ -194,6 +194,59 @@ static void log_stats(const char *what, size_t n, const struct carrier_stats *st
 			st->scan_fallback);
 }
 
+/* ---- before the gate: the chunk scan compiled ------------------------------ */
+
+/*
+ * QUIESCE's head start, the job still running and the state lock not held
+ * (slice.h): the chunk scan compiled once for each device that holds
+ * carried memory, so that the SAVE's load of it, inside the pause, finds
+ * the driver's compute cache ready (carrier_scan_warm). A failure costs
+ * only the head start: the SAVE loads the module as it always does.
+ */
+static void carry_before_gate(void)
+{
+	bool want[MAX_DEVICES] = {false};
+	struct carrier_ops ops;
+	struct carrier_config cfg;
+	char why[512] = "";
+	double secs;
+	int ret;
+
+	cuip_state_take();
+	for (const struct cuip_alloc *a = vmm.head; a; a = a->next)
+		if (a->creator == self.id && cuip_carried(a) && a->drv && a->prop.location.id >= 0 &&
+		    a->prop.location.id < MAX_DEVICES)
+			want[a->prop.location.id] = true;
+	cuip_state_drop();
+	ret = carrier_setup(&ops, &cfg, why, sizeof(why));
+	if (ret) {
+		pr_warn("the chunk scan is not compiled before the pause: carrier: %s", why);
+		return;
+	}
+	for (int ord = 0; ord < MAX_DEVICES; ord++) {
+		CUresult r;
+
+		if (!want[ord])
+			continue;
+		r = use_device(ord, NULL);
+		if (r != CUDA_SUCCESS) {
+			pr_warn("the chunk scan is not compiled before the pause on device %d: its context: %s", ord,
+				cuip_cuerr(r));
+			continue;
+		}
+		ret = carrier_scan_warm(&ops, &cfg, &secs, why, sizeof(why));
+		if (ret == -ECANCELED) {
+			pr_info("the chunk scan is not compiled before the pause: %s", why);
+			break;
+		}
+		if (ret)
+			pr_warn("the chunk scan is not compiled before the pause on device %d: %s", ord, why);
+		else
+			pr_info("chunk scan compiled for device %d before the pause in %.3f s", ord, secs);
+	}
+	release_devices();
+}
+
 /* ---- SAVE ------------------------------------------------------------------ */
 
 /* Whether parent entry p holds device hashes (and their keys) for n chunks. */
@@ -846,4 +899,5 @@ out:
 	return ret;
 }
 
-CUIP_SLICE(carry, .name = "carried unicast memory", .save = carry_save, .load = carry_load);
+CUIP_SLICE(carry, .name = "carried unicast memory", .before_gate = carry_before_gate, .save = carry_save,
+	   .load = carry_load);

@@ -17,10 +17,12 @@
  *
  * The op thread holds cuip_state_lock for each operation: application
  * threads cannot want it meanwhile (they wait at the closed gate), and the
- * control thread never takes it. QUIESCE drops it while it closes the
- * gate: a call in flight may need it to leave (an import takes it after
- * its FETCH), and waiting for that call with the lock held would stall
- * both until the timeout. Replies come from the reply arena (reply.c).
+ * control thread never takes it. QUIESCE drops it while the slices get
+ * their head start (slice.h's before_gate: the job still runs and its calls
+ * may want the lock) and while it closes the gate: a call in flight may
+ * need it to leave (an import takes it after its FETCH), and waiting for
+ * that call with the lock held would stall both until the timeout. Replies
+ * come from the reply arena (reply.c).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -105,8 +107,9 @@ static void release_first(const struct timespec *t0, unsigned most_ms)
 static Cuip__Response *op_quiesce(const Cuip__Quiesce *q)
 {
 	Cuip__Phase ph = cuip_phase();
-	unsigned elapsed;
+	unsigned elapsed, pre_gate_ms;
 	struct timespec t0;
+	Cuip__Response *r;
 	char msg[640];
 	int ret;
 
@@ -117,8 +120,16 @@ static Cuip__Response *op_quiesce(const Cuip__Quiesce *q)
 		return reply(-EBUSY, "pid %d: QUIESCE in phase %s", self.pid, cuip_phase_name(ph));
 	if (cuip_release_wanted())
 		release_first(&t0, q->timeout_ms / 2);
-	elapsed = cuip_ms_since(&t0);
-	cuip_state_drop(); /* see the top of this file */
+	/* The slices' head start (the chunk scan's compile) while the job
+	 * still runs, then the gate; neither with the state lock (see the top
+	 * of this file). What ran before the gate is not the job's pause. */
+	cuip_state_drop();
+	cuip_for_each_slice(s)
+	{
+		if (s->before_gate)
+			s->before_gate();
+	}
+	pre_gate_ms = elapsed = cuip_ms_since(&t0);
 	ret = cuip_gate_close(q->timeout_ms > elapsed ? q->timeout_ms - elapsed : 1);
 	cuip_state_take();
 	if (ret == -ETIMEDOUT)
@@ -145,7 +156,12 @@ static Cuip__Response *op_quiesce(const Cuip__Quiesce *q)
 		return reply(ret, "pid %d: %s; gate reopened", self.pid, msg);
 	}
 	cuip_set_phase(CUIP__PHASE__PHASE_QUIESCED);
-	return reply(0, NULL);
+	r = reply(0, NULL);
+	if (r) {
+		r->has_gate_after_ms = 1;
+		r->gate_after_ms = pre_gate_ms;
+	}
+	return r;
 }
 
 /* ---- SAVE and LOAD: the carried bytes, by the slice that carries them ------- */

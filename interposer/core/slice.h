@@ -20,6 +20,12 @@ struct cuip_slice {
 	const char *name;
 	/* INSPECT: add this resource's part of the state (reply arena); 0 or -1. */
 	int (*inspect)(Cuip__ProcessState *st);
+	/* QUIESCE, before the gate closes, while the job still runs: ready
+	 * what a later step would otherwise do inside the pause. Runs WITHOUT
+	 * cuip_state_lock (the job's calls may need it meanwhile; the member
+	 * takes it for what it reads of the state). Its failures are its own
+	 * to log: the checkpoint goes on without the head start. */
+	void (*before_gate)(void);
 	/* QUIESCE, the gate closed, before the device drains: non-zero with msg
 	 * filled (pid first) when this resource cannot be checkpointed now (the
 	 * gate then reopens, nothing changed), else 0. */

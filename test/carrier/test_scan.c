@@ -504,6 +504,79 @@ START_TEST(injected_launch_failure_falls_back_to_the_host)
 }
 END_TEST
 
+/* jit-log lines since the log was made, as one string of words. */
+static void jit_words(const char *log, char *out, size_t len)
+{
+	FILE *f = fopen(log, "r");
+	char line[160], word[16];
+	size_t at = 0;
+
+	out[0] = '\0';
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f) && sscanf(line, "pid %*d %15s", word) == 1)
+		at += (size_t)snprintf(out + at, len - at, "%s%s", at ? " " : "", word);
+	fclose(f);
+}
+
+/* The compile ahead of a save (carrier_scan_warm): the driver compiles
+ * the PTX once and keeps it in its cache, which the save's load then
+ * finds; nothing is loaded with the scan off or the cache disabled, and a
+ * driver without the entry points or a failing load says so. */
+START_TEST(scan_compiled_ahead_into_the_drivers_cache)
+{
+	char cache[128], log[128], name[64], err[256], words[128];
+	struct carrier_config c;
+	struct carrier_ops o;
+	double secs = -1;
+
+	test_tmpname(cache, sizeof(cache), "cuip-jit-cache.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(cache)); /* empty: the first load compiles */
+	snprintf(name, sizeof(name), "cuip-jit-log.%d", (int)getpid());
+	test_tmpname(log, sizeof(log), name);
+	unlink(log);
+	setenv("CUDA_CACHE_PATH", cache, 1);
+	setenv("FAKECUDA_JIT_LOG", log, 1);
+	setenv("FAKECUDA_FAIL", "cuModuleLoadData:3:CUDA_ERROR_OUT_OF_MEMORY", 1);
+	begin();
+	c = cfg();
+	ck_assert_msg(carrier_scan_warm(&ops, &c, &secs, err, sizeof(err)) == 0, "%s", err);
+	ck_assert(secs >= 0);
+	ck_assert_msg(carrier_scan_warm(&ops, &c, &secs, err, sizeof(err)) == 0, "%s", err);
+	jit_words(log, words, sizeof(words));
+	ck_assert_str_eq(words, "jit cached");
+	/* the third load fails: -EIO naming the driver's error */
+	ck_assert_int_eq(carrier_scan_warm(&ops, &c, &secs, err, sizeof(err)), -EIO);
+	ck_assert_msg(strstr(err, "cuModuleLoadData of the chunk-scan PTX failed: CUDA_ERROR_OUT_OF_MEMORY"), "%s",
+		      err);
+	/* nothing loaded from here on */
+	unlink(log);
+	c.device_scan = 0;
+	ck_assert_int_eq(carrier_scan_warm(&ops, &c, &secs, err, sizeof(err)), -ECANCELED);
+	ck_assert_msg(strstr(err, "the device scan is off"), "%s", err);
+	c.device_scan = 1;
+	setenv("CUDA_CACHE_DISABLE", "1", 1);
+	ck_assert_int_eq(carrier_scan_warm(&ops, &c, &secs, err, sizeof(err)), -ECANCELED);
+	ck_assert_msg(strstr(err, "CUDA_CACHE_DISABLE=1"), "%s", err);
+	unsetenv("CUDA_CACHE_DISABLE");
+	o = ops;
+	o.module_unload = NULL;
+	ck_assert_int_eq(carrier_scan_warm(&o, &c, &secs, err, sizeof(err)), -ENOTSUP);
+	ck_assert_msg(strstr(err, "lacks cuModuleLoadData or cuModuleUnload"), "%s", err);
+	jit_words(log, words, sizeof(words));
+	ck_assert_str_eq(words, "");
+	unsetenv("FAKECUDA_FAIL");
+	unsetenv("FAKECUDA_JIT_LOG");
+	unsetenv("CUDA_CACHE_PATH");
+	{
+		char cmd[160];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", cache);
+		ck_assert_int_eq(system(cmd), 0);
+	}
+}
+END_TEST
+
 /* A failure once the device ran (the copy of its results): the save
  * fails naming it, rather than trusting or dropping a decision. */
 START_TEST(injected_result_copy_failure_fails_the_save)
@@ -542,6 +615,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, live_save_hashes_the_bytes_it_wrote);
 	tcase_add_test(tc, injected_launch_failure_falls_back_to_the_host);
 	tcase_add_test(tc, injected_result_copy_failure_fails_the_save);
+	tcase_add_test(tc, scan_compiled_ahead_into_the_drivers_cache);
 	suite_add_tcase(s, tc);
 	return s;
 }
