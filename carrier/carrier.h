@@ -159,12 +159,15 @@ void carrier_items_free_extents(struct carrier_item *items, size_t n);
  * compiled in its compute cache, so that the save's own load, inside the
  * job's pause, finds it there (1 ms). Nothing outlives the call. Returns 0
  * with *secs the load's wall time; -ENOTSUP when the driver lacks the entry
- * points; -EIO when the load failed (err says why). With cfg->device_scan
- * off or the cache disabled (CUDA_CACHE_DISABLE=1, so the compile would not
- * be kept) it loads nothing and returns -ECANCELED, err saying which.
+ * points; -EIO when the load failed (err says why); or
+ * carrier_scan_warm_wanted's -ECANCELED, having loaded nothing.
  */
 int carrier_scan_warm(const struct carrier_ops *ops, const struct carrier_config *cfg, double *secs, char *err,
 		      size_t errlen);
+/* Whether compiling ahead can help: 0, or -ECANCELED with err saying why
+ * not (cfg->device_scan off: no save loads the scan; CUDA_CACHE_DISABLE=1:
+ * the driver would not keep the compile). Touches no driver. */
+int carrier_scan_warm_wanted(const struct carrier_config *cfg, char *err, size_t errlen);
 
 /*
  * The index's form of an item's extents (Cuip__CarrierEntry.extents): to

@@ -129,15 +129,10 @@ static int scan_begin(struct scan *s)
 	return 0;
 }
 
-int carrier_scan_warm(const struct carrier_ops *ops, const struct carrier_config *cfg, double *secs, char *err,
-		      size_t errlen)
+int carrier_scan_warm_wanted(const struct carrier_config *cfg, char *err, size_t errlen)
 {
 	const char *off = getenv("CUDA_CACHE_DISABLE");
-	CUmodule mod = NULL;
-	double t0 = mono();
-	CUresult rc;
 
-	*secs = 0;
 	if (!cfg->device_scan) {
 		errfmt(err, errlen, "the device scan is off (CUINTERPOSE_CARRIER_HASH)");
 		return -ECANCELED;
@@ -146,6 +141,21 @@ int carrier_scan_warm(const struct carrier_ops *ops, const struct carrier_config
 		errfmt(err, errlen, "CUDA_CACHE_DISABLE=1: the driver would not keep the compiled scan");
 		return -ECANCELED;
 	}
+	return 0;
+}
+
+int carrier_scan_warm(const struct carrier_ops *ops, const struct carrier_config *cfg, double *secs, char *err,
+		      size_t errlen)
+{
+	CUmodule mod = NULL;
+	double t0 = mono();
+	CUresult rc;
+	int ret;
+
+	*secs = 0;
+	ret = carrier_scan_warm_wanted(cfg, err, errlen);
+	if (ret)
+		return ret;
 	if (!ops->module_load_data || !ops->module_unload) {
 		errfmt(err, errlen, "the driver lacks cuModuleLoadData or cuModuleUnload");
 		return -ENOTSUP;

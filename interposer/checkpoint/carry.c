@@ -2,15 +2,18 @@
  * carry.c - the carried bytes of unicast memory: SAVE to and LOAD from the
  * striped carrier files (carrier/ moves them; this file names the
  * allocations and slab pieces, maps each one temporarily and builds the
- * carrier entries of the reply). It registers a slice (slice.h) with only
- * save and load; ops.c checks the phase, runs it and builds the reply.
+ * carrier entries of the reply), and has the chunk scan compiled before
+ * QUIESCE closes the gate. It registers a slice (slice.h) with save, load
+ * and before_gate; ops.c checks the phase, runs it and builds the reply.
  * Unicast's other steps (PREPARE_UNICAST, REBUILD) are vmm.c's.
  *
  * Callers: the op thread (ops.c, through the slice), with cuip_state_lock
- * held for the whole operation; the application's threads wait at the
- * closed gate. The primary contexts below are the op thread's alone (no
- * lock): retained for one SAVE or LOAD and released at its end;
- * application threads' current contexts are theirs and untouched.
+ * held for the whole of a SAVE or LOAD (the application's threads wait at
+ * the closed gate); before_gate without it, the job running, its compile
+ * on a worker of its own. The primary contexts in prim[] are the op
+ * thread's alone (no lock): retained for one SAVE or LOAD and released at
+ * its end; the worker retains its own; application threads' current
+ * contexts are theirs and untouched.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -30,6 +33,7 @@
 #include "reply.h"
 #include "runtime.h"
 #include "slice.h"
+#include "thread.h"
 
 #define MAX_DEVICES 64
 
@@ -200,52 +204,110 @@ static void log_stats(const char *what, size_t n, const struct carrier_stats *st
  * QUIESCE's head start, the job still running and the state lock not held
  * (slice.h): the chunk scan compiled once for each device that holds
  * carried memory, so that the SAVE's load of it, inside the pause, finds
- * the driver's compute cache ready (carrier_scan_warm). A failure costs
- * only the head start: the SAVE loads the module as it always does.
+ * the driver's compute cache ready (carrier_scan_warm). The compile runs
+ * on a worker of its own (thread.h), with its own retain of each device's
+ * primary context, and QUIESCE waits for it at most its budget: a load
+ * the driver holds up (behind the job's device work) must not keep the
+ * gate from its own bounded wait, so a late compile goes on alone and the
+ * gate closes. A failure costs only the head start: the SAVE loads the
+ * module as it always does.
+ *
+ * warm_want: the devices of the round asked for; written by the op thread
+ * only while no round runs (a QUIESCE that finds one still running asks
+ * for none), read by the round.
  */
-static void carry_before_gate(void)
+static bool warm_want[MAX_DEVICES];
+
+static int warm_round(char *msg, size_t len)
 {
-	bool want[MAX_DEVICES] = {false};
 	struct carrier_ops ops;
 	struct carrier_config cfg;
-	char why[512] = "";
+	char why[256] = "";
 	double secs;
 	int ret;
 
-	cuip_state_take();
-	for (const struct cuip_alloc *a = vmm.head; a; a = a->next)
-		if (a->creator == self.id && cuip_carried(a) && a->drv && a->prop.location.id >= 0 &&
-		    a->prop.location.id < MAX_DEVICES)
-			want[a->prop.location.id] = true;
-	cuip_state_drop();
-	ret = carrier_setup(&ops, &cfg, why, sizeof(why));
-	if (ret) {
-		pr_warn("the chunk scan is not compiled before the pause: carrier: %s", why);
-		return;
+	if ((ret = carrier_setup(&ops, &cfg, why, sizeof(why)))) {
+		snprintf(msg, len, "carrier: %s", why);
+		return ret;
 	}
 	for (int ord = 0; ord < MAX_DEVICES; ord++) {
+		CUcontext c = NULL;
+		CUdevice dev;
 		CUresult r;
 
-		if (!want[ord])
+		if (!warm_want[ord])
 			continue;
-		r = use_device(ord, NULL);
+		r = real.cuDeviceGet(&dev, ord);
+		if (r == CUDA_SUCCESS && (r = real.cuDevicePrimaryCtxRetain(&c, dev)) != CUDA_SUCCESS)
+			c = NULL;
+		if (r == CUDA_SUCCESS)
+			r = real.cuCtxSetCurrent(c);
 		if (r != CUDA_SUCCESS) {
 			pr_warn("the chunk scan is not compiled before the pause on device %d: its context: %s", ord,
 				cuip_cuerr(r));
-			continue;
-		}
-		ret = carrier_scan_warm(&ops, &cfg, &secs, why, sizeof(why));
-		if (ret == -ECANCELED) {
-			pr_info("the chunk scan is not compiled before the pause: %s", why);
-			break;
-		}
-		if (ret)
+		} else if (carrier_scan_warm(&ops, &cfg, &secs, why, sizeof(why))) {
 			pr_warn("the chunk scan is not compiled before the pause on device %d: %s", ord, why);
-		else
+		} else {
 			pr_info("chunk scan compiled for device %d before the pause in %.3f s", ord, secs);
+		}
+		real.cuCtxSetCurrent(NULL);
+		if (c)
+			real.cuDevicePrimaryCtxRelease_v2(dev);
 	}
-	release_devices();
+	return 0;
 }
+
+/* Kept: the thread stays for the process's life (thread.h), so that every
+ * checkpoint finds the job with the same threads, stacks and arenas after
+ * the first. */
+static struct cuip_worker warmer = CUIP_WORKER_INIT_KEPT("cuip-scanjit", warm_round, 0);
+
+static void carry_before_gate(unsigned budget_ms)
+{
+	struct carrier_config cfg;
+	char why[256] = "";
+	bool any = false;
+	int ret;
+
+	if (!budget_ms)
+		return;
+	if (cuip_worker_busy(&warmer)) {
+		pr_info("the chunk scan's compile asked for by an earlier QUIESCE is still running: not waiting for "
+			"it");
+		return;
+	}
+	if ((ret = carrier_config_init(&cfg, why, sizeof(why))) ||
+	    (ret = carrier_scan_warm_wanted(&cfg, why, sizeof(why)))) {
+		if (ret == -ECANCELED)
+			pr_info("the chunk scan is not compiled before the pause: %s", why);
+		else
+			pr_warn("the chunk scan is not compiled before the pause: carrier: %s", why);
+		return;
+	}
+	cuip_state_take();
+	memset(warm_want, 0, sizeof(warm_want));
+	for (const struct cuip_alloc *a = vmm.head; a; a = a->next)
+		if (a->creator == self.id && cuip_carried(a) && a->drv && a->prop.location.id >= 0 &&
+		    a->prop.location.id < MAX_DEVICES)
+			any = warm_want[a->prop.location.id] = true;
+	cuip_state_drop();
+	if (!any)
+		return;
+	ret = cuip_worker_run(&warmer, budget_ms, why, sizeof(why));
+	if (ret == -ETIMEDOUT)
+		pr_warn("the chunk scan's compile took more than %u ms: the gate closes without it (it goes on alone; "
+			"the SAVE compiles the scan if it must)",
+			budget_ms);
+	else if (ret)
+		pr_warn("the chunk scan is not compiled before the pause: %s", why);
+}
+
+/* A forked child has no compile thread. */
+static void warm_fork_child(void)
+{
+	cuip_worker_fork_child(&warmer);
+}
+CUIP_FORK_HOOK(scanjit, NULL, NULL, warm_fork_child);
 
 /* ---- SAVE ------------------------------------------------------------------ */
 

@@ -3,10 +3,10 @@
  * phase machine. It checks each request against the phase and runs the
  * resources' checkpoint slices (slice.h: unicast in vmm.c and its carried
  * bytes in carry.c, multicast.c, pool.c, the contexts' stacks in ctx.c) for
- * INSPECT, QUIESCE's refusals, PREPARE_*, SAVE, LOAD, REBUILD stages,
- * VERIFY and RESUME, naming no resource module for them, and
- * builds the replies; QUIESCE (gate, the slices' refusals, drain) and
- * RESUME are its own. Called by control.c (the op thread).
+ * INSPECT, QUIESCE's head start and refusals, PREPARE_*, SAVE, LOAD, REBUILD
+ * stages, VERIFY and RESUME, naming no resource module for them, and
+ * builds the replies; QUIESCE (release hooks, gate, drain) and RESUME are
+ * its own. Called by control.c (the op thread).
  *
  * Lifecycle: ACTIVE -QUIESCE-> QUIESCED -PREPARE_UNICAST-> PREPARED
  * -LOAD/REBUILD-> RESTORING -RESUME-> ACTIVE. A failed step replies a
@@ -108,7 +108,7 @@ static Cuip__Response *op_quiesce(const Cuip__Quiesce *q)
 {
 	Cuip__Phase ph = cuip_phase();
 	unsigned elapsed, pre_gate_ms;
-	struct timespec t0;
+	struct timespec t0, tg;
 	Cuip__Response *r;
 	char msg[640];
 	int ret;
@@ -121,20 +121,23 @@ static Cuip__Response *op_quiesce(const Cuip__Quiesce *q)
 	if (cuip_release_wanted())
 		release_first(&t0, q->timeout_ms / 2);
 	/* The slices' head start (the chunk scan's compile) while the job
-	 * still runs, then the gate; neither with the state lock (see the top
-	 * of this file). What ran before the gate is not the job's pause. */
+	 * still runs, at most half of what is left of the timeout, then the
+	 * gate with the rest; neither with the state lock (see the top of
+	 * this file). What ran before the gate is not the job's pause. */
 	cuip_state_drop();
+	elapsed = cuip_ms_since(&t0);
 	cuip_for_each_slice(s)
 	{
 		if (s->before_gate)
-			s->before_gate();
+			s->before_gate(q->timeout_ms > elapsed ? (q->timeout_ms - elapsed) / 2 : 0);
 	}
 	pre_gate_ms = elapsed = cuip_ms_since(&t0);
+	clock_gettime(CLOCK_MONOTONIC, &tg);
 	ret = cuip_gate_close(q->timeout_ms > elapsed ? q->timeout_ms - elapsed : 1);
 	cuip_state_take();
 	if (ret == -ETIMEDOUT)
 		return reply(ret, "pid %d: CUDA calls still in flight after %u ms; gate reopened", self.pid,
-			     cuip_ms_since(&t0));
+			     cuip_ms_since(&tg));
 	if (ret)
 		return reply(ret, "pid %d: cannot close the API gate: %s; gate reopened", self.pid, strerror(-ret));
 	/* A resource the preflight's INSPECT found checkpointable and that

@@ -4,7 +4,8 @@
  * (CUIP_SLICE: vmm.c for unicast memory, carry.c for its carried bytes,
  * multicast.c, pool.c, peer.c for the peer-access matrix, ctx.c for the
  * contexts' stacks); ops.c and inspect.c walk them and name no resource
- * module. Every function runs on the op thread with cuip_state_lock held;
+ * module. Every function runs on the op thread with cuip_state_lock held
+ * (before_gate: without it);
  * a NULL member: the slice has no part in that step. Errors: 0 or a negative errno with err filled (no
  * pid: ops.c prefixes it). Declarations only, no state.
  */
@@ -21,11 +22,13 @@ struct cuip_slice {
 	/* INSPECT: add this resource's part of the state (reply arena); 0 or -1. */
 	int (*inspect)(Cuip__ProcessState *st);
 	/* QUIESCE, before the gate closes, while the job still runs: ready
-	 * what a later step would otherwise do inside the pause. Runs WITHOUT
-	 * cuip_state_lock (the job's calls may need it meanwhile; the member
-	 * takes it for what it reads of the state). Its failures are its own
-	 * to log: the checkpoint goes on without the head start. */
-	void (*before_gate)(void);
+	 * what a later step would otherwise do inside the pause, waiting at
+	 * most budget_ms (half of what is left of QUIESCE's timeout; work
+	 * that is late goes on by itself). Runs WITHOUT cuip_state_lock (the
+	 * job's calls may need it meanwhile; the member takes it for what it
+	 * reads of the state). Its failures are its own to log: the
+	 * checkpoint goes on without the head start. */
+	void (*before_gate)(unsigned budget_ms);
 	/* QUIESCE, the gate closed, before the device drains: non-zero with msg
 	 * filled (pid first) when this resource cannot be checkpointed now (the
 	 * gate then reopens, nothing changed), else 0. */

@@ -68,18 +68,23 @@ static void *worker_main(void *arg)
 	char msg[sizeof(w->msg)];
 
 	pthread_mutex_lock(&w->mu);
-	while (w->served < w->requested) {
-		unsigned long round = w->requested;
-		int r;
+	for (;;) {
+		while (w->served < w->requested) {
+			unsigned long round = w->requested;
+			int r;
 
-		pthread_mutex_unlock(&w->mu);
-		msg[0] = 0;
-		r = w->work(msg, sizeof(msg));
-		pthread_mutex_lock(&w->mu);
-		w->served = round;
-		w->result = r;
-		memcpy(w->msg, msg, sizeof(msg));
-		pthread_cond_broadcast(&w->cv);
+			pthread_mutex_unlock(&w->mu);
+			msg[0] = 0;
+			r = w->work(msg, sizeof(msg));
+			pthread_mutex_lock(&w->mu);
+			w->served = round;
+			w->result = r;
+			memcpy(w->msg, msg, sizeof(msg));
+			pthread_cond_broadcast(&w->cv);
+		}
+		if (!w->kept)
+			break;
+		pthread_cond_wait(&w->cv, &w->mu); /* the next request broadcasts */
 	}
 	w->running = false;
 	pthread_cond_broadcast(&w->cv);
@@ -106,7 +111,9 @@ int cuip_worker_run(struct cuip_worker *w, unsigned timeout_ms, char *msg, size_
 		w->cv_ready = true;
 	}
 	want = ++w->requested;
-	if (!w->running) {
+	if (w->running) {
+		pthread_cond_broadcast(&w->cv); /* a kept thread waits for it */
+	} else {
 		ret = cuip_thread_start(worker_main, w, w->name, w->stack);
 		if (ret) {
 			w->served = want;

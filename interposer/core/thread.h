@@ -27,6 +27,10 @@ int cuip_thread_start(void *(*fn)(void *), void *arg, const char *name, size_t s
  * it the round finishes on its own. mu protects the rest; cv is on
  * CLOCK_MONOTONIC. Define one with CUIP_WORKER_INIT; a fork child resets
  * it with cuip_worker_fork_child (its thread is the parent's).
+ * CUIP_WORKER_INIT_KEPT: the thread, once started, waits for the next
+ * round instead of ending: one thread for the process's life, so the same
+ * stack and malloc arena every time, where a thread started anew could
+ * need new ones while another worker's thread is still ending.
  */
 struct cuip_worker {
 	const char *name;
@@ -35,6 +39,7 @@ struct cuip_worker {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	bool cv_ready, running;
+	bool kept; /* CUIP_WORKER_INIT_KEPT */
 	unsigned long requested, served;
 	int result;
 	char msg[256];
@@ -42,6 +47,10 @@ struct cuip_worker {
 #define CUIP_WORKER_INIT(thread_name, fn, stack_bytes)                                                 \
 	{                                                                                              \
 		.name = thread_name, .work = fn, .stack = stack_bytes, .mu = PTHREAD_MUTEX_INITIALIZER \
+	}
+#define CUIP_WORKER_INIT_KEPT(thread_name, fn, stack_bytes)                                                          \
+	{                                                                                                            \
+		.name = thread_name, .work = fn, .stack = stack_bytes, .mu = PTHREAD_MUTEX_INITIALIZER, .kept = true \
 	}
 /* Ask for a round (after the one running, if any) and wait at most
  * timeout_ms: the round's result and its msg, -ETIMEDOUT (msg empty: the

@@ -514,8 +514,11 @@ static void jit_words(const char *log, char *out, size_t len)
 	out[0] = '\0';
 	if (!f)
 		return;
-	while (fgets(line, sizeof(line), f) && sscanf(line, "pid %*d %15s", word) == 1)
-		at += (size_t)snprintf(out + at, len - at, "%s%s", at ? " " : "", word);
+	while (at + 1 < len && fgets(line, sizeof(line), f) && sscanf(line, "pid %*d %15s", word) == 1) {
+		int n = snprintf(out + at, len - at, "%s%s", at ? " " : "", word);
+
+		at = n > 0 && (size_t)n < len - at ? at + (size_t)n : len - 1;
+	}
 	fclose(f);
 }
 

@@ -24,9 +24,11 @@
  * the chunk scan) and stores the result in the driver's cache directory
  * ($CUDA_CACHE_PATH, else $HOME/.nv/ComputeCache); later loads of the same
  * text find it there (1 ms); CUDA_CACHE_DISABLE=1 compiles every time. The
- * fake keeps one file per image (fakecuda-jit-HASH) there, a compile takes
- * FAKECUDA_JIT_MS (default 0), and FAKECUDA_JIT_LOG=PATH gets one line per
- * load: "pid P jit HASH" (compiled) or "pid P cached HASH".
+ * fake keeps one file per image (fakecuda-jit-HASH) where CUDA_CACHE_PATH
+ * names, and no cache without it (never in the tester's home: test runs
+ * must not depend on one another), a compile takes FAKECUDA_JIT_MS
+ * (default 0), and FAKECUDA_JIT_LOG=PATH gets one line per load: "pid P
+ * jit HASH" (compiled) or "pid P cached HASH".
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -557,21 +559,18 @@ static void jit_log(const char *what, uint64_t h)
 	close(fd);
 }
 
-/* The driver's compute cache directory, made if missing (mode 0700, as
- * the driver's); false when there is none (no HOME, or it cannot be made:
- * the real driver then compiles every time). */
+/* The compute cache directory CUDA_CACHE_PATH names, made if missing
+ * (mode 0700, as the driver's); false when there is none (unset, or it
+ * cannot be made: the real driver then compiles every time). */
 static bool jit_cache_dir(char *dir, size_t len)
 {
-	const char *p = getenv("CUDA_CACHE_PATH"), *home = getenv("HOME");
+	const char *p = getenv("CUDA_CACHE_PATH");
 	char tmp[PATH_MAX];
 	int n;
 
-	if (p && *p)
-		n = snprintf(dir, len, "%s", p);
-	else if (home && *home)
-		n = snprintf(dir, len, "%s/.nv/ComputeCache", home);
-	else
+	if (!p || !*p)
 		return false;
+	n = snprintf(dir, len, "%s", p);
 	if (n < 0 || (size_t)n >= len || (size_t)n >= sizeof(tmp))
 		return false;
 	memcpy(tmp, dir, (size_t)n + 1);

@@ -7,6 +7,7 @@
  * and a fork child's reset.
  */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -14,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -199,6 +201,69 @@ START_TEST(a_fork_child_resets_the_worker_and_runs_rounds_of_its_own)
 }
 END_TEST
 
+/* A kept worker: every round on one thread, which stays between rounds
+ * (named, waiting) and takes the next request at once. */
+static atomic_long round_tid;
+
+static int kept_work(char *msg, size_t len)
+{
+	(void)msg;
+	(void)len;
+	atomic_store(&round_tid, (long)syscall(SYS_gettid));
+	atomic_fetch_add(&rounds, 1);
+	return 0;
+}
+
+static struct cuip_worker kept = CUIP_WORKER_INIT_KEPT("cuip-test-kept", kept_work, 0);
+
+/* Threads of this process named name. */
+static int threads_named(const char *name)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d))) {
+		char path[300], comm[32] = "";
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(comm, sizeof(comm), f) && !strncmp(comm, name, strlen(name)) && comm[strlen(name)] == '\n')
+			n++;
+		fclose(f);
+	}
+	closedir(d);
+	return n;
+}
+
+START_TEST(a_kept_worker_runs_every_round_on_one_thread_that_stays)
+{
+	char msg[256];
+	long first;
+
+	ck_assert_int_eq(cuip_worker_run(&kept, 10000, msg, sizeof(msg)), 0);
+	first = atomic_load(&round_tid);
+	ck_assert_int_gt(first, 0);
+	ck_assert_int_ne(first, (long)syscall(SYS_gettid));
+	/* between rounds the thread is there, waiting */
+	usleep(100000);
+	ck_assert_int_eq(threads_named("cuip-test-kept"), 1);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(cuip_worker_run(&kept, 10000, msg, sizeof(msg)), 0);
+		ck_assert_int_eq(atomic_load(&round_tid), first);
+	}
+	ck_assert_int_eq(rounds, 4);
+	ck_assert_int_eq(threads_named("cuip-test-kept"), 1);
+	ck_assert(!cuip_worker_busy(&kept));
+}
+END_TEST
+
 static void reset(void)
 {
 	rounds = fail_next = sleep_ms = 0;
@@ -220,6 +285,7 @@ int main(void)
 	tcase_add_test(t, a_caller_past_its_timeout_returns_while_the_round_finishes);
 	tcase_add_test(t, a_worker_whose_thread_cannot_start_fails_the_round_and_runs_the_next);
 	tcase_add_test(t, a_fork_child_resets_the_worker_and_runs_rounds_of_its_own);
+	tcase_add_test(t, a_kept_worker_runs_every_round_on_one_thread_that_stays);
 	suite_add_tcase(s, t);
 	sr = srunner_create(s);
 	srunner_set_fork_status(sr, CK_FORK); /* each test a fresh process: wk and its thread are per test */
