@@ -125,11 +125,12 @@ static Cuip__Response *op_quiesce(const Cuip__Quiesce *q)
 	 * gate with the rest; neither with the state lock (see the top of
 	 * this file). What ran before the gate is not the job's pause. */
 	cuip_state_drop();
-	elapsed = cuip_ms_since(&t0);
 	cuip_for_each_slice(s)
 	{
-		if (s->before_gate)
+		if (s->before_gate) {
+			elapsed = cuip_ms_since(&t0);
 			s->before_gate(q->timeout_ms > elapsed ? (q->timeout_ms - elapsed) / 2 : 0);
+		}
 	}
 	pre_gate_ms = elapsed = cuip_ms_since(&t0);
 	clock_gettime(CLOCK_MONOTONIC, &tg);

@@ -7,7 +7,9 @@
 # cache where CUDA_CACHE_PATH says (empty at first here) and logs each load
 # (FAKECUDA_JIT_LOG: "jit" compiled, "cached" found), a compile taking
 # FAKECUDA_JIT_MS:
-#  - first dump (a 4 s compile): the job's loads are "jit" then "cached";
+#  - first dump (a 4 s compile, QUIESCE's timeout 20 s: a budget of some
+#    10 s, far from the compile's end on a loaded machine): the job's
+#    loads are "jit" then "cached";
 #    the interposer says it compiled before the pause; the participant
 #    told the plugin of 4 s or more of work before its gate, and the pause
 #    line leaves them out (held exceeds frozen by less than 4 s; counted
@@ -48,7 +50,7 @@ cmd 1 verify 0
 before=$(answers 1)
 pid=$(pid_of 0)
 : >"$T/jit.log"
-dump_gone d1
+CUINTERPOSE_QUIESCE_TIMEOUT_MS=20000 dump_gone d1
 [ "$(loads "$pid")" = "jit cached" ] ||
 	fail "the job's chunk-scan loads were '$(loads "$pid")', not 'jit cached' (compiled before the gate, found by the SAVE)"
 grep -q "chunk scan compiled for device 0 before the pause in" "$T/job.log" ||
