@@ -148,7 +148,6 @@ after_dump_kill() {
 
 	guardian_gone "$dir" dump
 	v=$(verdict "$dir")
-	[ "$v" = "ROLLBACK FAILED" ] && fail "$point: the guardian's rollback failed: $(tail -n 8 "$dir/cuinterpose-guardian.log")"
 	for p in $(job_pids); do live "$p" || dead="$dead $p"; done
 	if { [ -n "$dead" ] && grep -q "Dumping finished successfully" "$dir/dump.log"; } ||
 		grep -q "guardian: released: commit: the dump succeeded" "$dir/dump.log"; then
@@ -164,13 +163,17 @@ after_dump_kill() {
 	fi
 	if [ -n "$dead" ]; then
 		# CRIU's parasite was in a task: it dies of SIGTRAP without a
-		# tracer (README "When criu dies part-way"); nothing else may.
+		# tracer (docs/architecture.md, "CRIU's own limit"); nothing else may.
+		# The guardian says ROLLBACK FAILED when it finds the task dead
+		# already, "rollback complete" when the task dies after it:
+		# either is true of what it saw.
 		grep -q "parasite\|Dumping path for\|Dumping pages" "$dir/dump.log" ||
 			fail "$point: pid(s)$dead died before criu's memory dump: $(tail -n 5 "$dir/dump.log")"
 		record "$kind" "$point" died-in-parasite "pid(s)$dead; guardian: $v"
 		restart_job "pid(s)$dead died with CRIU's parasite inside"
 		return
 	fi
+	[ "$v" = "ROLLBACK FAILED" ] && fail "$point: the guardian's rollback failed: $(tail -n 8 "$dir/cuinterpose-guardian.log")"
 	job_intact "$point" "$dir"
 	if [ "$v" = "rollback complete" ]; then
 		record "$kind" "$point" rolled-back
