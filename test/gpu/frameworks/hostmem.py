@@ -17,11 +17,7 @@ import os
 import sys
 import time
 
-
-def write_atomic(path, text):
-    with open(path + ".tmp", "w") as f:
-        f.write(text)
-    os.rename(path + ".tmp", path)
+from jaxjob import write_atomic  # beside this script; jaxjob imports jax only in main()
 
 
 def main():
